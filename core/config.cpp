@@ -1,0 +1,201 @@
+// The one table of MEMWEAVE_* variables. Reading is stateless (getenv on each call), so
+// it is thread-safe as long as nobody calls setenv concurrently; hot paths read their
+// options once into their own option structs.
+#include "memweave/core/config.hpp"
+
+#include <array>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+#include "memweave/core/units.hpp"
+
+extern char** environ;
+
+namespace memweave {
+namespace {
+
+using f = option_form;
+
+// Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
+// and one in README.md (a test compares the two).
+constexpr std::array<option_info, 14> k_options{{
+    {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
+     "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
+     "auto = cuda when a GPU is present, else host"},
+    {"MEMWEAVE_CUDA_DEVICE", "0", f::number, "", "CUDA device ordinal used by the cuda backend"},
+    {"MEMWEAVE_DEVICE_BYTES", "8GiB", f::bytes, "",
+     "memory capacity of the simulated host and null devices"},
+    {"MEMWEAVE_HOST_LINK_GBPS", "0", f::number, "",
+     "host backend: throttle host<->device copies to this many GB/s (0 = as fast as memcpy)"},
+    {"MEMWEAVE_POOL_BYTES", "", f::bytes, "",
+     "size of the device heap's arena; unset = MEMWEAVE_POOL_FRACTION of free device memory"},
+    {"MEMWEAVE_POOL_FRACTION", "0.9", f::fraction, "",
+     "fraction of free device memory taken for the arena when MEMWEAVE_POOL_BYTES is unset"},
+    {"MEMWEAVE_BLOCK_BYTES", "1024", f::bytes, "",
+     "the heap's block size; every allocation is a whole number of blocks (power of two)"},
+    {"MEMWEAVE_FIT", "best", f::choice, "best|first",
+     "heap placement: best-fit O(log n), or the SuperNeurons paper's first-fit list"},
+    {"MEMWEAVE_POOL_GROW", "0", f::bytes, "",
+     "when the arena is full, take a further arena of at least this size (0 = never grow)"},
+    {"MEMWEAVE_TRACE", "", f::text, "",
+     "write every heap allocation and free to this file (replay with `memweave replay`)"},
+    {"MEMWEAVE_HOST_POOL_BYTES", "4GiB", f::bytes, "",
+     "pinned host memory reserved up front for offloaded tensors"},
+    {"MEMWEAVE_LOG", "warn", f::choice, "error|warn|info|debug", "diagnostics written to stderr"},
+    {"MEMWEAVE_THREADS", "0", f::number, "",
+     "host kernels: worker threads (0 = all cores); results are deterministic per count"},
+    {"MEMWEAVE_POLICY", "liveness", f::text, "",
+     "memory policy, or a comma-separated list to compare: baseline, liveness"},
+}};
+
+const option_info& row(std::string_view name) {
+  const option_info* info = find_option(name);
+  if (info == nullptr) {
+    throw std::logic_error("memweave: option " + std::string(name) + " is not in the table");
+  }
+  return *info;
+}
+
+// The value to parse: the environment's, else the default; nullopt when neither.
+std::optional<std::string> effective(std::string_view name) {
+  const option_info& info = row(name);
+  if (auto v = option_raw(name)) return v;
+  if (info.default_value.empty()) return std::nullopt;
+  return std::string(info.default_value);
+}
+
+bool in_choices(std::string_view choices, std::string_view value) {
+  while (!choices.empty()) {
+    const auto bar = choices.find('|');
+    if (choices.substr(0, bar) == value) return true;
+    if (bar == std::string_view::npos) break;
+    choices.remove_prefix(bar + 1);
+  }
+  return false;
+}
+
+// Throws when `value` does not have the row's form.
+void check(const option_info& info, const std::string& value) {
+  switch (info.form) {
+    case f::bytes:
+      (void)parse_bytes(value, info.name);
+      break;
+    case f::fraction: {
+      const double v = parse_double(value, info.name);
+      if (!(v > 0.0 && v <= 1.0)) {
+        throw invalid_argument(std::string(info.name) + "='" + value +
+                               "' is not a fraction in (0, 1]; fix or unset it");
+      }
+      break;
+    }
+    case f::number: {
+      const double v = parse_double(value, info.name);
+      if (v < 0.0) {
+        throw invalid_argument(std::string(info.name) + "='" + value +
+                               "' is negative; expected a non-negative number");
+      }
+      break;
+    }
+    case f::boolean:
+      (void)parse_bool(value, info.name);
+      break;
+    case f::choice:
+      if (!in_choices(info.choices, value)) {
+        throw invalid_argument(std::string(info.name) + "='" + value + "' is not one of " +
+                               std::string(info.choices) + "; fix or unset it");
+      }
+      break;
+    case f::text:
+      break;
+  }
+}
+
+}  // namespace
+
+std::span<const option_info> option_table() noexcept { return k_options; }
+
+const option_info* find_option(std::string_view name) noexcept {
+  for (const auto& o : k_options) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+std::optional<std::string> option_raw(std::string_view name) {
+  (void)row(name);
+  const char* v = std::getenv(std::string(name).c_str());
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<std::size_t> option_bytes(std::string_view name) {
+  auto v = effective(name);
+  if (!v) return std::nullopt;
+  check(row(name), *v);
+  return parse_bytes(*v, name);
+}
+
+std::optional<double> option_double(std::string_view name) {
+  auto v = effective(name);
+  if (!v) return std::nullopt;
+  check(row(name), *v);
+  return parse_double(*v, name);
+}
+
+bool option_bool(std::string_view name) {
+  auto v = effective(name);
+  if (!v) return false;
+  check(row(name), *v);
+  return parse_bool(*v, name);
+}
+
+std::string option_string(std::string_view name) {
+  auto v = effective(name);
+  if (!v) return {};
+  check(row(name), *v);
+  return *v;
+}
+
+void validate_environment() {
+  for (const auto& info : k_options) {
+    if (auto v = option_raw(info.name)) check(info, *v);
+  }
+  static bool warned = false;  // warn about typos once per process
+  if (warned) return;
+  warned = true;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    if (!entry.starts_with("MEMWEAVE_")) continue;
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (find_option(name) == nullptr && name != "MEMWEAVE_SOURCE_DIR") {
+      log(log_level::warn, std::string("unknown variable ") + std::string(name) +
+                               " is ignored (typo? `memweave config` lists the known ones)");
+    }
+  }
+}
+
+std::string describe_form(const option_info& info) {
+  switch (info.form) {
+    case f::bytes: return "a size such as 512MiB or 8GiB";
+    case f::fraction: return "a fraction in (0, 1]";
+    case f::number: return "a non-negative number";
+    case f::boolean: return "a boolean (1/0, true/false)";
+    case f::choice: return "one of " + std::string(info.choices);
+    case f::text: return "text";
+  }
+  return "text";
+}
+
+std::string option_table_markdown() {
+  std::string out = "| variable | default | meaning |\n|---|---|---|\n";
+  for (const auto& o : k_options) {
+    out += "| `" + std::string(o.name) + "` | " +
+           (o.default_value.empty() ? std::string("unset") : "`" + std::string(o.default_value) + "`") +
+           " | " + std::string(o.meaning) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace memweave

@@ -1,0 +1,108 @@
+// Parsing of option values. Pure functions, thread-safe.
+#include "memweave/core/units.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+[[noreturn]] void bad(std::string_view what, std::string_view text, std::string_view expected) {
+  throw invalid_argument(std::string(what) + "='" + std::string(text) + "' is not " +
+                         std::string(expected) + "; fix or unset it");
+}
+
+}  // namespace
+
+std::size_t parse_bytes(std::string_view text, std::string_view what) {
+  constexpr std::string_view expected = "a size (a number with optional suffix K, M, G, T, e.g. 8GiB)";
+  std::string_view s = trim(text);
+  std::size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) bad(what, text, expected);
+  double number = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + i, number);
+  if (ec != std::errc() || end != s.data() + i) bad(what, text, expected);
+  std::string suffix = lower(trim(s.substr(i)));
+  double scale = 1;
+  if (suffix.empty() || suffix == "b") {
+    scale = 1;
+  } else {
+    const char unit = suffix[0];
+    const std::string rest = suffix.substr(1);
+    if (rest != "" && rest != "b" && rest != "ib") bad(what, text, expected);
+    switch (unit) {
+      case 'k': scale = 1024.0; break;
+      case 'm': scale = 1024.0 * 1024; break;
+      case 'g': scale = 1024.0 * 1024 * 1024; break;
+      case 't': scale = 1024.0 * 1024 * 1024 * 1024; break;
+      default: bad(what, text, expected);
+    }
+  }
+  const double bytes = number * scale;
+  if (!std::isfinite(bytes) || bytes >= 1.8e19) bad(what, text, expected);
+  return static_cast<std::size_t>(bytes);
+}
+
+double parse_double(std::string_view text, std::string_view what) {
+  std::string_view s = trim(text);
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v)) {
+    bad(what, text, "a number");
+  }
+  return v;
+}
+
+std::uint64_t parse_uint(std::string_view text, std::string_view what) {
+  std::string_view s = trim(text);
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
+    bad(what, text, "a non-negative integer");
+  }
+  return v;
+}
+
+bool parse_bool(std::string_view text, std::string_view what) {
+  const std::string s = lower(trim(text));
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  bad(what, text, "a boolean (1/0, true/false, on/off, yes/no)");
+}
+
+std::string format_bytes(std::size_t bytes) {
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  }
+  return buf;
+}
+
+}  // namespace memweave

@@ -1,0 +1,28 @@
+// Parsing and printing of byte sizes and other option values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace memweave {
+
+/// Parses a byte size: a number with an optional suffix K, M, G, T (powers of 1024), also
+/// written KB/KiB, MB/MiB, ... ("8GiB", "512M", "1.5G", "4096"). Throws invalid_argument
+/// naming `what` (e.g. the variable) and the value when it is malformed.
+std::size_t parse_bytes(std::string_view text, std::string_view what);
+
+/// Parses a finite floating-point number; throws invalid_argument naming `what`.
+double parse_double(std::string_view text, std::string_view what);
+
+/// Parses a non-negative integer; throws invalid_argument naming `what`.
+std::uint64_t parse_uint(std::string_view text, std::string_view what);
+
+/// Parses 0/1/true/false/on/off/yes/no; throws invalid_argument naming `what`.
+bool parse_bool(std::string_view text, std::string_view what);
+
+/// "1.50 GiB", "512.00 KiB", "17 B".
+std::string format_bytes(std::size_t bytes);
+
+}  // namespace memweave

@@ -1,0 +1,115 @@
+// The one seam to hardware (like mimalloc's prim.h): raw device memory, pinned host
+// memory, in-order streams, events and async copies. Everything above device/ uses only
+// this interface.
+//
+// Backends: `cuda` (the CUDA runtime), `host` (a simulated device on the CPU: a host arena,
+// one worker thread per stream, optionally throttled copies) and `null` (planning: real
+// addresses with no memory behind them; no kernel or copy runs; ordering and events behave,
+// and each stream keeps a simulated clock from the costs it is given).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace memweave {
+
+enum class device_kind { cuda, host, null };
+
+/// "cuda", "host", "null".
+const char* to_string(device_kind kind) noexcept;
+
+/// The three in-order streams of a device.
+enum class stream_role { compute = 0, host_to_device = 1, device_to_host = 2 };
+
+enum class copy_kind { host_to_device, device_to_host, device_to_device, host_to_host };
+
+struct memory_info {
+  std::size_t free_bytes = 0;   ///< free device memory now (outside any memweave pool)
+  std::size_t total_bytes = 0;  ///< device capacity
+};
+
+/// A marker in a stream: complete once all work enqueued before its record() has run.
+/// Not thread-safe against concurrent record() on the same event; query/synchronize are.
+class event {
+ public:
+  virtual ~event() = default;
+  /// True when complete, or never recorded.
+  virtual bool query() = 0;
+  /// Blocks the calling thread until complete; throws device_error when the work before
+  /// it failed.
+  virtual void synchronize() = 0;
+};
+
+/// An in-order queue of work. All methods may be called from any thread.
+class stream {
+ public:
+  virtual ~stream() = default;
+  virtual stream_role role() const noexcept = 0;
+  /// Enqueues host code: on `host` it runs on the stream's worker thread; on `cuda` it
+  /// runs as a host function in stream order; on `null` it is not run and `cost_s`
+  /// advances the stream's simulated clock. An exception thrown by `work` fails the
+  /// stream: synchronize() and events recorded after it rethrow it as device_error.
+  virtual void launch(std::function<void()> work, double cost_s = 0.0) = 0;
+  /// Enqueues a copy of `bytes` bytes.
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) = 0;
+  /// Records `e` at the current end of this stream.
+  virtual void record(event& e) = 0;
+  /// Work enqueued on this stream after this call starts only once `e` is complete.
+  virtual void wait(event& e) = 0;
+  /// Blocks until all enqueued work has run; throws device_error if any of it failed.
+  virtual void synchronize() = 0;
+  /// cudaStream_t on `cuda`; nullptr otherwise.
+  virtual void* native_handle() const noexcept = 0;
+  /// Simulated seconds of work enqueued so far (`null`); 0 elsewhere.
+  virtual double simulated_time_s() const noexcept { return 0.0; }
+};
+
+/// A device. Thread-safe.
+class device {
+ public:
+  virtual ~device() = default;
+  virtual device_kind kind() const noexcept = 0;
+  /// Human-readable name ("NVIDIA H100 80GB HBM3", "host (simulated, 8.00 GiB)").
+  virtual std::string name() const = 0;
+  /// Raw device memory (the heap takes its arena here, once). Throws out_of_memory.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  /// Page-locked host memory (cudaHostAlloc on `cuda`). Throws out_of_memory.
+  virtual void* allocate_pinned(std::size_t bytes) = 0;
+  virtual void deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
+  /// Free and total device memory.
+  virtual memory_info memory() const = 0;
+  /// One of the device's three streams; lives as long as the device.
+  virtual stream& get_stream(stream_role role) = 0;
+  virtual std::unique_ptr<event> create_event() = 0;
+  /// Waits for all three streams.
+  virtual void synchronize() = 0;
+  /// False on `null`: memory has addresses but must never be read or written.
+  virtual bool touches_memory() const noexcept { return true; }
+};
+
+/// How to make a device. Defaults come from the MEMWEAVE_* variables
+/// (device_options::from_environment); fields set in code override them.
+struct device_options {
+  std::string kind = "auto";            ///< auto|cuda|host|null (MEMWEAVE_DEVICE)
+  int cuda_ordinal = 0;                 ///< MEMWEAVE_CUDA_DEVICE
+  std::size_t capacity_bytes = 8ull << 30;  ///< host/null capacity (MEMWEAVE_DEVICE_BYTES)
+  double host_link_gbps = 0.0;          ///< host copy throttle, GB/s; 0 = off
+  /// Reads MEMWEAVE_DEVICE, MEMWEAVE_CUDA_DEVICE, MEMWEAVE_DEVICE_BYTES, MEMWEAVE_HOST_LINK_GBPS.
+  static device_options from_environment();
+};
+
+/// Makes the device `options.kind` names; `auto` gives cuda when the cuda backend is built
+/// and a GPU is present, else host. Throws no_device_error for `cuda` without a GPU (or
+/// without the cuda backend built), invalid_argument for a bad option.
+std::unique_ptr<device> make_device(const device_options& options);
+
+/// Whether the cuda backend was built into this library.
+bool cuda_backend_built() noexcept;
+
+/// Whether a CUDA device can be used (backend built and at least one GPU present).
+bool cuda_device_present() noexcept;
+
+}  // namespace memweave

@@ -1,0 +1,83 @@
+// The vocabulary shared by the engine's graph (layers, zoo, liveness) and its kernels:
+// tensor shapes and the parameters of each layer type. Plain data, no behaviour beyond
+// shape arithmetic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace memweave {
+
+/// An NCHW float32 shape. FC outputs are (n, c, 1, 1).
+struct shape4 {
+  std::int64_t n = 0, c = 0, h = 1, w = 1;
+  std::int64_t count() const noexcept { return n * c * h * w; }
+  std::int64_t per_image() const noexcept { return c * h * w; }
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(count()) * sizeof(float); }
+  friend bool operator==(const shape4&, const shape4&) = default;
+};
+
+/// "32x3x224x224".
+std::string to_string(const shape4& s);
+
+enum class layer_type { data, conv, fc, pool, act, bn, lrn, dropout, softmax_loss, concat, add };
+
+/// "CONV", "FC", ...
+const char* to_string(layer_type t) noexcept;
+
+struct conv_params {
+  std::int64_t out_channels = 0;
+  std::int64_t kernel_h = 1, kernel_w = 1;
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t pad_h = 0, pad_w = 0;
+  std::int64_t dilation_h = 1, dilation_w = 1;
+  std::int64_t groups = 1;
+  bool bias = true;
+  /// Output shape for input `in`.
+  shape4 output(const shape4& in) const noexcept;
+};
+
+struct fc_params {
+  std::int64_t out_features = 0;
+  bool bias = true;
+};
+
+enum class pool_mode { max, average };
+
+struct pool_params {
+  pool_mode mode = pool_mode::max;
+  std::int64_t kernel_h = 2, kernel_w = 2;
+  std::int64_t stride_h = 2, stride_w = 2;
+  std::int64_t pad_h = 0, pad_w = 0;
+  bool global = false;  ///< kernel = input's H x W (global average pooling)
+  /// Output shape for input `in` (floor division, as cuDNN; windows start inside the
+  /// padded input).
+  shape4 output(const shape4& in) const noexcept;
+};
+
+enum class act_mode { relu, tanh };
+
+struct act_params {
+  act_mode mode = act_mode::relu;
+};
+
+struct bn_params {
+  float epsilon = 1e-5f;
+  float momentum = 0.1f;  ///< running = (1 - momentum) * running + momentum * batch
+};
+
+/// Cross-channel local response normalization (AlexNet):
+/// y = x / (k + alpha/size * sum_{window} x^2)^beta.
+struct lrn_params {
+  std::int64_t size = 5;
+  float alpha = 1e-4f;
+  float beta = 0.75f;
+  float k = 2.0f;
+};
+
+struct dropout_params {
+  float ratio = 0.5f;  ///< probability of dropping; kept values scale by 1/(1-ratio)
+};
+
+}  // namespace memweave
