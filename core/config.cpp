@@ -114,7 +114,9 @@ void check(const option_info& info, const std::string& value) {
 
 }  // namespace
 
-std::span<const option_info> option_table() noexcept { return k_options; }
+std::span<const option_info> option_table() noexcept {
+  return k_options;
+}
 
 const option_info* find_option(std::string_view name) noexcept {
   for (const auto& o : k_options) {
@@ -178,12 +180,18 @@ void validate_environment() {
 
 std::string describe_form(const option_info& info) {
   switch (info.form) {
-    case f::bytes: return "a size such as 512MiB or 8GiB";
-    case f::fraction: return "a fraction in (0, 1]";
-    case f::number: return "a non-negative number";
-    case f::boolean: return "a boolean (1/0, true/false)";
-    case f::choice: return "one of " + std::string(info.choices);
-    case f::text: return "text";
+    case f::bytes:
+      return "a size such as 512MiB or 8GiB";
+    case f::fraction:
+      return "a fraction in (0, 1]";
+    case f::number:
+      return "a non-negative number";
+    case f::boolean:
+      return "a boolean (1/0, true/false)";
+    case f::choice:
+      return "one of " + std::string(info.choices);
+    case f::text:
+      return "text";
   }
   return "text";
 }
@@ -192,7 +200,8 @@ std::string option_table_markdown() {
   std::string out = "| variable | default | meaning |\n|---|---|---|\n";
   for (const auto& o : k_options) {
     out += "| `" + std::string(o.name) + "` | " +
-           (o.default_value.empty() ? std::string("unset") : "`" + std::string(o.default_value) + "`") +
+           (o.default_value.empty() ? std::string("unset")
+                                    : "`" + std::string(o.default_value) + "`") +
            " | " + std::string(o.meaning) + " |\n";
   }
   return out;

@@ -35,7 +35,9 @@ int current_level() noexcept {
 
 }  // namespace
 
-bool log_enabled(log_level level) noexcept { return static_cast<int>(level) <= current_level(); }
+bool log_enabled(log_level level) noexcept {
+  return static_cast<int>(level) <= current_level();
+}
 
 void set_log_level(log_level level) noexcept {
   g_level.store(static_cast<int>(level), std::memory_order_relaxed);

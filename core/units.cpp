@@ -32,7 +32,8 @@ std::string lower(std::string_view s) {
 }  // namespace
 
 std::size_t parse_bytes(std::string_view text, std::string_view what) {
-  constexpr std::string_view expected = "a size (a number with optional suffix K, M, G, T, e.g. 8GiB)";
+  constexpr std::string_view expected =
+      "a size (a number with optional suffix K, M, G, T, e.g. 8GiB)";
   std::string_view s = trim(text);
   std::size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
@@ -49,11 +50,20 @@ std::size_t parse_bytes(std::string_view text, std::string_view what) {
     const std::string rest = suffix.substr(1);
     if (rest != "" && rest != "b" && rest != "ib") bad(what, text, expected);
     switch (unit) {
-      case 'k': scale = 1024.0; break;
-      case 'm': scale = 1024.0 * 1024; break;
-      case 'g': scale = 1024.0 * 1024 * 1024; break;
-      case 't': scale = 1024.0 * 1024 * 1024 * 1024; break;
-      default: bad(what, text, expected);
+      case 'k':
+        scale = 1024.0;
+        break;
+      case 'm':
+        scale = 1024.0 * 1024;
+        break;
+      case 'g':
+        scale = 1024.0 * 1024 * 1024;
+        break;
+      case 't':
+        scale = 1024.0 * 1024 * 1024 * 1024;
+        break;
+      default:
+        bad(what, text, expected);
     }
   }
   const double bytes = number * scale;

@@ -14,14 +14,14 @@ namespace memweave {
 /// Status codes, numerically equal to the matching cudaError_t so that the C API and the
 /// interposer can hand them straight back to a CUDA program.
 enum class status : int {
-  success = 0,                 // cudaSuccess
-  invalid_value = 1,           // cudaErrorInvalidValue
-  memory_allocation = 2,       // cudaErrorMemoryAllocation
-  initialization_error = 3,    // cudaErrorInitializationError
-  invalid_device_pointer = 17, // cudaErrorInvalidDevicePointer
-  no_device = 100,             // cudaErrorNoDevice
-  not_supported = 801,         // cudaErrorNotSupported
-  unknown = 999,               // cudaErrorUnknown
+  success = 0,                  // cudaSuccess
+  invalid_value = 1,            // cudaErrorInvalidValue
+  memory_allocation = 2,        // cudaErrorMemoryAllocation
+  initialization_error = 3,     // cudaErrorInitializationError
+  invalid_device_pointer = 17,  // cudaErrorInvalidDevicePointer
+  no_device = 100,              // cudaErrorNoDevice
+  not_supported = 801,          // cudaErrorNotSupported
+  unknown = 999,                // cudaErrorUnknown
 };
 
 /// A short name of a status ("invalid_device_pointer").
@@ -84,7 +84,7 @@ class no_device_error : public error {
 
 /// Throws memweave::invalid_argument with `message` (any expression convertible to
 /// std::string) when `condition` is false.
-#define MEMWEAVE_EXPECTS(condition, message)                \
-  do {                                                       \
+#define MEMWEAVE_EXPECTS(condition, message)                       \
+  do {                                                             \
     if (!(condition)) throw ::memweave::invalid_argument(message); \
   } while (0)

@@ -1,0 +1,56 @@
+// What one `memweave train` or `memweave plan` run measured, per policy: totals and one row
+// per step. The field names are the JSON/CSV names and are kept stable: scripts read them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memweave {
+
+/// One step of the route (forward steps 1..N, backward N+1..2N), after it ran.
+struct step_record {
+  int step = 0;                     ///< 1-based position in the route
+  std::string layer;                ///< layer name
+  char pass = 'F';                  ///< 'F' forward, 'B' backward
+  std::size_t bytes_live = 0;       ///< sum of the bytes of tensors resident during the step
+  std::size_t heap_bytes = 0;       ///< the heap's bytes in use during the step (block-rounded)
+  int tensors_live = 0;             ///< tensors resident during the step
+  std::size_t workspace_bytes = 0;  ///< convolution workspace taken for this step
+  std::string algorithm;            ///< convolution algorithm used ("" when not a CONV step)
+};
+
+/// The result of one policy.
+struct policy_report {
+  std::string policy;                    ///< "baseline", "liveness", ...
+  bool fits = true;                      ///< whether it ran within the budget
+  std::string failure;                   ///< why not, when !fits
+  std::size_t peak_bytes = 0;            ///< max over steps of heap_bytes
+  std::size_t peak_live_bytes = 0;       ///< max over steps of bytes_live
+  int peak_step = 0;                     ///< the step where peak_bytes is reached
+  std::size_t max_layer_bytes = 0;       ///< max_i l_i (the paper's lower bound)
+  std::size_t persistent_bytes = 0;      ///< parameters, their momentum and state
+  std::uint64_t tensors_allocated = 0;   ///< tensor allocations in one iteration
+  std::uint64_t bytes_offloaded = 0;     ///< device->host bytes in one iteration
+  std::uint64_t bytes_prefetched = 0;    ///< host->device bytes in one iteration
+  std::uint64_t recomputations = 0;      ///< extra forward layer computations per iteration
+  double images_per_s = 0.0;             ///< train only
+  double seconds_per_iteration = 0.0;    ///< train: measured; plan: simulated
+  double bookkeeping_us_per_step = 0.0;  ///< time the engine spends outside kernels per step
+  std::vector<double> losses;            ///< train: loss per iteration
+  std::vector<step_record> steps;        ///< one iteration's rows
+};
+
+/// A whole run.
+struct run_report {
+  std::string command;  ///< "train" or "plan"
+  std::string network;  ///< zoo name
+  std::int64_t batch = 0;
+  std::size_t budget_bytes = 0;
+  std::string device;  ///< device name
+  int iterations = 0;
+  std::vector<policy_report> policies;
+};
+
+}  // namespace memweave

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up everything memweave needs on a fresh Debian machine and builds one CMake preset.
+#   scripts/setup.sh [preset...]      (default: release; presets: release debug asan tsan)
+# Installs only the Debian packages that are missing; never downloads anything else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake ninja-build g++ pkg-config libjemalloc-dev libtbb-dev libopenblas-dev
+          googletest libgtest-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing missing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+presets=("$@")
+((${#presets[@]})) || presets=(release)
+for preset in "${presets[@]}"; do
+  if [ ! -f "build/$preset/CMakeCache.txt" ]; then
+    cmake --preset "$preset" >/dev/null
+  fi
+  echo "setup: building preset '$preset'"
+  cmake --build --preset "$preset" -- -j"$(nproc)" | grep -v '^\[' || true
+  test "${PIPESTATUS[0]}" -eq 0
+done

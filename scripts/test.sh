@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sets up (Debian packages, configure, build) and runs memweave's whole test suite:
+#   release: every test but those labelled slow;
+#   asan:    the same under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   tsan:    the tests labelled concurrent under ThreadSanitizer.
+# scripts/test.sh --slow also runs the slow tests (release). GPU tests (label gpu) skip
+# with a message when no CUDA device is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+slow=0
+[ "${1:-}" = "--slow" ] && slow=1
+
+scripts/setup.sh release asan tsan
+status=0
+ctest --preset release || status=1
+ctest --preset asan || status=1
+ctest --preset tsan || status=1
+if ((slow)); then
+  ctest --test-dir build/release -L slow --output-on-failure || status=1
+fi
+if ((status)); then echo "test.sh: FAILED"; else echo "test.sh: all suites passed"; fi
+exit $status

@@ -1,0 +1,104 @@
+#include "memweave/core/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <stdexcept>
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+namespace {
+
+// Sets a variable for the duration of a test and restores it afterwards.
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~scoped_env() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(config_test, every_row_is_named_documented_and_unique) {
+  std::set<std::string_view> names;
+  for (const auto& o : option_table()) {
+    EXPECT_TRUE(o.name.starts_with("MEMWEAVE_")) << o.name;
+    EXPECT_FALSE(o.meaning.empty()) << o.name;
+    EXPECT_TRUE(names.insert(o.name).second) << "duplicate " << o.name;
+    if (o.form == option_form::choice) EXPECT_FALSE(o.choices.empty()) << o.name;
+  }
+}
+
+TEST(config_test, defaults_apply_when_unset_and_parse_to_their_form) {
+  ::unsetenv("MEMWEAVE_BLOCK_BYTES");
+  ::unsetenv("MEMWEAVE_POOL_BYTES");
+  EXPECT_EQ(option_bytes("MEMWEAVE_BLOCK_BYTES"), 1024u);
+  EXPECT_FALSE(option_bytes("MEMWEAVE_POOL_BYTES").has_value());
+  EXPECT_EQ(option_string("MEMWEAVE_FIT"), "best");
+  // Every default must itself be valid for its row.
+  for (const auto& o : option_table()) {
+    if (o.default_value.empty()) continue;
+    switch (o.form) {
+      case option_form::bytes:
+        EXPECT_NO_THROW((void)option_bytes(o.name));
+        break;
+      case option_form::fraction:
+      case option_form::number:
+        EXPECT_NO_THROW((void)option_double(o.name));
+        break;
+      case option_form::boolean:
+        EXPECT_NO_THROW((void)option_bool(o.name));
+        break;
+      default:
+        EXPECT_NO_THROW((void)option_string(o.name));
+        break;
+    }
+  }
+}
+
+TEST(config_test, environment_overrides_default) {
+  scoped_env env("MEMWEAVE_BLOCK_BYTES", "4K");
+  EXPECT_EQ(option_bytes("MEMWEAVE_BLOCK_BYTES"), 4096u);
+}
+
+TEST(config_test, invalid_choice_names_variable_value_and_choices) {
+  scoped_env env("MEMWEAVE_FIT", "worst");
+  try {
+    (void)option_string("MEMWEAVE_FIT");
+    FAIL();
+  } catch (const invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("MEMWEAVE_FIT='worst'"), std::string::npos) << what;
+    EXPECT_NE(what.find("best|first"), std::string::npos) << what;
+  }
+}
+
+TEST(config_test, fraction_out_of_range_is_rejected) {
+  scoped_env env("MEMWEAVE_POOL_FRACTION", "1.5");
+  EXPECT_THROW((void)option_double("MEMWEAVE_POOL_FRACTION"), invalid_argument);
+  EXPECT_THROW(validate_environment(), invalid_argument);
+}
+
+TEST(config_test, asking_for_an_unknown_option_is_a_programming_error) {
+  EXPECT_THROW((void)option_raw("MEMWEAVE_NO_SUCH_THING"), std::logic_error);
+}
+
+TEST(config_test, unknown_variable_is_only_warned_about) {
+  scoped_env env("MEMWEAVE_POOL_BYTEZ", "1G");
+  EXPECT_NO_THROW(validate_environment());
+}
+
+}  // namespace
+}  // namespace memweave

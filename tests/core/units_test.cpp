@@ -1,0 +1,51 @@
+#include "memweave/core/units.hpp"
+
+#include <gtest/gtest.h>
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+namespace {
+
+TEST(units_test, sizes_accept_binary_suffixes_in_any_spelling) {
+  EXPECT_EQ(parse_bytes("4096", "X"), 4096u);
+  EXPECT_EQ(parse_bytes("1K", "X"), 1024u);
+  EXPECT_EQ(parse_bytes("1KiB", "X"), 1024u);
+  EXPECT_EQ(parse_bytes("512MB", "X"), 512ull << 20);
+  EXPECT_EQ(parse_bytes("8GiB", "X"), 8ull << 30);
+  EXPECT_EQ(parse_bytes("1.5g", "X"), 3ull << 29);
+  EXPECT_EQ(parse_bytes(" 2 T ", "X"), 2ull << 40);
+}
+
+TEST(units_test, malformed_size_names_the_variable_and_the_value) {
+  for (const char* bad : {"", "GiB", "12 parsecs", "-5", "1..2G", "1e400"}) {
+    try {
+      (void)parse_bytes(bad, "MEMWEAVE_POOL_BYTES");
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("MEMWEAVE_POOL_BYTES"), std::string::npos) << what;
+      EXPECT_NE(what.find("a size"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(units_test, numbers_and_booleans_are_strict) {
+  EXPECT_DOUBLE_EQ(parse_double("0.25", "X"), 0.25);
+  EXPECT_THROW((void)parse_double("0.25x", "X"), invalid_argument);
+  EXPECT_THROW((void)parse_double("nan", "X"), invalid_argument);
+  EXPECT_EQ(parse_uint("42", "X"), 42u);
+  EXPECT_THROW((void)parse_uint("-1", "X"), invalid_argument);
+  EXPECT_TRUE(parse_bool("On", "X"));
+  EXPECT_FALSE(parse_bool("0", "X"));
+  EXPECT_THROW((void)parse_bool("maybe", "X"), invalid_argument);
+}
+
+TEST(units_test, bytes_print_with_binary_units) {
+  EXPECT_EQ(format_bytes(17), "17 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(8ull << 30), "8.00 GiB");
+}
+
+}  // namespace
+}  // namespace memweave

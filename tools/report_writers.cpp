@@ -1,0 +1,237 @@
+// Output formats of a run_report. Pure functions of the report; no state.
+#include "report_writers.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave {
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_json(std::ostream& out, const run_report& r) {
+  out << "{\n  \"command\": " << json_string(r.command)
+      << ",\n  \"network\": " << json_string(r.network) << ",\n  \"batch\": " << r.batch
+      << ",\n  \"budget_bytes\": " << r.budget_bytes << ",\n  \"device\": " << json_string(r.device)
+      << ",\n  \"iterations\": " << r.iterations << ",\n  \"policies\": [";
+  for (std::size_t i = 0; i < r.policies.size(); ++i) {
+    const policy_report& p = r.policies[i];
+    out << (i ? "," : "") << "\n    {\n      \"policy\": " << json_string(p.policy)
+        << ",\n      \"fits\": " << (p.fits ? "true" : "false")
+        << ",\n      \"failure\": " << json_string(p.failure)
+        << ",\n      \"peak_bytes\": " << p.peak_bytes
+        << ",\n      \"peak_live_bytes\": " << p.peak_live_bytes
+        << ",\n      \"peak_step\": " << p.peak_step
+        << ",\n      \"max_layer_bytes\": " << p.max_layer_bytes
+        << ",\n      \"persistent_bytes\": " << p.persistent_bytes
+        << ",\n      \"tensors_allocated\": " << p.tensors_allocated
+        << ",\n      \"bytes_offloaded\": " << p.bytes_offloaded
+        << ",\n      \"bytes_prefetched\": " << p.bytes_prefetched
+        << ",\n      \"recomputations\": " << p.recomputations
+        << ",\n      \"images_per_s\": " << json_number(p.images_per_s)
+        << ",\n      \"seconds_per_iteration\": " << json_number(p.seconds_per_iteration)
+        << ",\n      \"bookkeeping_us_per_step\": " << json_number(p.bookkeeping_us_per_step)
+        << ",\n      \"losses\": [";
+    for (std::size_t k = 0; k < p.losses.size(); ++k) {
+      out << (k ? ", " : "") << json_number(p.losses[k]);
+    }
+    out << "],\n      \"steps\": [";
+    for (std::size_t k = 0; k < p.steps.size(); ++k) {
+      const step_record& s = p.steps[k];
+      out << (k ? "," : "") << "\n        {\"step\": " << s.step
+          << ", \"layer\": " << json_string(s.layer) << ", \"pass\": \"" << s.pass
+          << "\", \"bytes_live\": " << s.bytes_live << ", \"heap_bytes\": " << s.heap_bytes
+          << ", \"tensors_live\": " << s.tensors_live
+          << ", \"workspace_bytes\": " << s.workspace_bytes
+          << ", \"algorithm\": " << json_string(s.algorithm) << "}";
+    }
+    out << (p.steps.empty() ? "" : "\n      ") << "]\n    }";
+  }
+  out << "\n  ]\n}\n";
+}
+
+void write_csv(std::ostream& out, const run_report& r) {
+  out << "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm\n";
+  for (const policy_report& p : r.policies) {
+    for (const step_record& s : p.steps) {
+      out << p.policy << ',' << s.step << ',' << s.layer << ',' << s.pass << ',' << s.bytes_live
+          << ',' << s.heap_bytes << ',' << s.tensors_live << ',' << s.workspace_bytes << ','
+          << s.algorithm << '\n';
+    }
+  }
+}
+
+void write_svg(std::ostream& out, const run_report& r) {
+  // Two stacked panels sharing the step axis: memory (heap bytes) and live tensors.
+  constexpr double width = 900, panel = 260, left = 80, right = 20, top = 40, gap = 50;
+  constexpr double height = top + 2 * panel + gap + 50;
+  static constexpr const char* colours[] = {"#d62728", "#1f77b4", "#2ca02c",
+                                            "#9467bd", "#ff7f0e", "#8c564b"};
+  std::size_t steps = 0, max_bytes = 1;
+  int max_tensors = 1;
+  for (const auto& p : r.policies) {
+    steps = std::max(steps, p.steps.size());
+    for (const auto& s : p.steps) {
+      max_bytes = std::max(max_bytes, s.heap_bytes);
+      max_tensors = std::max(max_tensors, s.tensors_live);
+    }
+  }
+  const double plot_w = width - left - right;
+  auto x_of = [&](double step) {
+    return left + plot_w * (step - 1) / std::max<double>(1, steps - 1);
+  };
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << left << "\" y=\"22\" font-size=\"15\">" << xml_escape(r.network)
+      << ", batch " << r.batch << ": memory and live tensors per step (" << xml_escape(r.command)
+      << ")</text>\n";
+  for (int panel_index = 0; panel_index < 2; ++panel_index) {
+    const double y0 = top + panel_index * (panel + gap);
+    const double y1 = y0 + panel;
+    out << "<rect x=\"" << left << "\" y=\"" << y0 << "\" width=\"" << plot_w << "\" height=\""
+        << panel << "\" fill=\"none\" stroke=\"#444\"/>\n";
+    const std::string label = panel_index == 0
+                                  ? "heap bytes in use (max " + format_bytes(max_bytes) + ")"
+                                  : "live tensors (max " + std::to_string(max_tensors) + ")";
+    out << "<text x=\"" << left + 4 << "\" y=\"" << y0 + 14 << "\">" << xml_escape(label)
+        << "</text>\n";
+    if (steps > 1) {
+      const double divider = x_of(static_cast<double>(steps) / 2 + 0.5);
+      out << "<line x1=\"" << divider << "\" y1=\"" << y0 << "\" x2=\"" << divider << "\" y2=\""
+          << y1 << "\" stroke=\"#888\" stroke-dasharray=\"4 3\"/>\n"
+          << "<text x=\"" << divider - 60 << "\" y=\"" << y1 - 6 << "\">forward</text>\n"
+          << "<text x=\"" << divider + 6 << "\" y=\"" << y1 - 6 << "\">backward</text>\n";
+    }
+    for (std::size_t i = 0; i < r.policies.size(); ++i) {
+      const auto& p = r.policies[i];
+      out << "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" << colours[i % 6]
+          << "\" points=\"";
+      for (const auto& s : p.steps) {
+        const double v = panel_index == 0
+                             ? static_cast<double>(s.heap_bytes) / static_cast<double>(max_bytes)
+                             : static_cast<double>(s.tensors_live) / max_tensors;
+        out << std::fixed << std::setprecision(1) << x_of(s.step) << ',' << y1 - v * (panel - 20)
+            << ' ';
+      }
+      out << "\"/>\n";
+    }
+  }
+  const double legend_y = height - 18;
+  for (std::size_t i = 0; i < r.policies.size(); ++i) {
+    const double x = left + 170 * static_cast<double>(i);
+    out << "<rect x=\"" << x << "\" y=\"" << legend_y - 10
+        << "\" width=\"14\" height=\"10\" fill=\"" << colours[i % 6] << "\"/><text x=\"" << x + 18
+        << "\" y=\"" << legend_y << "\">" << xml_escape(r.policies[i].policy) << " (peak "
+        << format_bytes(r.policies[i].peak_bytes) << ")</text>\n";
+  }
+  out << "<text x=\"" << width / 2 << "\" y=\"" << top + 2 * panel + gap + 20
+      << "\" text-anchor=\"middle\">step (forward 1..N, backward N+1..2N)</text>\n</svg>\n";
+}
+
+void write_summary(std::ostream& out, const run_report& r) {
+  out << "\n"
+      << r.command << " " << r.network << "  batch " << r.batch << "  budget "
+      << (r.budget_bytes ? format_bytes(r.budget_bytes) : std::string("none")) << "  device "
+      << r.device << "\n";
+  out << std::left << std::setw(12) << "policy" << std::setw(6) << "fits" << std::right
+      << std::setw(13) << "peak" << std::setw(13) << "peak live" << std::setw(13) << "max(l_i)"
+      << std::setw(13) << "persistent" << std::setw(10) << "tensors" << std::setw(13) << "offloaded"
+      << std::setw(13) << "prefetched" << std::setw(8) << "recomp";
+  if (r.command == "train") out << std::setw(10) << "img/s" << std::setw(12) << "last loss";
+  out << "\n";
+  for (const auto& p : r.policies) {
+    out << std::left << std::setw(12) << p.policy << std::setw(6) << (p.fits ? "yes" : "NO")
+        << std::right << std::setw(13) << format_bytes(p.peak_bytes) << std::setw(13)
+        << format_bytes(p.peak_live_bytes) << std::setw(13) << format_bytes(p.max_layer_bytes)
+        << std::setw(13) << format_bytes(p.persistent_bytes) << std::setw(10) << p.tensors_allocated
+        << std::setw(13) << format_bytes(p.bytes_offloaded) << std::setw(13)
+        << format_bytes(p.bytes_prefetched) << std::setw(8) << p.recomputations;
+    if (r.command == "train") {
+      out << std::setw(10) << std::fixed << std::setprecision(1) << p.images_per_s << std::setw(12)
+          << std::setprecision(5) << (p.losses.empty() ? 0.0 : p.losses.back());
+      out.unsetf(std::ios::fixed);
+    }
+    out << "\n";
+    if (!p.fits) out << "  " << p.policy << ": " << p.failure << "\n";
+  }
+}
+
+void write_file(const std::string& path, const run_report& report,
+                void (*writer)(std::ostream&, const run_report&)) {
+  std::ofstream out(path);
+  if (!out) {
+    throw invalid_argument("cannot write '" + path + "': " + std::strerror(errno) +
+                           "; give a path in a writable directory");
+  }
+  writer(out, report);
+  if (!out.flush()) {
+    throw invalid_argument("writing '" + path + "' failed: " + std::strerror(errno));
+  }
+}
+
+}  // namespace memweave
