@@ -10,17 +10,28 @@ std::string to_string(const shape4& s) {
 
 const char* to_string(layer_type t) noexcept {
   switch (t) {
-    case layer_type::data: return "DATA";
-    case layer_type::conv: return "CONV";
-    case layer_type::fc: return "FC";
-    case layer_type::pool: return "POOL";
-    case layer_type::act: return "ACT";
-    case layer_type::bn: return "BN";
-    case layer_type::lrn: return "LRN";
-    case layer_type::dropout: return "DROPOUT";
-    case layer_type::softmax_loss: return "SOFTMAX";
-    case layer_type::concat: return "CONCAT";
-    case layer_type::add: return "ADD";
+    case layer_type::data:
+      return "DATA";
+    case layer_type::conv:
+      return "CONV";
+    case layer_type::fc:
+      return "FC";
+    case layer_type::pool:
+      return "POOL";
+    case layer_type::act:
+      return "ACT";
+    case layer_type::bn:
+      return "BN";
+    case layer_type::lrn:
+      return "LRN";
+    case layer_type::dropout:
+      return "DROPOUT";
+    case layer_type::softmax_loss:
+      return "SOFTMAX";
+    case layer_type::concat:
+      return "CONCAT";
+    case layer_type::add:
+      return "ADD";
   }
   return "?";
 }
