@@ -27,9 +27,18 @@ function(memweave_add_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  # gtest_discover_tests splits list values of PROPERTIES, so labels (a list) are set by an
+  # include file that runs after discovery, over the discovered names.
   gtest_discover_tests(${name}
     DISCOVERY_MODE PRE_TEST
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    TEST_LIST ${name}_TESTS
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT}
                SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
                ENVIRONMENT "MEMWEAVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+  file(WRITE ${labels_file}
+    "foreach(_t IN LISTS ${name}_TESTS)\n"
+    "  set_tests_properties(\"\${_t}\" PROPERTIES LABELS \"${ARG_LABELS}\")\n"
+    "endforeach()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()

@@ -23,7 +23,13 @@ const char* to_string(device_kind kind) noexcept;
 /// The three in-order streams of a device.
 enum class stream_role { compute = 0, host_to_device = 1, device_to_host = 2 };
 
+/// "compute", "host_to_device", "device_to_host".
+const char* to_string(stream_role role) noexcept;
+
 enum class copy_kind { host_to_device, device_to_host, device_to_device, host_to_host };
+
+/// "host_to_device", "device_to_host", "device_to_device", "host_to_host".
+const char* to_string(copy_kind kind) noexcept;
 
 struct memory_info {
   std::size_t free_bytes = 0;   ///< free device memory now (outside any memweave pool)
@@ -31,7 +37,9 @@ struct memory_info {
 };
 
 /// A marker in a stream: complete once all work enqueued before its record() has run.
-/// Not thread-safe against concurrent record() on the same event; query/synchronize are.
+/// May be recorded again (the latest record() counts). Events work on the streams of the
+/// device kind that created them (invalid_argument otherwise). Not thread-safe against
+/// concurrent record() on the same event; query/synchronize are.
 class event {
  public:
   virtual ~event() = default;
@@ -49,14 +57,21 @@ class stream {
   virtual stream_role role() const noexcept = 0;
   /// Enqueues host code: on `host` it runs on the stream's worker thread; on `cuda` it
   /// runs as a host function in stream order; on `null` it is not run and `cost_s`
-  /// advances the stream's simulated clock. An exception thrown by `work` fails the
-  /// stream: synchronize() and events recorded after it rethrow it as device_error.
+  /// advances the stream's simulated clock. An exception thrown by `work` fails the stream
+  /// for good (like a sticky CUDA error): synchronize() and events recorded after it throw
+  /// device_error carrying its message, while later work still runs and later events still
+  /// complete. `work` must not synchronize its own stream (invalid_argument on `host`) and,
+  /// on `cuda`, must not call CUDA (host-function rules).
   virtual void launch(std::function<void()> work, double cost_s = 0.0) = 0;
-  /// Enqueues a copy of `bytes` bytes.
+  /// Enqueues a copy of `bytes` bytes (0 is a no-op). On `host`, host<->device copies last
+  /// at least bytes / host_link_gbps when a link speed is set; on `null` nothing is copied
+  /// and the clock advances by bytes / rate (host_link_gbps or 16 GB/s for host<->device,
+  /// 450 GB/s device-to-device, 10 GB/s host-to-host).
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) = 0;
-  /// Records `e` at the current end of this stream.
+  /// Records `e` at the current end of this stream (`null`: e takes the stream's clock).
   virtual void record(event& e) = 0;
-  /// Work enqueued on this stream after this call starts only once `e` is complete.
+  /// Work enqueued on this stream after this call starts only once `e`, as last recorded
+  /// before this call, is complete (`null`: clock = max(clock, e's time)).
   virtual void wait(event& e) = 0;
   /// Blocks until all enqueued work has run; throws device_error if any of it failed.
   virtual void synchronize() = 0;
@@ -71,20 +86,24 @@ class device {
  public:
   virtual ~device() = default;
   virtual device_kind kind() const noexcept = 0;
-  /// Human-readable name ("NVIDIA H100 80GB HBM3", "host (simulated, 8.00 GiB)").
+  /// Human-readable name ("NVIDIA H100 80GB HBM3 (cuda:0)", "host (simulated, 8.00 GiB)").
   virtual std::string name() const = 0;
-  /// Raw device memory (the heap takes its arena here, once). Throws out_of_memory.
+  /// Raw device memory (the heap takes its arena here, once); nullptr for 0 bytes. Throws
+  /// out_of_memory with the requested and free bytes. `host`/`null` memory is lazily
+  /// committed and bounded by capacity_bytes; `null` memory must never be touched.
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
-  /// Page-locked host memory (cudaHostAlloc on `cuda`). Throws out_of_memory.
+  /// Page-locked host memory (cudaHostAlloc on `cuda`; page-aligned, lazily committed
+  /// mmap memory on `host` and `null`, real and writable on both). Throws out_of_memory.
   virtual void* allocate_pinned(std::size_t bytes) = 0;
   virtual void deallocate_pinned(void* p, std::size_t bytes) noexcept = 0;
   /// Free and total device memory.
   virtual memory_info memory() const = 0;
-  /// One of the device's three streams; lives as long as the device.
+  /// One of the device's three streams; lives as long as the device. Destroying the
+  /// device runs (host) or waits for (cuda) all enqueued work first.
   virtual stream& get_stream(stream_role role) = 0;
   virtual std::unique_ptr<event> create_event() = 0;
-  /// Waits for all three streams.
+  /// Waits for all three streams; then throws the first stream failure, if any.
   virtual void synchronize() = 0;
   /// False on `null`: memory has addresses but must never be read or written.
   virtual bool touches_memory() const noexcept { return true; }
@@ -93,11 +112,14 @@ class device {
 /// How to make a device. Defaults come from the MEMWEAVE_* variables
 /// (device_options::from_environment); fields set in code override them.
 struct device_options {
-  std::string kind = "auto";            ///< auto|cuda|host|null (MEMWEAVE_DEVICE)
-  int cuda_ordinal = 0;                 ///< MEMWEAVE_CUDA_DEVICE
+  std::string kind = "auto";                ///< auto|cuda|host|null (MEMWEAVE_DEVICE)
+  int cuda_ordinal = 0;                     ///< MEMWEAVE_CUDA_DEVICE
   std::size_t capacity_bytes = 8ull << 30;  ///< host/null capacity (MEMWEAVE_DEVICE_BYTES)
-  double host_link_gbps = 0.0;          ///< host copy throttle, GB/s; 0 = off
+  /// Host<->device link, GB/s (1e9 bytes/s; MEMWEAVE_HOST_LINK_GBPS): `host` throttles its
+  /// copies to it (0 = as fast as memcpy); `null` costs copies with it (0 = 16 GB/s).
+  double host_link_gbps = 0.0;
   /// Reads MEMWEAVE_DEVICE, MEMWEAVE_CUDA_DEVICE, MEMWEAVE_DEVICE_BYTES, MEMWEAVE_HOST_LINK_GBPS.
+  /// Throws invalid_argument naming the variable when a value is malformed.
   static device_options from_environment();
 };
 

@@ -1,0 +1,20 @@
+// The `cuda` backend (the CUDA runtime), built only when MEMWEAVE_HAVE_CUDA. Private to
+// device/: device.cpp reaches it through these two functions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "memweave/device/device.hpp"
+
+namespace memweave::cuda_backend {
+
+/// The number of usable CUDA devices; 0 when cudaGetDeviceCount fails (no driver, no GPU),
+/// with the reason in `*why` when `why` is not null. Never throws.
+int device_count(std::string* why) noexcept;
+
+/// A device on GPU `ordinal` (checked against device_count). Throws no_device_error when
+/// the ordinal does not exist, device_error when the runtime fails.
+std::unique_ptr<device> make_cuda_device(int ordinal);
+
+}  // namespace memweave::cuda_backend

@@ -1,0 +1,148 @@
+// Choosing and making a device: the MEMWEAVE_DEVICE* options and the backend factory.
+//
+// Stateless apart from the cached answer of cuda_device_present() (a GPU does not appear
+// or vanish while a process runs); every function is thread-safe.
+#include <cmath>
+#include <limits>
+
+#include "device/host/host_device.hpp"
+#include "device/null/null_device.hpp"
+#include "memweave/core/config.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+#include "memweave/device/device.hpp"
+#if MEMWEAVE_HAVE_CUDA
+#include "device/cuda/cuda_device.hpp"
+#endif
+
+namespace memweave {
+
+const char* to_string(device_kind kind) noexcept {
+  switch (kind) {
+    case device_kind::cuda:
+      return "cuda";
+    case device_kind::host:
+      return "host";
+    case device_kind::null:
+      return "null";
+  }
+  return "unknown";
+}
+
+const char* to_string(stream_role role) noexcept {
+  switch (role) {
+    case stream_role::compute:
+      return "compute";
+    case stream_role::host_to_device:
+      return "host_to_device";
+    case stream_role::device_to_host:
+      return "device_to_host";
+  }
+  return "unknown";
+}
+
+const char* to_string(copy_kind kind) noexcept {
+  switch (kind) {
+    case copy_kind::host_to_device:
+      return "host_to_device";
+    case copy_kind::device_to_host:
+      return "device_to_host";
+    case copy_kind::device_to_device:
+      return "device_to_device";
+    case copy_kind::host_to_host:
+      return "host_to_host";
+  }
+  return "unknown";
+}
+
+device_options device_options::from_environment() {
+  device_options o;
+  o.kind = option_string("MEMWEAVE_DEVICE");  // the table checks auto|cuda|host|null
+
+  if (auto ordinal = option_double("MEMWEAVE_CUDA_DEVICE")) {
+    if (*ordinal != std::floor(*ordinal) || *ordinal > std::numeric_limits<int>::max()) {
+      throw invalid_argument("MEMWEAVE_CUDA_DEVICE='" + *option_raw("MEMWEAVE_CUDA_DEVICE") +
+                             "' is not a device ordinal; expected a whole number such as 0 or 1");
+    }
+    o.cuda_ordinal = static_cast<int>(*ordinal);
+  }
+
+  if (auto bytes = option_bytes("MEMWEAVE_DEVICE_BYTES")) {
+    if (*bytes == 0) {
+      throw invalid_argument("MEMWEAVE_DEVICE_BYTES='" + *option_raw("MEMWEAVE_DEVICE_BYTES") +
+                             "' gives a device of 0 bytes; expected a positive size such as 8GiB");
+    }
+    o.capacity_bytes = *bytes;
+  }
+
+  if (auto gbps = option_double("MEMWEAVE_HOST_LINK_GBPS")) o.host_link_gbps = *gbps;
+  return o;
+}
+
+bool cuda_backend_built() noexcept {
+#if MEMWEAVE_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_device_present() noexcept {
+#if MEMWEAVE_HAVE_CUDA
+  static const bool present = cuda_backend::device_count(nullptr) > 0;
+  return present;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+std::unique_ptr<device> make_cuda(const device_options& options) {
+#if MEMWEAVE_HAVE_CUDA
+  return cuda_backend::make_cuda_device(options.cuda_ordinal);
+#else
+  (void)options;
+  throw no_device_error(
+      "the cuda device was asked for (MEMWEAVE_DEVICE=cuda) but this memweave was built "
+      "without the cuda backend; rebuild with the CUDA toolkit and cuDNN "
+      "(-DMEMWEAVE_WITH_CUDA=ON), or run with MEMWEAVE_DEVICE=host (simulated device) or "
+      "MEMWEAVE_DEVICE=null (planning)");
+#endif
+}
+
+void check_simulated(const device_options& options) {
+  MEMWEAVE_EXPECTS(options.capacity_bytes > 0,
+                   "device_options::capacity_bytes is 0; expected a positive capacity for the "
+                   "host and null devices (MEMWEAVE_DEVICE_BYTES, e.g. 8GiB)");
+  MEMWEAVE_EXPECTS(std::isfinite(options.host_link_gbps) && options.host_link_gbps >= 0.0,
+                   "device_options::host_link_gbps is " + std::to_string(options.host_link_gbps) +
+                       "; expected a finite number >= 0 of GB/s (0 = no throttle; "
+                       "MEMWEAVE_HOST_LINK_GBPS)");
+}
+
+}  // namespace
+
+std::unique_ptr<device> make_device(const device_options& options) {
+  const std::string& k = options.kind;
+  std::unique_ptr<device> d;
+  if (k == "cuda" || (k == "auto" && cuda_device_present())) {
+    d = make_cuda(options);
+  } else if (k == "host" || k == "auto") {
+    check_simulated(options);
+    d = std::make_unique<host_backend::host_device>(options.capacity_bytes, options.host_link_gbps);
+  } else if (k == "null") {
+    check_simulated(options);
+    d = std::make_unique<null_backend::null_device>(options.capacity_bytes, options.host_link_gbps);
+  } else {
+    throw invalid_argument("device kind '" + k +
+                           "' is not one of auto|cuda|host|null; fix MEMWEAVE_DEVICE "
+                           "(device_options::kind)");
+  }
+  if (log_enabled(log_level::info)) {
+    log(log_level::info, std::string("device: ") + to_string(d->kind()) + ", " + d->name());
+  }
+  return d;
+}
+
+}  // namespace memweave

@@ -1,0 +1,131 @@
+// The null backend: addresses are real (mmap reservations, unique and non-overlapping,
+// capacity-bounded like the host backend) but nothing is ever read, written or run.
+// Each stream keeps a simulated clock: launch adds its cost, a copy adds bytes / rate,
+// record stamps the event with the clock, wait takes the max with the event's stamp.
+//
+// Thread safety: the clocks are atomics updated with compare-exchange, the memory tables
+// have their own mutex; every method may be called from any thread.
+#include "device/null/null_device.hpp"
+
+#include <sys/mman.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave::null_backend {
+namespace {
+
+null_event& as_null(event& e, const char* what) {
+  auto* ne = dynamic_cast<null_event*>(&e);
+  if (ne == nullptr) {
+    throw invalid_argument(std::string("null stream ") + what +
+                           ": the event was not created by a null device; create it with "
+                           "create_event() of the device that owns the stream");
+  }
+  return *ne;
+}
+
+}  // namespace
+
+null_stream::null_stream(stream_role role, double link_gbps)
+    : role_(role), link_bytes_per_s_(link_gbps * 1e9) {}
+
+void null_stream::advance(double seconds) noexcept {
+  double now = clock_s_.load(std::memory_order_relaxed);
+  while (!clock_s_.compare_exchange_weak(now, now + seconds, std::memory_order_acq_rel)) {
+  }
+}
+
+void null_stream::launch(std::function<void()> /*work*/, double cost_s) {
+  MEMWEAVE_EXPECTS(std::isfinite(cost_s) && cost_s >= 0.0,
+                   std::string("null ") + to_string(role_) +
+                       " stream: launch cost_s = " + std::to_string(cost_s) +
+                       " is not a finite non-negative number of seconds; pass the kernel's "
+                       "estimated time");
+  advance(cost_s);
+}
+
+void null_stream::copy_async(void* /*dst*/, const void* /*src*/, std::size_t bytes,
+                             copy_kind kind) {
+  double rate = 0.0;
+  switch (kind) {
+    case copy_kind::host_to_device:
+    case copy_kind::device_to_host:
+      rate = link_bytes_per_s_;
+      break;
+    case copy_kind::device_to_device:
+      rate = k_device_copy_gbps * 1e9;
+      break;
+    case copy_kind::host_to_host:
+      rate = k_host_copy_gbps * 1e9;
+      break;
+  }
+  advance(static_cast<double>(bytes) / rate);
+}
+
+void null_stream::record(event& e) {
+  as_null(e, "record").set_time_s(simulated_time_s());
+}
+
+void null_stream::wait(event& e) {
+  const double t = as_null(e, "wait").time_s();
+  double now = clock_s_.load(std::memory_order_relaxed);
+  while (now < t && !clock_s_.compare_exchange_weak(now, t, std::memory_order_acq_rel)) {
+  }
+}
+
+null_device::null_device(std::size_t capacity_bytes, double host_link_gbps)
+    : link_gbps_(host_link_gbps > 0 ? host_link_gbps : k_default_link_gbps),
+      memory_("null device memory", PROT_NONE, capacity_bytes,
+              "raise MEMWEAVE_DEVICE_BYTES (device_options::capacity_bytes)"),
+      pinned_("null device pinned memory", PROT_READ | PROT_WRITE,
+              std::numeric_limits<std::size_t>::max(), "free pinned memory") {
+  for (std::size_t i = 0; i < streams_.size(); ++i) {
+    streams_[i] = std::make_unique<null_stream>(static_cast<stream_role>(i), link_gbps_);
+  }
+}
+
+std::string null_device::name() const {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ", link %.3g GB/s)", link_gbps_);
+  return "null (planning, " + format_bytes(memory_.capacity()) + buf;
+}
+
+void* null_device::allocate(std::size_t bytes) {
+  return memory_.allocate(bytes);
+}
+
+void null_device::deallocate(void* p, std::size_t bytes) noexcept {
+  memory_.deallocate(p, bytes);
+}
+
+void* null_device::allocate_pinned(std::size_t bytes) {
+  return pinned_.allocate(bytes);
+}
+
+void null_device::deallocate_pinned(void* p, std::size_t bytes) noexcept {
+  pinned_.deallocate(p, bytes);
+}
+
+memory_info null_device::memory() const {
+  const std::size_t used = memory_.allocated();
+  return {memory_.capacity() - used, memory_.capacity()};
+}
+
+stream& null_device::get_stream(stream_role role) {
+  const auto i = static_cast<std::size_t>(role);
+  MEMWEAVE_EXPECTS(i < streams_.size(), "null device: get_stream of stream_role " +
+                                            std::to_string(i) +
+                                            ", expected compute, host_to_device or device_to_host");
+  return *streams_[i];
+}
+
+std::unique_ptr<event> null_device::create_event() {
+  return std::make_unique<null_event>();
+}
+
+}  // namespace memweave::null_backend
