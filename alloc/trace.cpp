@@ -1,0 +1,420 @@
+// Heap traces: reading (strict: every malformed line is an error naming its number and
+// what was expected), writing, replaying into a heap, and the synthetic training trace.
+// Invariants: a trace read back equals the events written; a replay leaves the heap's
+// allocations as it found them. Nothing here keeps state between calls: thread-safe as
+// far as the heap it drives is.
+#include "memweave/alloc/trace.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+
+namespace {
+
+std::string quote(std::string_view s) {
+  constexpr std::size_t max_shown = 60;
+  std::string out = "'";
+  out += s.size() > max_shown ? std::string(s.substr(0, max_shown)) + "..." : std::string(s);
+  return out + "'";
+}
+
+// Splits on runs of spaces/tabs.
+std::vector<std::string_view> fields_of(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    const std::size_t start = i;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t') ++i;
+    if (i > start) out.push_back(line.substr(start, i - start));
+  }
+  return out;
+}
+
+template <class T>
+bool parse_number(std::string_view s, T& out) {
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+
+}  // namespace
+
+std::vector<trace_event> parse_trace(std::string_view text, std::string_view source) {
+  const std::string where = "trace " + quote(source);
+  std::vector<trace_event> events;
+  std::uint64_t line_no = 0;
+  bool header_seen = false;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string at = where + " line " + std::to_string(line_no) + ": ";
+    if (!header_seen) {
+      if (!line.starts_with(trace_header)) {
+        throw invalid_argument(at + "expected the header " + quote(trace_header) + ", found " +
+                               quote(line) + "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
+      }
+      header_seen = true;
+      continue;
+    }
+    if (line.find_first_not_of(" \t") == std::string_view::npos || line.front() == '#') {
+      continue;
+    }
+    const auto f = fields_of(line);
+    if (f.size() != 5) {
+      throw invalid_argument(at + "expected 5 fields 't_ns op offset bytes stream', found " +
+                             std::to_string(f.size()) + " in " + quote(line));
+    }
+    trace_event e;
+    e.line = line_no;
+    if (!parse_number(f[0], e.t_ns)) {
+      throw invalid_argument(at + "field 1 (t_ns) must be a non-negative integer, found " +
+                             quote(f[0]));
+    }
+    if (f[1] == "a") {
+      e.op = trace_op::alloc;
+    } else if (f[1] == "f") {
+      e.op = trace_op::free;
+    } else {
+      throw invalid_argument(at + "field 2 (op) must be 'a' (allocation) or 'f' (free), found " +
+                             quote(f[1]));
+    }
+    if (!parse_number(f[2], e.offset)) {
+      throw invalid_argument(at + "field 3 (offset) must be a non-negative integer, found " +
+                             quote(f[2]));
+    }
+    if (!parse_number(f[3], e.bytes) || e.bytes == 0) {
+      throw invalid_argument(at + "field 4 (bytes) must be a positive integer, found " +
+                             quote(f[3]));
+    }
+    if (!parse_number(f[4], e.stream) || e.stream < 0) {
+      throw invalid_argument(at + "field 5 (stream) must be a non-negative integer, found " +
+                             quote(f[4]));
+    }
+    events.push_back(e);
+  }
+  if (!header_seen) {
+    throw invalid_argument(where + " is empty: expected the header " + quote(trace_header));
+  }
+  return events;
+}
+
+std::vector<trace_event> read_trace(const std::string& path) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw invalid_argument("cannot read trace '" + path +
+                           "': " + (errno != 0 ? std::strerror(errno) : "open failed") +
+                           "; check the path (written by MEMWEAVE_TRACE)");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    throw invalid_argument("cannot read trace '" + path + "': " + std::strerror(errno));
+  }
+  return parse_trace(text.view(), path);
+}
+
+void write_trace(const std::string& path, std::span<const trace_event> events,
+                 std::size_t block_bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    throw invalid_argument("cannot write trace '" + path + "': " + std::strerror(errno) +
+                           "; check the directory exists and is writable");
+  }
+  std::string out =
+      std::string(trace_header) + " block_bytes=" + std::to_string(block_bytes) + "\n";
+  char buf[128];
+  for (const trace_event& e : events) {
+    const int n = std::snprintf(buf, sizeof buf, "%llu %c %llu %llu %d\n",
+                                static_cast<unsigned long long>(e.t_ns), static_cast<char>(e.op),
+                                static_cast<unsigned long long>(e.offset),
+                                static_cast<unsigned long long>(e.bytes), e.stream);
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  const int err = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) {
+    throw invalid_argument("cannot write trace '" + path + "': " + std::strerror(err));
+  }
+}
+
+// ---------------------------------------------------------------- replay
+
+replay_result replay_events(std::span<const trace_event> events, device_heap& heap) {
+  // Compile first (untimed): give each allocation a slot, point each free at its slot,
+  // and find the event at which the trace's live bytes first reach their peak.
+  constexpr std::uint32_t no_slot = UINT32_MAX;
+  std::vector<std::uint32_t> slot_of(events.size(), no_slot);
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint64_t>> live;  // offset ->
+                                                                                    // (slot, line)
+  std::uint32_t slots = 0;
+  std::size_t requested_live = 0, peak_requested = 0, rounded_live = 0, peak_rounded = 0;
+  std::size_t peak_at = SIZE_MAX;
+  replay_result r;
+  r.events = events.size();
+  std::vector<std::uint64_t> bytes_of_slot;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const trace_event& e = events[i];
+    if (e.op == trace_op::alloc) {
+      auto [it, fresh] = live.try_emplace(e.offset, slots, e.line);
+      if (!fresh) {
+        throw invalid_argument(
+            "trace line " + std::to_string(e.line) + ": allocation at offset " +
+            std::to_string(e.offset) + " while the allocation of line " +
+            std::to_string(it->second.second) +
+            " there is still live; a trace of one heap cannot have this (mixed or edited traces?)");
+      }
+      slot_of[i] = slots++;
+      bytes_of_slot.push_back(e.bytes);
+      requested_live += e.bytes;
+      rounded_live += heap.round_up(e.bytes);
+      peak_requested = std::max(peak_requested, requested_live);
+      if (rounded_live > peak_rounded) {
+        peak_rounded = rounded_live;
+        peak_at = i;
+      }
+    } else {
+      auto it = live.find(e.offset);
+      if (it == live.end()) continue;  // allocated before the trace started
+      slot_of[i] = it->second.first;
+      requested_live -= bytes_of_slot[it->second.first];
+      rounded_live -= heap.round_up(bytes_of_slot[it->second.first]);
+      live.erase(it);
+    }
+  }
+  r.peak_requested_bytes = peak_requested;
+
+  // Run (timed, except the one sample at the peak and samples at failures).
+  std::vector<void*> ptr(slots, nullptr);
+  heap.reset_peak();
+  using clock = std::chrono::steady_clock;
+  clock::duration sampling{0};
+  auto sample = [&](bool at_peak) {
+    const auto t0 = clock::now();
+    const heap_stats s = heap.stats();
+    r.fragmentation_max = std::max(r.fragmentation_max, s.fragmentation);
+    if (at_peak) {
+      r.fragmentation_at_peak = s.fragmentation;
+      r.largest_free_run_at_peak = s.largest_free_run;
+      for (void* p : ptr) {
+        if (p != nullptr) {
+          r.footprint_at_peak =
+              std::max(r.footprint_at_peak, heap.offset_of(p) + heap.allocation_size(p));
+        }
+      }
+    }
+    sampling += clock::now() - t0;
+  };
+  const auto start = clock::now();
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const trace_event& e = events[i];
+    const std::uint32_t s = slot_of[i];
+    if (e.op == trace_op::alloc) {
+      void* p = heap.try_allocate(static_cast<std::size_t>(e.bytes), e.stream);
+      ptr[s] = p;
+      if (p != nullptr) {
+        ++r.allocations;
+      } else {
+        ++r.failures;
+        sample(false);
+      }
+      if (i == peak_at) sample(true);
+    } else if (s == no_slot || ptr[s] == nullptr) {
+      ++r.unmatched_frees;
+    } else {
+      heap.deallocate(ptr[s], e.stream);
+      ptr[s] = nullptr;
+      ++r.frees;
+    }
+  }
+  const auto elapsed = clock::now() - start - sampling;
+  for (void*& p : ptr) {
+    if (p != nullptr) {
+      heap.deallocate(p);
+      p = nullptr;
+      ++r.left_live;
+    }
+  }
+  r.peak_bytes_in_use = heap.stats().peak_bytes_in_use;
+  r.seconds = std::chrono::duration<double>(elapsed).count();
+  const std::uint64_t ops = r.allocations + r.frees + r.failures;
+  r.ns_per_op = ops == 0 ? 0.0 : r.seconds * 1e9 / static_cast<double>(ops);
+  return r;
+}
+
+replay_result replay_trace(const std::string& path, device_heap& heap) {
+  const std::vector<trace_event> events = read_trace(path);
+  return replay_events(events, heap);
+}
+
+// ---------------------------------------------------------------- synthetic trace
+
+namespace {
+
+// A device whose memory is address space only (PROT_NONE, never committed): the heap
+// never touches what it hands out, so offsets can be placed for arenas of any size.
+class address_only_device final : public device {
+ public:
+  device_kind kind() const noexcept override { return device_kind::null; }
+  std::string name() const override { return "address-only device (synthetic traces)"; }
+  void* allocate(std::size_t bytes) override {
+    void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      throw out_of_memory("cannot reserve " + std::to_string(bytes) +
+                              " bytes of address space: " + std::strerror(errno),
+                          bytes, 0, 0);
+    }
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept override { ::munmap(p, bytes); }
+  void* allocate_pinned(std::size_t) override { throw unsupported("pinned memory"); }
+  void deallocate_pinned(void*, std::size_t) noexcept override {}
+  memory_info memory() const override { return {0, 0}; }
+  stream& get_stream(stream_role) override { throw unsupported("streams"); }
+  std::unique_ptr<event> create_event() override { throw unsupported("events"); }
+  void synchronize() override {}
+  bool touches_memory() const noexcept override { return false; }
+
+ private:
+  static device_error unsupported(const char* what) {
+    return device_error(std::string("the synthetic-trace device has no ") + what);
+  }
+};
+
+struct layer_shape {
+  enum kind_t { conv, bn, act } kind;
+  std::size_t out_bytes;     // output activation
+  std::size_t in_bytes;      // input activation (its gradient's size)
+  std::size_t weight_bytes;  // 0 for act
+  std::size_t saved_bytes;   // batch-norm saved mean/variance; 0 otherwise
+  std::size_t workspace;     // convolution workspace; 0 otherwise
+};
+
+}  // namespace
+
+std::vector<trace_event> synthetic_trace(const synthetic_trace_options& o) {
+  MEMWEAVE_EXPECTS(o.layers >= 1 && o.iterations >= 1 && o.batch >= 1,
+                   "synthetic_trace_options: layers (" + std::to_string(o.layers) +
+                       "), iterations (" + std::to_string(o.iterations) + ") and batch (" +
+                       std::to_string(o.batch) + ") must all be at least 1");
+  std::mt19937_64 rng(o.seed);
+  const std::size_t f = 4;  // bytes per float
+  const std::size_t input_bytes = o.batch * 3 * 224 * 224 * f;
+  std::vector<layer_shape> layers;
+  std::size_t prev = input_bytes;
+  for (std::size_t l = 0; l < o.layers; ++l) {
+    const std::size_t stage = std::min<std::size_t>(3, 4 * l / o.layers);
+    const std::size_t side = 56 >> stage;
+    const std::size_t channels = 64 << stage;
+    layer_shape s{};
+    const auto pick = rng() % 3;
+    s.kind = pick == 0 ? layer_shape::conv : pick == 1 ? layer_shape::bn : layer_shape::act;
+    if (l == 0) s.kind = layer_shape::conv;
+    s.in_bytes = prev;
+    s.out_bytes = o.batch * channels * side * side * f;
+    if (s.kind == layer_shape::conv) {
+      s.weight_bytes = channels * channels * 9 * f;
+      s.workspace = s.out_bytes / 4 * (1 + rng() % 8) / 2;  // 1/8 .. 1x the output
+    } else if (s.kind == layer_shape::bn) {
+      s.weight_bytes = 2 * channels * f;
+      s.saved_bytes = 2 * channels * f;
+    }
+    layers.push_back(s);
+    prev = s.out_bytes;
+  }
+  // Enough address space for everything ever live at once (and growth as a fallback).
+  std::size_t arena = input_bytes;
+  for (const auto& s : layers) arena += 3 * s.weight_bytes + 2 * s.out_bytes + s.saved_bytes;
+  arena += 4 * input_bytes + (64ull << 20);
+  address_only_device dev;
+  heap_options ho;
+  ho.pool_bytes = arena;
+  ho.block_bytes = o.block_bytes;
+  ho.grow_bytes = arena;
+  device_heap heap(dev, ho);
+
+  std::vector<trace_event> out;
+  auto emit = [&](trace_op op, void* p, std::size_t bytes) {
+    trace_event e;
+    e.t_ns = out.size() * 1000;
+    e.op = op;
+    e.offset = heap.offset_of(p);
+    e.bytes = bytes;
+    out.push_back(e);
+  };
+  auto alloc = [&](std::size_t bytes) {
+    void* p = heap.allocate_or_throw(bytes);
+    emit(trace_op::alloc, p, bytes);
+    return p;
+  };
+  auto release = [&](void* p, std::size_t bytes) {
+    emit(trace_op::free, p, bytes);
+    heap.deallocate_or_throw(p);
+  };
+
+  struct persistent {
+    void* p;
+    std::size_t bytes;
+  };
+  std::vector<persistent> keep;
+  void* input = alloc(input_bytes);
+  for (const auto& s : layers) {
+    if (s.weight_bytes == 0) continue;
+    for (int k = 0; k < 2; ++k) keep.push_back({alloc(s.weight_bytes), s.weight_bytes});
+  }
+  std::vector<void*> act(layers.size()), saved(layers.size()), grad_w(layers.size());
+  for (std::size_t it = 0; it < o.iterations; ++it) {
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto& s = layers[l];
+      act[l] = alloc(s.out_bytes);
+      if (s.saved_bytes != 0) saved[l] = alloc(s.saved_bytes);
+      if (s.workspace != 0) release(alloc(s.workspace), s.workspace);
+    }
+    void* grad_out = alloc(layers.back().out_bytes);  // the loss gradient
+    for (std::size_t l = layers.size(); l-- > 0;) {
+      const auto& s = layers[l];
+      void* grad_in = alloc(s.in_bytes);
+      if (s.weight_bytes != 0) grad_w[l] = alloc(s.weight_bytes);
+      if (s.workspace != 0) release(alloc(s.workspace), s.workspace);
+      release(grad_out, s.out_bytes);
+      release(act[l], s.out_bytes);
+      if (s.saved_bytes != 0) release(saved[l], s.saved_bytes);
+      grad_out = grad_in;
+    }
+    release(grad_out, input_bytes);
+    // The optimizer step, then zero_grad(set_to_none): gradients go in forward order.
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      if (layers[l].weight_bytes != 0) release(grad_w[l], layers[l].weight_bytes);
+    }
+  }
+  for (auto it = keep.rbegin(); it != keep.rend(); ++it) release(it->p, it->bytes);
+  release(input, input_bytes);
+  return out;
+}
+
+void write_synthetic_trace(const std::string& path, const synthetic_trace_options& options) {
+  const auto events = synthetic_trace(options);
+  write_trace(path, events, options.block_bytes);
+}
+
+}  // namespace memweave

@@ -1,0 +1,109 @@
+// The heap's trace writer: buffered under the heap's mutex, formatted and written under
+// its own file mutex (see trace_writer.hpp for the hand-over that keeps events in order).
+// Invariants: the header is the first line; records are written in the order the heap
+// appended them; nothing here throws after construction.
+#include "alloc/trace_writer.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "memweave/alloc/trace.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+
+namespace memweave::detail {
+
+trace_writer::trace_writer(const std::string& path, std::size_t block_bytes)
+    : start_(std::chrono::steady_clock::now()), path_(path) {
+  file_ = std::fopen(path.c_str(), "w");
+  if (file_ == nullptr) {
+    throw invalid_argument("cannot open the heap trace file '" + path +
+                           "' for writing: " + std::strerror(errno) +
+                           "; check the directory exists and is writable, or change "
+                           "MEMWEAVE_TRACE / heap_options::trace_path");
+  }
+  const std::string header =
+      std::string(trace_header) + " block_bytes=" + std::to_string(block_bytes) + "\n";
+  std::fputs(header.c_str(), file_);
+  buffer_.reserve(batch_records);
+}
+
+trace_writer::~trace_writer() {
+  close();
+}
+
+bool trace_writer::grow() noexcept {
+  try {
+    buffer_.reserve(buffer_.capacity() == 0 ? batch_records : buffer_.capacity() * 2);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::vector<trace_writer::record> trace_writer::take() noexcept {
+  std::vector<record> out;
+  out.swap(buffer_);
+  grow();  // a failure here only means the next append tries again
+  return out;
+}
+
+namespace {
+
+template <class T>
+void append_number(std::string& out, T value) {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof digits, value);
+  out.append(digits, r.ptr);
+}
+
+}  // namespace
+
+void trace_writer::write(const std::vector<record>& batch) noexcept {
+  if (file_ == nullptr || failed_ || batch.empty()) return;
+  try {
+    std::string text;
+    text.reserve(batch.size() * 40);
+    for (const record& r : batch) {
+      append_number(text, r.t_ns);
+      text += ' ';
+      text += r.op;
+      text += ' ';
+      append_number(text, r.offset);
+      text += ' ';
+      append_number(text, r.bytes);
+      text += ' ';
+      append_number(text, r.stream);
+      text += '\n';
+    }
+    if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
+      failed_ = true;
+      log(log_level::warn, "heap trace '" + path_ + "': write failed (" + std::strerror(errno) +
+                               "); the rest of the trace is dropped");
+    }
+  } catch (...) {
+    lost_.fetch_add(batch.size(), std::memory_order_relaxed);  // no memory to format it
+  }
+}
+
+void trace_writer::close() noexcept {
+  if (file_ == nullptr) return;
+  const bool flush_failed = std::fflush(file_) != 0;
+  const int err = errno;
+  const bool close_failed = std::fclose(file_) != 0;
+  file_ = nullptr;
+  try {
+    if ((flush_failed || close_failed) && !failed_) {
+      log(log_level::warn, "heap trace '" + path_ + "': closing failed (" + std::strerror(err) +
+                               "); the trace may be incomplete");
+    }
+    if (const std::uint64_t lost = lost_.load(); lost != 0) {
+      log(log_level::warn, "heap trace '" + path_ + "': " + std::to_string(lost) +
+                               " events were lost (out of host memory)");
+    }
+  } catch (...) {
+  }
+}
+
+}  // namespace memweave::detail
