@@ -1,0 +1,50 @@
+// Host activations: element-wise, each element one fixed expression, so any partition
+// gives the same bits. In-place use is safe because element i reads only element i.
+// Thread safety: none of its own; concurrent calls must not share outputs.
+#include "engine/kernels/host/act.hpp"
+
+#include <cmath>
+
+#include "engine/kernels/host/parallel.hpp"
+
+namespace memweave::kernels::host {
+
+using std::int64_t;
+
+namespace {
+constexpr int64_t k_grain = 1 << 14;
+}
+
+void act_forward(const kernel_context& ctx, const shape4& s, const act_params& p, const float* x,
+                 float* y) {
+  const char* kernel = "act_forward";
+  detail::check_shape(kernel, s);
+  detail::check_pointer(kernel, "x", x);
+  detail::check_pointer(kernel, "y", y);
+  const bool relu = p.mode == act_mode::relu;
+  detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
+    if (relu) {
+      for (int64_t i = lo; i < hi; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    } else {
+      for (int64_t i = lo; i < hi; ++i) y[i] = std::tanh(x[i]);
+    }
+  });
+}
+
+void act_backward(const kernel_context& ctx, const shape4& s, const act_params& p, const float* y,
+                  const float* dy, float* dx, bool accumulate) {
+  const char* kernel = "act_backward";
+  detail::check_shape(kernel, s);
+  detail::check_pointer(kernel, "y", y);
+  detail::check_pointer(kernel, "dy", dy);
+  detail::check_pointer(kernel, "dx", dx);
+  const bool relu = p.mode == act_mode::relu;
+  detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float g = relu ? (y[i] > 0.0f ? dy[i] : 0.0f) : dy[i] * (1.0f - y[i] * y[i]);
+      dx[i] = accumulate ? dx[i] + g : g;
+    }
+  });
+}
+
+}  // namespace memweave::kernels::host

@@ -1,0 +1,37 @@
+// CONCAT along channels and ADD of k inputs, on the host. Copies and sums with a fixed
+// order (ADD sums inputs left to right): bit-reproducible.
+#pragma once
+
+#include <span>
+
+#include "engine/kernels/host/kernel_context.hpp"
+#include "memweave/engine/layer_params.hpp"
+
+namespace memweave::kernels::host {
+
+/// Where one input's gradient goes: `data` (null = this input needs no gradient) and
+/// whether to add into it (dx[i] += g[i]) rather than overwrite.
+struct grad_out {
+  float* data = nullptr;
+  bool accumulate = false;
+};
+
+/// y (n, sum of c_i, h, w) = the inputs x_i (n, c_i, h, w) stacked along channels in order.
+/// Throws invalid_argument when the inputs differ in n, h or w, or the spans differ in size.
+void concat_forward(const kernel_context& ctx, std::span<const shape4> in,
+                    std::span<const float* const> x, float* y);
+
+/// Splits dy into the inputs' gradients dx[i] (each per its own accumulate flag).
+void concat_backward(const kernel_context& ctx, std::span<const shape4> in, const float* dy,
+                     std::span<const grad_out> dx);
+
+/// y = ((x_0 + x_1) + x_2) + ... element by element (y may equal x_0). Throws
+/// invalid_argument when no input is given.
+void add_forward(const kernel_context& ctx, const shape4& s, std::span<const float* const> x,
+                 float* y);
+
+/// dx[i] = dy (or dx[i] += dy) for every input. An overwritten gradient may be dy itself.
+void add_backward(const kernel_context& ctx, const shape4& s, const float* dy,
+                  std::span<const grad_out> dx);
+
+}  // namespace memweave::kernels::host

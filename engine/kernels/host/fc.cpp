@@ -1,0 +1,98 @@
+// Host fully connected layer over detail::gemm.
+//
+// Invariants: GEMM tiles depend only on shapes (gemm.cpp); the bias add and the bias
+// gradient are per element / per output feature with a fixed order (images ascending,
+// double). Thread safety: none of its own; concurrent calls must not share outputs.
+#include "engine/kernels/host/fc.hpp"
+
+#include "engine/kernels/host/gemm.hpp"
+#include "engine/kernels/host/parallel.hpp"
+
+namespace memweave::kernels::host {
+
+using std::int64_t;
+
+namespace {
+
+struct dims {
+  int64_t n, in, out;
+};
+
+dims check(const char* kernel, const shape4& in, const fc_params& p) {
+  detail::check_shape(kernel, in);
+  MEMWEAVE_EXPECTS(p.out_features >= 1, std::string(kernel) +
+                                            ": out_features = " + std::to_string(p.out_features) +
+                                            "; expected at least 1");
+  return {in.n, in.per_image(), p.out_features};
+}
+
+}  // namespace
+
+void fc_forward(const kernel_context& ctx, const shape4& in, const fc_params& p, const float* x,
+                const float* w, const float* b, float* y) {
+  const char* kernel = "fc_forward";
+  const dims d = check(kernel, in, p);
+  detail::check_pointer(kernel, "x", x);
+  detail::check_pointer(kernel, "w", w);
+  detail::check_pointer(kernel, "y", y);
+  if (p.bias) detail::check_pointer(kernel, "b (the layer has a bias)", b);
+  detail::gemm_args g;
+  g.trans_b = true;
+  g.m = d.n, g.n = d.out, g.k = d.in;
+  g.a = x, g.lda = d.in;
+  g.b = w, g.ldb = d.in;
+  g.c = y, g.ldc = d.out;
+  detail::gemm(ctx, g, 0.0f);
+  if (!p.bias) return;
+  detail::parallel_for(ctx, d.n, detail::grain_for(d.out), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float* __restrict yr = y + i * d.out;
+      for (int64_t j = 0; j < d.out; ++j) yr[j] += b[j];
+    }
+  });
+}
+
+void fc_backward_data(const kernel_context& ctx, const shape4& in, const fc_params& p,
+                      const float* w, const float* dy, float* dx, bool accumulate) {
+  const char* kernel = "fc_backward_data";
+  const dims d = check(kernel, in, p);
+  detail::check_pointer(kernel, "w", w);
+  detail::check_pointer(kernel, "dy", dy);
+  detail::check_pointer(kernel, "dx", dx);
+  detail::gemm_args g;
+  g.m = d.n, g.n = d.in, g.k = d.out;
+  g.a = dy, g.lda = d.out;
+  g.b = w, g.ldb = d.in;
+  g.c = dx, g.ldc = d.in;
+  if (accumulate) {
+    detail::gemm_add(ctx, g);
+  } else {
+    detail::gemm(ctx, g, 0.0f);
+  }
+}
+
+void fc_backward_weights(const kernel_context& ctx, const shape4& in, const fc_params& p,
+                         const float* x, const float* dy, float* dw, float* db) {
+  const char* kernel = "fc_backward_weights";
+  const dims d = check(kernel, in, p);
+  detail::check_pointer(kernel, "x", x);
+  detail::check_pointer(kernel, "dy", dy);
+  detail::check_pointer(kernel, "dw", dw);
+  detail::gemm_args g;
+  g.trans_a = true;
+  g.m = d.out, g.n = d.in, g.k = d.n;
+  g.a = dy, g.lda = d.out;
+  g.b = x, g.ldb = d.in;
+  g.c = dw, g.ldc = d.in;
+  detail::gemm(ctx, g, 0.0f);
+  if (db == nullptr) return;
+  detail::parallel_for(ctx, d.out, detail::grain_for(d.n), [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < d.n; ++i) sum += dy[i * d.out + j];
+      db[j] = static_cast<float>(sum);
+    }
+  });
+}
+
+}  // namespace memweave::kernels::host

@@ -1,0 +1,79 @@
+// kernel_context: a tbb::task_arena of a fixed size.
+//
+// Invariants the kernels keep so that results do not depend on the thread count:
+//   - every output element is computed by exactly one task, as one fixed sequence of
+//     floating-point operations; a parallel_for only decides which thread runs it;
+//   - reductions (over the batch, over a channel) run sequentially inside one task, in a
+//     fixed order, usually in double;
+//   - GEMMs are cut into tiles whose sizes depend only on the matrix shapes (gemm.cpp),
+//     each tile one single-threaded cblas_sgemm; OpenBLAS's own threading is switched off
+//     here once per process, so no reduction happens inside a thread pool we do not own.
+// Thread safety: the arena is initialized in the constructor; execute() may be called
+// from any number of threads at once (task_arena::execute is thread-safe).
+#include "engine/kernels/host/kernel_context.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+
+#include <tbb/info.h>
+#include <tbb/task_arena.h>
+
+#include "memweave/core/config.hpp"
+#include "memweave/core/error.hpp"
+
+namespace memweave::kernels::host {
+
+namespace {
+
+constexpr int k_max_threads = 4096;
+
+// OpenBLAS's thread count is process-wide; one level of parallelism (ours) is enough and
+// keeps every GEMM's summation order independent of OpenBLAS's scheduling.
+void single_threaded_blas_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+int threads_from_environment() {
+  const std::optional<double> v = option_double("MEMWEAVE_THREADS");
+  const double t = v.value_or(0.0);
+  MEMWEAVE_EXPECTS(t >= 0 && t <= k_max_threads && std::floor(t) == t,
+                   "MEMWEAVE_THREADS=" + std::to_string(t) +
+                       ": expected a whole number of host kernel threads in [0, 4096] "
+                       "(0 = every core); set it to e.g. 4 or unset it");
+  return static_cast<int>(t);
+}
+
+}  // namespace
+
+struct kernel_context::impl {
+  tbb::task_arena arena;
+  explicit impl(int threads) : arena(threads) {}
+};
+
+kernel_context::kernel_context() : kernel_context(threads_from_environment()) {}
+
+kernel_context::kernel_context(int threads) {
+  MEMWEAVE_EXPECTS(
+      threads >= 0 && threads <= k_max_threads,
+      "kernel_context: threads = " + std::to_string(threads) + ": expected 0 (every core) to 4096");
+  single_threaded_blas_once();
+  // TBB never runs more workers than cores (asking for more only prints a warning), so
+  // the count is capped there; results do not depend on it anyway.
+  const int cores = std::max(1, tbb::info::default_concurrency());
+  threads_ = threads == 0 ? cores : std::min(threads, cores);
+  impl_ = std::make_unique<impl>(threads_);
+  impl_->arena.initialize();
+}
+
+kernel_context::~kernel_context() = default;
+
+void kernel_context::execute(const std::function<void()>& f) const {
+  impl_->arena.execute(f);
+}
+
+}  // namespace memweave::kernels::host

@@ -1,0 +1,87 @@
+// Private helpers of the host kernels: the one parallel loop they all use, shape
+// arithmetic, and argument checks. Not part of the kernels' API.
+//
+// parallel_for(ctx, n, grain, body) calls body(begin, end) on disjoint ranges covering
+// [0, n). Bodies must compute each index independently of how [0, n) is cut (kernels keep
+// any per-range scratch free of carried state), so results never depend on the partition.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "engine/kernels/host/kernel_context.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/engine/layer_params.hpp"
+
+namespace memweave::kernels::host::detail {
+
+/// Runs body(begin, end) over [0, n) in `ctx`'s arena, in ranges of at least `grain`
+/// indices; serially on the calling thread when one thread or one range would do.
+template <class Body>
+void parallel_for(const kernel_context& ctx, std::int64_t n, std::int64_t grain, Body&& body) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (ctx.threads() == 1 || n <= grain) {
+    body(std::int64_t{0}, n);
+    return;
+  }
+  ctx.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n, grain),
+                      [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); });
+  });
+}
+
+/// A grain giving each task about `work_per_task` units when one index costs `cost`.
+inline std::int64_t grain_for(std::int64_t cost, std::int64_t work_per_task = 1 << 15) {
+  if (cost < 1) cost = 1;
+  const std::int64_t g = work_per_task / cost;
+  return g < 1 ? 1 : g;
+}
+
+/// "2x3x4x5" (kept here so that the kernels do not depend on the engine library).
+inline std::string shape_text(const shape4& s) {
+  return std::to_string(s.n) + "x" + std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
+         std::to_string(s.w);
+}
+
+/// Throws invalid_argument naming the kernel when a shape has a negative or zero extent.
+inline void check_shape(const char* kernel, const shape4& s) {
+  MEMWEAVE_EXPECTS(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0,
+                   std::string(kernel) + ": shape " + shape_text(s) +
+                       " has an empty or negative extent; expected every extent >= 1");
+}
+
+/// Throws invalid_argument naming the kernel and the argument when `p` is null.
+inline void check_pointer(const char* kernel, const char* name, const void* p) {
+  MEMWEAVE_EXPECTS(p != nullptr,
+                   std::string(kernel) + ": " + name + " is null; pass the tensor's memory");
+}
+
+/// Ceiling division for a >= 0 (or any sign of a with b > 0: rounds toward +infinity).
+inline std::int64_t div_up(std::int64_t a, std::int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+
+/// Floor division for b > 0.
+inline std::int64_t div_down(std::int64_t a, std::int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+/// The output positions o in [0, out) whose input position o*stride + offset lies in
+/// [0, in): [lo, hi) (empty when hi <= lo).
+struct span_range {
+  std::int64_t lo, hi;
+};
+inline span_range valid_outputs(std::int64_t offset, std::int64_t stride, std::int64_t in,
+                                std::int64_t out) {
+  std::int64_t lo = div_up(-offset, stride);
+  std::int64_t hi = div_down(in - 1 - offset, stride) + 1;
+  if (lo < 0) lo = 0;
+  if (hi > out) hi = out;
+  return {lo, hi};
+}
+
+}  // namespace memweave::kernels::host::detail

@@ -1,0 +1,165 @@
+// Host pooling.
+//
+// Invariants: forward computes each output from its window in row-major scan order;
+// backward works one (image, channel) plane per task and scatters into that plane in
+// output scan order, so each dx element's sum has a fixed order. Thread safety: none of
+// its own; concurrent calls must not share outputs.
+#include "engine/kernels/host/pool.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/kernels/host/parallel.hpp"
+
+namespace memweave::kernels::host {
+
+using std::int64_t;
+
+namespace {
+
+struct geom {
+  int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+  bool max;
+};
+
+geom make_geom(const char* kernel, const shape4& in, const pool_params& p) {
+  detail::check_shape(kernel, in);
+  geom g{};
+  g.planes = in.n * in.c, g.h = in.h, g.w = in.w;
+  g.max = p.mode == pool_mode::max;
+  if (p.global) {
+    g.kh = in.h, g.kw = in.w, g.sh = 1, g.sw = 1, g.ph = 0, g.pw = 0;
+  } else {
+    g.kh = p.kernel_h, g.kw = p.kernel_w, g.sh = p.stride_h, g.sw = p.stride_w;
+    g.ph = p.pad_h, g.pw = p.pad_w;
+  }
+  const std::string where = std::string(kernel) + ": input " + detail::shape_text(in) +
+                            ", kernel " + std::to_string(g.kh) + "x" + std::to_string(g.kw) +
+                            ", stride " + std::to_string(g.sh) + "x" + std::to_string(g.sw) +
+                            ", pad " + std::to_string(g.ph) + "x" + std::to_string(g.pw);
+  MEMWEAVE_EXPECTS(g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1,
+                   where + ": expected kernel and stride >= 1");
+  MEMWEAVE_EXPECTS(g.ph >= 0 && g.pw >= 0 && g.ph < g.kh && g.pw < g.kw,
+                   where + ": expected 0 <= pad < kernel (a window must hold an input element)");
+  MEMWEAVE_EXPECTS(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw,
+                   where +
+                       ": the kernel is larger than the padded input; expected a smaller "
+                       "kernel or more padding");
+  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+
+// The window of output (oh, ow), clipped to the input: rows [h0, h1), columns [w0, w1).
+struct window {
+  int64_t h0, h1, w0, w1;
+};
+window window_of(const geom& g, int64_t oh, int64_t ow) {
+  const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  return {std::max<int64_t>(hs, 0), std::min(hs + g.kh, g.h), std::max<int64_t>(ws, 0),
+          std::min(ws + g.kw, g.w)};
+}
+
+// The first maximum of the window in scan order.
+int64_t argmax(const geom& g, const float* xp, const window& win) {
+  int64_t best = win.h0 * g.w + win.w0;
+  float v = xp[best];
+  for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+    for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+      if (xp[ih * g.w + iw] > v) {
+        v = xp[ih * g.w + iw];
+        best = ih * g.w + iw;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void pool_forward(const kernel_context& ctx, const shape4& in, const pool_params& p, const float* x,
+                  float* y) {
+  const char* kernel = "pool_forward";
+  const geom g = make_geom(kernel, in, p);
+  detail::check_pointer(kernel, "x", x);
+  detail::check_pointer(kernel, "y", y);
+  const float inv_count = 1.0f / static_cast<float>(g.kh * g.kw);
+  const int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
+  detail::parallel_for(ctx, g.planes, detail::grain_for(ohw * g.kh * g.kw),
+                       [&](int64_t lo, int64_t hi) {
+                         for (int64_t t = lo; t < hi; ++t) {
+                           const float* xp = x + t * hw;
+                           float* yp = y + t * ohw;
+                           for (int64_t oh = 0; oh < g.oh; ++oh) {
+                             for (int64_t ow = 0; ow < g.ow; ++ow) {
+                               const window win = window_of(g, oh, ow);
+                               if (g.max) {
+                                 yp[oh * g.ow + ow] = xp[argmax(g, xp, win)];
+                               } else {
+                                 float sum = 0.0f;
+                                 for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+                                   for (int64_t iw = win.w0; iw < win.w1; ++iw)
+                                     sum += xp[ih * g.w + iw];
+                                 }
+                                 yp[oh * g.ow + ow] = sum * inv_count;
+                               }
+                             }
+                           }
+                         }
+                       });
+}
+
+void pool_backward(const kernel_context& ctx, const shape4& in, const pool_params& p,
+                   const float* x, const float* y, const float* dy, float* dx, bool accumulate) {
+  const char* kernel = "pool_backward";
+  const geom g = make_geom(kernel, in, p);
+  detail::check_pointer(kernel, "dy", dy);
+  detail::check_pointer(kernel, "dx", dx);
+  if (g.max) {
+    detail::check_pointer(kernel, "x", x);
+    detail::check_pointer(kernel, "y", y);
+  }
+  const float inv_count = 1.0f / static_cast<float>(g.kh * g.kw);
+  const int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
+  detail::parallel_for(
+      ctx, g.planes, detail::grain_for(ohw * g.kh * g.kw), [&](int64_t lo, int64_t hi) {
+        std::vector<float> scratch(accumulate ? static_cast<std::size_t>(hw) : 0);
+        for (int64_t t = lo; t < hi; ++t) {
+          float* dxp = dx + t * hw;
+          float* tgt = accumulate ? scratch.data() : dxp;
+          std::fill_n(tgt, hw, 0.0f);
+          const float* dyp = dy + t * ohw;
+          for (int64_t oh = 0; oh < g.oh; ++oh) {
+            for (int64_t ow = 0; ow < g.ow; ++ow) {
+              const window win = window_of(g, oh, ow);
+              const float d = dyp[oh * g.ow + ow];
+              if (g.max) {
+                const float* xp = x + t * hw;
+                const float yv = y[t * ohw + oh * g.ow + ow];
+                int64_t at = -1;  // the first element equal to y; the scan's argmax if none (NaN)
+                for (int64_t ih = win.h0; ih < win.h1 && at < 0; ++ih) {
+                  for (int64_t iw = win.w0; iw < win.w1; ++iw) {
+                    if (xp[ih * g.w + iw] == yv) {
+                      at = ih * g.w + iw;
+                      break;
+                    }
+                  }
+                }
+                if (at < 0) at = argmax(g, xp, win);
+                tgt[at] += d;
+              } else {
+                const float share = d * inv_count;
+                for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+                  for (int64_t iw = win.w0; iw < win.w1; ++iw) tgt[ih * g.w + iw] += share;
+                }
+              }
+            }
+          }
+          if (accumulate) {
+            for (int64_t j = 0; j < hw; ++j) dxp[j] += tgt[j];
+          }
+        }
+      });
+}
+
+}  // namespace memweave::kernels::host

@@ -1,0 +1,25 @@
+// Max and average pooling on the host (cuDNN's semantics).
+//
+// Windows start inside the padded input (floor division); max ignores the padding;
+// average divides by kernel_h * kernel_w, padding included (cuDNN's
+// CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING); global = average (or max) over the whole
+// H x W. Backward of max recomputes the argmax, the first element of the window in scan
+// order equal to y, so no index tensor is kept. Deterministic: each gradient element sums
+// its contributions in output scan order.
+#pragma once
+
+#include "engine/kernels/host/kernel_context.hpp"
+#include "memweave/engine/layer_params.hpp"
+
+namespace memweave::kernels::host {
+
+/// y = pool(x). Throws invalid_argument for a padding not smaller than the kernel, or a
+/// kernel larger than the padded input.
+void pool_forward(const kernel_context& ctx, const shape4& in, const pool_params& p, const float* x,
+                  float* y);
+
+/// dx from x, y, dy. accumulate: dx[i] += g[i] (g = what accumulate = false writes).
+void pool_backward(const kernel_context& ctx, const shape4& in, const pool_params& p,
+                   const float* x, const float* y, const float* dy, float* dx, bool accumulate);
+
+}  // namespace memweave::kernels::host
