@@ -1,0 +1,143 @@
+// The conv algorithm cache and its file. A file is trusted only if every line parses and
+// the fingerprint matches; otherwise nothing of it is used (timings from another machine or
+// a half-written file would make the selection silently wrong).
+#include "memweave/conv_workspace/conv_algorithm_cache.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+
+namespace memweave {
+namespace {
+
+constexpr std::string_view k_header = "# memweave-conv-cache v1 ";
+
+bool has_separator(const std::string& s) {
+  return s.find_first_of("\t\n\r") != std::string::npos;
+}
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    const auto tab = line.find('\t', start);
+    out.push_back(line.substr(start, tab - start));
+    if (tab == std::string::npos) return out;
+    start = tab + 1;
+  }
+}
+
+// "algorithm workspace seconds" -> candidate; false when malformed.
+bool parse_candidate(const std::string& field, conv_candidate& c) {
+  std::istringstream in(field);
+  std::string name, ws, secs;
+  if (!(in >> name >> ws >> secs) || !(in >> std::ws).eof()) return false;
+  auto [p1, e1] = std::from_chars(ws.data(), ws.data() + ws.size(), c.workspace_bytes);
+  auto [p2, e2] = std::from_chars(secs.data(), secs.data() + secs.size(), c.seconds);
+  if (e1 != std::errc() || p1 != ws.data() + ws.size() || e2 != std::errc() ||
+      p2 != secs.data() + secs.size() || !(c.seconds >= 0.0)) {
+    return false;
+  }
+  c.algorithm = name;
+  return true;
+}
+
+}  // namespace
+
+const std::vector<conv_candidate>* conv_algorithm_cache::find(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+void conv_algorithm_cache::insert(const std::string& key, std::vector<conv_candidate> candidates) {
+  MEMWEAVE_EXPECTS(!key.empty() && !has_separator(key),
+                   "conv cache key '" + key + "' is empty or contains a tab or newline");
+  for (const auto& c : candidates) {
+    MEMWEAVE_EXPECTS(
+        !c.algorithm.empty() && c.algorithm.find_first_of(" \t\n\r") == std::string::npos,
+        "conv algorithm name '" + c.algorithm + "' is empty or contains spaces");
+  }
+  entries_[key] = std::move(candidates);
+  dirty_ = true;
+}
+
+bool conv_algorithm_cache::load(const std::string& path, const std::string& fingerprint) {
+  entries_.clear();
+  dirty_ = false;
+  std::ifstream in(path);
+  if (!in) return !std::filesystem::exists(path);
+  auto reject = [&](std::size_t line, const std::string& why) {
+    entries_.clear();
+    log(log_level::warn, "conv algorithm cache '" + path + "' line " + std::to_string(line) + ": " +
+                             why + "; not trusted, every convolution is measured again");
+    return false;
+  };
+  std::string line;
+  if (!std::getline(in, line) || !line.starts_with(k_header)) {
+    return reject(1, "not a memweave conv cache (expected a '# memweave-conv-cache v1' header)");
+  }
+  if (line.substr(k_header.size()) != fingerprint) {
+    return reject(1, "made for '" + line.substr(k_header.size()) + "', not for '" + fingerprint +
+                         "' (another backend, device or thread count)");
+  }
+  std::size_t number = 1;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    const auto fields = split_tabs(line);
+    if (fields.size() < 2 || fields[0].empty()) {
+      return reject(number, "expected a key and at least one candidate separated by tabs");
+    }
+    std::vector<conv_candidate> candidates;
+    for (std::size_t i = 1; i < fields.size(); ++i) {
+      conv_candidate c;
+      if (!parse_candidate(fields[i], c)) {
+        return reject(number,
+                      "candidate '" + fields[i] + "' is not 'algorithm workspace_bytes seconds'");
+      }
+      candidates.push_back(std::move(c));
+    }
+    entries_[fields[0]] = std::move(candidates);
+  }
+  return true;
+}
+
+void conv_algorithm_cache::save(const std::string& path, const std::string& fingerprint) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) {
+      throw invalid_argument("cannot write conv algorithm cache '" + tmp +
+                             "': " + std::strerror(errno) + "; fix MEMWEAVE_CONV_CACHE");
+    }
+    out << k_header << fingerprint << "\n";
+    char buf[64];
+    for (const auto& [key, candidates] : entries_) {
+      out << key;
+      for (const auto& c : candidates) {
+        std::snprintf(buf, sizeof buf, "%.9g", c.seconds);
+        out << '\t' << c.algorithm << ' ' << c.workspace_bytes << ' ' << buf;
+      }
+      out << '\n';
+    }
+    if (!out.flush()) {
+      throw invalid_argument("writing conv algorithm cache '" + tmp +
+                             "' failed: " + std::strerror(errno));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    throw invalid_argument("cannot move '" + tmp + "' to '" + path + "': " + ec.message());
+  }
+  dirty_ = false;
+}
+
+}  // namespace memweave

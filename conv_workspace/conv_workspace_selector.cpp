@@ -1,0 +1,119 @@
+// The selection rule. Candidates are measured at most once per key; the choice itself is a
+// scan of a handful of candidates, cheap enough for every step.
+#include "memweave/conv_workspace/conv_workspace_selector.hpp"
+
+#include "memweave/core/config.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+
+namespace memweave {
+
+conv_ws_options conv_ws_options::parse(const std::string& mode, const std::string& what) {
+  conv_ws_options o;
+  if (mode == "dynamic") {
+    o.mode = conv_ws_mode::dynamic;
+  } else if (mode == "none") {
+    o.mode = conv_ws_mode::none;
+  } else if (mode == "max") {
+    o.mode = conv_ws_mode::max;
+  } else if (mode.starts_with("fixed:") && mode.size() > 6) {
+    o.mode = conv_ws_mode::fixed;
+    o.fixed_algorithm = mode.substr(6);
+  } else {
+    throw invalid_argument(what + "='" + mode +
+                           "' is not a workspace mode: expected dynamic, none, max or "
+                           "fixed:<algorithm> (e.g. fixed:direct)");
+  }
+  return o;
+}
+
+conv_ws_options conv_ws_options::from_environment() {
+  conv_ws_options o = parse(option_string("MEMWEAVE_CONV_WS"), "MEMWEAVE_CONV_WS");
+  o.reserve_bytes = option_bytes("MEMWEAVE_CONV_WS_RESERVE").value_or(0);
+  o.cache_path = option_string("MEMWEAVE_CONV_CACHE");
+  return o;
+}
+
+std::string conv_ws_options::mode_name() const {
+  switch (mode) {
+    case conv_ws_mode::dynamic:
+      return "dynamic";
+    case conv_ws_mode::none:
+      return "none";
+    case conv_ws_mode::max:
+      return "max";
+    case conv_ws_mode::fixed:
+      return "fixed:" + fixed_algorithm;
+  }
+  return "dynamic";
+}
+
+conv_workspace_selector::conv_workspace_selector(conv_ws_options options, std::string fingerprint)
+    : options_(std::move(options)), fingerprint_(std::move(fingerprint)) {
+  if (!options_.cache_path.empty()) cache_.load(options_.cache_path, fingerprint_);
+}
+
+conv_workspace_selector::~conv_workspace_selector() {
+  if (options_.cache_path.empty() || !cache_.dirty()) return;
+  try {
+    cache_.save(options_.cache_path, fingerprint_);
+  } catch (const std::exception& e) {
+    log(log_level::warn, e.what());
+  }
+}
+
+const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std::string& key,
+                                                                       const measure_fn& measure) {
+  if (const auto* found = cache_.find(key)) {
+    ++hits_;
+    return *found;
+  }
+  std::vector<conv_candidate> measured = measure();
+  bool has_zero = false, has_fixed = options_.mode != conv_ws_mode::fixed;
+  std::string names;
+  for (const auto& c : measured) {
+    has_zero = has_zero || c.workspace_bytes == 0;
+    has_fixed = has_fixed || c.algorithm == options_.fixed_algorithm;
+    names += (names.empty() ? "" : ", ") + c.algorithm;
+  }
+  MEMWEAVE_EXPECTS(has_zero,
+                   "convolution " + key + " has no algorithm without workspace among: " + names);
+  MEMWEAVE_EXPECTS(has_fixed, "MEMWEAVE_CONV_WS=fixed:" + options_.fixed_algorithm +
+                                  " names no algorithm of convolution " + key +
+                                  "; available: " + names);
+  ++measured_;
+  cache_.insert(key, std::move(measured));
+  return *cache_.find(key);
+}
+
+const conv_candidate& conv_workspace_selector::choose(const std::vector<conv_candidate>& candidates,
+                                                      std::size_t available) const {
+  const std::size_t budget =
+      available > options_.reserve_bytes ? available - options_.reserve_bytes : 0;
+  const conv_candidate* best = nullptr;
+  auto better = [](const conv_candidate& a, const conv_candidate* b) {
+    return b == nullptr || a.seconds < b->seconds ||
+           (a.seconds == b->seconds && a.workspace_bytes < b->workspace_bytes);
+  };
+  for (const auto& c : candidates) {
+    switch (options_.mode) {
+      case conv_ws_mode::dynamic:
+        if (c.workspace_bytes <= budget && better(c, best)) best = &c;
+        break;
+      case conv_ws_mode::none:
+        if (c.workspace_bytes == 0 && better(c, best)) best = &c;
+        break;
+      case conv_ws_mode::max:
+        if (better(c, best)) best = &c;
+        break;
+      case conv_ws_mode::fixed:
+        if (c.algorithm == options_.fixed_algorithm) best = &c;
+        break;
+    }
+  }
+  // candidates() guarantees a zero-workspace candidate and the fixed one.
+  if (best == nullptr) throw std::logic_error("conv_workspace_selector: no candidate to choose");
+  return *best;
+}
+
+}  // namespace memweave

@@ -1,0 +1,86 @@
+#include "memweave/conv_workspace/conv_algorithm_cache.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "memweave/conv_workspace/conv_workspace_selector.hpp"
+
+namespace memweave {
+namespace {
+
+std::string temp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("memweave_conv_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+TEST(conv_algorithm_cache_test, file_round_trips) {
+  const std::string path = temp("roundtrip");
+  conv_algorithm_cache a;
+  a.insert("host|forward|2x3x8x8|k3", {{"direct", 0, 0.5}, {"im2col_image", 4096, 0.125}});
+  a.insert("host|backward_data|2x3x8x8|k3", {{"direct", 0, 1e-6}});
+  a.save(path, "host threads=2");
+  EXPECT_FALSE(a.dirty());
+  conv_algorithm_cache b;
+  EXPECT_TRUE(b.load(path, "host threads=2"));
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(*b.find("host|forward|2x3x8x8|k3"), *a.find("host|forward|2x3x8x8|k3"));
+  EXPECT_EQ(*b.find("host|backward_data|2x3x8x8|k3"), *a.find("host|backward_data|2x3x8x8|k3"));
+  std::filesystem::remove(path);
+}
+
+TEST(conv_algorithm_cache_test, missing_file_is_an_empty_cache) {
+  conv_algorithm_cache c;
+  EXPECT_TRUE(c.load(temp("never-written"), "x"));
+  EXPECT_EQ(c.size(), 0u);
+}
+
+TEST(conv_algorithm_cache_test, foreign_and_corrupt_files_are_not_trusted) {
+  const std::string path = temp("bad");
+  conv_algorithm_cache a;
+  a.insert("k", {{"direct", 0, 0.5}});
+  a.save(path, "host threads=2");
+  conv_algorithm_cache foreign;
+  EXPECT_FALSE(foreign.load(path, "cuda NVIDIA H100"));
+  EXPECT_EQ(foreign.size(), 0u);
+
+  for (const std::string body :
+       {"k\tdirect 0\n", "k\tdirect zero 0.5\n", "k\n", "k\tdirect 0 -1\n"}) {
+    std::ofstream(path) << "# memweave-conv-cache v1 host threads=2\n" << body;
+    conv_algorithm_cache corrupt;
+    EXPECT_FALSE(corrupt.load(path, "host threads=2")) << body;
+    EXPECT_EQ(corrupt.size(), 0u) << body;
+  }
+  std::ofstream(path) << "hello\n";
+  conv_algorithm_cache junk;
+  EXPECT_FALSE(junk.load(path, "host threads=2"));
+  std::filesystem::remove(path);
+}
+
+TEST(conv_algorithm_cache_test, selector_remeasures_after_a_corrupt_file_and_rewrites_it) {
+  const std::string path = temp("selector");
+  std::ofstream(path) << "# memweave-conv-cache v1 fp\nk\tgarbage\n";
+  conv_ws_options o;
+  o.cache_path = path;
+  int calls = 0;
+  auto measure = [&] {
+    ++calls;
+    return std::vector<conv_candidate>{{"direct", 0, 2.0}, {"fast", 64, 1.0}};
+  };
+  {
+    conv_workspace_selector s(o, "fp");
+    s.candidates("k", measure);
+  }
+  EXPECT_EQ(calls, 1);
+  {
+    conv_workspace_selector s(o, "fp");  // the rewritten file is trusted now
+    EXPECT_EQ(s.candidates("k", measure).size(), 2u);
+  }
+  EXPECT_EQ(calls, 1);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace memweave
