@@ -20,7 +20,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 14> k_options{{
+constexpr std::array<option_info, 17> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -46,6 +46,14 @@ constexpr std::array<option_info, 14> k_options{{
     {"MEMWEAVE_LOG", "warn", f::choice, "error|warn|info|debug", "diagnostics written to stderr"},
     {"MEMWEAVE_THREADS", "0", f::number, "",
      "host kernels: worker threads (0 = all cores); results are deterministic per count"},
+    {"MEMWEAVE_CONV_WS", "dynamic", f::text, "",
+     "convolution workspace: dynamic (fastest algorithm whose workspace fits the memory free "
+     "at each step), none, max, or fixed:<algorithm>"},
+    {"MEMWEAVE_CONV_WS_RESERVE", "0", f::bytes, "",
+     "bytes left free when sizing a convolution workspace"},
+    {"MEMWEAVE_CONV_CACHE", "", f::text, "",
+     "file keeping measured convolution algorithm times across runs (re-measured if corrupt "
+     "or foreign)"},
     {"MEMWEAVE_POLICY", "liveness", f::text, "",
      "memory policy, or a comma-separated list to compare: baseline, liveness"},
 }};

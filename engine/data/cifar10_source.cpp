@@ -1,0 +1,117 @@
+// The CIFAR-10 binary reader. All records are read and checked at construction (the whole
+// training set is 150 MB of bytes); fill() only converts, so it is thread-safe.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "memweave/core/error.hpp"
+#include "memweave/engine/data_source.hpp"
+
+namespace memweave {
+namespace {
+
+constexpr std::size_t k_side = 32;
+constexpr std::size_t k_pixels = 3 * k_side * k_side;
+constexpr std::size_t k_record = 1 + k_pixels;
+
+std::vector<unsigned char> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw invalid_argument("cannot read CIFAR-10 file '" + path.string() +
+                           "': " + std::strerror(errno) + "; check the path given to --data");
+  }
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  if (bytes.empty() || bytes.size() % k_record != 0) {
+    throw invalid_argument("'" + path.string() + "' is not a CIFAR-10 binary file: its size " +
+                           std::to_string(bytes.size()) + " bytes is not a positive multiple of " +
+                           std::to_string(k_record) +
+                           " (1 label byte + 3072 pixel bytes per record)");
+  }
+  for (std::size_t r = 0; r < bytes.size() / k_record; ++r) {
+    if (bytes[r * k_record] > 9) {
+      throw invalid_argument("'" + path.string() + "' record " + std::to_string(r) + " has label " +
+                             std::to_string(bytes[r * k_record]) +
+                             "; CIFAR-10 labels are 0..9: the file is corrupt or not CIFAR-10");
+    }
+  }
+  return bytes;
+}
+
+class cifar10_source final : public data_source {
+ public:
+  explicit cifar10_source(const std::string& path) : path_(path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<fs::path> files;
+    if (fs::is_directory(path, ec)) {
+      for (const auto& e : fs::directory_iterator(path, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.starts_with("data_batch_") && n.ends_with(".bin")) files.push_back(e.path());
+      }
+      std::sort(files.begin(), files.end());
+      if (files.empty()) {
+        throw invalid_argument("directory '" + path +
+                               "' has no data_batch_*.bin files; give a CIFAR-10 binary file or "
+                               "the directory of the binary version");
+      }
+    } else {
+      files.push_back(path);
+    }
+    for (const auto& f : files) {
+      auto bytes = read_file(f);
+      records_.insert(records_.end(), bytes.begin(), bytes.end());
+    }
+  }
+
+  std::string name() const override { return "cifar10:" + path_; }
+  shape4 image_shape() const override { return {1, 3, k_side, k_side}; }
+  std::int64_t classes() const override { return 10; }
+
+  void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) override {
+    const std::size_t count = records_.size() / k_record;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t r = static_cast<std::size_t>(iteration * n + i) % count;
+      const unsigned char* rec = records_.data() + r * k_record;
+      labels[i] = static_cast<float>(rec[0]);
+      for (std::size_t j = 0; j < k_pixels; ++j) {
+        images[static_cast<std::size_t>(i) * k_pixels + j] = rec[1 + j] / 255.0f - 0.5f;
+      }
+    }
+  }
+
+ private:
+  std::string path_;
+  std::vector<unsigned char> records_;  // all records, back to back
+};
+
+}  // namespace
+
+std::unique_ptr<data_source> make_cifar10_source(const std::string& path) {
+  return std::make_unique<cifar10_source>(path);
+}
+
+std::unique_ptr<data_source> make_data_source(const std::string& spec, const shape4& image,
+                                              std::int64_t classes, std::uint64_t seed) {
+  if (spec == "synthetic") return make_synthetic_source(image, classes, seed);
+  if (spec.starts_with("cifar10:")) {
+    auto source = make_cifar10_source(spec.substr(8));
+    const shape4 s = source->image_shape();
+    if (image.c != s.c || image.h != s.h || image.w != s.w || classes != 10) {
+      throw invalid_argument("--data " + spec +
+                             " gives 3x32x32 images of 10 classes, but the "
+                             "network takes " +
+                             std::to_string(image.c) + "x" + std::to_string(image.h) + "x" +
+                             std::to_string(image.w) + " and " + std::to_string(classes) +
+                             " classes; use --image-side 32 --classes 10 (or synthetic data)");
+    }
+    return source;
+  }
+  throw invalid_argument("unknown data source '" + spec +
+                         "': expected 'synthetic' or 'cifar10:PATH'");
+}
+
+}  // namespace memweave

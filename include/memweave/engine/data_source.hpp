@@ -1,0 +1,44 @@
+// Where the training batches come from. A source fills batch `iteration` deterministically,
+// so that two runs (two memory policies) see exactly the same images and labels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "memweave/engine/layer_params.hpp"
+
+namespace memweave {
+
+class data_source {
+ public:
+  virtual ~data_source() = default;
+  /// "synthetic", "cifar10:<path>".
+  virtual std::string name() const = 0;
+  /// The image shape (n is ignored) and the number of classes it produces.
+  virtual shape4 image_shape() const = 0;
+  virtual std::int64_t classes() const = 0;
+  /// Writes batch `iteration` of `n` images: n*c*h*w floats (NCHW) and n labels (class
+  /// indices as floats). The same arguments always give the same bytes.
+  virtual void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) = 0;
+};
+
+/// A learnable synthetic task: each class has a fixed random template; an image is its
+/// label's template plus noise; labels are uniform. Deterministic in (seed, iteration).
+std::unique_ptr<data_source> make_synthetic_source(const shape4& image, std::int64_t classes,
+                                                   std::uint64_t seed);
+
+/// CIFAR-10 in its binary format (records of 1 label byte + 3072 pixel bytes, R, G, B
+/// planes of 32x32): `path` is one .bin file or a directory of data_batch_*.bin files.
+/// Pixels become (p/255 - 0.5). Batches walk the records in order, wrapping around.
+/// Throws invalid_argument naming the path for an unreadable or malformed file (a size that
+/// is not a whole number of records, a label above 9).
+std::unique_ptr<data_source> make_cifar10_source(const std::string& path);
+
+/// "synthetic" or "cifar10:PATH"; the synthetic source takes the network's image shape and
+/// classes. For cifar10, the network must take 3x32x32 images and have 10 classes, else
+/// invalid_argument says what to change.
+std::unique_ptr<data_source> make_data_source(const std::string& spec, const shape4& image,
+                                              std::int64_t classes, std::uint64_t seed);
+
+}  // namespace memweave

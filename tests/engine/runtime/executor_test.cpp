@@ -1,0 +1,252 @@
+// The executor's memory accounting, budgets and training behaviour.
+#include <cmath>
+
+#include "engine/runtime/conv_selection.hpp"
+#include "engine_test_util.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/engine/network_builder.hpp"
+
+namespace memweave {
+namespace {
+
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+executor_options options_for(memory_policy p, std::size_t budget = 0,
+                             const std::string& conv_ws = "fixed:im2col_image") {
+  executor_options o;
+  o.policy = p;
+  o.budget_bytes = budget;
+  o.threads = 2;
+  o.conv_ws = conv_ws_options::parse(conv_ws, "test");
+  return o;
+}
+
+TEST(executor_test, measured_bytes_equal_the_liveness_plan_at_every_step) {
+  const network net = test::small_zoo("resnet50");
+  for (auto policy : {memory_policy::baseline, memory_policy::liveness}) {
+    auto dev = test::make_test_device("host");
+    auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+    executor ex(net, *dev, options_for(policy));
+    ex.run_iteration(data.get(), 0);
+    ASSERT_EQ(ex.steps().size(), ex.plan().steps.size());
+    for (std::size_t s = 0; s < ex.steps().size(); ++s) {
+      // The workspace is taken at the step, outside the plan.
+      EXPECT_EQ(ex.steps()[s].bytes_live,
+                ex.plan().steps[s].bytes_live + ex.steps()[s].workspace_bytes)
+          << "step " << s;
+      EXPECT_EQ(static_cast<std::size_t>(ex.steps()[s].tensors_live),
+                ex.plan().steps[s].tensors_live)
+          << "step " << s;
+      EXPECT_GE(ex.steps()[s].heap_bytes, ex.steps()[s].bytes_live) << "step " << s;
+    }
+    EXPECT_GE(ex.report().peak_live_bytes, ex.plan().peak_bytes);
+  }
+}
+
+TEST(executor_test, plan_on_null_and_train_on_host_agree_on_every_step) {
+  const network net = test::small_zoo("inception_v4");
+  for (auto policy : {memory_policy::baseline, memory_policy::liveness}) {
+    auto host = test::make_test_device("host");
+    auto null = test::make_test_device("null");
+    auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+    executor trained(net, *host, options_for(policy, 512u << 20));
+    executor planned(net, *null, options_for(policy, 512u << 20));
+    trained.run_iteration(data.get(), 0);
+    planned.run_iteration(nullptr, 0);
+    ASSERT_EQ(trained.steps().size(), planned.steps().size());
+    for (std::size_t s = 0; s < trained.steps().size(); ++s) {
+      const auto& a = trained.steps()[s];
+      const auto& b = planned.steps()[s];
+      EXPECT_EQ(a.bytes_live, b.bytes_live) << "step " << s;
+      EXPECT_EQ(a.heap_bytes, b.heap_bytes) << "step " << s;
+      EXPECT_EQ(a.tensors_live, b.tensors_live) << "step " << s;
+      EXPECT_EQ(a.layer, b.layer);
+    }
+    EXPECT_GT(planned.report().seconds_per_iteration, 0.0);  // the cost model ran
+  }
+}
+
+TEST(executor_test, liveness_peak_is_below_baseline_and_at_least_the_largest_layer) {
+  const network net = test::small_zoo("vgg16");
+  auto dev = test::make_test_device("null");
+  executor base(net, *dev, options_for(memory_policy::baseline));
+  base.run_iteration(nullptr, 0);
+  auto dev2 = test::make_test_device("null");
+  executor live(net, *dev2, options_for(memory_policy::liveness));
+  live.run_iteration(nullptr, 0);
+  EXPECT_LT(live.report().peak_live_bytes, base.report().peak_live_bytes);
+  EXPECT_GE(live.report().peak_live_bytes, live.report().max_layer_bytes);
+  EXPECT_EQ(base.plan().peak_bytes,
+            base.table().persistent_bytes() + base.table().transient_bytes());
+}
+
+TEST(executor_test, loss_falls_on_the_synthetic_task) {
+  network_builder b("tiny");
+  auto x = b.data({8, 3, 8, 8}, 4);
+  conv_params c;
+  c.out_channels = 8;
+  c.kernel_h = c.kernel_w = 3;
+  c.pad_h = c.pad_w = 1;
+  auto h = b.relu(b.conv(x, c));
+  pool_params p;
+  h = b.pool(h, p);
+  auto logits = b.fc(h, fc_params{4, true});
+  b.softmax_loss(logits);
+  const network net = std::move(b).build();
+  auto o = options_for(memory_policy::liveness);
+  o.learning_rate = 0.05f;
+  const auto r = test::train(net, o, 200);
+  double first = 0, last = 0;
+  for (int i = 0; i < 20; ++i) first += r.losses[i], last += r.losses[r.losses.size() - 1 - i];
+  EXPECT_LT(last, 0.5 * first) << "mean loss of the first 20 iterations " << first / 20
+                               << ", of the last 20 " << last / 20;
+}
+
+TEST(executor_test, budget_below_any_policy_is_a_clear_error) {
+  const network net = test::small_zoo("resnet50");
+  auto dev = test::make_test_device("host");
+  const std::string msg =
+      error_text([&] { executor ex(net, *dev, options_for(memory_policy::liveness, 64 * 1024)); });
+  EXPECT_NE(msg.find("below what any policy can run"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("raise --budget to at least"), std::string::npos) << msg;
+}
+
+TEST(executor_test, budget_larger_than_the_device_is_a_clear_error) {
+  const network net = test::small_zoo("resnet50");
+  auto dev = test::make_test_device("host", 256u << 20);
+  const std::string msg =
+      error_text([&] { executor ex(net, *dev, options_for(memory_policy::liveness, 1u << 30)); });
+  EXPECT_NE(msg.find("exceeds the device's free memory"), std::string::npos) << msg;
+}
+
+TEST(executor_test, baseline_out_of_budget_names_step_and_tensor_where_liveness_fits) {
+  const network net = test::small_zoo("vgg16");
+  auto null = test::make_test_device("null");
+  executor live(net, *null, options_for(memory_policy::liveness));
+  live.run_iteration(nullptr, 0);
+  const std::size_t budget = live.report().peak_bytes + (256 << 10);
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+  executor base(net, *dev, options_for(memory_policy::baseline, budget));
+  try {
+    base.run_iteration(data.get(), 0);
+    FAIL() << "baseline fit in the liveness budget";
+  } catch (const out_of_memory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("at step 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("tensor"), std::string::npos) << msg;
+    EXPECT_GT(e.requested(), e.largest_free_run());
+  }
+  executor fits(net, *dev, options_for(memory_policy::liveness, budget));
+  EXPECT_TRUE(std::isfinite(fits.run_iteration(data.get(), 0)));
+}
+
+// The smallest budget (to 4 KiB) in which `mode` runs one iteration on the null device.
+std::size_t smallest_budget(const network& net, const std::string& mode) {
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor probe(net, *dev, options_for(memory_policy::liveness, 0, mode));
+  probe.run_iteration(nullptr, 0);
+  std::size_t lo = probe.report().peak_bytes - 1, hi = 2 * probe.report().peak_bytes;
+  while (hi - lo > 4096) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    bool fits = true;
+    try {
+      auto d = test::make_test_device("null", std::size_t{1} << 40);
+      executor ex(net, *d, options_for(memory_policy::liveness, mid, mode));
+      ex.run_iteration(nullptr, 0);
+    } catch (const std::exception&) {
+      fits = false;
+    }
+    (fits ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+TEST(executor_test, tight_budget_shrinks_convolution_workspaces_and_still_runs) {
+  const network net = test::small_zoo("resnet50", 4);
+  const std::size_t tight = smallest_budget(net, "none");
+  {  // On the host backend, with measured times, training runs at that budget.
+    auto host = test::make_test_device("host");
+    auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+    executor ex(net, *host, options_for(memory_policy::liveness, tight, "dynamic"));
+    EXPECT_TRUE(std::isfinite(ex.run_iteration(data.get(), 0)));
+  }
+  // On the null device the model makes larger workspaces faster, so the choice is decided
+  // by the memory free alone.
+  auto zero_workspace_steps = [&](std::size_t budget) {
+    auto dev = test::make_test_device("null", std::size_t{1} << 40);
+    executor ex(net, *dev, options_for(memory_policy::liveness, budget, "dynamic"));
+    ex.run_iteration(nullptr, 0);
+    std::vector<std::size_t> ws;
+    for (const auto& r : ex.steps()) {
+      EXPECT_LE(r.heap_bytes, budget);
+      if (!r.algorithm.empty()) ws.push_back(r.workspace_bytes);
+    }
+    return ws;
+  };
+  // Where "none" barely runs, dynamic runs too (it never takes what a step needs); near the
+  // peak it settles for smaller workspaces than it takes with room to spare. (That it falls
+  // to the no-workspace algorithm when nothing else fits is conv_workspace_selector_test's.)
+  const auto tight_ws = zero_workspace_steps(tight);
+  const auto ample_ws = zero_workspace_steps(4 * tight);
+  ASSERT_EQ(tight_ws.size(), ample_ws.size());
+  int smaller = 0;
+  for (std::size_t i = 0; i < tight_ws.size(); ++i) {
+    EXPECT_LE(tight_ws[i], ample_ws[i]) << "conv step " << i;
+    smaller += tight_ws[i] < ample_ws[i];
+  }
+  EXPECT_GT(smaller, 0);
+}
+
+TEST(executor_test, ample_budget_takes_the_fastest_measured_algorithm) {
+  const network net = test::small_zoo("resnet50", 8);
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+  executor ex(net, *dev, options_for(memory_policy::liveness, 0, "dynamic"));
+  ex.run_iteration(data.get(), 0);
+  const auto& selector = ex.workspace_selector();
+  EXPECT_GT(selector.measured(), 0u);
+  int checked = 0;
+  for (const auto& r : ex.steps()) {
+    if (r.pass != 'F' || r.algorithm.empty()) continue;
+    const layer& l = net[*net.find(r.layer)];
+    const std::string key =
+        conv_key("host", kernels::host::conv_pass::forward, net[l.inputs[0]].output_shape,
+                 std::get<conv_params>(l.params));
+    const auto* candidates = selector.cache().find(key);
+    ASSERT_NE(candidates, nullptr) << key;
+    const conv_candidate* fastest = &candidates->front();
+    for (const auto& c : *candidates) {
+      if (c.seconds < fastest->seconds ||
+          (c.seconds == fastest->seconds && c.workspace_bytes < fastest->workspace_bytes)) {
+        fastest = &c;
+      }
+    }
+    EXPECT_EQ(r.algorithm, fastest->algorithm) << r.layer;
+    EXPECT_EQ(r.workspace_bytes, fastest->workspace_bytes) << r.layer;
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
+TEST(executor_test, max_mode_fails_a_step_whose_workspace_does_not_fit) {
+  const network net = test::small_zoo("resnet50", 4);
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor ex(net, *dev, options_for(memory_policy::liveness, smallest_budget(net, "none"), "max"));
+  try {
+    ex.run_iteration(nullptr, 0);
+    FAIL() << "max mode fit without room for workspaces";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_CONV_WS=max"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace memweave
