@@ -1,0 +1,166 @@
+// The subcommands run in-process with argv arrays; their printed output and files are
+// checked. Bad input must throw memweave::error with a message that says what to do.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "memweave/core/error.hpp"
+#include "tools/commands.hpp"
+
+namespace memweave {
+namespace {
+
+struct run_result {
+  int code = -1;
+  std::string out;
+};
+
+run_result run(int (*command)(int, const char* const*, std::ostream&),
+               std::vector<std::string> args) {
+  args.insert(args.begin(), {"memweave", "cmd"});
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out;
+  run_result r;
+  r.code = command(static_cast<int>(argv.size()), argv.data(), out);
+  r.out = out.str();
+  return r;
+}
+
+std::string error_of(int (*command)(int, const char* const*, std::ostream&),
+                     std::vector<std::string> args) {
+  try {
+    run(command, std::move(args));
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string temp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("memweave_cli_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+const std::vector<std::string> k_small = {"--net",        "resnet50", "--batch", "2",
+                                          "--image-side", "32",       "--width", "0.0625",
+                                          "--classes",    "5"};
+
+std::vector<std::string> with(std::vector<std::string> extra) {
+  std::vector<std::string> a = k_small;
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+TEST(cli_test, train_prints_progress_and_a_summary_per_policy) {
+  const auto r = run(train_command, with({"--iterations", "2", "--policy", "baseline,liveness",
+                                          "--device", "host", "--threads", "2"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("liveness  iter    2/2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("img/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("baseline    yes"), std::string::npos) << r.out;
+}
+
+TEST(cli_test, plan_and_train_write_identical_per_step_bytes) {
+  const std::string plan_csv = temp("plan.csv"), train_csv = temp("train.csv");
+  // One fixed algorithm: with dynamic selection, measured (train) and modelled (plan) times
+  // may choose differently.
+  run(plan_command,
+      with({"--policy", "liveness", "--csv", plan_csv, "--conv-ws", "fixed:im2col_image"}));
+  run(train_command, with({"--policy", "liveness", "--iterations", "1", "--device", "host", "--csv",
+                           train_csv, "--threads", "2", "--conv-ws", "fixed:im2col_image"}));
+  const std::string a = slurp(plan_csv), b = slurp(train_csv);
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_TRUE(a == b) << "plan and train CSVs differ (" << a.size() << " vs " << b.size()
+                      << " bytes)";
+  std::filesystem::remove(plan_csv);
+  std::filesystem::remove(train_csv);
+}
+
+TEST(cli_test, plan_writes_json_with_stable_names_and_an_svg) {
+  const std::string json = temp("plan.json"), svg = temp("plan.svg");
+  const auto r = run(plan_command, with({"--policy", "baseline,liveness", "--json", json, "--svg",
+                                         svg, "--budget", "1GiB"}));
+  EXPECT_EQ(r.code, 0);
+  const std::string j = slurp(json);
+  for (const char* key : {"\"peak_bytes\"", "\"max_layer_bytes\"", "\"tensors_allocated\"",
+                          "\"bytes_offloaded\"", "\"bytes_prefetched\"", "\"recomputations\"",
+                          "\"images_per_s\"", "\"steps\"", "\"bytes_live\"", "\"tensors_live\"",
+                          "\"layer\"", "\"pass\"", "\"policy\": \"liveness\""}) {
+    EXPECT_NE(j.find(key), std::string::npos) << key;
+  }
+  const std::string s = slurp(svg);
+  EXPECT_NE(s.find("<svg"), std::string::npos);
+  EXPECT_NE(s.find("<polyline"), std::string::npos);
+  EXPECT_NE(s.find("backward"), std::string::npos);
+  std::filesystem::remove(json);
+  std::filesystem::remove(svg);
+}
+
+TEST(cli_test, plan_reports_a_policy_that_does_not_fit) {
+  // Find liveness's peak, then give a budget between it and the baseline's.
+  const std::string json = temp("fit.json");
+  run(plan_command, with({"--policy", "liveness", "--json", json}));
+  const std::string j = slurp(json);
+  const auto at = j.find("\"peak_bytes\": ") + 14;
+  const std::size_t peak = std::stoull(j.substr(at));
+  const auto r =
+      run(plan_command,
+          with({"--policy", "baseline,liveness", "--budget", std::to_string(peak + (1 << 20))}));
+  EXPECT_NE(r.out.find("baseline    NO"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("liveness    yes"), std::string::npos) << r.out;
+  std::filesystem::remove(json);
+}
+
+TEST(cli_test, bad_input_is_a_clear_error) {
+  EXPECT_NE(error_of(plan_command, {"--net", "lenet"})
+                .find("unknown zoo network 'lenet'; known: alexnet"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(plan_command, with({"--policy", "magic"})).find("expected baseline or liveness"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(plan_command, {"--net", "alexnet", "--batch", "0"}).find("--batch 0 is too small"),
+      std::string::npos);
+  EXPECT_NE(error_of(plan_command, with({"--budget", "1MiB"})).find("below what any policy"),
+            std::string::npos);
+  EXPECT_NE(error_of(train_command, with({"--budget", "64GiB", "--device", "host"}))
+                .find("exceeds the device's free memory"),
+            std::string::npos);
+  EXPECT_NE(error_of(plan_command, with({"--bugdet", "1G"})).find("unknown option(s) --bugdet"),
+            std::string::npos);
+  EXPECT_NE(error_of(plan_command, with({"--budget", "lots"})).find("--budget"), std::string::npos);
+  EXPECT_NE(error_of(plan_command, {}).find("--net is required"), std::string::npos);
+}
+
+TEST(cli_test, replay_of_a_synthetic_trace_compares_fit_policies) {
+  const std::string trace = temp("replay.trace");
+  const auto r = run(replay_command, {"--synthetic-layers", "20", "--trace", trace});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("best"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("first"), std::string::npos) << r.out;
+  EXPECT_NE(error_of(replay_command, {"--trace", temp("missing.trace")}).find("missing.trace"),
+            std::string::npos);
+  std::filesystem::remove(trace);
+}
+
+TEST(cli_test, config_lists_every_variable) {
+  const auto r = run(config_command, {});
+  EXPECT_NE(r.out.find("MEMWEAVE_POOL_FRACTION = 0.9  [default]"), std::string::npos) << r.out;
+  const auto md = run(config_command, {"--markdown"});
+  EXPECT_NE(md.out.find("| `MEMWEAVE_DEVICE` | `auto` |"), std::string::npos) << md.out;
+}
+
+}  // namespace
+}  // namespace memweave

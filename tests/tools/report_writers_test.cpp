@@ -1,0 +1,64 @@
+// The report formats on a hand-made report.
+#include "tools/report_writers.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace memweave {
+namespace {
+
+run_report sample() {
+  run_report r;
+  r.command = "plan";
+  r.network = "net \"x\"";
+  r.batch = 4;
+  policy_report p;
+  p.policy = "liveness";
+  p.peak_bytes = 3072;
+  p.losses = {2.5, 1.25};
+  p.steps = {{1, "data", 'F', 1000, 1024, 2, 0, ""},
+             {2, "conv1", 'F', 3000, 3072, 4, 512, "direct"}};
+  r.policies.push_back(p);
+  return r;
+}
+
+TEST(report_writers_test, json_escapes_strings_and_keeps_field_names) {
+  std::ostringstream out;
+  write_json(out, sample());
+  const std::string j = out.str();
+  EXPECT_NE(j.find("\"network\": \"net \\\"x\\\"\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"losses\": [2.5, 1.25]"), std::string::npos) << j;
+  EXPECT_NE(j.find("{\"step\": 2, \"layer\": \"conv1\", \"pass\": \"F\", \"bytes_live\": 3000, "
+                   "\"heap_bytes\": 3072, \"tensors_live\": 4, \"workspace_bytes\": 512, "
+                   "\"algorithm\": \"direct\"}"),
+            std::string::npos)
+      << j;
+}
+
+TEST(report_writers_test, csv_has_one_row_per_policy_and_step) {
+  std::ostringstream out;
+  write_csv(out, sample());
+  EXPECT_EQ(out.str(),
+            "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm\n"
+            "liveness,1,data,F,1000,1024,2,0,\n"
+            "liveness,2,conv1,F,3000,3072,4,512,direct\n");
+}
+
+TEST(report_writers_test, svg_draws_one_curve_per_policy_and_panel) {
+  run_report r = sample();
+  r.policies.push_back(r.policies[0]);
+  r.policies[1].policy = "baseline";
+  std::ostringstream out;
+  write_svg(out, r);
+  const std::string s = out.str();
+  std::size_t curves = 0;
+  for (auto at = s.find("<polyline"); at != std::string::npos; at = s.find("<polyline", at + 1))
+    ++curves;
+  EXPECT_EQ(curves, 4u);  // 2 policies x (memory, tensors)
+  EXPECT_NE(s.find("liveness (peak 3.00 KiB)"), std::string::npos) << s;
+  EXPECT_NE(s.find("baseline (peak 3.00 KiB)"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace memweave

@@ -1,0 +1,99 @@
+// Parsing of command-line options. Single-threaded (the CLI's main thread).
+#include "cli_args.hpp"
+
+#include <charconv>
+
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave {
+
+cli_args::cli_args(int argc, const char* const* argv, int first, std::set<std::string> flags)
+    : flags_(std::move(flags)) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (!arg.starts_with("--") || arg.size() == 2) {
+      throw invalid_argument("unexpected argument '" + arg +
+                             "': options are written --name value; see `memweave help`");
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (!flags_.contains(name)) {
+      if (i + 1 >= argc) {
+        throw invalid_argument("option --" + name + " needs a value; see `memweave help`");
+      }
+      value = argv[++i];
+    }
+    if (values_.contains(name)) {
+      throw invalid_argument("option --" + name + " is given twice; give it once");
+    }
+    values_[name] = value;
+  }
+}
+
+std::optional<std::string> cli_args::get(const std::string& name) {
+  used_.insert(name);
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string cli_args::get_or(const std::string& name, const std::string& fallback) {
+  return get(name).value_or(fallback);
+}
+
+std::optional<std::size_t> cli_args::get_bytes(const std::string& name) {
+  auto v = get(name);
+  if (!v) return std::nullopt;
+  return parse_bytes(*v, "--" + name);
+}
+
+std::optional<long long> cli_args::get_int(const std::string& name, long long minimum) {
+  auto v = get(name);
+  if (!v) return std::nullopt;
+  long long out = 0;
+  auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+  if (v->empty() || ec != std::errc() || end != v->data() + v->size()) {
+    throw invalid_argument("--" + name + " '" + *v + "' is not an integer");
+  }
+  if (out < minimum) {
+    throw invalid_argument("--" + name + " " + *v + " is too small: expected at least " +
+                           std::to_string(minimum));
+  }
+  return out;
+}
+
+bool cli_args::flag(const std::string& name) {
+  used_.insert(name);
+  return values_.contains(name);
+}
+
+void cli_args::reject_unused() const {
+  std::string unknown;
+  for (const auto& [name, _] : values_) {
+    if (!used_.contains(name)) unknown += (unknown.empty() ? "--" : ", --") + name;
+  }
+  if (!unknown.empty()) {
+    throw invalid_argument("unknown option(s) " + unknown +
+                           " for this command; see `memweave help`");
+  }
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto comma = text.find(',', start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace memweave

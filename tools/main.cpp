@@ -1,0 +1,56 @@
+// The `memweave` program: dispatches to a subcommand; every memweave::error becomes one
+// line on stderr and exit code 2 (1 means no policy asked for fit its budget).
+#include <cstring>
+#include <iostream>
+
+#include "commands.hpp"
+#include "memweave/core/config.hpp"
+#include "memweave/core/error.hpp"
+
+namespace {
+
+constexpr const char* k_usage = R"(usage: memweave <command> [options]
+
+commands:
+  train   train a network under a memory budget
+          --net NAME --batch N --iterations N --budget SIZE --policy baseline,liveness
+          [--data synthetic|cifar10:PATH] [--device auto|host|cuda] [--image-side N]
+          [--width SCALE] [--classes N] [--conv-ws dynamic|none|max|fixed:ALGO]
+          [--fit best|first] [--seed N] [--lr X] [--threads N]
+          [--json PATH] [--csv PATH] [--svg PATH]
+  plan    the same runtime on the null device (no memory touched): per-step memory,
+          peak, max(l_i), and whether each policy fits --budget (same options, no --data)
+  replay  drive the device heap with an allocation trace
+          --trace PATH | --synthetic-layers N [--batch N] [--trace PATH]
+          [--pool SIZE] [--fit best,first]
+  config  list the MEMWEAVE_* variables with their values (--markdown: README table)
+
+networks: alexnet vgg16 resnet50 resnet101 resnet152 resnet:<n1>,<n2>,<n3>,<n4>
+          inception_v4 densenet121
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "-h")) {
+    std::cout << k_usage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    memweave::validate_environment();
+    if (command == "train") return memweave::train_command(argc, argv, std::cout);
+    if (command == "plan") return memweave::plan_command(argc, argv, std::cout);
+    if (command == "replay") return memweave::replay_command(argc, argv, std::cout);
+    if (command == "config") return memweave::config_command(argc, argv, std::cout);
+    std::cerr << "memweave: unknown command '" << command << "'\n" << k_usage;
+    return 2;
+  } catch (const memweave::error& e) {
+    std::cerr << "memweave: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "memweave: internal error: " << e.what() << "\n";
+    return 3;
+  }
+}
