@@ -126,18 +126,21 @@ void write_csv(std::ostream& out, const run_report& r) {
 }
 
 void write_svg(std::ostream& out, const run_report& r) {
-  // Two stacked panels sharing the step axis: memory (heap bytes) and live tensors.
-  constexpr double width = 900, panel = 260, left = 80, right = 20, top = 40, gap = 50;
-  constexpr double height = top + 2 * panel + gap + 50;
+  // Three stacked panels sharing the step axis: memory (heap bytes), live tensors, and the
+  // convolution workspace taken at each step (Fig. 12 of the paper).
+  constexpr int panels = 3;
+  constexpr double width = 900, panel = 220, left = 80, right = 20, top = 40, gap = 50;
+  constexpr double height = top + panels * panel + (panels - 1) * gap + 50;
   static constexpr const char* colours[] = {"#d62728", "#1f77b4", "#2ca02c",
                                             "#9467bd", "#ff7f0e", "#8c564b"};
-  std::size_t steps = 0, max_bytes = 1;
+  std::size_t steps = 0, max_bytes = 1, max_workspace = 1;
   int max_tensors = 1;
   for (const auto& p : r.policies) {
     steps = std::max(steps, p.steps.size());
     for (const auto& s : p.steps) {
       max_bytes = std::max(max_bytes, s.heap_bytes);
       max_tensors = std::max(max_tensors, s.tensors_live);
+      max_workspace = std::max(max_workspace, s.workspace_bytes);
     }
   }
   const double plot_w = width - left - right;
@@ -148,16 +151,19 @@ void write_svg(std::ostream& out, const run_report& r) {
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       << "<text x=\"" << left << "\" y=\"22\" font-size=\"15\">" << xml_escape(r.network)
-      << ", batch " << r.batch << ": memory and live tensors per step (" << xml_escape(r.command)
+      << ", batch " << r.batch << ": memory, live tensors and workspace per step ("
+      << xml_escape(r.command)
       << ")</text>\n";
-  for (int panel_index = 0; panel_index < 2; ++panel_index) {
+  for (int panel_index = 0; panel_index < panels; ++panel_index) {
     const double y0 = top + panel_index * (panel + gap);
     const double y1 = y0 + panel;
     out << "<rect x=\"" << left << "\" y=\"" << y0 << "\" width=\"" << plot_w << "\" height=\""
         << panel << "\" fill=\"none\" stroke=\"#444\"/>\n";
-    const std::string label = panel_index == 0
-                                  ? "heap bytes in use (max " + format_bytes(max_bytes) + ")"
-                                  : "live tensors (max " + std::to_string(max_tensors) + ")";
+    const std::string label =
+        panel_index == 0   ? "heap bytes in use (max " + format_bytes(max_bytes) + ")"
+        : panel_index == 1 ? "live tensors (max " + std::to_string(max_tensors) + ")"
+                           : "convolution workspace taken at the step (max " +
+                                 format_bytes(max_workspace) + ")";
     out << "<text x=\"" << left + 4 << "\" y=\"" << y0 + 14 << "\">" << xml_escape(label)
         << "</text>\n";
     if (steps > 1) {
@@ -172,9 +178,11 @@ void write_svg(std::ostream& out, const run_report& r) {
       out << "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" << colours[i % 6]
           << "\" points=\"";
       for (const auto& s : p.steps) {
-        const double v = panel_index == 0
-                             ? static_cast<double>(s.heap_bytes) / static_cast<double>(max_bytes)
-                             : static_cast<double>(s.tensors_live) / max_tensors;
+        const double v =
+            panel_index == 0   ? static_cast<double>(s.heap_bytes) / static_cast<double>(max_bytes)
+            : panel_index == 1 ? static_cast<double>(s.tensors_live) / max_tensors
+                               : static_cast<double>(s.workspace_bytes) /
+                                     static_cast<double>(max_workspace);
         out << std::fixed << std::setprecision(1) << x_of(s.step) << ',' << y1 - v * (panel - 20)
             << ' ';
       }
@@ -183,13 +191,13 @@ void write_svg(std::ostream& out, const run_report& r) {
   }
   const double legend_y = height - 18;
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
-    const double x = left + 170 * static_cast<double>(i);
+    const double x = left + 260 * static_cast<double>(i);
     out << "<rect x=\"" << x << "\" y=\"" << legend_y - 10
         << "\" width=\"14\" height=\"10\" fill=\"" << colours[i % 6] << "\"/><text x=\"" << x + 18
         << "\" y=\"" << legend_y << "\">" << xml_escape(r.policies[i].policy) << " (peak "
         << format_bytes(r.policies[i].peak_bytes) << ")</text>\n";
   }
-  out << "<text x=\"" << width / 2 << "\" y=\"" << top + 2 * panel + gap + 20
+  out << "<text x=\"" << width / 2 << "\" y=\"" << top + panels * panel + (panels - 1) * gap + 20
       << "\" text-anchor=\"middle\">step (forward 1..N, backward N+1..2N)</text>\n</svg>\n";
 }
 

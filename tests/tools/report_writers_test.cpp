@@ -55,7 +55,7 @@ TEST(report_writers_test, svg_draws_one_curve_per_policy_and_panel) {
   std::size_t curves = 0;
   for (auto at = s.find("<polyline"); at != std::string::npos; at = s.find("<polyline", at + 1))
     ++curves;
-  EXPECT_EQ(curves, 4u);  // 2 policies x (memory, tensors)
+  EXPECT_EQ(curves, 6u);  // 2 policies x (memory, tensors, workspace)
   EXPECT_NE(s.find("liveness (peak 3.00 KiB)"), std::string::npos) << s;
   EXPECT_NE(s.find("baseline (peak 3.00 KiB)"), std::string::npos) << s;
 }
