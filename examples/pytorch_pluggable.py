@@ -1,0 +1,126 @@
+"""Train a small PyTorch model with memweave's pool as PyTorch's CUDA allocator.
+
+PyTorch can hand its CUDA allocations to a shared library through
+``torch.cuda.memory.CUDAPluggableAllocator``: memweave exports the two entry points it
+loads from ``libmemweave.so`` (see ``include/memweave/memweave_torch.h``)::
+
+    void* memweave_torch_malloc(ssize_t size, int device, cudaStream_t stream);
+    void  memweave_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream);
+
+Every tensor PyTorch allocates on the GPU then comes from memweave's device heap: one
+arena taken once (``MEMWEAVE_POOL_BYTES``, or ``MEMWEAVE_POOL_FRACTION`` of free device
+memory), best-fit placement with coalescing, statistics and optional allocation traces
+(``MEMWEAVE_TRACE``) that ``memweave replay`` can replay.
+
+This example cannot run in memweave's own CI or development machines: they have no GPU
+and no PyTorch. It needs a CUDA GPU, a CUDA build of PyTorch, and a ``libmemweave.so``
+built against the same CUDA major version as that PyTorch (its CUDA runtime must be the
+one PyTorch loads). It is kept valid Python (``python3 -m py_compile`` checks it).
+
+Usage::
+
+    MEMWEAVE_POOL_BYTES=8GiB python3 examples/pytorch_pluggable.py --lib build/release/capi/libmemweave.so
+
+Notes:
+
+* ``change_current_allocator`` must run before the first CUDA allocation of the process;
+  afterwards PyTorch refuses to switch.
+* memweave reuses freed memory at once for any stream. That is safe for the usual
+  single-stream training loop; code that shares tensors between streams must
+  synchronize (or ``record_stream``) before the tensor is freed.
+* A failed allocation makes PyTorch raise ``torch.cuda.OutOfMemoryError``; memweave logs
+  one line with the request, the free bytes and the largest free run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+
+
+class MemweaveStats(ctypes.Structure):
+    """Mirror of ``memweave_stats`` in include/memweave/memweave.h (same field order)."""
+
+    _fields_ = [
+        ("bytes_in_use", ctypes.c_size_t),
+        ("peak_bytes_in_use", ctypes.c_size_t),
+        ("bytes_reserved", ctypes.c_size_t),
+        ("free_bytes", ctypes.c_size_t),
+        ("largest_free_run", ctypes.c_size_t),
+        ("fragmentation", ctypes.c_double),
+        ("allocations", ctypes.c_uint64),
+        ("frees", ctypes.c_uint64),
+        ("failures", ctypes.c_uint64),
+        ("invalid_frees", ctypes.c_uint64),
+        ("live_allocations", ctypes.c_size_t),
+        ("arenas", ctypes.c_size_t),
+        ("host_capacity", ctypes.c_size_t),
+        ("host_bytes_in_use", ctypes.c_size_t),
+        ("host_peak_bytes_in_use", ctypes.c_size_t),
+        ("host_live_allocations", ctypes.c_size_t),
+    ]
+
+
+def memweave_stats(lib: ctypes.CDLL) -> MemweaveStats:
+    """The pool's numbers, read through the C API of the same library PyTorch loaded."""
+    stats = MemweaveStats()
+    rc = lib.memweaveGetStats(ctypes.byref(stats))
+    if rc != 0:
+        lib.memweaveGetLastErrorMessage.restype = ctypes.c_char_p
+        raise RuntimeError(lib.memweaveGetLastErrorMessage().decode())
+    return stats
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lib", default=os.environ.get("MEMWEAVE_LIB", "libmemweave.so"),
+                        help="path of libmemweave.so (default: $MEMWEAVE_LIB)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=64)
+    args = parser.parse_args()
+
+    import torch  # imported here so that --help works without PyTorch
+
+    if not torch.cuda.is_available():
+        print("this example needs a CUDA GPU and a CUDA build of PyTorch", file=sys.stderr)
+        return 1
+
+    # 1. Route PyTorch's CUDA allocations to memweave (before any CUDA tensor exists).
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(
+        args.lib, "memweave_torch_malloc", "memweave_torch_free")
+    torch.cuda.memory.change_current_allocator(allocator)
+
+    # The same library, for memweave's statistics (dlopen returns the loaded instance).
+    lib = ctypes.CDLL(args.lib)
+
+    # 2. An ordinary training loop.
+    device = torch.device("cuda")
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10),
+    ).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for step in range(args.steps):
+        x = torch.randn(args.batch, 3, 32, 32, device=device)
+        y = torch.randint(0, 10, (args.batch,), device=device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if step % 5 == 0:
+            s = memweave_stats(lib)
+            print(f"step {step:3d}  loss {loss.item():.4f}  "
+                  f"pool in use {s.bytes_in_use / 2**20:.1f} MiB "
+                  f"(peak {s.peak_bytes_in_use / 2**20:.1f} MiB of "
+                  f"{s.bytes_reserved / 2**20:.1f} MiB), "
+                  f"{s.live_allocations} live, fragmentation {s.fragmentation:.1%}")
+    torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

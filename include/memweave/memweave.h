@@ -1,0 +1,171 @@
+/* memweave's C API: a drop-in replacement for cudaMalloc/cudaFree backed by memweave's
+ * device heap, plus pinned host memory, statistics and allocation traces.
+ *
+ * C ABI, no C++ types; link with -lmemweave (libmemweave.so). The library is one
+ * process-wide instance: memweaveInit() configures it, memweaveFinalize() releases it, and
+ * memweaveMalloc() before any memweaveInit() initializes it from the MEMWEAVE_* environment
+ * variables. Every function is thread-safe except that memweaveInit/memweaveFinalize must
+ * not run concurrently with other calls (as cudaDeviceReset). Nothing here throws, aborts
+ * or exits: every failure is a return code (the number of the matching cudaError_t, so a
+ * CUDA program can pass it on) and a message for memweaveGetLastErrorMessage().
+ *
+ * Also exported from libmemweave.so, for PyTorch's CUDAPluggableAllocator: see
+ * memweave_torch.h. An unmodified CUDA program can use the pool through the interposer
+ * libmemweave_preload.so (LD_PRELOAD), which replaces cudaMalloc, cudaFree and
+ * cudaMemGetInfo. */
+#ifndef MEMWEAVE_MEMWEAVE_H_
+#define MEMWEAVE_MEMWEAVE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MEMWEAVE_API __attribute__((visibility("default")))
+#else
+#define MEMWEAVE_API
+#endif
+
+/* Return codes, equal to the matching cudaError_t. */
+typedef int memweave_status;
+#define MEMWEAVE_SUCCESS 0                       /* cudaSuccess */
+#define MEMWEAVE_ERROR_INVALID_VALUE 1           /* cudaErrorInvalidValue: a bad argument */
+#define MEMWEAVE_ERROR_MEMORY_ALLOCATION 2       /* cudaErrorMemoryAllocation: pool exhausted */
+#define MEMWEAVE_ERROR_INITIALIZATION_ERROR 3    /* cudaErrorInitializationError */
+#define MEMWEAVE_ERROR_INVALID_DEVICE_POINTER 17 /* cudaErrorInvalidDevicePointer */
+#define MEMWEAVE_ERROR_NO_DEVICE 100             /* cudaErrorNoDevice */
+#define MEMWEAVE_ERROR_NOT_SUPPORTED 801         /* cudaErrorNotSupported */
+#define MEMWEAVE_ERROR_UNKNOWN 999               /* cudaErrorUnknown */
+
+/* Placement policy of the device heap (memweave_config.fit). */
+#define MEMWEAVE_FIT_DEFAULT 0 /* MEMWEAVE_FIT, default best */
+#define MEMWEAVE_FIT_BEST 1    /* smallest free run that fits, O(log n) */
+#define MEMWEAVE_FIT_FIRST 2   /* lowest-address free run that fits (the SuperNeurons list) */
+
+/* Configuration for memweaveInit. A zero (or NULL) field means "from the environment
+ * variable named, else its default"; start from MEMWEAVE_CONFIG_INIT. */
+typedef struct memweave_config {
+  /* Heap arena size (MEMWEAVE_POOL_BYTES); 0 with the variable unset: use pool_fraction. */
+  size_t pool_bytes;
+  /* Fraction of free device memory taken for the arena (MEMWEAVE_POOL_FRACTION, 0.9). */
+  double pool_fraction;
+  /* Allocation unit, a power of two >= 256 (MEMWEAVE_BLOCK_BYTES, 1024). */
+  size_t block_bytes;
+  /* MEMWEAVE_FIT_* (MEMWEAVE_FIT, best). */
+  int fit;
+  /* When full, take a further arena of at least this size (MEMWEAVE_POOL_GROW, 0 = never). */
+  size_t grow_bytes;
+  /* "auto", "cuda", "host" or "null" (MEMWEAVE_DEVICE, auto). */
+  const char* device;
+  /* Capacity of the simulated host and null devices (MEMWEAVE_DEVICE_BYTES, 8 GiB). */
+  size_t device_bytes;
+  /* Write every heap allocation and free to this file (MEMWEAVE_TRACE, none). */
+  const char* trace_path;
+  /* Size of the pinned host pool (MEMWEAVE_HOST_POOL_BYTES, 4 GiB). */
+  size_t host_pool_bytes;
+} memweave_config;
+
+#define MEMWEAVE_CONFIG_INIT \
+  { 0, 0.0, 0, 0, 0, NULL, 0, NULL, 0 }
+
+/* A snapshot of the pool's numbers (memweaveGetStats). Device-heap bytes are whole blocks. */
+typedef struct memweave_stats {
+  /* The device heap. */
+  size_t bytes_in_use;      /* bytes of live allocations */
+  size_t peak_bytes_in_use; /* highest bytes_in_use since init or memweaveResetPeak */
+  size_t bytes_reserved;    /* total arena bytes */
+  size_t free_bytes;        /* bytes_reserved - bytes_in_use */
+  size_t largest_free_run;  /* the largest allocation that would succeed */
+  double fragmentation;     /* 1 - largest_free_run / free_bytes */
+  uint64_t allocations;     /* successful allocations */
+  uint64_t frees;           /* successful frees */
+  uint64_t failures;        /* allocations refused */
+  uint64_t invalid_frees;   /* frees rejected (foreign, double, interior) */
+  size_t live_allocations;  /* allocations not yet freed */
+  size_t arenas;            /* arenas taken from the device */
+  /* The pinned host pool (all 0 until its first use). */
+  size_t host_capacity;          /* region bytes */
+  size_t host_bytes_in_use;      /* bytes of live allocations */
+  size_t host_peak_bytes_in_use; /* highest host_bytes_in_use */
+  size_t host_live_allocations;  /* allocations not yet freed */
+} memweave_stats;
+
+/* Initializes the library: the device, then the heap's arena. `config` may be NULL (all
+ * from the environment). Returns MEMWEAVE_SUCCESS; MEMWEAVE_ERROR_INITIALIZATION_ERROR when
+ * already initialized, explicitly or lazily (memweaveMalloc, memweaveMemGetInfo,
+ * memweaveGetStats, memweaveResetPeak, memweaveTraceStart and memweaveHostMalloc initialize
+ * from the environment when called first): the running instance is left as it is, and
+ * memweaveFinalize() first allows a new configuration; MEMWEAVE_ERROR_INVALID_VALUE for a
+ * bad setting; MEMWEAVE_ERROR_NO_DEVICE when the device asked for is absent;
+ * MEMWEAVE_ERROR_MEMORY_ALLOCATION when the arena cannot be taken. */
+MEMWEAVE_API memweave_status memweaveInit(const memweave_config* config);
+
+/* Releases the heap, the pinned host pool and the device. Allocations still live become
+ * invalid (a warning says how many). Finalizing an uninitialized library is a successful
+ * no-op, so it may be called unconditionally. */
+MEMWEAVE_API memweave_status memweaveFinalize(void);
+
+/* Whether the library is initialized (1) or not (0). */
+MEMWEAVE_API int memweaveIsInitialized(void);
+
+/* As cudaMalloc: *ptr = `bytes` of device memory from the pool. size 0 gives *ptr = NULL
+ * and success. NULL ptr: MEMWEAVE_ERROR_INVALID_VALUE. Pool exhausted:
+ * MEMWEAVE_ERROR_MEMORY_ALLOCATION, *ptr = NULL, and a message naming the request, the
+ * free bytes and the largest free run. Initializes from the environment on first use. */
+MEMWEAVE_API memweave_status memweaveMalloc(void** ptr, size_t bytes);
+
+/* As cudaFree. NULL is a successful no-op. A pointer that is not a live allocation of the
+ * pool (foreign, freed twice, interior) returns MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and
+ * changes nothing. */
+MEMWEAVE_API memweave_status memweaveFree(void* ptr);
+
+/* Whether `ptr` lies inside the pool's arenas (1) or not (0); 0 when not initialized. */
+MEMWEAVE_API int memweaveOwns(const void* ptr);
+
+/* As cudaMemGetInfo, from the pool's point of view: *free = bytes free in the pool,
+ * *total = the pool's size. Either pointer may be NULL (not both). Initializes lazily. */
+MEMWEAVE_API memweave_status memweaveMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+
+/* Fills *stats. Initializes lazily. */
+MEMWEAVE_API memweave_status memweaveGetStats(memweave_stats* stats);
+
+/* Sets the device heap's peak to its current use. */
+MEMWEAVE_API memweave_status memweaveResetPeak(void);
+
+/* Starts writing every heap allocation and free to `path` (replay with `memweave replay`);
+ * a running trace is stopped first. MEMWEAVE_ERROR_INVALID_VALUE when the file cannot be
+ * opened (the message says why). */
+MEMWEAVE_API memweave_status memweaveTraceStart(const char* path);
+
+/* Flushes and closes the trace; success when none runs. */
+MEMWEAVE_API memweave_status memweaveTraceStop(void);
+
+/* As cudaHostAlloc: `bytes` of pinned host memory from the pinned host pool (created on
+ * first use with memweave_config.host_pool_bytes). Exhausted:
+ * MEMWEAVE_ERROR_MEMORY_ALLOCATION. The pool needs jemalloc loadable at run time: when it
+ * is not, MEMWEAVE_ERROR_INITIALIZATION_ERROR and the message says what to do. */
+MEMWEAVE_API memweave_status memweaveHostMalloc(void** ptr, size_t bytes);
+
+/* As cudaFreeHost. NULL is a no-op; a pointer not live in the host pool returns
+ * MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and changes nothing. */
+MEMWEAVE_API memweave_status memweaveHostFree(void* ptr);
+
+/* A static, human-readable name of a return code ("invalid device pointer"). */
+MEMWEAVE_API const char* memweaveGetErrorString(memweave_status status);
+
+/* The message of the last failing call on this thread ("" when none has failed yet).
+ * Successful calls leave it as it is; the text stays valid until the next failing call on
+ * this thread. */
+MEMWEAVE_API const char* memweaveGetLastErrorMessage(void);
+
+/* "0.1.0". */
+MEMWEAVE_API const char* memweaveGetVersion(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MEMWEAVE_MEMWEAVE_H_ */

@@ -1,0 +1,559 @@
+// The C API (memweave.h) on the host backend: the round trip, every bad input, the
+// lifecycle rules (lazy init, double init, finalize), traces and the pinned host pool.
+// The library is one process-wide instance, so every case starts and ends finalized.
+#include "memweave/memweave.h"
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/static_tls_reexec.hpp"
+
+MEMWEAVE_REEXEC_WITH_STATIC_TLS();
+
+namespace {
+
+constexpr std::size_t k_mib = std::size_t{1} << 20;
+
+std::string last_error() {
+  return memweaveGetLastErrorMessage();
+}
+
+// Unsets every MEMWEAVE_* variable for the test's duration and restores them after, so that
+// the caller's environment cannot change what a case sees.
+class scoped_clean_environment {
+ public:
+  scoped_clean_environment() {
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "MEMWEAVE_", 9) == 0) saved_.emplace_back(*e);
+    }
+    for (const auto& kv : saved_) ::unsetenv(kv.substr(0, kv.find('=')).c_str());
+  }
+  ~scoped_clean_environment() {
+    for (const auto& kv : saved_) {
+      const auto eq = kv.find('=');
+      ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
+    }
+  }
+
+ private:
+  std::vector<std::string> saved_;
+};
+
+class memweave_capi_test : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(memweaveFinalize(), MEMWEAVE_SUCCESS); }
+  void TearDown() override {
+    EXPECT_EQ(memweaveFinalize(), MEMWEAVE_SUCCESS);
+    EXPECT_EQ(memweaveIsInitialized(), 0);
+  }
+
+  // Host backend, 16 MiB pool of 1 KiB blocks in a 64 MiB simulated device.
+  static memweave_config host_config(std::size_t pool_bytes = 16 * k_mib) {
+    memweave_config c = MEMWEAVE_CONFIG_INIT;
+    c.device = "host";
+    c.device_bytes = 64 * k_mib;
+    c.pool_bytes = pool_bytes;
+    c.block_bytes = 1024;
+    c.host_pool_bytes = 16 * k_mib;
+    return c;
+  }
+
+  static memweave_stats stats() {
+    memweave_stats s{};
+    EXPECT_EQ(memweaveGetStats(&s), MEMWEAVE_SUCCESS) << last_error();
+    return s;
+  }
+
+  scoped_clean_environment env_;
+};
+
+TEST_F(memweave_capi_test, init_malloc_free_round_trip_on_the_host_backend) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(memweaveIsInitialized(), 1);
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 1000), MEMWEAVE_SUCCESS) << last_error();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(memweaveOwns(p), 1);
+  std::memset(p, 0x5A, 1000);  // host backend memory is host-addressable
+  EXPECT_EQ(static_cast<unsigned char*>(p)[999], 0x5A);
+  memweave_stats s = stats();
+  EXPECT_EQ(s.live_allocations, 1u);
+  EXPECT_EQ(s.bytes_in_use, 1024u);  // one block
+  EXPECT_EQ(s.allocations, 1u);
+  EXPECT_EQ(s.bytes_reserved, 16 * k_mib);
+  EXPECT_EQ(s.arenas, 1u);
+  ASSERT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS) << last_error();
+  s = stats();
+  EXPECT_EQ(s.live_allocations, 0u);
+  EXPECT_EQ(s.frees, 1u);
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.peak_bytes_in_use, 1024u);
+  EXPECT_EQ(memweaveResetPeak(), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(stats().peak_bytes_in_use, 0u);
+}
+
+TEST_F(memweave_capi_test, many_allocations_are_distinct_and_keep_their_data) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  std::vector<std::pair<unsigned char*, std::size_t>> live;
+  for (std::size_t i = 0; i < 200; ++i) {
+    void* p = nullptr;
+    const std::size_t n = 1 + (i * 977) % 40000;
+    ASSERT_EQ(memweaveMalloc(&p, n), MEMWEAVE_SUCCESS) << n << ": " << last_error();
+    std::memset(p, static_cast<int>(i), n);
+    live.emplace_back(static_cast<unsigned char*>(p), n);
+  }
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    auto [p, n] = live[i];
+    EXPECT_EQ(p[0], static_cast<unsigned char>(i));
+    EXPECT_EQ(p[n - 1], static_cast<unsigned char>(i));
+    ASSERT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+  }
+  EXPECT_EQ(stats().live_allocations, 0u);
+}
+
+TEST_F(memweave_capi_test, mem_get_info_reports_the_pools_view) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  std::size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(memweaveMemGetInfo(&free_bytes, &total), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(total, 16 * k_mib);  // the pool, not the 64 MiB device
+  EXPECT_EQ(free_bytes, total);
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 3 * k_mib), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveMemGetInfo(&free_bytes, &total), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(free_bytes, 13 * k_mib);
+  std::size_t only_total = 0;
+  EXPECT_EQ(memweaveMemGetInfo(nullptr, &only_total), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(only_total, 16 * k_mib);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, malloc_before_init_initializes_from_the_environment) {
+  ::setenv("MEMWEAVE_DEVICE", "host", 1);
+  ::setenv("MEMWEAVE_DEVICE_BYTES", "64M", 1);
+  ::setenv("MEMWEAVE_POOL_BYTES", "8M", 1);
+  ::setenv("MEMWEAVE_BLOCK_BYTES", "4096", 1);
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 100), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(memweaveIsInitialized(), 1);
+  const memweave_stats s = stats();
+  EXPECT_EQ(s.bytes_reserved, 8 * k_mib);
+  EXPECT_EQ(s.bytes_in_use, 4096u);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, a_bad_environment_fails_lazy_initialization_with_its_name) {
+  ::setenv("MEMWEAVE_DEVICE", "host", 1);
+  ::setenv("MEMWEAVE_POOL_FRACTION", "1.5", 1);
+  void* p = reinterpret_cast<void*>(0x1);
+  const int rc = memweaveMalloc(&p, 100);
+  EXPECT_EQ(rc, MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_NE(last_error().find("MEMWEAVE_POOL_FRACTION"), std::string::npos) << last_error();
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+}
+
+TEST_F(memweave_capi_test, zero_bytes_gives_null_and_success) {
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(memweaveMalloc(&p, 0), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(memweaveFree(nullptr), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveHostFree(nullptr), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, null_out_pointers_are_invalid_values_with_a_message) {
+  EXPECT_EQ(memweaveMalloc(nullptr, 10), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(memweaveHostMalloc(nullptr, 10), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_EQ(memweaveMemGetInfo(nullptr, nullptr), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_EQ(memweaveGetStats(nullptr), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_EQ(memweaveTraceStart(nullptr), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_EQ(memweaveTraceStart(""), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_EQ(memweaveIsInitialized(), 0) << "a bad argument must not initialize";
+}
+
+TEST_F(memweave_capi_test, free_of_a_foreign_pointer_is_rejected_and_changes_nothing) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 5000), MEMWEAVE_SUCCESS);
+  const memweave_stats before = stats();
+  auto host = std::make_unique<char[]>(64);
+  EXPECT_EQ(memweaveFree(host.get()), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  EXPECT_NE(last_error().find("not an allocation of the memweave pool"), std::string::npos)
+      << last_error();
+  const memweave_stats after = stats();
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.frees, before.frees);
+  EXPECT_EQ(after.invalid_frees, before.invalid_frees + 1);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, double_free_is_rejected_and_changes_nothing) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  void* q = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 5000), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveMalloc(&q, 5000), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+  const memweave_stats before = stats();
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  EXPECT_NE(last_error().find("freed already"), std::string::npos) << last_error();
+  const memweave_stats after = stats();
+  EXPECT_EQ(after.live_allocations, 1u);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.frees, before.frees);
+  EXPECT_EQ(memweaveFree(q), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, interior_pointer_is_rejected_and_changes_nothing) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 8192), MEMWEAVE_SUCCESS);
+  const memweave_stats before = stats();
+  EXPECT_EQ(memweaveFree(static_cast<char*>(p) + 1024), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  EXPECT_NE(last_error().find("interior"), std::string::npos) << last_error();
+  EXPECT_EQ(memweaveFree(static_cast<char*>(p) + 1), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  const memweave_stats after = stats();
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+  EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_EQ(after.invalid_frees, before.invalid_frees + 2);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS) << "the allocation was damaged";
+}
+
+TEST_F(memweave_capi_test, free_before_init_is_an_invalid_pointer) {
+  int x = 0;
+  EXPECT_EQ(memweaveFree(&x), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  EXPECT_NE(last_error().find("not initialized"), std::string::npos) << last_error();
+  EXPECT_EQ(memweaveOwns(&x), 0);
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+}
+
+TEST_F(memweave_capi_test, allocation_too_large_names_request_free_bytes_and_largest_run) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* a = nullptr;
+  ASSERT_EQ(memweaveMalloc(&a, 5 * k_mib), MEMWEAVE_SUCCESS);
+  const memweave_stats before = stats();
+  const std::size_t request = 12345678;  // > the 11 MiB free
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(memweaveMalloc(&p, request), MEMWEAVE_ERROR_MEMORY_ALLOCATION);
+  EXPECT_EQ(p, nullptr);
+  const std::string m = last_error();
+  EXPECT_NE(m.find(std::to_string(request)), std::string::npos) << m;
+  EXPECT_NE(m.find("free"), std::string::npos) << m;
+  EXPECT_NE(m.find("largest free run"), std::string::npos) << m;
+  EXPECT_NE(m.find(std::to_string(before.free_bytes)), std::string::npos)
+      << "no free byte count " << before.free_bytes << " in: " << m;
+  const memweave_stats after = stats();
+  EXPECT_EQ(after.failures, before.failures + 1);
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+  EXPECT_EQ(memweaveFree(a), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, exhausted_pool_recovers_after_frees) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  std::vector<void*> live;
+  for (;;) {
+    void* p = nullptr;
+    const int rc = memweaveMalloc(&p, k_mib);
+    if (rc != MEMWEAVE_SUCCESS) {
+      EXPECT_EQ(rc, MEMWEAVE_ERROR_MEMORY_ALLOCATION);
+      break;
+    }
+    live.push_back(p);
+    ASSERT_LE(live.size(), 16u);
+  }
+  EXPECT_EQ(live.size(), 16u);
+  for (void* p : live) EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+  void* all = nullptr;
+  EXPECT_EQ(memweaveMalloc(&all, 16 * k_mib), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(memweaveFree(all), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, trace_round_trip_records_allocations_and_frees) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  const std::string path =
+      ::testing::TempDir() + "memweave_capi_trace_" + std::to_string(::getpid()) + ".txt";
+  ASSERT_EQ(memweaveTraceStart(path.c_str()), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 3000), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveTraceStop(), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveTraceStop(), MEMWEAVE_SUCCESS);  // none running: still fine
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] != '#') lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find(" a 0 3000 "), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find(" f 0 3000 "), std::string::npos) << lines[1];
+  std::remove(path.c_str());
+}
+
+TEST_F(memweave_capi_test, trace_to_an_unwritable_path_is_an_invalid_value) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  const char* path = "/nonexistent-memweave-dir/trace.txt";
+  EXPECT_EQ(memweaveTraceStart(path), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find(path), std::string::npos) << last_error();
+  void* p = nullptr;
+  EXPECT_EQ(memweaveMalloc(&p, 10), MEMWEAVE_SUCCESS) << "the pool must keep working";
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, trace_path_in_the_config_starts_a_trace) {
+  const std::string path =
+      ::testing::TempDir() + "memweave_capi_config_trace_" + std::to_string(::getpid()) + ".txt";
+  memweave_config c = host_config();
+  c.trace_path = path.c_str();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 10), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveFinalize(), MEMWEAVE_SUCCESS);  // flushes the trace
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  int events = 0;
+  for (std::string line; std::getline(in, line);) events += (!line.empty() && line[0] != '#');
+  EXPECT_EQ(events, 2);
+  std::remove(path.c_str());
+}
+
+TEST_F(memweave_capi_test, init_twice_is_refused_and_keeps_the_running_instance) {
+  const memweave_config first = host_config(16 * k_mib);
+  ASSERT_EQ(memweaveInit(&first), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 100), MEMWEAVE_SUCCESS);
+  const memweave_config second = host_config(32 * k_mib);
+  EXPECT_EQ(memweaveInit(&second), MEMWEAVE_ERROR_INITIALIZATION_ERROR);
+  EXPECT_NE(last_error().find("already initialized"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("memweaveFinalize"), std::string::npos) << last_error();
+  std::size_t total = 0;
+  ASSERT_EQ(memweaveMemGetInfo(nullptr, &total), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(total, 16 * k_mib);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS) << "the first instance's pointer is still good";
+  // Finalize, then the new configuration is accepted.
+  ASSERT_EQ(memweaveFinalize(), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveInit(&second), MEMWEAVE_SUCCESS) << last_error();
+  ASSERT_EQ(memweaveMemGetInfo(nullptr, &total), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(total, 32 * k_mib);
+}
+
+TEST_F(memweave_capi_test, init_after_lazy_initialization_is_refused) {
+  ::setenv("MEMWEAVE_DEVICE", "host", 1);
+  ::setenv("MEMWEAVE_DEVICE_BYTES", "64M", 1);
+  ::setenv("MEMWEAVE_POOL_BYTES", "8M", 1);
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 100), MEMWEAVE_SUCCESS) << last_error();
+  const memweave_config c = host_config();
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INITIALIZATION_ERROR);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, finalize_without_init_is_a_successful_no_op) {
+  EXPECT_EQ(memweaveFinalize(), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveFinalize(), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+}
+
+TEST_F(memweave_capi_test, finalize_with_live_allocations_releases_them) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 4096), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveFinalize(), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+  EXPECT_EQ(memweaveOwns(p), 0);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  // A new instance starts from nothing.
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(stats().live_allocations, 0u);
+}
+
+TEST_F(memweave_capi_test, bad_config_values_are_invalid_values_naming_the_field) {
+  memweave_config c = host_config();
+  c.fit = 7;
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("fit"), std::string::npos) << last_error();
+  c = host_config();
+  c.pool_fraction = 1.5;
+  c.pool_bytes = 0;
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("pool_fraction"), std::string::npos) << last_error();
+  c = host_config();
+  c.device = "gpu";
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("gpu"), std::string::npos) << last_error();
+  c = host_config();
+  c.block_bytes = 1000;  // not a power of two
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("1000"), std::string::npos) << last_error();
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+}
+
+TEST_F(memweave_capi_test, pool_larger_than_the_device_is_an_allocation_error) {
+  memweave_config c = host_config(128 * k_mib);  // the device has 64 MiB
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_MEMORY_ALLOCATION);
+  EXPECT_FALSE(last_error().empty());
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+}
+
+TEST_F(memweave_capi_test, cuda_without_a_gpu_is_no_device) {
+  memweave_config c = host_config();
+  c.device = "cuda";
+  const int rc = memweaveInit(&c);
+  if (rc == MEMWEAVE_SUCCESS) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(rc, MEMWEAVE_ERROR_NO_DEVICE) << last_error();
+  EXPECT_FALSE(last_error().empty());
+}
+
+TEST_F(memweave_capi_test, pool_fraction_sizes_the_pool_from_free_device_memory) {
+  memweave_config c = host_config(0);
+  c.pool_fraction = 0.5;
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  std::size_t total = 0;
+  ASSERT_EQ(memweaveMemGetInfo(nullptr, &total), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(total, 32 * k_mib);
+}
+
+TEST_F(memweave_capi_test, first_fit_is_selectable) {
+  memweave_config c = host_config();
+  c.fit = MEMWEAVE_FIT_FIRST;
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_EQ(memweaveMalloc(&a, 1024), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveMalloc(&b, 1024), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveFree(a), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveFree(b), MEMWEAVE_SUCCESS);
+}
+
+TEST_F(memweave_capi_test, error_strings_name_every_code) {
+  for (int rc : {MEMWEAVE_SUCCESS, MEMWEAVE_ERROR_INVALID_VALUE, MEMWEAVE_ERROR_MEMORY_ALLOCATION,
+                 MEMWEAVE_ERROR_INITIALIZATION_ERROR, MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
+                 MEMWEAVE_ERROR_NO_DEVICE, MEMWEAVE_ERROR_NOT_SUPPORTED, MEMWEAVE_ERROR_UNKNOWN}) {
+    const char* s = memweaveGetErrorString(rc);
+    ASSERT_NE(s, nullptr);
+    EXPECT_STRNE(s, "unrecognized error code") << rc;
+  }
+  EXPECT_STREQ(memweaveGetErrorString(17), "invalid device pointer");
+  EXPECT_STREQ(memweaveGetErrorString(12345), "unrecognized error code");
+  EXPECT_STREQ(memweaveGetVersion(), "0.1.0");
+}
+
+TEST_F(memweave_capi_test, last_error_message_belongs_to_its_thread) {
+  EXPECT_EQ(memweaveMalloc(nullptr, 1), MEMWEAVE_ERROR_INVALID_VALUE);
+  ASSERT_FALSE(last_error().empty());
+  std::string other = "unset";
+  std::thread([&] { other = memweaveGetLastErrorMessage(); }).join();
+  EXPECT_EQ(other, "");
+}
+
+TEST_F(memweave_capi_test, host_malloc_round_trip_uses_the_pinned_pool) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(stats().host_capacity, 0u) << "the host pool is made on first use";
+  void* h = nullptr;
+  const int rc = memweaveHostMalloc(&h, 100000);
+  if (rc == MEMWEAVE_ERROR_INITIALIZATION_ERROR) GTEST_SKIP() << last_error();
+  ASSERT_EQ(rc, MEMWEAVE_SUCCESS) << last_error();
+  ASSERT_NE(h, nullptr);
+  std::memset(h, 0x33, 100000);
+  // jemalloc serves the pool from a private namespace: the process's malloc is untouched.
+  EXPECT_EQ(::dlsym(RTLD_DEFAULT, "mallocx"), nullptr);
+  Dl_info info{};
+  ASSERT_NE(::dladdr(::dlsym(RTLD_DEFAULT, "malloc"), &info), 0);
+  EXPECT_EQ(std::string(info.dli_fname).find("jemalloc"), std::string::npos) << info.dli_fname;
+  memweave_stats s = stats();
+  EXPECT_EQ(s.host_capacity, 16 * k_mib);
+  EXPECT_GE(s.host_bytes_in_use, 100000u);
+  EXPECT_EQ(s.host_live_allocations, 1u);
+  EXPECT_EQ(s.live_allocations, 0u) << "host memory must not count as device memory";
+  EXPECT_EQ(memweaveFree(h), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER) << "not device memory";
+  EXPECT_EQ(memweaveHostFree(h), MEMWEAVE_SUCCESS);
+  EXPECT_EQ(memweaveHostFree(h), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  EXPECT_NE(last_error().find("pinned host pool"), std::string::npos) << last_error();
+  int x = 0;
+  EXPECT_EQ(memweaveHostFree(&x), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  s = stats();
+  EXPECT_EQ(s.host_live_allocations, 0u);
+  EXPECT_EQ(s.host_bytes_in_use, 0u);
+  void* big = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(memweaveHostMalloc(&big, 64 * k_mib), MEMWEAVE_ERROR_MEMORY_ALLOCATION);
+  EXPECT_EQ(big, nullptr);
+  EXPECT_NE(last_error().find("MEMWEAVE_HOST_POOL_BYTES"), std::string::npos) << last_error();
+}
+
+TEST_F(memweave_capi_test, host_free_before_any_host_malloc_is_an_invalid_pointer) {
+  int x = 0;
+  EXPECT_EQ(memweaveHostFree(&x), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(memweaveHostFree(&x), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+}
+
+TEST_F(memweave_capi_test, concurrent_first_use_makes_one_instance_and_serves_every_thread) {
+  ::setenv("MEMWEAVE_DEVICE", "host", 1);
+  ::setenv("MEMWEAVE_DEVICE_BYTES", "64M", 1);
+  ::setenv("MEMWEAVE_POOL_BYTES", "32M", 1);
+  constexpr int k_threads = 8;
+  constexpr int k_rounds = 300;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < k_threads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<void*> mine;
+      for (int r = 0; r < k_rounds; ++r) {
+        void* p = nullptr;
+        if (memweaveMalloc(&p, 1 + static_cast<std::size_t>((t * 131 + r * 17) % 20000)) !=
+            MEMWEAVE_SUCCESS) {
+          errors.fetch_add(1);
+          continue;
+        }
+        static_cast<unsigned char*>(p)[0] = static_cast<unsigned char>(t);
+        mine.push_back(p);
+        if (mine.size() > 8) {
+          if (static_cast<unsigned char*>(mine.front())[0] != t) errors.fetch_add(1);
+          if (memweaveFree(mine.front()) != MEMWEAVE_SUCCESS) errors.fetch_add(1);
+          mine.erase(mine.begin());
+        }
+      }
+      for (void* p : mine) {
+        if (memweaveFree(p) != MEMWEAVE_SUCCESS) errors.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  const memweave_stats s = stats();
+  EXPECT_EQ(s.allocations, static_cast<std::uint64_t>(k_threads * k_rounds))
+      << "allocations went to more than one instance";
+  EXPECT_EQ(s.live_allocations, 0u);
+  EXPECT_EQ(s.bytes_reserved, 32 * k_mib);
+}
+
+}  // namespace
