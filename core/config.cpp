@@ -20,7 +20,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 17> k_options{{
+constexpr std::array<option_info, 18> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -43,6 +43,9 @@ constexpr std::array<option_info, 17> k_options{{
      "write every heap allocation and free to this file (replay with `memweave replay`)"},
     {"MEMWEAVE_HOST_POOL_BYTES", "4GiB", f::bytes, "",
      "pinned host memory reserved up front for offloaded tensors"},
+    {"MEMWEAVE_NO_REEXEC", "", f::boolean, "",
+     "set to keep memweave programs from re-executing themselves with the static TLS that "
+     "jemalloc (the pinned host pool) needs (see README)"},
     {"MEMWEAVE_LOG", "warn", f::choice, "error|warn|info|debug", "diagnostics written to stderr"},
     {"MEMWEAVE_THREADS", "0", f::number, "",
      "host kernels: worker threads (0 = all cores); results are deterministic per count"},

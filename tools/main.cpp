@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "memweave/alloc/static_tls.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 
@@ -32,6 +33,9 @@ networks: alexnet vgg16 resnet50 resnet101 resnet152 resnet:<n1>,<n2>,<n3>,<n4>
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Offloaded tensors live in the pinned host pool, whose jemalloc needs static TLS that
+  // glibc only grants at start-up: re-execute once with it (see static_tls.hpp).
+  memweave::reexec_with_static_tls(argv);
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "-h")) {
     std::cout << k_usage;

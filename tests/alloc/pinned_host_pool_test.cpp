@@ -465,7 +465,7 @@ TEST(pinned_host_pool_environment, without_static_tls_the_error_names_the_fix) {
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strncmp(*e, "GLIBC_TUNABLES=", 15) != 0) env.emplace_back(*e);
   }
-  env.emplace_back("MEMWEAVE_TEST_NO_REEXEC=1");
+  env.emplace_back("MEMWEAVE_NO_REEXEC=1");
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
