@@ -26,7 +26,7 @@ void BM_train_iteration_conv_ws(benchmark::State& state, const char* mode) {
   d.capacity_bytes = std::size_t{4} << 30;
   auto dev = make_device(d);
   executor_options o;
-  o.policy = memory_policy::liveness;
+  o.policy = executor_policy::parse("liveness");
   o.budget_bytes = static_cast<std::size_t>(state.range(1)) << 20;
   o.conv_ws = conv_ws_options::parse(mode, "bench");
   executor ex(net, *dev, o);
@@ -39,19 +39,25 @@ void BM_train_iteration_conv_ws(benchmark::State& state, const char* mode) {
     workspace = 0;
     for (const auto& s : ex.steps()) workspace += s.workspace_bytes;
   }
-  state.counters["img_per_s"] =
-      benchmark::Counter(static_cast<double>(state.iterations() * z.batch), benchmark::Counter::kIsRate);
+  state.counters["img_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * z.batch), benchmark::Counter::kIsRate);
   state.counters["workspace_MiB_per_iter"] = static_cast<double>(workspace) / (1 << 20);
   state.counters["peak_MiB"] = static_cast<double>(ex.report().peak_bytes) / (1 << 20);
 }
 
 // Args: batch, budget in MiB (1.25x the liveness peak (25.6 MiB) without workspace at batch 32).
 BENCHMARK_CAPTURE(BM_train_iteration_conv_ws, none, "none")
-    ->Args({32, 32})->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Args({32, 32})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_iteration_conv_ws, dynamic, "dynamic")
-    ->Args({32, 32})->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Args({32, 32})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_iteration_conv_ws, max, "max")
-    ->Args({32, 1024})->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Args({32, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace memweave

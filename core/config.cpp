@@ -20,7 +20,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 18> k_options{{
+constexpr std::array<option_info, 19> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -46,6 +46,9 @@ constexpr std::array<option_info, 18> k_options{{
     {"MEMWEAVE_NO_REEXEC", "", f::boolean, "",
      "set to keep memweave programs from re-executing themselves with the static TLS that "
      "jemalloc (the pinned host pool) needs (see README)"},
+    {"MEMWEAVE_VERIFY_TRANSFERS", "0", f::boolean, "",
+     "checksum every offloaded tensor at offload and after prefetch; a mismatch is an error "
+     "naming the tensor (slow: for debugging)"},
     {"MEMWEAVE_LOG", "warn", f::choice, "error|warn|info|debug", "diagnostics written to stderr"},
     {"MEMWEAVE_THREADS", "0", f::number, "",
      "host kernels: worker threads (0 = all cores); results are deterministic per count"},
@@ -58,7 +61,7 @@ constexpr std::array<option_info, 18> k_options{{
      "file keeping measured convolution algorithm times across runs (re-measured if corrupt "
      "or foreign)"},
     {"MEMWEAVE_POLICY", "liveness", f::text, "",
-     "memory policy, or a comma-separated list to compare: baseline, liveness"},
+     "memory policy, or a comma-separated list to compare: baseline, liveness, offload, utp"},
 }};
 
 const option_info& row(std::string_view name) {

@@ -26,8 +26,9 @@ network_run_options read_network_run_options(cli_args& args) {
   if (auto w = args.get("width")) o.zoo.width_scale = parse_double(*w, "--width");
   MEMWEAVE_EXPECTS(o.zoo.width_scale > 0, "--width must be positive");
   o.policies = split_list(args.get_or("policy", option_string("MEMWEAVE_POLICY")));
-  MEMWEAVE_EXPECTS(!o.policies.empty(), "--policy is empty: give baseline, liveness or a list");
-  for (const auto& p : o.policies) (void)parse_memory_policy(p);
+  MEMWEAVE_EXPECTS(!o.policies.empty(),
+                   "--policy is empty: give a policy or a comma-separated list");
+  for (const auto& p : o.policies) (void)executor_policy::parse(p);
   o.budget_bytes = args.get_bytes("budget").value_or(0);
   if (args.get("budget")) MEMWEAVE_EXPECTS(o.budget_bytes > 0, "--budget must be positive");
   o.executor.heap = heap_options::from_environment();
@@ -64,7 +65,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
         "(or MEMWEAVE_DEVICE=host)");
   }
   executor_options eo = o.executor;
-  eo.policy = parse_memory_policy(policy);
+  eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
   std::unique_ptr<data_source> data;
   if (dev->touches_memory()) {

@@ -92,6 +92,10 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"bytes_offloaded\": " << p.bytes_offloaded
         << ",\n      \"bytes_prefetched\": " << p.bytes_prefetched
         << ",\n      \"recomputations\": " << p.recomputations
+        << ",\n      \"cache_hits\": " << p.cache_hits
+        << ",\n      \"cache_misses\": " << p.cache_misses
+        << ",\n      \"evictions\": " << p.evictions
+        << ",\n      \"transfer_wait_s\": " << json_number(p.transfer_wait_s)
         << ",\n      \"images_per_s\": " << json_number(p.images_per_s)
         << ",\n      \"seconds_per_iteration\": " << json_number(p.seconds_per_iteration)
         << ",\n      \"bookkeeping_us_per_step\": " << json_number(p.bookkeeping_us_per_step)
@@ -152,18 +156,17 @@ void write_svg(std::ostream& out, const run_report& r) {
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       << "<text x=\"" << left << "\" y=\"22\" font-size=\"15\">" << xml_escape(r.network)
       << ", batch " << r.batch << ": memory, live tensors and workspace per step ("
-      << xml_escape(r.command)
-      << ")</text>\n";
+      << xml_escape(r.command) << ")</text>\n";
   for (int panel_index = 0; panel_index < panels; ++panel_index) {
     const double y0 = top + panel_index * (panel + gap);
     const double y1 = y0 + panel;
     out << "<rect x=\"" << left << "\" y=\"" << y0 << "\" width=\"" << plot_w << "\" height=\""
         << panel << "\" fill=\"none\" stroke=\"#444\"/>\n";
     const std::string label =
-        panel_index == 0   ? "heap bytes in use (max " + format_bytes(max_bytes) + ")"
-        : panel_index == 1 ? "live tensors (max " + std::to_string(max_tensors) + ")"
-                           : "convolution workspace taken at the step (max " +
-                                 format_bytes(max_workspace) + ")";
+        panel_index == 0 ? "heap bytes in use (max " + format_bytes(max_bytes) + ")"
+        : panel_index == 1
+            ? "live tensors (max " + std::to_string(max_tensors) + ")"
+            : "convolution workspace taken at the step (max " + format_bytes(max_workspace) + ")";
     out << "<text x=\"" << left + 4 << "\" y=\"" << y0 + 14 << "\">" << xml_escape(label)
         << "</text>\n";
     if (steps > 1) {
@@ -179,10 +182,10 @@ void write_svg(std::ostream& out, const run_report& r) {
           << "\" points=\"";
       for (const auto& s : p.steps) {
         const double v =
-            panel_index == 0   ? static_cast<double>(s.heap_bytes) / static_cast<double>(max_bytes)
-            : panel_index == 1 ? static_cast<double>(s.tensors_live) / max_tensors
-                               : static_cast<double>(s.workspace_bytes) /
-                                     static_cast<double>(max_workspace);
+            panel_index == 0 ? static_cast<double>(s.heap_bytes) / static_cast<double>(max_bytes)
+            : panel_index == 1
+                ? static_cast<double>(s.tensors_live) / max_tensors
+                : static_cast<double>(s.workspace_bytes) / static_cast<double>(max_workspace);
         out << std::fixed << std::setprecision(1) << x_of(s.step) << ',' << y1 - v * (panel - 20)
             << ' ';
       }

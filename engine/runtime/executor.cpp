@@ -1,10 +1,26 @@
 // The executor's step loop. One thread drives it; kernels run on the device's compute
 // stream (a worker thread on `host`), so the loop's own work (allocation, bookkeeping)
-// overlaps the kernels, and the loop only waits at the end of an iteration.
+// overlaps the kernels, and the loop only waits at the end of an iteration, or when it
+// must wait for a transfer.
 //
-// Invariants: ptr_[t] is non-null exactly while tensor t is resident; bytes_live_ and
-// tensors_live_ are the sums over resident tensors; they equal the plan's numbers at every
-// step (tests compare them).
+// Memory: persistent tensors come straight from the heap, once. Every transient tensor's
+// device memory is owned by the tensor cache (allocate/release), which under `utp` evicts
+// unlocked tensors to host memory when the heap cannot serve. A step locks every transient
+// tensor it touches for its kernel, so nothing it uses moves. Transfers go through the
+// transfer engine: offloads on the device-to-host stream after an event recorded on the
+// compute stream (so they read what the producing kernel wrote), prefetches on the
+// host-to-device stream after an event recorded on the compute stream (so they overwrite
+// recycled memory only once earlier kernels are done with it), and the compute stream waits
+// for a prefetch only right before the kernel that reads it.
+//
+// Determinism: every decision that changes the heap (allocations, frees, evictions,
+// offload completions) is taken at a fixed point of the step loop, never when a background
+// copy happens to finish, so the heap sees the same sequence on every run and on every
+// device: `plan` (null) and `train` (host) agree step by step.
+//
+// Invariants: state_[t] says where a transient tensor is; device memory of a resident one
+// is cache_->ptr(t), of an offloading or prefetching one aside_ptr_[t]; bytes_live_ and
+// tensors_live_ sum the tensors holding device memory (persistent ones included).
 #include "memweave/engine/executor.hpp"
 
 #include <algorithm>
@@ -15,8 +31,11 @@
 #include "engine/layers/layer_step.hpp"
 #include "engine/runtime/conv_selection.hpp"
 #include "engine/solver/sgd.hpp"
+#include "memweave/alloc/pinned_host_pool.hpp"
+#include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/swap/pinned_pool_host_memory.hpp"
 
 namespace memweave {
 namespace k = kernels::host;
@@ -40,10 +59,21 @@ std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
 
 }  // namespace
 
-memory_policy parse_memory_policy(const std::string& name) {
-  if (name == "baseline") return memory_policy::baseline;
-  if (name == "liveness") return memory_policy::liveness;
-  throw invalid_argument("unknown memory policy '" + name + "': expected baseline or liveness");
+executor_policy executor_policy::parse(const std::string& name) {
+  executor_policy p;
+  p.name = name;
+  if (name == "baseline") {
+    p.plan = memory_policy::baseline;
+  } else if (name == "liveness") {
+  } else if (name == "offload") {
+    p.offload_checkpoints = true;
+  } else if (name == "utp") {
+    p.evict_to_host = true;
+  } else {
+    throw invalid_argument("unknown memory policy '" + name +
+                           "': expected baseline, liveness, offload or utp");
+  }
+  return p;
 }
 
 struct executor::kernel_state {
@@ -60,11 +90,21 @@ struct executor::conv_step {
   double seconds = 0.0;  // measured or modelled time of the chosen algorithms
 };
 
+// The host side of moving tensors (offload, utp): pinned host memory and the engine.
+struct executor::transfers {
+  pinned_host_pool pool;
+  pinned_pool_host_memory host;
+  transfer_engine engine;
+  std::unique_ptr<event> ready;  // recorded on compute before each offload / prefetch
+  transfers(device& dev, std::size_t bytes, transfer_options o)
+      : pool(dev, bytes), host(pool), engine(dev, host, std::move(o)), ready(dev.create_event()) {}
+};
+
 executor::executor(const network& net, device& dev, const executor_options& options)
     : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
-  plan_ = liveness_->plan(options.policy);
+  plan_ = liveness_->plan(options.policy.plan);
 
   // The least any policy needs: every persistent tensor plus the transient tensors of the
   // most demanding step, each rounded to whole heap blocks.
@@ -111,7 +151,42 @@ executor::executor(const network& net, device& dev, const executor_options& opti
       options.conv_ws, dev.touches_memory()
                            ? "host threads=" + std::to_string(kernels_->context.threads())
                            : "null model");
-  ptr_.assign(table_.size(), nullptr);
+  auto name_of = [this](tensor_key t) { return table_[t].name; };
+  tensor_cache::eviction_callback evict_fn;
+  if (options.policy.evict_to_host) {
+    evict_fn = [this](tensor_key t, void* p, std::size_t b) { return evict(t, p, b); };
+  }
+  cache_ = std::make_unique<tensor_cache>(*heap_, evict_fn, name_of);
+  if (options.policy.moves_tensors()) {
+    transfer_options to;
+    to.verify = options.verify_transfers || option_bool("MEMWEAVE_VERIFY_TRANSFERS");
+    to.name_fn = [this](std::uint32_t t) { return table_[t].name; };
+    transfers_ = std::make_unique<transfers>(dev, options.host_pool_bytes, std::move(to));
+  }
+
+  const std::size_t n = table_.size();
+  persistent_ptr_.assign(n, nullptr);
+  state_.assign(n, residency::absent);
+  aside_ptr_.assign(n, nullptr);
+  // The last forward step touching each tensor: after it, a tensor needed again only in
+  // backward can leave the device.
+  last_forward_use_.assign(n, 0);
+  const std::size_t layers = route_.layer_count();
+  for (std::size_t s = 0; s < layers; ++s) {
+    for (const auto& a : table_.accesses(s)) last_forward_use_[a.tensor] = s;
+  }
+  offload_candidate_.assign(n, false);
+  offloads_due_.assign(route_.step_count() + 1, {});
+  if (options.policy.offload_checkpoints) {
+    // What a checkpoint's backward reads of the forward pass: the input of each CONV (as
+    // vDNN offloads; in frameworks with in-place ReLU it is the previous CONV's output,
+    // the paper's "checkpoint output").
+    for (const layer& l : net.layers()) {
+      if (l.type != layer_type::conv) continue;
+      const tensor_id x = table_.of(l.inputs[0]).output;
+      if (liveness_->last_use(x) >= layers) offload_candidate_[x] = true;
+    }
+  }
   initialize_persistent();
 }
 
@@ -121,41 +196,218 @@ executor::~executor() {
   } catch (...) {
     // A failed kernel was already reported by run_iteration; memory goes back regardless.
   }
-  for (tensor_id t = 0; t < ptr_.size(); ++t) {
-    if (ptr_[t] != nullptr) free_tensor(t);
+  if (transfers_) {
+    try {
+      transfers_->engine.wait_all_offloads();
+    } catch (...) {
+      // Reported by the call that saw it; the device copies are still ours to free.
+    }
   }
+  for (tensor_id t = 0; t < state_.size(); ++t) {
+    if (aside_ptr_[t] != nullptr) (void)heap_->deallocate(aside_ptr_[t]);
+    if (persistent_ptr_[t] != nullptr) (void)heap_->deallocate(persistent_ptr_[t]);
+  }
+  transfers_.reset();
+  cache_.reset();  // frees every resident tensor
 }
 
-void executor::allocate_tensor(tensor_id t, std::size_t step) {
+void executor::throw_out_of_budget(std::size_t step, const std::string& what,
+                                   std::size_t bytes) const {
+  const heap_stats st = heap_->stats();
+  std::string where = "before the first iteration";
+  if (step < route_.step_count()) {
+    const route_step rs = route_.at(step);
+    where = "at step " + std::to_string(step + 1) + " (" + net_[rs.layer].name + " " +
+            to_string(rs.direction) + ")";
+  }
+  throw out_of_memory("out of budget " + where + ": " + what + " needs " + format_bytes(bytes) +
+                          "; " + heap_->describe_failure(bytes),
+                      bytes, st.free_bytes, st.largest_free_run);
+}
+
+void executor::allocate_persistent(tensor_id t) {
   const tensor_info& info = table_[t];
   void* p = heap_->try_allocate(info.bytes);
   if (p == nullptr) {
-    const heap_stats st = heap_->stats();
-    std::string where = "before the first iteration";
-    if (step < route_.step_count()) {
-      const route_step rs = route_.at(step);
-      where = "at step " + std::to_string(step + 1) + " (" + net_[rs.layer].name + " " +
-              to_string(rs.direction) + ")";
-    }
-    throw out_of_memory("out of budget " + where + ": tensor " + info.name + " (" +
-                            to_string(info.role) + ") needs " + format_bytes(info.bytes) + "; " +
-                            heap_->describe_failure(info.bytes),
-                        info.bytes, st.free_bytes, st.largest_free_run);
+    throw_out_of_budget(route_.step_count(),
+                        "tensor " + info.name + " (" + to_string(info.role) + ")", info.bytes);
   }
-  ptr_[t] = p;
+  persistent_ptr_[t] = p;
   bytes_live_ += info.bytes;
   ++tensors_live_;
 }
 
-void executor::free_tensor(tensor_id t) noexcept {
-  (void)heap_->deallocate(ptr_[t]);
-  ptr_[t] = nullptr;
-  bytes_live_ -= table_[t].bytes;
+void* executor::allocate_transient(tensor_id t, std::size_t step) {
+  const tensor_info& info = table_[t];
+  void* p = nullptr;
+  try {
+    p = cache_->allocate(t, info.bytes);
+  } catch (const out_of_memory& e) {
+    const route_step rs = route_.at(step);
+    throw out_of_memory("out of budget at step " + std::to_string(step + 1) + " (" +
+                            net_[rs.layer].name + " " + to_string(rs.direction) + "): tensor " +
+                            info.name + " (" + to_string(info.role) + "): " + e.what(),
+                        e.requested(), e.free_bytes(), e.largest_free_run());
+  }
+  state_[t] = residency::resident;
+  bytes_live_ += info.bytes;
+  ++tensors_live_;
+  return p;
+}
+
+void executor::free_transient(tensor_id t) noexcept {
+  switch (state_[t]) {
+    case residency::resident:
+      cache_->release(t);
+      bytes_live_ -= table_[t].bytes;
+      --tensors_live_;
+      break;
+    case residency::offloading:
+    case residency::prefetching:
+      // A copy may still touch the memory: let it finish before the bytes are reused.
+      try {
+        if (state_[t] == residency::offloading) {
+          transfers_->engine.wait_offloaded(t);
+        } else {
+          transfers_->engine.make_ready(t, dev_.get_stream(stream_role::compute));
+        }
+      } catch (...) {
+        // The failure stays pending in the engine and is thrown by its next call.
+      }
+      (void)heap_->deallocate(aside_ptr_[t]);
+      aside_ptr_[t] = nullptr;
+      bytes_live_ -= table_[t].bytes;
+      --tensors_live_;
+      break;
+    case residency::on_host:
+    case residency::absent:
+      break;
+  }
+  if (transfers_) transfers_->engine.drop_host(t);
+  state_[t] = residency::absent;
+}
+
+void* executor::device_ptr(tensor_id t) const {
+  if (t == invalid_tensor) return nullptr;
+  if (persistent_ptr_[t] != nullptr) return persistent_ptr_[t];
+  return state_[t] == residency::resident ? cache_->ptr(t) : nullptr;
+}
+
+// The cache needs room: move `t` to host memory. A tensor whose host copy is still valid
+// (offloaded before and not written since) leaves at once; otherwise it is offloaded and
+// this thread waits for the copy (the compute stream has nothing to do until the step's
+// allocation succeeds anyway).
+bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
+  transfer_engine& engine = transfers_->engine;
+  if (!engine.has_host_copy(t)) {
+    stream& compute = dev_.get_stream(stream_role::compute);
+    compute.record(*transfers_->ready);
+    engine.offload(t, ptr, bytes, *transfers_->ready);
+    engine.wait_offloaded(t, &compute);
+  }
+  state_[t] = residency::on_host;
+  bytes_live_ -= bytes;
   --tensors_live_;
+  return true;
+}
+
+// offload policy: `t` has had its last forward use; copy it out, and give its device
+// memory back when the copy is reaped (offload_lag steps later).
+void executor::start_offload(tensor_id t) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  compute.record(*transfers_->ready);
+  void* p = cache_->ptr(t);
+  transfers_->engine.offload(t, p, table_[t].bytes, *transfers_->ready);
+  aside_ptr_[t] = cache_->forget(t);
+  state_[t] = residency::offloading;
+}
+
+void executor::reap_offloads(std::size_t step, bool all) {
+  if (!transfers_) return;
+  auto reap = [this](tensor_id t) {
+    if (state_[t] != residency::offloading) return;  // died, or brought back meanwhile
+    transfers_->engine.wait_offloaded(t);
+    (void)heap_->deallocate(aside_ptr_[t]);
+    aside_ptr_[t] = nullptr;
+    state_[t] = residency::on_host;
+    bytes_live_ -= table_[t].bytes;
+    --tensors_live_;
+  };
+  // Offloads are due exactly at the step they were scheduled for, so each list is reaped
+  // once, when its step comes (or all of them at the end of the iteration).
+  const std::size_t first = all ? 0 : step, last = all ? offloads_due_.size() - 1 : step;
+  for (std::size_t s = first; s <= last && s < offloads_due_.size(); ++s) {
+    for (tensor_id t : offloads_due_[s]) reap(t);
+    offloads_due_[s].clear();
+  }
+}
+
+// Brings `t` back onto the device before the step that reads it.
+void executor::ensure_resident(tensor_id t, std::size_t step) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  switch (state_[t]) {
+    case residency::resident:
+      (void)cache_->check(t);
+      return;
+    case residency::offloading:
+      // Its device copy is intact: keep it (and the host copy, now valid and clean).
+      transfers_->engine.wait_offloaded(t);
+      cache_->insert(t, aside_ptr_[t], table_[t].bytes);
+      aside_ptr_[t] = nullptr;
+      state_[t] = residency::resident;
+      return;
+    case residency::prefetching:
+      transfers_->engine.make_ready(t, compute);
+      cache_->insert(t, aside_ptr_[t], table_[t].bytes);
+      aside_ptr_[t] = nullptr;
+      state_[t] = residency::resident;
+      return;
+    case residency::on_host: {
+      (void)cache_->check(t);  // a miss, counted
+      void* p = allocate_transient(t, step);
+      compute.record(*transfers_->ready);
+      transfers_->engine.prefetch(t, p, transfers_->ready.get());
+      transfers_->engine.make_ready(t, compute);
+      return;
+    }
+    case residency::absent:
+      break;
+  }
+  throw std::logic_error("executor: step " + std::to_string(step + 1) + " reads " + table_[t].name +
+                         ", which is not alive");
+}
+
+// In backward, start copying back the tensors in host memory that the backward steps of the
+// next `prefetch_distance` checkpoint layers read, into memory the heap can give without
+// evicting anything (a prefetch must not push out what is needed sooner).
+void executor::prefetch_ahead(std::size_t step) {
+  if (!transfers_) return;
+  stream& compute = dev_.get_stream(stream_role::compute);
+  int checkpoints = 0;
+  bool recorded = false;
+  for (std::size_t s = step + 1; s < route_.step_count(); ++s) {
+    const layer& l = net_[route_.at(s).layer];
+    for (const auto& a : table_.accesses(s)) {
+      const tensor_id t = a.tensor;
+      if (state_[t] != residency::on_host) continue;
+      void* p = heap_->try_allocate(table_[t].bytes);
+      if (p == nullptr) return;  // no room now; ensure_resident fetches it when needed
+      if (!recorded) compute.record(*transfers_->ready), recorded = true;
+      transfers_->engine.prefetch(t, p, transfers_->ready.get());
+      aside_ptr_[t] = p;
+      state_[t] = residency::prefetching;
+      bytes_live_ += table_[t].bytes;
+      ++tensors_live_;
+    }
+    if (l.cost == cost_class::checkpoint && l.type != layer_type::data &&
+        ++checkpoints >= options_.prefetch_distance) {
+      return;
+    }
+  }
 }
 
 void executor::initialize_persistent() {
-  for (tensor_id t : plan_.persistent) allocate_tensor(t, route_.step_count());
+  for (tensor_id t : plan_.persistent) allocate_persistent(t);
   if (!dev_.touches_memory()) return;
   // Values are a pure function of (seed, tensor, element), so every policy starts equal.
   stream& compute = dev_.get_stream(stream_role::compute);
@@ -176,7 +428,7 @@ void executor::initialize_persistent() {
     } else if (suffix == "gamma" || suffix == "running_var") {
       std::fill(v.begin(), v.end(), 1.0f);
     }
-    compute.copy_async(ptr_[info.id], v.data(), info.bytes, copy_kind::host_to_device);
+    compute.copy_async(persistent_ptr_[info.id], v.data(), info.bytes, copy_kind::host_to_device);
   }
   compute.synchronize();
 }
@@ -192,8 +444,12 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   tensors_allocated_ = 0;
   bookkeeping_s_ = 0;
   loss_ = 0;
+  cache_->reset_stats();
+  if (transfers_) transfers_->engine.reset_stats();
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
+  reap_offloads(0, true);
   compute.synchronize();
+  if (transfers_) transfers_->engine.check();
   simulated_s_ = compute.simulated_time_s() - sim_start;
   return loss_;
 }
@@ -204,11 +460,35 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   const layer& l = net_[rs.layer];
   const layer_tensors& lt = table_.of(l.id);
   const step_plan& sp = plan_.steps[s];
-  for (tensor_id t : sp.allocate) allocate_tensor(t, s);
-  tensors_allocated_ += sp.allocate.size();
-
   const bool forward = rs.direction == pass::forward;
-  // Functional tensors first; then the convolution's workspace from what is left.
+  reap_offloads(s, false);
+
+  // 1. What the step reads must be on the device; what it writes first is born here. Each
+  //    is locked at once, so making room for the next cannot evict it.
+  std::vector<tensor_id> locked;
+  const auto accesses = table_.accesses(s);
+  for (const auto& a : accesses) {
+    const tensor_id t = a.tensor;
+    // Persistent tensors are always on the device; workspace placeholders (0 bytes) are
+    // taken at the step by workspace selection instead.
+    if (table_[t].persistent || table_[t].bytes == 0) continue;
+    if (state_[t] == residency::absent) {
+      allocate_transient(t, s);
+      ++tensors_allocated_;
+    } else {
+      ensure_resident(t, s);
+    }
+    // A tensor written or accumulated here changes: a host copy of it is stale.
+    if (transfers_ && a.mode != access_mode::read) transfers_->engine.drop_host(t);
+    cache_->lock(t);
+    locked.push_back(t);
+  }
+  // Under baseline, everything of the iteration is born at the first step.
+  for (tensor_id t : sp.allocate) {
+    if (state_[t] == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
+  }
+
+  // 2. Functional tensors first; then the convolution's workspace from what is left.
   conv_step conv;
   void* workspace = nullptr;
   if (l.type == layer_type::conv && table_.has_work(s)) {
@@ -217,13 +497,14 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     if (conv.workspace_bytes != 0) {
       workspace = heap_->try_allocate(conv.workspace_bytes);
       if (workspace == nullptr) {
-        if (options_.conv_ws.mode == conv_ws_mode::max) {
-          const heap_stats st = heap_->stats();
-          throw out_of_memory("out of budget at step " + std::to_string(s + 1) + " (" + l.name +
-                                  "): MEMWEAVE_CONV_WS=max wants a workspace of " +
-                                  format_bytes(conv.workspace_bytes) + " for " + conv.name + "; " +
-                                  heap_->describe_failure(conv.workspace_bytes),
-                              conv.workspace_bytes, st.free_bytes, st.largest_free_run);
+        // max and fixed promise an algorithm: falling back would silently change it (and
+        // with it the results' last bits, which the oracle compares).
+        if (options_.conv_ws.mode == conv_ws_mode::max ||
+            options_.conv_ws.mode == conv_ws_mode::fixed) {
+          throw_out_of_budget(s,
+                              "MEMWEAVE_CONV_WS=" + options_.conv_ws.mode_name() +
+                                  ": the workspace of " + conv.name,
+                              conv.workspace_bytes);
         }
         conv = conv_step{};  // the no-workspace algorithm always runs
         conv.name = forward ? "direct" : "direct/direct";
@@ -242,6 +523,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.algorithm = conv.name;
   steps_.push_back(std::move(rec));
 
+  // 3. The kernel.
   stream& compute = dev_.get_stream(stream_role::compute);
   if (table_.has_work(s)) {
     std::vector<shape4> in_shapes;
@@ -260,14 +542,13 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       const shape4 img = l.output_shape;
       staging_.resize(static_cast<std::size_t>(img.count() + img.n));
       data->fill(iteration, img.n, staging_.data(), staging_.data() + img.count());
-      compute.copy_async(ptr_[lt.output], staging_.data(), img.bytes(), copy_kind::host_to_device);
-      compute.copy_async(ptr_[lt.labels], staging_.data() + img.count(),
+      compute.copy_async(device_ptr(lt.output), staging_.data(), img.bytes(),
+                         copy_kind::host_to_device);
+      compute.copy_async(device_ptr(lt.labels), staging_.data() + img.count(),
                          static_cast<std::size_t>(img.n) * sizeof(float),
                          copy_kind::host_to_device);
     } else {
-      auto f = [this](tensor_id t) {
-        return t == invalid_tensor ? nullptr : static_cast<float*>(ptr_[t]);
-      };
+      auto f = [this](tensor_id t) { return static_cast<float*>(device_ptr(t)); };
       layers::step_io io;
       io.l = &l;
       io.input_shapes = std::move(in_shapes);
@@ -285,7 +566,6 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       io.filter_algo = conv.filter.algo;
       io.filter_chunk = conv.filter.chunk;
       io.seed = mix(mix(options_.seed * 1000003u + l.id) + static_cast<std::uint64_t>(iteration));
-      const auto accesses = table_.accesses(s);
       std::vector<std::pair<float*, float*>> updates;  // (gradient, weight) for the solver
       std::vector<float*> momenta;
       std::vector<std::size_t> counts;
@@ -324,9 +604,26 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       });
     }
   }
-  if (workspace != nullptr) (void)heap_->deallocate(workspace);  // stream order keeps it safe
+
+  // 4. Unlock; give back the workspace and what dies here (stream order keeps it safe).
+  for (tensor_id t : locked) cache_->unlock(t);
+  if (workspace != nullptr) (void)heap_->deallocate(workspace);
   bytes_live_ -= conv.workspace_bytes;
-  for (tensor_id t : sp.free) free_tensor(t);
+  for (tensor_id t : sp.free) free_transient(t);
+
+  // 5. Move what the policy moves.
+  if (options_.policy.offload_checkpoints && forward) {
+    for (const auto& a : accesses) {
+      const tensor_id t = a.tensor;
+      if (offload_candidate_[t] && last_forward_use_[t] == s && state_[t] == residency::resident) {
+        start_offload(t);
+        offloads_due_[std::min(s + static_cast<std::size_t>(std::max(1, options_.offload_lag)),
+                               offloads_due_.size() - 1)]
+            .push_back(t);
+      }
+    }
+  }
+  if (!forward) prefetch_ahead(s);
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
@@ -371,7 +668,7 @@ executor::conv_step executor::choose_conv(const layer& l, bool forward, bool inp
 
 policy_report executor::report() const {
   policy_report r;
-  r.policy = to_string(options_.policy);
+  r.policy = options_.policy.name;
   r.max_layer_bytes = layer_memory_->max_layer_bytes();
   r.persistent_bytes = plan_.persistent_bytes;
   r.tensors_allocated = tensors_allocated_;
@@ -382,19 +679,36 @@ policy_report executor::report() const {
   if (!steps_.empty()) {
     r.bookkeeping_us_per_step = 1e6 * bookkeeping_s_ / static_cast<double>(steps_.size());
   }
+  if (transfers_) {
+    const transfer_stats ts = transfers_->engine.stats();
+    r.bytes_offloaded = ts.bytes_offloaded;
+    r.bytes_prefetched = ts.bytes_prefetched;
+    r.transfer_wait_s = ts.wait_seconds;
+  }
+  const tensor_cache_stats cs = cache_->stats();
+  r.cache_hits = cs.hits;
+  r.cache_misses = cs.misses;
+  r.evictions = cs.evictions;
   if (!dev_.touches_memory()) r.seconds_per_iteration = simulated_s_;
   r.steps = steps_;
   return r;
 }
 
+void executor::set_transfer_faults(const transfer_faults& faults) {
+  MEMWEAVE_EXPECTS(transfers_ != nullptr,
+                   "policy " + options_.policy.name + " moves no tensors: no transfers to fail");
+  transfers_->engine.set_faults(faults);
+}
+
 std::vector<float> executor::read_tensor(tensor_id t) const {
-  MEMWEAVE_EXPECTS(t < ptr_.size(), "tensor id " + std::to_string(t) + " is out of range");
-  MEMWEAVE_EXPECTS(ptr_[t] != nullptr, "tensor " + table_[t].name + " is not resident");
+  MEMWEAVE_EXPECTS(t < state_.size(), "tensor id " + std::to_string(t) + " is out of range");
+  void* p = device_ptr(t);
+  MEMWEAVE_EXPECTS(p != nullptr, "tensor " + table_[t].name + " is not resident");
   MEMWEAVE_EXPECTS(dev_.touches_memory(), "the " + std::string(to_string(dev_.kind())) +
                                               " device holds no values to read");
   std::vector<float> out(table_[t].bytes / sizeof(float));
   stream& compute = dev_.get_stream(stream_role::compute);
-  compute.copy_async(out.data(), ptr_[t], table_[t].bytes, copy_kind::device_to_host);
+  compute.copy_async(out.data(), p, table_[t].bytes, copy_kind::device_to_host);
   compute.synchronize();
   return out;
 }

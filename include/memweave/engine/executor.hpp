@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "memweave/alloc/device_heap.hpp"
+#include "memweave/cache/tensor_cache.hpp"
 #include "memweave/conv_workspace/conv_workspace_selector.hpp"
 #include "memweave/device/device.hpp"
 #include "memweave/engine/data_source.hpp"
@@ -28,14 +29,31 @@
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/run_report.hpp"
 #include "memweave/engine/tensor_table.hpp"
+#include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
 
-/// "baseline" or "liveness" (case-sensitive); invalid_argument listing them otherwise.
-memory_policy parse_memory_policy(const std::string& name);
+/// Which memory techniques a run uses (`--policy`, MEMWEAVE_POLICY):
+///   baseline  every transient tensor lives for the whole iteration (the paper's baseline);
+///   liveness  each lives from its first to its last use (§3.2);
+///   offload   liveness + every checkpoint (CONV) output goes to host memory after its last
+///             forward use and comes back, prefetched, in backward (vDNN-like: no cache);
+///   utp       liveness + the tensor cache: tensors stay on the device while they fit; when
+///             the heap cannot serve, unlocked tensors leave for host memory from the LRU
+///             end, and come back prefetched ahead of use (§3.3).
+struct executor_policy {
+  std::string name = "liveness";
+  memory_policy plan = memory_policy::liveness;  ///< when transient tensors are born and die
+  bool offload_checkpoints = false;  ///< proactive offload of checkpoint outputs (offload)
+  bool evict_to_host = false;        ///< the tensor cache may evict to host memory (utp)
+  /// Parses a policy name; invalid_argument listing the known ones otherwise.
+  static executor_policy parse(const std::string& name);
+  /// Whether tensors may move to host memory (a transfer engine and host pool are needed).
+  bool moves_tensors() const noexcept { return offload_checkpoints || evict_to_host; }
+};
 
 struct executor_options {
-  memory_policy policy = memory_policy::liveness;
+  executor_policy policy = {};
   /// The heap's arena: everything the network needs (parameters, momenta, activations,
   /// gradients, workspaces) must fit in it. 0 = heap_options' default (a fraction of the
   /// device's free memory).
@@ -55,6 +73,17 @@ struct executor_options {
   float weight_decay = 5e-4f;
   /// Seeds the parameters' initial values and the dropout masks.
   std::uint64_t seed = 1;
+  /// offload/utp: in backward, tensors in host memory are prefetched for the backward steps
+  /// of this many checkpoint (CONV/FC) layers ahead (the paper: the previous checkpoint's).
+  int prefetch_distance = 1;
+  /// offload: an offload started after step s is waited for, and its device memory freed,
+  /// at the start of step s + offload_lag (deterministic, so plan and train agree; 2 lets
+  /// the copy run under the next layer's kernel).
+  int offload_lag = 2;
+  /// Pinned host memory for offloaded tensors (0 = MEMWEAVE_HOST_POOL_BYTES).
+  std::size_t host_pool_bytes = 0;
+  /// Transfer settings (verification; MEMWEAVE_VERIFY_TRANSFERS).
+  bool verify_transfers = false;
 };
 
 class executor {
@@ -86,20 +115,44 @@ class executor {
   const layer_memory& memory() const noexcept { return *layer_memory_; }
   const device_heap& heap() const noexcept { return *heap_; }
   const conv_workspace_selector& workspace_selector() const noexcept { return *selector_; }
+  const tensor_cache& cache() const noexcept { return *cache_; }
 
   /// A copy of tensor `t` (resident persistent tensors: parameters, momenta, running stats).
   /// Throws invalid_argument when it is not resident or the device touches no memory.
   std::vector<float> read_tensor(tensor_id t) const;
+  /// Fault injection into the transfer engine (tests); invalid_argument when the policy
+  /// moves no tensors.
+  void set_transfer_faults(const transfer_faults& faults);
   /// Every persistent tensor, in tensor-id order (for bit-identity comparisons).
   std::vector<std::vector<float>> read_persistent() const;
 
  private:
-  void allocate_tensor(tensor_id t, std::size_t step);
-  void free_tensor(tensor_id t) noexcept;
+  /// Where a transient tensor is now.
+  enum class residency : std::uint8_t {
+    absent,       ///< not born yet, or dead
+    resident,     ///< in the tensor cache (device memory)
+    offloading,   ///< offload policy: copy to host in flight, device memory held aside
+    on_host,      ///< only the host copy exists
+    prefetching,  ///< copy back in flight into device memory held aside
+  };
+  struct conv_step;
+  struct kernel_state;
+  struct transfers;
+
+  void allocate_persistent(tensor_id t);
+  void* allocate_transient(tensor_id t, std::size_t step);
+  void free_transient(tensor_id t) noexcept;
+  void ensure_resident(tensor_id t, std::size_t step);
+  bool evict(tensor_id t, void* ptr, std::size_t bytes);
+  void start_offload(tensor_id t);
+  void reap_offloads(std::size_t step, bool all);
+  void prefetch_ahead(std::size_t step);
+  void* device_ptr(tensor_id t) const;
   void initialize_persistent();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
-  struct conv_step;
   conv_step choose_conv(const layer& l, bool forward, bool input_has_gradient);
+  [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
+                                        std::size_t bytes) const;
 
   const network& net_;
   device& dev_;
@@ -111,12 +164,18 @@ class executor {
   memory_plan plan_;
   std::unique_ptr<device_heap> heap_;
   std::unique_ptr<conv_workspace_selector> selector_;
-  struct kernel_state;
   std::unique_ptr<kernel_state> kernels_;
+  std::unique_ptr<tensor_cache> cache_;   // transient tensors' device memory
+  std::unique_ptr<transfers> transfers_;  // offload/utp only
 
-  std::vector<void*> ptr_;               // device pointer of each tensor (null when not resident)
-  std::size_t bytes_live_ = 0;           // exact bytes of resident tensors
-  std::size_t tensors_live_ = 0;         // resident tensors
+  std::vector<void*> persistent_ptr_;                 // parameters, momenta, running stats
+  std::vector<residency> state_;                      // per tensor (transient ones)
+  std::vector<void*> aside_ptr_;                      // device memory held outside the cache
+  std::vector<std::size_t> last_forward_use_;         // per tensor: last forward step touching it
+  std::vector<bool> offload_candidate_;               // offload policy: checkpoint outputs
+  std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
+  std::size_t bytes_live_ = 0;           // exact bytes of device memory held for tensors
+  std::size_t tensors_live_ = 0;         // tensors holding device memory
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
   double bookkeeping_s_ = 0;    // host time outside kernels, last iteration

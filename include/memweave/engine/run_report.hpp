@@ -35,6 +35,10 @@ struct policy_report {
   std::uint64_t bytes_offloaded = 0;     ///< device->host bytes in one iteration
   std::uint64_t bytes_prefetched = 0;    ///< host->device bytes in one iteration
   std::uint64_t recomputations = 0;      ///< extra forward layer computations per iteration
+  std::uint64_t cache_hits = 0;          ///< tensor cache: tensors found resident
+  std::uint64_t cache_misses = 0;        ///< tensor cache: tensors brought back
+  std::uint64_t evictions = 0;           ///< tensor cache: tensors pushed out to make room
+  double transfer_wait_s = 0.0;          ///< seconds the step loop blocked on transfers
   double images_per_s = 0.0;             ///< train only
   double seconds_per_iteration = 0.0;    ///< train: measured; plan: simulated
   double bookkeeping_us_per_step = 0.0;  ///< time the engine spends outside kernels per step

@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +50,9 @@ inline void expect_bit_identical(const training_result& a, const training_result
                                  const std::string& what) {
   ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
   for (std::size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_EQ(a.losses[i], b.losses[i]) << what << ": loss of iteration " << i;
+    EXPECT_EQ(a.losses[i], b.losses[i])
+        << what << ": loss of iteration " << i << std::setprecision(17) << " " << a.losses[i]
+        << " vs " << b.losses[i];
   }
   ASSERT_EQ(a.persistent.size(), b.persistent.size()) << what;
   for (std::size_t t = 0; t < a.persistent.size(); ++t) {
@@ -57,6 +61,42 @@ inline void expect_bit_identical(const training_result& a, const training_result
                                   a.persistent[t].size() * sizeof(float)) == 0;
     EXPECT_TRUE(same) << what << ": persistent tensor #" << t << " differs";
   }
+}
+
+/// Options for `policy` under `budget` (0 = none), one fixed convolution algorithm (the
+/// oracle needs it: algorithms round differently), 2 kernel threads.
+inline executor_options policy_options(const std::string& policy, std::size_t budget = 0,
+                                       const std::string& conv_ws = "fixed:im2col_image") {
+  executor_options o;
+  o.policy = executor_policy::parse(policy);
+  o.budget_bytes = budget;
+  o.threads = 2;
+  o.conv_ws = conv_ws_options::parse(conv_ws, "test");
+  o.host_pool_bytes = std::size_t{256} << 20;
+  return o;
+}
+
+/// The smallest budget (to 4 KiB) in which `options` runs one iteration of `net` on the
+/// null device (the same executor as on host: the heap sees the same sequence).
+inline std::size_t smallest_budget(const network& net, executor_options options) {
+  auto run = [&](std::size_t budget) {
+    try {
+      auto d = make_test_device("null", std::size_t{1} << 40);
+      options.budget_bytes = budget;
+      executor ex(net, *d, options);
+      ex.run_iteration(nullptr, 0);
+      return std::optional<std::size_t>(ex.report().peak_bytes);
+    } catch (const std::exception&) {
+      return std::optional<std::size_t>();
+    }
+  };
+  const std::size_t ample = *run(0);
+  std::size_t lo = 0, hi = 2 * ample;
+  while (hi - lo > 4096) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (run(mid) ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 /// A small version of a zoo network (full topology, few channels, small images).

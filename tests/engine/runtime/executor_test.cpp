@@ -18,10 +18,10 @@ std::string error_text(const std::function<void()>& f) {
   return "(no exception)";
 }
 
-executor_options options_for(memory_policy p, std::size_t budget = 0,
+executor_options options_for(const std::string& p, std::size_t budget = 0,
                              const std::string& conv_ws = "fixed:im2col_image") {
   executor_options o;
-  o.policy = p;
+  o.policy = executor_policy::parse(p);
   o.budget_bytes = budget;
   o.threads = 2;
   o.conv_ws = conv_ws_options::parse(conv_ws, "test");
@@ -30,7 +30,7 @@ executor_options options_for(memory_policy p, std::size_t budget = 0,
 
 TEST(executor_test, measured_bytes_equal_the_liveness_plan_at_every_step) {
   const network net = test::small_zoo("resnet50");
-  for (auto policy : {memory_policy::baseline, memory_policy::liveness}) {
+  for (std::string policy : {"baseline", "liveness"}) {
     auto dev = test::make_test_device("host");
     auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
     executor ex(net, *dev, options_for(policy));
@@ -52,7 +52,7 @@ TEST(executor_test, measured_bytes_equal_the_liveness_plan_at_every_step) {
 
 TEST(executor_test, plan_on_null_and_train_on_host_agree_on_every_step) {
   const network net = test::small_zoo("inception_v4");
-  for (auto policy : {memory_policy::baseline, memory_policy::liveness}) {
+  for (std::string policy : {"baseline", "liveness"}) {
     auto host = test::make_test_device("host");
     auto null = test::make_test_device("null");
     auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
@@ -76,10 +76,10 @@ TEST(executor_test, plan_on_null_and_train_on_host_agree_on_every_step) {
 TEST(executor_test, liveness_peak_is_below_baseline_and_at_least_the_largest_layer) {
   const network net = test::small_zoo("vgg16");
   auto dev = test::make_test_device("null");
-  executor base(net, *dev, options_for(memory_policy::baseline));
+  executor base(net, *dev, options_for("baseline"));
   base.run_iteration(nullptr, 0);
   auto dev2 = test::make_test_device("null");
-  executor live(net, *dev2, options_for(memory_policy::liveness));
+  executor live(net, *dev2, options_for("liveness"));
   live.run_iteration(nullptr, 0);
   EXPECT_LT(live.report().peak_live_bytes, base.report().peak_live_bytes);
   EXPECT_GE(live.report().peak_live_bytes, live.report().max_layer_bytes);
@@ -100,7 +100,7 @@ TEST(executor_test, loss_falls_on_the_synthetic_task) {
   auto logits = b.fc(h, fc_params{4, true});
   b.softmax_loss(logits);
   const network net = std::move(b).build();
-  auto o = options_for(memory_policy::liveness);
+  auto o = options_for("liveness");
   o.learning_rate = 0.05f;
   const auto r = test::train(net, o, 200);
   double first = 0, last = 0;
@@ -113,7 +113,7 @@ TEST(executor_test, budget_below_any_policy_is_a_clear_error) {
   const network net = test::small_zoo("resnet50");
   auto dev = test::make_test_device("host");
   const std::string msg =
-      error_text([&] { executor ex(net, *dev, options_for(memory_policy::liveness, 64 * 1024)); });
+      error_text([&] { executor ex(net, *dev, options_for("liveness", 64 * 1024)); });
   EXPECT_NE(msg.find("below what any policy can run"), std::string::npos) << msg;
   EXPECT_NE(msg.find("raise --budget to at least"), std::string::npos) << msg;
 }
@@ -122,19 +122,19 @@ TEST(executor_test, budget_larger_than_the_device_is_a_clear_error) {
   const network net = test::small_zoo("resnet50");
   auto dev = test::make_test_device("host", 256u << 20);
   const std::string msg =
-      error_text([&] { executor ex(net, *dev, options_for(memory_policy::liveness, 1u << 30)); });
+      error_text([&] { executor ex(net, *dev, options_for("liveness", 1u << 30)); });
   EXPECT_NE(msg.find("exceeds the device's free memory"), std::string::npos) << msg;
 }
 
 TEST(executor_test, baseline_out_of_budget_names_step_and_tensor_where_liveness_fits) {
   const network net = test::small_zoo("vgg16");
   auto null = test::make_test_device("null");
-  executor live(net, *null, options_for(memory_policy::liveness));
+  executor live(net, *null, options_for("liveness"));
   live.run_iteration(nullptr, 0);
   const std::size_t budget = live.report().peak_bytes + (256 << 10);
   auto dev = test::make_test_device("host");
   auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
-  executor base(net, *dev, options_for(memory_policy::baseline, budget));
+  executor base(net, *dev, options_for("baseline", budget));
   try {
     base.run_iteration(data.get(), 0);
     FAIL() << "baseline fit in the liveness budget";
@@ -144,29 +144,12 @@ TEST(executor_test, baseline_out_of_budget_names_step_and_tensor_where_liveness_
     EXPECT_NE(msg.find("tensor"), std::string::npos) << msg;
     EXPECT_GT(e.requested(), e.largest_free_run());
   }
-  executor fits(net, *dev, options_for(memory_policy::liveness, budget));
+  executor fits(net, *dev, options_for("liveness", budget));
   EXPECT_TRUE(std::isfinite(fits.run_iteration(data.get(), 0)));
 }
 
-// The smallest budget (to 4 KiB) in which `mode` runs one iteration on the null device.
 std::size_t smallest_budget(const network& net, const std::string& mode) {
-  auto dev = test::make_test_device("null", std::size_t{1} << 40);
-  executor probe(net, *dev, options_for(memory_policy::liveness, 0, mode));
-  probe.run_iteration(nullptr, 0);
-  std::size_t lo = probe.report().peak_bytes - 1, hi = 2 * probe.report().peak_bytes;
-  while (hi - lo > 4096) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    bool fits = true;
-    try {
-      auto d = test::make_test_device("null", std::size_t{1} << 40);
-      executor ex(net, *d, options_for(memory_policy::liveness, mid, mode));
-      ex.run_iteration(nullptr, 0);
-    } catch (const std::exception&) {
-      fits = false;
-    }
-    (fits ? hi : lo) = mid;
-  }
-  return hi;
+  return test::smallest_budget(net, options_for("liveness", 0, mode));
 }
 
 TEST(executor_test, tight_budget_shrinks_convolution_workspaces_and_still_runs) {
@@ -175,14 +158,14 @@ TEST(executor_test, tight_budget_shrinks_convolution_workspaces_and_still_runs) 
   {  // On the host backend, with measured times, training runs at that budget.
     auto host = test::make_test_device("host");
     auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
-    executor ex(net, *host, options_for(memory_policy::liveness, tight, "dynamic"));
+    executor ex(net, *host, options_for("liveness", tight, "dynamic"));
     EXPECT_TRUE(std::isfinite(ex.run_iteration(data.get(), 0)));
   }
   // On the null device the model makes larger workspaces faster, so the choice is decided
   // by the memory free alone.
   auto zero_workspace_steps = [&](std::size_t budget) {
     auto dev = test::make_test_device("null", std::size_t{1} << 40);
-    executor ex(net, *dev, options_for(memory_policy::liveness, budget, "dynamic"));
+    executor ex(net, *dev, options_for("liveness", budget, "dynamic"));
     ex.run_iteration(nullptr, 0);
     std::vector<std::size_t> ws;
     for (const auto& r : ex.steps()) {
@@ -209,7 +192,7 @@ TEST(executor_test, ample_budget_takes_the_fastest_measured_algorithm) {
   const network net = test::small_zoo("resnet50", 8);
   auto dev = test::make_test_device("host");
   auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
-  executor ex(net, *dev, options_for(memory_policy::liveness, 0, "dynamic"));
+  executor ex(net, *dev, options_for("liveness", 0, "dynamic"));
   ex.run_iteration(data.get(), 0);
   const auto& selector = ex.workspace_selector();
   EXPECT_GT(selector.measured(), 0u);
@@ -239,7 +222,7 @@ TEST(executor_test, ample_budget_takes_the_fastest_measured_algorithm) {
 TEST(executor_test, max_mode_fails_a_step_whose_workspace_does_not_fit) {
   const network net = test::small_zoo("resnet50", 4);
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
-  executor ex(net, *dev, options_for(memory_policy::liveness, smallest_budget(net, "none"), "max"));
+  executor ex(net, *dev, options_for("liveness", smallest_budget(net, "none"), "max"));
   try {
     ex.run_iteration(nullptr, 0);
     FAIL() << "max mode fit without room for workspaces";

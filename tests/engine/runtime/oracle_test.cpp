@@ -9,9 +9,9 @@ namespace {
 using test::expect_bit_identical;
 using test::train;
 
-executor_options with_policy(memory_policy p, std::size_t budget = 0) {
+executor_options with_policy(const std::string& p, std::size_t budget = 0) {
   executor_options o;
-  o.policy = p;
+  o.policy = executor_policy::parse(p);
   o.budget_bytes = budget;
   o.threads = 2;
   // One algorithm everywhere: different algorithms sum in different orders.
@@ -23,8 +23,8 @@ class zoo_oracle_test : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(zoo_oracle_test, liveness_is_bit_identical_to_baseline) {
   const network net = test::small_zoo(GetParam());
-  const auto reference = train(net, with_policy(memory_policy::baseline), 2);
-  const auto live = train(net, with_policy(memory_policy::liveness), 2);
+  const auto reference = train(net, with_policy("baseline"), 2);
+  const auto live = train(net, with_policy("liveness"), 2);
   expect_bit_identical(reference, live, GetParam());
   for (double l : reference.losses) EXPECT_TRUE(std::isfinite(l)) << GetParam();
 }
@@ -46,14 +46,14 @@ TEST(random_dag_oracle_test, liveness_under_tight_budget_is_bit_identical_to_bas
     o.layers = 25;
     o.all_types = seed % 2 == 0;
     const network net = make_random_dag(o);
-    const auto reference = train(net, with_policy(memory_policy::baseline), 3);
+    const auto reference = train(net, with_policy("baseline"), 3);
     // The liveness plan's own peak plus a little slack for block rounding: as tight as it
     // can run.
     auto dev = test::make_test_device("null");
-    executor probe(net, *dev, with_policy(memory_policy::liveness));
+    executor probe(net, *dev, with_policy("liveness"));
     probe.run_iteration(nullptr, 0);
     const std::size_t tight = probe.report().peak_bytes + 64 * 1024;
-    const auto live = train(net, with_policy(memory_policy::liveness, tight), 3);
+    const auto live = train(net, with_policy("liveness", tight), 3);
     expect_bit_identical(reference, live, net.name());
   }
 }

@@ -1,0 +1,47 @@
+// Activations: cuDNN forward, custom backward (see act.hpp for why). Thread safety: none of
+// its own.
+#include "engine/kernels/cuda/act.hpp"
+
+#include "engine/kernels/cuda/cudnn_descriptors.hpp"
+#include "engine/kernels/cuda/custom_kernels.hpp"
+
+namespace memweave::kernels::cuda {
+
+using detail::k_one;
+using detail::k_zero;
+
+namespace {
+
+void set_mode(const detail::activation_descriptor& d, const act_params& p) {
+  MEMWEAVE_CUDNN_CHECK(cudnnSetActivationDescriptor(
+      d.get(), p.mode == act_mode::relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_TANH,
+      CUDNN_NOT_PROPAGATE_NAN, 0.0));
+}
+
+}  // namespace
+
+void act_forward(cuda_kernel_context& ctx, const shape4& s, const act_params& p, const float* x,
+                 float* y) {
+  const char* kernel = "act_forward";
+  detail::check_shape(kernel, s);
+  detail::check_pointer(kernel, "x", x);
+  detail::check_pointer(kernel, "y", y);
+  const detail::tensor_descriptor t(s);
+  const detail::activation_descriptor a;
+  set_mode(a, p);
+  MEMWEAVE_CUDNN_CHECK(
+      cudnnActivationForward(ctx.cudnn(), a.get(), &k_one, t.get(), x, &k_zero, t.get(), y));
+}
+
+void act_backward(cuda_kernel_context& ctx, const shape4& s, const act_params& p, const float* y,
+                  const float* dy, float* dx, bool accumulate) {
+  const char* kernel = "act_backward";
+  detail::check_shape(kernel, s);
+  detail::check_pointer(kernel, "y", y);
+  detail::check_pointer(kernel, "dy", dy);
+  detail::check_pointer(kernel, "dx", dx);
+  detail::launch_act_backward(ctx.stream(), s.count(), p.mode == act_mode::relu, y, dy, dx,
+                              accumulate);
+}
+
+}  // namespace memweave::kernels::cuda

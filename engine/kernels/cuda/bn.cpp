@@ -1,0 +1,103 @@
+// cuDNN batch normalization (spatial). Invariants: the parameter descriptor is (1, c, 1, 1)
+// (what cudnnDeriveBNTensorDescriptor gives for SPATIAL); epsilon is the layer's, the same
+// in forward and backward. Thread safety: none of its own.
+#include "engine/kernels/cuda/bn.hpp"
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "engine/kernels/cuda/cudnn_descriptors.hpp"
+#include "engine/kernels/cuda/custom_kernels.hpp"
+
+namespace memweave::kernels::cuda {
+
+using detail::k_one;
+using detail::k_zero;
+
+namespace {
+
+void check_params(const char* kernel, const shape4& in, const bn_params& p) {
+  detail::check_shape(kernel, in);
+  MEMWEAVE_EXPECTS(p.epsilon > 0.0f && std::isfinite(p.epsilon),
+                   std::string(kernel) + ": epsilon = " + std::to_string(p.epsilon) +
+                       "; expected a small positive number such as 1e-5");
+}
+
+void check_pointers(const char* kernel,
+                    std::initializer_list<std::pair<const char*, const void*>> list) {
+  for (const auto& [name, ptr] : list) detail::check_pointer(kernel, name, ptr);
+}
+
+}  // namespace
+
+void bn_forward_training(cuda_kernel_context& ctx, const shape4& in, const bn_params& p,
+                         const float* x, const float* gamma, const float* beta, float* y,
+                         float* saved_mean, float* saved_invstd, float* running_mean,
+                         float* running_var) {
+  const char* kernel = "bn_forward_training";
+  check_params(kernel, in, p);
+  check_pointers(kernel, {{"x", x},
+                          {"gamma", gamma},
+                          {"beta", beta},
+                          {"y", y},
+                          {"saved_mean", saved_mean},
+                          {"saved_invstd", saved_invstd}});
+  MEMWEAVE_EXPECTS((running_mean == nullptr) == (running_var == nullptr),
+                   std::string(kernel) +
+                       ": one running statistic given without the other; pass both "
+                       "running_mean and running_var, or neither");
+  const detail::tensor_descriptor t(in);
+  const detail::tensor_descriptor c(shape4{1, in.c, 1, 1});
+  MEMWEAVE_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+      ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, t.get(), x, t.get(), y, c.get(), gamma,
+      beta, static_cast<double>(p.momentum), running_mean, running_var,
+      static_cast<double>(p.epsilon), saved_mean, saved_invstd));
+}
+
+void bn_forward_inference(cuda_kernel_context& ctx, const shape4& in, const bn_params& p,
+                          const float* x, const float* gamma, const float* beta,
+                          const float* running_mean, const float* running_var, float* y) {
+  const char* kernel = "bn_forward_inference";
+  check_params(kernel, in, p);
+  check_pointers(kernel, {{"x", x},
+                          {"gamma", gamma},
+                          {"beta", beta},
+                          {"running_mean", running_mean},
+                          {"running_var", running_var},
+                          {"y", y}});
+  const detail::tensor_descriptor t(in);
+  const detail::tensor_descriptor c(shape4{1, in.c, 1, 1});
+  MEMWEAVE_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
+      ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &k_one, &k_zero, t.get(), x, t.get(), y, c.get(), gamma,
+      beta, running_mean, running_var, static_cast<double>(p.epsilon)));
+}
+
+void bn_backward(cuda_kernel_context& ctx, const shape4& in, const bn_params& p, const float* x,
+                 const float* saved_mean, const float* saved_invstd, const float* gamma,
+                 const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate) {
+  const char* kernel = "bn_backward";
+  check_params(kernel, in, p);
+  check_pointers(kernel, {{"x", x},
+                          {"saved_mean", saved_mean},
+                          {"saved_invstd", saved_invstd},
+                          {"gamma", gamma},
+                          {"dy", dy},
+                          {"dgamma", dgamma},
+                          {"dbeta", dbeta}});
+  if (dx == nullptr) {
+    // cuDNN always writes dx; without one, only the parameter gradients are computed.
+    detail::launch_bn_param_grads(ctx.stream(), in.n, in.c, in.h * in.w, x, saved_mean,
+                                  saved_invstd, dy, dgamma, dbeta);
+    return;
+  }
+  const detail::tensor_descriptor t(in);
+  const detail::tensor_descriptor c(shape4{1, in.c, 1, 1});
+  MEMWEAVE_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      ctx.cudnn(), CUDNN_BATCHNORM_SPATIAL, &k_one, detail::beta_for(accumulate), &k_one, &k_zero,
+      t.get(), x, t.get(), dy, t.get(), dx, c.get(), gamma, dgamma, dbeta,
+      static_cast<double>(p.epsilon), saved_mean, saved_invstd));
+}
+
+}  // namespace memweave::kernels::cuda

@@ -1,0 +1,286 @@
+// The custom CUDA kernels of the cuda backend (what cuDNN and cuBLAS lack) and their
+// launchers.
+//
+// Invariants:
+//   - element-wise kernels evaluate the host kernels' expressions in the same order with
+//     every operation rounded on its own (__fmul_rn, __fadd_rn, ... never contract into an
+//     FMA), so for equal inputs they give the host's bits;
+//   - the dropout hash is the host's (engine/kernels/host/dropout.cpp): two rounds of the
+//     splitmix64 finalizer, the mask bit-identical to the host mask for a seed;
+//   - reductions have one fixed order: a thread's elements in index order, then a shared
+//     memory tree; one block for the loss, one block per channel for BN. Deterministic.
+// Thread safety: launchers are free functions over caller memory; none has state.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "device/cuda/cuda_check.hpp"
+#include "engine/kernels/cuda/custom_kernels.hpp"
+
+namespace memweave::kernels::cuda::detail {
+
+namespace {
+
+using std::int64_t;
+
+constexpr unsigned k_threads = 256;
+
+unsigned grid_for(int64_t count) {
+  const int64_t b = (count + k_threads - 1) / k_threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+
+// A failed launch (bad configuration, no device) is reported here, naming the kernel,
+// rather than at some later synchronization.
+void check_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) ::memweave::cuda_backend::throw_cuda_error(e, kernel, __FILE__, __LINE__);
+}
+
+// The host's mix64 (splitmix64's finalizer after the golden-ratio increment).
+__device__ __host__ inline std::uint64_t mix64(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void dropout_forward_kernel(int64_t count, std::uint64_t seed_hash, float ratio,
+                                       float keep, const float* __restrict__ x,
+                                       float* __restrict__ y, float* __restrict__ mask) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const std::uint64_t h = mix64(seed_hash + static_cast<std::uint64_t>(i));
+    // h >> 40 < 2^24: exact in float, and so is the scaling by 2^-24.
+    const float u = __fmul_rn(static_cast<float>(h >> 40), 0x1.0p-24f);
+    const float m = u >= ratio ? keep : 0.0f;
+    mask[i] = m;
+    y[i] = __fmul_rn(x[i], m);
+  }
+}
+
+__global__ void mask_backward_kernel(int64_t count, const float* __restrict__ mask, const float* dy,
+                                     float* dx, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const float g = __fmul_rn(dy[i], mask[i]);
+    dx[i] = accumulate ? __fadd_rn(dx[i], g) : g;
+  }
+}
+
+__global__ void act_backward_kernel(int64_t count, bool relu, const float* __restrict__ y,
+                                    const float* dy, float* dx, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const float g = relu ? (y[i] > 0.0f ? dy[i] : 0.0f)
+                         : __fmul_rn(dy[i], __fsub_rn(1.0f, __fmul_rn(y[i], y[i])));
+    dx[i] = accumulate ? __fadd_rn(dx[i], g) : g;
+  }
+}
+
+__global__ void add_kernel(int64_t count, const float* a, const float* b, float* y) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    y[i] = __fadd_rn(a[i], b[i]);
+  }
+}
+
+__global__ void accumulate_kernel(int64_t rows, int64_t row_length, const float* src,
+                                  int64_t src_pitch, float* dst, int64_t dst_pitch) {
+  const int64_t count = rows * row_length;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t r = i / row_length, j = i - r * row_length;
+    float* d = dst + r * dst_pitch + j;
+    *d = __fadd_rn(*d, src[r * src_pitch + j]);
+  }
+}
+
+__device__ inline bool label_ok(float l, int64_t classes) {
+  return isfinite(l) && floorf(l) == l && l >= 0.0f && l < static_cast<float>(classes);
+}
+
+// One block of k_threads: thread t takes images t, t + k_threads, ...
+__global__ void softmax_loss_kernel(int64_t n, int64_t classes, const float* __restrict__ x,
+                                    const float* __restrict__ labels, double* loss,
+                                    int* label_error) {
+  __shared__ double partial[k_threads];
+  __shared__ int bad[k_threads];
+  double sum = 0.0;
+  int b = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float l = labels[i];
+    if (!label_ok(l, classes)) {
+      b = 1;
+      continue;
+    }
+    const float* xp = x + i * classes;
+    float mx = xp[0];
+    for (int64_t j = 1; j < classes; ++j) mx = xp[j] > mx ? xp[j] : mx;
+    double s = 0.0;
+    for (int64_t j = 0; j < classes; ++j) s += static_cast<double>(expf(__fsub_rn(xp[j], mx)));
+    const double lse = static_cast<double>(mx) + log(s);
+    sum += lse - static_cast<double>(xp[static_cast<int64_t>(l)]);
+  }
+  partial[threadIdx.x] = sum;
+  bad[threadIdx.x] = b;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      partial[threadIdx.x] += partial[threadIdx.x + half];
+      bad[threadIdx.x] |= bad[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *loss = partial[0] / static_cast<double>(n);
+    *label_error = bad[0];
+  }
+}
+
+__global__ void softmax_loss_grad_kernel(int64_t n, int64_t classes, const float* __restrict__ y,
+                                         const float* __restrict__ labels, float* dx,
+                                         bool accumulate, int* label_error) {
+  const int64_t count = n * classes;
+  const float nf = static_cast<float>(n);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t img = i / classes, j = i - img * classes;
+    const float l = labels[img];
+    float target = 0.0f;
+    if (label_ok(l, classes)) {
+      target = static_cast<int64_t>(l) == j ? 1.0f : 0.0f;
+    } else if (j == 0) {
+      *label_error = 1;
+    }
+    const float g = __fdiv_rn(__fsub_rn(y[i], target), nf);
+    dx[i] = accumulate ? __fadd_rn(dx[i], g) : g;
+  }
+}
+
+// One block per channel.
+__global__ void bn_param_grads_kernel(int64_t n, int64_t c, int64_t hw, const float* __restrict__ x,
+                                      const float* __restrict__ mean,
+                                      const float* __restrict__ invstd,
+                                      const float* __restrict__ dy, float* dgamma, float* dbeta) {
+  __shared__ double s_dy[k_threads];
+  __shared__ double s_dyx[k_threads];
+  const int64_t ch = blockIdx.x;
+  const float m = mean[ch], is = invstd[ch];
+  const int64_t count = n * hw;
+  double a = 0.0, b = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const int64_t img = i / hw, pos = i - img * hw;
+    const int64_t at = (img * c + ch) * hw + pos;
+    const float xhat = __fmul_rn(__fsub_rn(x[at], m), is);
+    a += static_cast<double>(dy[at]);
+    b += static_cast<double>(dy[at]) * static_cast<double>(xhat);
+  }
+  s_dy[threadIdx.x] = a;
+  s_dyx[threadIdx.x] = b;
+  __syncthreads();
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      s_dy[threadIdx.x] += s_dy[threadIdx.x + half];
+      s_dyx[threadIdx.x] += s_dyx[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    dbeta[ch] = static_cast<float>(s_dy[0]);
+    dgamma[ch] = static_cast<float>(s_dyx[0]);
+  }
+}
+
+__global__ void sgd_kernel(int64_t count, float lr, float momentum, float weight_decay,
+                           const float* __restrict__ g, float* __restrict__ w,
+                           float* __restrict__ v) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    // Host: v = momentum * v + lr * (g + weight_decay * w); w -= v.
+    const float decayed = __fadd_rn(g[i], __fmul_rn(weight_decay, w[i]));
+    const float vi = __fadd_rn(__fmul_rn(momentum, v[i]), __fmul_rn(lr, decayed));
+    v[i] = vi;
+    w[i] = __fsub_rn(w[i], vi);
+  }
+}
+
+}  // namespace
+
+void launch_dropout_forward(cudaStream_t stream, int64_t count, std::uint64_t seed, float ratio,
+                            float keep, const float* x, float* y, float* mask) {
+  if (count <= 0) return;
+  dropout_forward_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, mix64(seed), ratio, keep,
+                                                                    x, y, mask);
+  check_launch("dropout_forward_kernel");
+}
+
+void launch_mask_backward(cudaStream_t stream, int64_t count, const float* mask, const float* dy,
+                          float* dx, bool accumulate) {
+  if (count <= 0) return;
+  mask_backward_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, mask, dy, dx, accumulate);
+  check_launch("mask_backward_kernel");
+}
+
+void launch_act_backward(cudaStream_t stream, int64_t count, bool relu, const float* y,
+                         const float* dy, float* dx, bool accumulate) {
+  if (count <= 0) return;
+  act_backward_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, relu, y, dy, dx,
+                                                                 accumulate);
+  check_launch("act_backward_kernel");
+}
+
+void launch_add(cudaStream_t stream, int64_t count, const float* a, const float* b, float* y) {
+  if (count <= 0) return;
+  add_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, a, b, y);
+  check_launch("add_kernel");
+}
+
+void launch_accumulate(cudaStream_t stream, int64_t rows, int64_t row_length, const float* src,
+                       int64_t src_pitch, float* dst, int64_t dst_pitch) {
+  if (rows <= 0 || row_length <= 0) return;
+  accumulate_kernel<<<grid_for(rows * row_length), k_threads, 0, stream>>>(
+      rows, row_length, src, src_pitch, dst, dst_pitch);
+  check_launch("accumulate_kernel");
+}
+
+void launch_softmax_loss(cudaStream_t stream, int64_t n, int64_t classes, const float* x,
+                         const float* labels, double* loss, int* label_error) {
+  if (n <= 0 || classes <= 0) return;
+  softmax_loss_kernel<<<1, k_threads, 0, stream>>>(n, classes, x, labels, loss, label_error);
+  check_launch("softmax_loss_kernel");
+}
+
+void launch_softmax_loss_grad(cudaStream_t stream, int64_t n, int64_t classes, const float* y,
+                              const float* labels, float* dx, bool accumulate, int* label_error) {
+  if (n <= 0 || classes <= 0) return;
+  softmax_loss_grad_kernel<<<grid_for(n * classes), k_threads, 0, stream>>>(
+      n, classes, y, labels, dx, accumulate, label_error);
+  check_launch("softmax_loss_grad_kernel");
+}
+
+void launch_bn_param_grads(cudaStream_t stream, int64_t n, int64_t c, int64_t hw, const float* x,
+                           const float* mean, const float* invstd, const float* dy, float* dgamma,
+                           float* dbeta) {
+  if (n <= 0 || c <= 0 || hw <= 0) return;
+  bn_param_grads_kernel<<<static_cast<unsigned>(c), k_threads, 0, stream>>>(
+      n, c, hw, x, mean, invstd, dy, dgamma, dbeta);
+  check_launch("bn_param_grads_kernel");
+}
+
+void launch_sgd(cudaStream_t stream, int64_t count, float learning_rate, float momentum,
+                float weight_decay, const float* g, float* w, float* v) {
+  if (count <= 0) return;
+  sgd_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, learning_rate, momentum,
+                                                        weight_decay, g, w, v);
+  check_launch("sgd_kernel");
+}
+
+}  // namespace memweave::kernels::cuda::detail

@@ -1,0 +1,61 @@
+// Private: launchers of the few kernels cuDNN and cuBLAS lack (custom_kernels.cu). Each
+// enqueues on `stream`, returns at once, and throws device_error when the launch fails.
+// Callers have checked shapes and pointers. Element-wise kernels round every operation
+// separately (no contraction into FMA: __fmul_rn/__fadd_rn), in the host kernels' order,
+// so they give the host kernels' bits for the same inputs. Reductions run in one fixed
+// order (one block, or one block per channel): deterministic.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace memweave::kernels::cuda::detail {
+
+/// The dropout mask and output: for i < count, u = the host's dropout_uniform(seed, i),
+/// mask[i] = u >= ratio ? keep : 0, y[i] = x[i] * mask[i].
+void launch_dropout_forward(cudaStream_t stream, std::int64_t count, std::uint64_t seed,
+                            float ratio, float keep, const float* x, float* y, float* mask);
+
+/// dx[i] = dy[i] * mask[i] (accumulate: dx[i] + dy[i] * mask[i]).
+void launch_mask_backward(cudaStream_t stream, std::int64_t count, const float* mask,
+                          const float* dy, float* dx, bool accumulate);
+
+/// ReLU's or tanh's gradient from the output: g = relu ? (y > 0 ? dy : 0) : dy * (1 - y*y);
+/// dx = g (accumulate: dx + g). dx may alias dy.
+void launch_act_backward(cudaStream_t stream, std::int64_t count, bool relu, const float* y,
+                         const float* dy, float* dx, bool accumulate);
+
+/// y[i] = a[i] + b[i] (y may alias a or b).
+void launch_add(cudaStream_t stream, std::int64_t count, const float* a, const float* b, float* y);
+
+/// dst[r * dst_pitch + i] += src[r * src_pitch + i] for r < rows, i < row_length (pitches
+/// and lengths in floats; a packed tensor is one row).
+void launch_accumulate(cudaStream_t stream, std::int64_t rows, std::int64_t row_length,
+                       const float* src, std::int64_t src_pitch, float* dst,
+                       std::int64_t dst_pitch);
+
+/// The mean over n images of lse(x_i) - x_i[label_i] (classes values per image, sums in
+/// double), written to *loss by one block in a fixed order. *label_error = 1 when a label
+/// is not a whole number in [0, classes) (that image then counts 0), else 0.
+void launch_softmax_loss(cudaStream_t stream, std::int64_t n, std::int64_t classes, const float* x,
+                         const float* labels, double* loss, int* label_error);
+
+/// dx = (y - onehot(label)) / n (accumulate: dx + that). A label out of range sets
+/// *label_error = 1 and subtracts nothing.
+void launch_softmax_loss_grad(cudaStream_t stream, std::int64_t n, std::int64_t classes,
+                              const float* y, const float* labels, float* dx, bool accumulate,
+                              int* label_error);
+
+/// Per channel c: dbeta[c] = sum dy, dgamma[c] = sum dy * (x - mean[c]) * invstd[c] over
+/// (n, hw), in double, one block per channel (BN's parameter gradients when no dx is
+/// wanted).
+void launch_bn_param_grads(cudaStream_t stream, std::int64_t n, std::int64_t c, std::int64_t hw,
+                           const float* x, const float* mean, const float* invstd, const float* dy,
+                           float* dgamma, float* dbeta);
+
+/// v = momentum * v + lr * (g + weight_decay * w); w = w - v (the host solver's order).
+void launch_sgd(cudaStream_t stream, std::int64_t count, float learning_rate, float momentum,
+                float weight_decay, const float* g, float* w, float* v);
+
+}  // namespace memweave::kernels::cuda::detail

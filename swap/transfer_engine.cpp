@@ -1,0 +1,875 @@
+// The transfer engine: offloads on the device-to-host stream, prefetches on the
+// host-to-device stream, one watcher thread handling offload completions.
+//
+// Invariants:
+// - Offloads complete in the order they were enqueued (one in-order device-to-host stream),
+//   and queue_ holds them in that order: the watcher blocks on the front one's event (no
+//   polling), so "the first offload to complete" is always queue_.front().
+// - A host buffer is given back only when no copy can still read or write it: an offload's
+//   buffer after its event completed (the watcher); a buffer a prefetch may read after that
+//   prefetch's event completed (deferred_ keeps it until then, re-checked without blocking
+//   on every call, and waited for in the destructor). A new offload into an existing host
+//   copy first makes the device-to-host stream wait for the key's last prefetch.
+// - A key's host copy is valid (prefetchable) only once its offload landed and passed
+//   verification; on_offloaded(key) is called only then, so the caller never frees a device
+//   copy whose host copy is not known good.
+// - Work enqueued on streams captures only shared records and the shared failure box, never
+//   the engine: make_ready's check on the compute stream may run after the engine is gone.
+//
+// Locks (order: mu_ before failure_box::mu; stream-internal locks are taken while holding
+// mu_, never the reverse):
+// - impl::mu_ guards entries_, queue_, deferred_, the fault counters, stats_, the callback,
+//   stopping_, and offload_record::processed. It is never held while blocking on an event
+//   or while running the callback, and stream work never takes it (on `cuda` a host
+//   function blocked on it could stall a stream that a thread holding it is enqueueing to).
+// - failure_box::mu guards the failures found off the calling threads (by the watcher, or
+//   by verification work on the host-to-device stream).
+#include "memweave/swap/transfer_engine.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "memweave/core/config.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+void flip_byte(void* p, std::size_t bytes) noexcept {
+  static_cast<unsigned char*>(p)[bytes / 2] ^= 0x5a;
+}
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Whether an event is complete; a failed event counts as complete (nothing more will run
+// before it).
+bool done_or_failed(event& e) noexcept {
+  try {
+    return e.query();
+  } catch (...) {
+    return true;
+  }
+}
+
+void synchronize_quietly(event& e) noexcept {
+  try {
+    e.synchronize();
+  } catch (...) {
+    // The failure was reported (or is pending) elsewhere; here we only wait.
+  }
+}
+
+// Failures found off the calling threads, thrown by the next call into the engine. Shared
+// with stream work, which may outlive the engine.
+struct failure_box {
+  struct item {
+    std::uint64_t id = 0;  // the transfer's id
+    std::string label;     // "tensor 7 ('conv1', 4.00 MiB)"
+    std::string message;   // the full message
+  };
+  std::mutex mu;                                   // guards items
+  std::vector<item> items;                         // not yet thrown, oldest first
+  std::atomic<std::uint64_t> prefetch_failures{0};  // prefetch failures ever found
+
+  void push(std::uint64_t id, const std::string& label, const std::string& message) noexcept {
+    try {
+      std::lock_guard lock(mu);
+      items.push_back({id, label, message});
+    } catch (...) {
+      log(log_level::error, "transfer_engine: failure lost (out of memory): " + message);
+    }
+  }
+  std::vector<item> take() {
+    std::lock_guard lock(mu);
+    return std::exchange(items, {});
+  }
+  // Removes the item of transfer `id` (thrown by its caller directly).
+  void forget(std::uint64_t id) {
+    std::lock_guard lock(mu);
+    std::erase_if(items, [id](const item& i) { return i.id == id; });
+  }
+};
+
+// One offload in flight, shared with the work it enqueued on the device-to-host stream.
+struct offload_record {
+  std::uint64_t id = 0;
+  std::uint32_t key = 0;
+  std::size_t bytes = 0;
+  const void* device = nullptr;
+  void* host = nullptr;
+  void* scratch = nullptr;  // verify by copy-back: a second copy of the device bytes
+  std::atomic<std::uint64_t> device_sum{0};  // checksum of the device bytes (stream work)
+  std::string injected;                      // non-empty: an injected copy failure
+  bool corrupt_host_after = false;           // fault: flip a byte once it landed good
+  bool processed = false;  // guarded by impl::mu_: handled by the watcher
+};
+
+// One prefetch, shared with its verification (host-to-device stream) and make_ready's
+// check (compute stream).
+struct prefetch_record {
+  std::uint64_t id = 0;
+  std::uint32_t key = 0;
+  std::size_t bytes = 0;
+  std::string label;              // for messages built on stream threads
+  std::uint64_t expected_sum = 0;  // checksum of the device bytes at the offload
+  std::atomic<bool> failed{false};
+  std::string message;  // written once, before `failed` is set (release)
+
+  void fail(std::string m) noexcept {
+    message = std::move(m);
+    failed.store(true, std::memory_order_release);
+  }
+};
+
+// A key's state.
+struct entry {
+  std::size_t bytes = 0;             // of the host copy (and of prefetch_scratch)
+  void* host = nullptr;              // host buffer, or null
+  void* prefetch_scratch = nullptr;  // verify by copy-back: reused by every prefetch
+  bool host_valid = false;           // the host copy landed and passed verification
+  bool dropped = false;              // drop_host while an offload was in flight
+  std::uint64_t checksum = 0;        // of the device bytes at the last good offload
+  std::unique_ptr<event> offload_done;   // recorded by each offload
+  std::unique_ptr<event> prefetch_done;  // recorded by each prefetch
+  bool prefetch_recorded = false;        // prefetch_done may still guard reads of `host`
+  std::shared_ptr<offload_record> offloading;   // the offload in flight, or null
+  std::shared_ptr<prefetch_record> prefetched;  // the last prefetch since the last offload
+};
+
+// Host buffers waiting for a prefetch that may still read them.
+struct deferred_free {
+  std::vector<std::pair<void*, std::size_t>> buffers;
+  std::unique_ptr<event> after;
+};
+
+}  // namespace
+
+transfer_options transfer_options::from_environment() {
+  transfer_options o;
+  o.verify = option_bool("MEMWEAVE_VERIFY_TRANSFERS");
+  return o;
+}
+
+struct transfer_engine::impl {
+  impl(device& d, host_memory& h, transfer_options o)
+      : dev(d),
+        host(h),
+        options(std::move(o)),
+        d2h(d.get_stream(stream_role::device_to_host)),
+        h2d(d.get_stream(stream_role::host_to_device)),
+        moves_data(d.touches_memory()),
+        verifying(options.verify && moves_data),
+        copy_back(verifying && (options.verify_by_copy_back || d.kind() == device_kind::cuda)),
+        device_addressable(d.kind() == device_kind::host),
+        watcher([this] { watch(); }) {}
+
+  device& dev;
+  host_memory& host;
+  const transfer_options options;
+  stream& d2h;
+  stream& h2d;
+  const bool moves_data;          // false on `null`: nothing is copied or checked
+  const bool verifying;           // options.verify, where data moves
+  const bool copy_back;           // verify from a scratch copy of the device bytes
+  const bool device_addressable;  // the host may read and write device memory (`host`)
+  const std::shared_ptr<failure_box> box = std::make_shared<failure_box>();
+
+  mutable std::mutex mu;            // see the file comment
+  std::condition_variable work_cv;  // watcher: queue non-empty, or stopping
+  std::condition_variable done_cv;  // waiters: an offload was handled
+  std::unordered_map<std::uint32_t, entry> entries;
+  std::deque<std::shared_ptr<offload_record>> queue;  // offloads in flight, oldest first
+  std::vector<deferred_free> deferred;
+  transfer_faults faults;
+  bool faults_set = false;           // make_ready adds its compute-stream check
+  std::uint64_t copies_seen = 0;     // payload copies since set_faults
+  std::uint64_t allocations_seen = 0;
+  std::uint64_t offloads_seen = 0;
+  transfer_stats counters;                // the period's counters
+  std::uint64_t prefetch_failures_base = 0;  // box->prefetch_failures at reset_stats
+  std::size_t host_bytes = 0;             // host memory held (all buffers)
+  offloaded_callback on_offloaded;
+  std::uint64_t next_id = 1;
+  bool stopping = false;
+  std::thread watcher;  // last: starts once everything above is built
+
+  // ---- helpers (the _locked ones need mu) ----------------------------------------------
+
+  std::string label(std::uint32_t key, std::size_t bytes) const {
+    std::string name;
+    if (options.name_fn) {
+      try {
+        name = options.name_fn(key);
+      } catch (...) {
+        name.clear();
+      }
+    }
+    std::string out = "tensor " + std::to_string(key) + " (";
+    if (!name.empty()) out += "'" + name + "', ";
+    return out + format_bytes(bytes) + ")";
+  }
+
+  void* allocate_locked(std::size_t bytes) noexcept {
+    ++allocations_seen;
+    if (faults.fail_host_allocation != 0 && faults.fail_host_allocation == allocations_seen) {
+      return nullptr;
+    }
+    void* p = host.allocate(bytes);
+    if (p != nullptr) host_bytes += bytes;
+    return p;
+  }
+
+  void free_locked(void* p, std::size_t bytes) noexcept {
+    if (p == nullptr) return;
+    host.deallocate(p, bytes);
+    host_bytes -= bytes;
+  }
+
+  [[noreturn]] void throw_host_oom(std::unique_lock<std::mutex>& lock, const char* what,
+                                   std::uint32_t key, std::size_t bytes, const char* purpose) {
+    ++counters.host_allocation_failures;
+    const std::size_t cap = host.capacity();
+    const std::size_t used = host.bytes_in_use();
+    const std::size_t free_bytes = cap > used ? cap - used : 0;
+    lock.unlock();
+    throw out_of_memory(std::string("transfer_engine: cannot ") + what + " " +
+                            label(key, bytes) + ": no host memory for " + purpose + " (" +
+                            format_bytes(bytes) + " asked; the host memory has " +
+                            format_bytes(free_bytes) + " free of " + format_bytes(cap) + ", " +
+                            format_bytes(used) +
+                            " in use). The tensor stays where it is (nothing was enqueued). "
+                            "Raise MEMWEAVE_HOST_POOL_BYTES, or drop host copies no longer "
+                            "needed",
+                        bytes, free_bytes, free_bytes);
+  }
+
+  // Gives back `en`'s host buffers, at once when no prefetch may still read them, else
+  // once its event completes (the event moves to deferred; a later prefetch makes a new
+  // one).
+  void release_buffers_locked(entry& en) {
+    deferred_free d;
+    if (en.host != nullptr) d.buffers.emplace_back(en.host, en.bytes);
+    if (en.prefetch_scratch != nullptr) d.buffers.emplace_back(en.prefetch_scratch, en.bytes);
+    en.host = nullptr;
+    en.prefetch_scratch = nullptr;
+    en.host_valid = false;
+    en.prefetched.reset();
+    if (d.buffers.empty()) return;
+    if (en.prefetch_recorded && !done_or_failed(*en.prefetch_done)) {
+      d.after = std::move(en.prefetch_done);
+      en.prefetch_recorded = false;
+      deferred.push_back(std::move(d));
+      return;
+    }
+    for (auto& [p, n] : d.buffers) free_locked(p, n);
+  }
+
+  // Frees deferred buffers whose prefetch is done; never blocks.
+  void sweep_locked() {
+    if (deferred.empty()) return;
+    std::erase_if(deferred, [this](deferred_free& d) {
+      if (!done_or_failed(*d.after)) return false;
+      for (auto& [p, n] : d.buffers) free_locked(p, n);
+      return true;
+    });
+  }
+
+  // Throws the failures found off the calling threads, all in one device_error.
+  void throw_failures() {
+    std::vector<failure_box::item> items = box->take();
+    if (items.empty()) return;
+    std::string message = items.front().message;
+    if (items.size() > 1) {
+      message += " [" + std::to_string(items.size() - 1) + " more failed transfer" +
+                 (items.size() > 2 ? "s" : "") + ":";
+      for (std::size_t i = 1; i < items.size(); ++i) message += " " + items[i].label + ";";
+      message += " each such tensor stays where it was: see has_host_copy()]";
+    }
+    throw device_error(message);
+  }
+
+  void reject_on_watcher(const char* what) const {
+    if (std::this_thread::get_id() == watcher.get_id()) {
+      throw invalid_argument(std::string("transfer_engine::") + what +
+                             " called from on_offloaded (the watcher thread) would wait for "
+                             "itself forever; wait from the executor's thread instead");
+    }
+  }
+
+  // Blocks until `rec` was handled; counts the wait. Needs `lock` held. `rec` is taken by
+  // value: the watcher pops it from queue_ while this waits.
+  double wait_for_locked(std::unique_lock<std::mutex>& lock,
+                         std::shared_ptr<offload_record> rec) {
+    if (rec->processed) return 0.0;
+    const auto t0 = clock_type::now();
+    done_cv.wait(lock, [&] { return rec->processed; });
+    const double waited = seconds_since(t0);
+    ++counters.waits;
+    counters.wait_seconds += waited;
+    return waited;
+  }
+
+  // Enqueues a prefetch of `key` into `device_ptr`; returns its record. Needs `lock` held;
+  // unlocks it before throwing.
+  std::shared_ptr<prefetch_record> enqueue_prefetch(std::unique_lock<std::mutex>& lock,
+                                                    std::uint32_t key, void* device_ptr,
+                                                    event* writable, bool on_demand) {
+    const char* what = on_demand ? "fetch_now" : "prefetch";
+    auto it = entries.find(key);
+    if (it == entries.end() || it->second.dropped || !it->second.host_valid) {
+      const bool in_flight = it != entries.end() && !it->second.dropped && it->second.offloading;
+      const std::size_t bytes = it != entries.end() ? it->second.bytes : 0;
+      lock.unlock();
+      if (in_flight) {
+        throw invalid_argument(std::string("transfer_engine::") + what + " of " +
+                               label(key, bytes) +
+                               ": its offload has not completed, so its device copy is still "
+                               "resident (on_offloaded was not called); use that copy, or "
+                               "wait_offloaded(key) first");
+      }
+      throw invalid_argument(std::string("transfer_engine::") + what + " of tensor " +
+                             std::to_string(key) +
+                             ": it has no host copy (never offloaded, dropped, or its offload "
+                             "failed); offload it first");
+    }
+    entry& en = it->second;
+    if (device_ptr == nullptr) {
+      lock.unlock();
+      throw invalid_argument(std::string("transfer_engine::") + what + " of " +
+                             label(key, en.bytes) +
+                             " into a null device pointer; pass memory of at least its bytes");
+    }
+    if (copy_back && en.prefetch_scratch == nullptr) {
+      en.prefetch_scratch = allocate_locked(en.bytes);
+      if (en.prefetch_scratch == nullptr) {
+        throw_host_oom(lock, what, key, en.bytes, "the verify scratch copy");
+      }
+    }
+    if (!en.prefetch_done) en.prefetch_done = dev.create_event();
+
+    auto rec = std::make_shared<prefetch_record>();
+    rec->id = next_id++;
+    rec->key = key;
+    rec->bytes = en.bytes;
+    rec->expected_sum = en.checksum;
+    const bool checked = verifying || faults_set;
+    if (checked) rec->label = label(key, en.bytes);
+    const std::uint64_t n = ++copies_seen;
+    const bool inject_fail = faults.fail_copy != 0 && faults.fail_copy == n;
+    const bool inject_corrupt =
+        faults.corrupt_copy != 0 && faults.corrupt_copy == n && device_addressable;
+
+    bool enqueued_any = false;
+    try {
+      if (writable != nullptr) h2d.wait(*writable);
+      enqueued_any = true;
+      if (inject_fail) {
+        std::string msg = std::string("transfer_engine: ") + what + " of " + rec->label +
+                          " failed: injected copy fault (transfer_faults::fail_copy = " +
+                          std::to_string(n) + "); its host copy is kept";
+        auto fail = [rec, box = box, msg]() {
+          rec->fail(msg);
+          box->prefetch_failures.fetch_add(1, std::memory_order_relaxed);
+          box->push(rec->id, rec->label, msg);
+        };
+        if (moves_data) {
+          h2d.launch([fail, msg] {
+            fail();
+            throw device_error(msg);
+          });
+        } else {
+          fail();  // `null` runs no work: the fault shows at once
+        }
+      } else {
+        h2d.copy_async(device_ptr, en.host, en.bytes, copy_kind::host_to_device);
+      }
+      if (inject_corrupt) h2d.launch([device_ptr, b = en.bytes] { flip_byte(device_ptr, b); });
+      if (verifying && !inject_fail) {
+        const void* src = device_ptr;
+        if (copy_back) {
+          h2d.copy_async(en.prefetch_scratch, device_ptr, en.bytes, copy_kind::device_to_host);
+          src = en.prefetch_scratch;
+        }
+        h2d.launch([rec, box = box, src] {
+          const std::uint64_t sum = transfer_checksum(src, rec->bytes);
+          if (sum == rec->expected_sum) return;
+          std::string msg = "transfer_engine: prefetch of " + rec->label +
+                            " delivered corrupt data (verify mode): checksum at offload " +
+                            hex(rec->expected_sum) + ", of the device bytes after the prefetch " +
+                            hex(sum) +
+                            "; the host copy or the link corrupted it (check host memory)";
+          rec->fail(msg);
+          box->prefetch_failures.fetch_add(1, std::memory_order_relaxed);
+          box->push(rec->id, rec->label, msg);
+        });
+      }
+      h2d.record(*en.prefetch_done);
+    } catch (...) {
+      if (enqueued_any) {
+        // Some work was enqueued without the event after it: wait for the stream so that
+        // no copy still reads the host buffer when it is freed later.
+        lock.unlock();
+        try {
+          h2d.synchronize();
+        } catch (...) {
+        }
+        lock.lock();
+      }
+      throw;
+    }
+    en.prefetch_recorded = true;
+    en.prefetched = rec;
+    ++counters.prefetches;
+    counters.bytes_prefetched += en.bytes;
+    if (on_demand) ++counters.on_demand_fetches;
+    return rec;
+  }
+
+  // ---- the watcher thread ---------------------------------------------------------------
+
+  void watch() noexcept {
+    std::unique_lock lock(mu);
+    for (;;) {
+      work_cv.wait(lock, [this] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping, and every offload handled
+      std::shared_ptr<offload_record> rec = queue.front();
+      event& done = *entries.at(rec->key).offload_done;  // kept while the offload is in flight
+      lock.unlock();
+
+      std::string cause;
+      try {
+        done.synchronize();  // blocks until the copy landed (or its stream failed)
+      } catch (const std::exception& e) {
+        cause = e.what();
+      }
+      if (!rec->injected.empty()) cause = rec->injected;
+      std::string error;
+      if (!cause.empty()) {
+        error = "transfer_engine: offload of " + label(rec->key, rec->bytes) +
+                " failed: " + cause +
+                ". The tensor is still on the device (on_offloaded was not called) and its "
+                "host copy was discarded; a failed device-to-host stream stays failed, so "
+                "recreate the device before offloading again";
+      } else if (verifying) {
+        const std::uint64_t host_sum = transfer_checksum(rec->host, rec->bytes);
+        const std::uint64_t device_sum = rec->device_sum.load(std::memory_order_acquire);
+        if (host_sum != device_sum) {
+          error = "transfer_engine: offload of " + label(rec->key, rec->bytes) +
+                  " was corrupted in transit (verify mode): checksum of the device bytes " +
+                  hex(device_sum) + ", of the host copy " + hex(host_sum) +
+                  ". The tensor is still on the device (on_offloaded was not called) and "
+                  "its host copy was discarded; check the host memory and the link";
+        }
+      }
+      if (error.empty() && rec->corrupt_host_after) flip_byte(rec->host, rec->bytes);
+
+      lock.lock();
+      entry& en = entries.at(rec->key);
+      en.offloading.reset();
+      free_locked(rec->scratch, rec->bytes);
+      bool notify = false;
+      if (en.dropped) {
+        release_buffers_locked(en);
+        entries.erase(rec->key);
+      } else if (error.empty()) {
+        en.host_valid = true;
+        en.checksum = rec->device_sum.load(std::memory_order_acquire);
+        ++counters.offloads_completed;
+        notify = static_cast<bool>(on_offloaded) && !stopping;
+      } else {
+        ++counters.failed_offloads;
+        release_buffers_locked(en);
+        box->push(rec->id, label(rec->key, rec->bytes), error);
+      }
+      if (notify) {
+        offloaded_callback callback = on_offloaded;
+        lock.unlock();
+        try {
+          callback(rec->key);
+        } catch (const std::exception& e) {
+          box->push(rec->id, label(rec->key, rec->bytes),
+                    "transfer_engine: on_offloaded(" + std::to_string(rec->key) +
+                        ") threw: " + e.what() + "; the host copy is kept");
+        } catch (...) {
+          box->push(rec->id, label(rec->key, rec->bytes),
+                    "transfer_engine: on_offloaded(" + std::to_string(rec->key) +
+                        ") threw an exception not derived from std::exception");
+        }
+        lock.lock();
+      }
+      queue.pop_front();
+      rec->processed = true;
+      done_cv.notify_all();
+    }
+  }
+};
+
+// ---- transfer_engine --------------------------------------------------------------------
+
+transfer_engine::transfer_engine(device& dev, host_memory& host, transfer_options options)
+    : impl_(std::make_unique<impl>(dev, host, std::move(options))) {}
+
+transfer_engine::~transfer_engine() {
+  impl& m = *impl_;
+  {
+    std::lock_guard lock(m.mu);
+    m.stopping = true;
+  }
+  m.work_cv.notify_all();
+  if (m.watcher.joinable()) m.watcher.join();  // handles every offload still in flight
+  // No other thread uses the engine now; wait for prefetches that may read host buffers.
+  std::lock_guard lock(m.mu);
+  for (auto& [key, en] : m.entries) {
+    if (en.prefetch_recorded) synchronize_quietly(*en.prefetch_done);
+    en.prefetch_recorded = false;
+    m.release_buffers_locked(en);
+  }
+  for (auto& d : m.deferred) {
+    synchronize_quietly(*d.after);
+    for (auto& [p, n] : d.buffers) m.free_locked(p, n);
+  }
+  m.deferred.clear();
+}
+
+void transfer_engine::set_on_offloaded(offloaded_callback callback) {
+  std::lock_guard lock(impl_->mu);
+  impl_->on_offloaded = std::move(callback);
+}
+
+void transfer_engine::set_faults(const transfer_faults& faults) {
+  std::lock_guard lock(impl_->mu);
+  impl_->faults = faults;
+  impl_->faults_set = true;
+  impl_->copies_seen = 0;
+  impl_->allocations_seen = 0;
+  impl_->offloads_seen = 0;
+}
+
+void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::size_t bytes,
+                              event& ready) {
+  impl& m = *impl_;
+  if (device_ptr == nullptr || bytes == 0) {
+    throw invalid_argument("transfer_engine::offload of tensor " + std::to_string(key) +
+                           " with device pointer " +
+                           (device_ptr == nullptr ? "null" : "non-null") + " and " +
+                           std::to_string(bytes) +
+                           " bytes; pass the tensor's device memory and its size (> 0)");
+  }
+  m.throw_failures();
+  std::unique_lock lock(m.mu);
+  m.sweep_locked();
+  const bool existed = m.entries.contains(key);
+  entry& en = m.entries[key];
+  if (en.offloading) {
+    lock.unlock();
+    throw invalid_argument("transfer_engine::offload of " + m.label(key, bytes) +
+                           ": an offload of this key is still in flight; wait_offloaded(key) "
+                           "first (or do not offload a tensor twice)");
+  }
+  // The host buffer: reuse the old one when the size matches (its prefetches are waited
+  // for on the stream below), else a new one.
+  const bool reuse = en.host != nullptr && en.bytes == bytes;
+  void* target = reuse ? en.host : m.allocate_locked(bytes);
+  if (target == nullptr) {
+    if (!existed) m.entries.erase(key);
+    m.throw_host_oom(lock, "offload", key, bytes, "its host copy");
+  }
+  void* scratch = nullptr;
+  if (m.copy_back) {
+    scratch = m.allocate_locked(bytes);
+    if (scratch == nullptr) {
+      if (!reuse) m.free_locked(target, bytes);
+      if (!existed) m.entries.erase(key);
+      m.throw_host_oom(lock, "offload", key, bytes, "the verify scratch copy");
+    }
+  }
+  if (!en.offload_done) en.offload_done = m.dev.create_event();
+
+  auto rec = std::make_shared<offload_record>();
+  rec->id = m.next_id++;
+  rec->key = key;
+  rec->bytes = bytes;
+  rec->device = device_ptr;
+  rec->host = target;
+  rec->scratch = scratch;
+  const std::uint64_t n = ++m.copies_seen;
+  const bool inject_fail = m.faults.fail_copy != 0 && m.faults.fail_copy == n;
+  const bool inject_corrupt = m.faults.corrupt_copy != 0 && m.faults.corrupt_copy == n &&
+                              m.moves_data;
+  const std::uint64_t nth_offload = ++m.offloads_seen;
+  rec->corrupt_host_after = m.faults.corrupt_host_copy != 0 &&
+                            m.faults.corrupt_host_copy == nth_offload && m.moves_data;
+  if (inject_fail) {
+    rec->injected = "injected copy fault (transfer_faults::fail_copy = " + std::to_string(n) + ")";
+  }
+
+  bool enqueued_any = false;
+  try {
+    m.d2h.wait(ready);  // first: throws for an event of another device, with nothing enqueued
+    enqueued_any = true;
+    // A prefetch may still read the old host copy (overwritten below) or write the device
+    // memory (read below).
+    if (en.prefetch_recorded) m.d2h.wait(*en.prefetch_done);
+    if (m.verifying && !m.copy_back) {
+      m.d2h.launch([rec] {
+        rec->device_sum.store(transfer_checksum(rec->device, rec->bytes),
+                              std::memory_order_release);
+      });
+    }
+    if (inject_fail) {
+      if (m.moves_data) {
+        m.d2h.launch([msg = rec->injected] { throw device_error(msg); });
+      }
+    } else {
+      m.d2h.copy_async(target, device_ptr, bytes, copy_kind::device_to_host);
+    }
+    if (inject_corrupt) m.d2h.launch([target, bytes] { flip_byte(target, bytes); });
+    if (m.copy_back) {
+      m.d2h.copy_async(scratch, device_ptr, bytes, copy_kind::device_to_host);
+      m.d2h.launch([rec] {
+        rec->device_sum.store(transfer_checksum(rec->scratch, rec->bytes),
+                              std::memory_order_release);
+      });
+    }
+    m.d2h.record(*en.offload_done);
+  } catch (...) {
+    if (enqueued_any) {
+      // Work was enqueued with no event after it: let the stream finish before the buffers
+      // go back.
+      lock.unlock();
+      try {
+        m.d2h.synchronize();
+      } catch (...) {
+      }
+      lock.lock();
+    }
+    m.free_locked(scratch, bytes);
+    if (reuse) {
+      m.release_buffers_locked(en);  // partly overwritten: no longer a valid host copy
+    } else {
+      m.free_locked(target, bytes);
+    }
+    if (!existed && en.host == nullptr) m.entries.erase(key);
+    throw;
+  }
+
+  // The old buffer, when a new one replaced it (a prefetch may still read it).
+  if (!reuse && en.host != nullptr) m.release_buffers_locked(en);
+  en.host = target;
+  en.bytes = bytes;
+  en.host_valid = false;
+  en.dropped = false;
+  en.prefetched.reset();
+  en.offloading = rec;
+  m.queue.push_back(rec);
+  ++m.counters.offloads;
+  m.counters.bytes_offloaded += bytes;
+  lock.unlock();
+  m.work_cv.notify_one();
+}
+
+double transfer_engine::wait_offloaded(std::uint32_t key, stream* compute) {
+  impl& m = *impl_;
+  m.reject_on_watcher("wait_offloaded");
+  double waited = 0.0;
+  {
+    std::unique_lock lock(m.mu);
+    m.sweep_locked();
+    auto it = m.entries.find(key);
+    if (it != m.entries.end()) {
+      if (compute != nullptr && it->second.offload_done) compute->wait(*it->second.offload_done);
+      if (auto rec = it->second.offloading) waited = m.wait_for_locked(lock, rec);
+    }
+  }
+  m.throw_failures();
+  return waited;
+}
+
+double transfer_engine::wait_any_offload(stream* compute) {
+  impl& m = *impl_;
+  m.reject_on_watcher("wait_any_offload");
+  double waited = 0.0;
+  {
+    std::unique_lock lock(m.mu);
+    m.sweep_locked();
+    if (!m.queue.empty()) {
+      auto rec = m.queue.front();
+      if (compute != nullptr) compute->wait(*m.entries.at(rec->key).offload_done);
+      waited = m.wait_for_locked(lock, rec);
+    }
+  }
+  m.throw_failures();
+  return waited;
+}
+
+double transfer_engine::wait_all_offloads() {
+  impl& m = *impl_;
+  m.reject_on_watcher("wait_all_offloads");
+  double waited = 0.0;
+  {
+    std::unique_lock lock(m.mu);
+    m.sweep_locked();
+    if (!m.queue.empty()) waited = m.wait_for_locked(lock, m.queue.back());
+  }
+  m.throw_failures();
+  return waited;
+}
+
+std::size_t transfer_engine::pending_offloads() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->queue.size();
+}
+
+void transfer_engine::prefetch(std::uint32_t key, void* device_ptr, event* writable) {
+  impl& m = *impl_;
+  m.throw_failures();
+  std::unique_lock lock(m.mu);
+  m.sweep_locked();
+  (void)m.enqueue_prefetch(lock, key, device_ptr, writable, false);
+}
+
+void transfer_engine::make_ready(std::uint32_t key, stream& compute) {
+  impl& m = *impl_;
+  m.throw_failures();
+  std::unique_lock lock(m.mu);
+  m.sweep_locked();
+  auto it = m.entries.find(key);
+  if (it == m.entries.end() || it->second.dropped || !it->second.prefetched) {
+    lock.unlock();
+    throw invalid_argument("transfer_engine::make_ready of tensor " + std::to_string(key) +
+                           ": no prefetch of it was issued since its last offload; call "
+                           "prefetch(key, device_ptr) earlier, or fetch_now");
+  }
+  entry& en = it->second;
+  compute.wait(*en.prefetch_done);
+  if (m.verifying || m.faults_set) {
+    // Fail the compute stream (sticky) before the kernel when this prefetch failed.
+    compute.launch(
+        [rec = en.prefetched] {
+          if (rec->failed.load(std::memory_order_acquire)) throw device_error(rec->message);
+        },
+        0.0);
+  }
+}
+
+double transfer_engine::fetch_now(std::uint32_t key, void* device_ptr, stream& compute,
+                                  event* writable) {
+  impl& m = *impl_;
+  m.throw_failures();
+  std::unique_lock lock(m.mu);
+  m.sweep_locked();
+  auto rec = m.enqueue_prefetch(lock, key, device_ptr, writable, true);
+  event& done = *m.entries.at(key).prefetch_done;  // no call for this key races this one
+  lock.unlock();
+
+  const auto t0 = clock_type::now();
+  std::string cause;
+  try {
+    done.synchronize();
+  } catch (const std::exception& e) {
+    cause = e.what();
+  }
+  const double waited = seconds_since(t0);
+
+  lock.lock();
+  ++m.counters.waits;
+  m.counters.wait_seconds += waited;
+  if (rec->failed.load(std::memory_order_acquire)) {
+    m.box->forget(rec->id);  // thrown here, not by the next call
+    lock.unlock();
+    throw device_error(rec->message);
+  }
+  if (!cause.empty()) {
+    lock.unlock();
+    throw device_error("transfer_engine: fetch_now of " + m.label(key, rec->bytes) +
+                       " failed: " + cause + "; its host copy is kept");
+  }
+  compute.wait(done);  // complete already; on `null` the compute clock advances to it
+  return waited;
+}
+
+bool transfer_engine::has_host_copy(std::uint32_t key) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->entries.find(key);
+  return it != impl_->entries.end() && it->second.host_valid && !it->second.dropped;
+}
+
+const void* transfer_engine::host_copy(std::uint32_t key) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->entries.find(key);
+  if (it == impl_->entries.end() || !it->second.host_valid || it->second.dropped) return nullptr;
+  return it->second.host;
+}
+
+void transfer_engine::drop_host(std::uint32_t key) {
+  impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  m.sweep_locked();
+  auto it = m.entries.find(key);
+  if (it == m.entries.end()) return;
+  entry& en = it->second;
+  en.dropped = true;
+  en.host_valid = false;
+  en.prefetched.reset();
+  if (en.offloading) return;  // the watcher frees the buffer when the copy lands
+  m.release_buffers_locked(en);
+  m.entries.erase(it);
+}
+
+void transfer_engine::check() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->sweep_locked();
+  }
+  impl_->throw_failures();
+}
+
+transfer_stats transfer_engine::stats() const {
+  const impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  transfer_stats s = m.counters;
+  s.failed_prefetches =
+      m.box->prefetch_failures.load(std::memory_order_relaxed) - m.prefetch_failures_base;
+  s.pending_offloads = m.queue.size();
+  s.host_copies = 0;
+  for (const auto& [key, en] : m.entries) s.host_copies += en.host != nullptr ? 1 : 0;
+  s.host_bytes = m.host_bytes;
+  return s;
+}
+
+void transfer_engine::reset_stats() {
+  impl& m = *impl_;
+  std::lock_guard lock(m.mu);
+  m.counters = transfer_stats{};
+  m.prefetch_failures_base = m.box->prefetch_failures.load(std::memory_order_relaxed);
+}
+
+device& transfer_engine::get_device() const noexcept {
+  return impl_->dev;
+}
+
+const transfer_options& transfer_engine::options() const noexcept {
+  return impl_->options;
+}
+
+}  // namespace memweave

@@ -1,0 +1,194 @@
+// The Unified Tensor Pool in the executor: offload (vDNN-like) and utp (tensor cache +
+// offload/prefetch). Oracle: bit-identical to the baseline on unlimited memory at every
+// budget that runs; bytes moved only when they must be, equal in plan and train; faults
+// reported with the tensor named and nothing lost.
+#include "engine_test_util.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/engine/network_builder.hpp"
+#include "support/static_tls_reexec.hpp"
+
+MEMWEAVE_REEXEC_WITH_STATIC_TLS();
+
+namespace memweave {
+namespace {
+
+using test::policy_options;
+
+test::training_result train_on(const network& net, const executor_options& o, int iterations,
+                               double link_gbps = 0) {
+  device_options d;
+  d.kind = "host";
+  d.capacity_bytes = std::size_t{2} << 30;
+  d.host_link_gbps = link_gbps;
+  auto dev = make_device(d);
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  executor ex(net, *dev, o);
+  test::training_result r;
+  for (int i = 0; i < iterations; ++i) r.losses.push_back(ex.run_iteration(data.get(), i));
+  r.persistent = ex.read_persistent();
+  r.steps = ex.steps();
+  return r;
+}
+
+policy_report plan_report(const network& net, const executor_options& o) {
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor ex(net, *dev, o);
+  ex.run_iteration(nullptr, 0);
+  return ex.report();
+}
+
+// Whether `o` runs on the planner. Fitting is not monotonic in the budget (fragmentation
+// can make a larger arena fail where a smaller one runs), so budgets are checked one by one.
+bool plan_fits(const network& net, const executor_options& o) {
+  try {
+    (void)plan_report(net, o);
+    return true;
+  } catch (const out_of_memory&) {
+    return false;
+  }
+}
+
+class utp_oracle_test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(utp_oracle_test, offload_and_utp_are_bit_identical_to_baseline_down_to_the_smallest_budget) {
+  const network net = test::small_zoo(GetParam());
+  const auto reference = test::train(net, policy_options("baseline"), 2);
+  for (const std::string policy : {"offload", "utp"}) {
+    const std::size_t smallest = test::smallest_budget(net, policy_options(policy));
+    const std::size_t ample = plan_report(net, policy_options(policy)).peak_bytes * 2;
+    int ran = 0;
+    for (std::size_t budget : {ample, (ample / 2 + smallest) / 2, smallest}) {
+      if (!plan_fits(net, policy_options(policy, budget))) continue;
+      ++ran;
+      // A throttled link makes copies slow enough to be in flight while kernels run.
+      for (double gbps : {0.0, 4.0}) {
+        const auto got = train_on(net, policy_options(policy, budget), 2, gbps);
+        test::expect_bit_identical(reference, got,
+                                   GetParam() + " " + policy + " budget " + std::to_string(budget) +
+                                       " link " + std::to_string(gbps));
+      }
+    }
+    EXPECT_GE(ran, 2) << policy;  // the ample and the smallest budget always run
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(zoo, utp_oracle_test,
+                         ::testing::Values("alexnet", "vgg16", "resnet50", "inception_v4",
+                                           "densenet121"));
+
+TEST(utp_test, random_dags_are_bit_identical_under_the_smallest_utp_budget) {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    random_dag_options o;
+    o.seed = seed;
+    o.layers = 25;
+    o.all_types = seed % 2 == 0;
+    const network net = make_random_dag(o);
+    const auto reference = test::train(net, policy_options("baseline"), 2);
+    const std::size_t smallest = test::smallest_budget(net, policy_options("utp"));
+    test::expect_bit_identical(reference, train_on(net, policy_options("utp", smallest), 2, 2.0),
+                               net.name());
+  }
+}
+
+TEST(utp_test, a_budget_that_fits_moves_nothing_and_a_tight_one_moves_the_same_in_plan_and_train) {
+  const network net = test::small_zoo("resnet50", 4);
+  const policy_report ample = plan_report(net, policy_options("utp"));
+  EXPECT_EQ(ample.bytes_offloaded, 0u);
+  EXPECT_EQ(ample.bytes_prefetched, 0u);
+  EXPECT_EQ(ample.evictions, 0u);
+  const std::size_t smallest = test::smallest_budget(net, policy_options("utp"));
+  const std::size_t liveness_peak = plan_report(net, policy_options("liveness")).peak_bytes;
+  EXPECT_LT(smallest, liveness_peak);  // utp runs where liveness alone cannot
+  const policy_report planned = plan_report(net, policy_options("utp", smallest));
+  EXPECT_GT(planned.bytes_offloaded, 0u);
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+  executor ex(net, *dev, policy_options("utp", smallest));
+  ex.run_iteration(data.get(), 0);
+  const policy_report trained = ex.report();
+  EXPECT_EQ(trained.bytes_offloaded, planned.bytes_offloaded);
+  EXPECT_EQ(trained.bytes_prefetched, planned.bytes_prefetched);
+  EXPECT_EQ(trained.evictions, planned.evictions);
+  ASSERT_EQ(trained.steps.size(), planned.steps.size());
+  for (std::size_t s = 0; s < trained.steps.size(); ++s) {
+    EXPECT_EQ(trained.steps[s].heap_bytes, planned.steps[s].heap_bytes) << "step " << s;
+  }
+}
+
+// A chain where the paper's model applies: CONV checkpoints each followed by a cheap ReLU,
+// every output read in backward. With offload, the checkpoint outputs leave the device after
+// their last forward use, so the peak drops by about their bytes.
+TEST(utp_test, offload_peak_follows_the_papers_model_on_a_chain) {
+  network_builder b("chain");
+  auto x = b.data({8, 4, 16, 16}, 4);
+  conv_params c;
+  c.out_channels = 8;
+  c.kernel_h = c.kernel_w = 3;
+  c.pad_h = c.pad_w = 1;
+  for (int i = 0; i < 6; ++i) x = b.relu(b.conv(x, c));
+  b.softmax_loss(b.fc(x, fc_params{4, true}));
+  const network net = std::move(b).build();
+  executor_options o = policy_options("offload", 0, "none");
+  o.offload_lag = 1;
+  const policy_report off = plan_report(net, o);
+  const policy_report live = plan_report(net, policy_options("liveness", 0, "none"));
+  // Offloaded: the inputs of the six CONVs (the images, 32 KiB, and five ReLU outputs of
+  // 8x8x16x16 floats, 64 KiB). At the end of forward, the paper's model keeps only the
+  // non-checkpoint tensors on the device: all of them are gone but the last one or two
+  // still in flight (lag 1), so the peak is lower by at least four of them.
+  const std::size_t relu_output = 8 * 8 * 16 * 16 * sizeof(float);
+  const std::size_t images = 8 * 4 * 16 * 16 * sizeof(float);
+  EXPECT_EQ(off.bytes_offloaded, images + 5 * relu_output);
+  EXPECT_EQ(off.bytes_prefetched, off.bytes_offloaded);
+  EXPECT_LE(off.peak_live_bytes + 4 * relu_output, live.peak_live_bytes)
+      << "offload peak " << off.peak_live_bytes << ", liveness peak " << live.peak_live_bytes;
+}
+
+TEST(utp_test, a_failed_copy_is_an_error_naming_the_tensor_and_loses_nothing) {
+  const network net = test::small_zoo("resnet50", 4);
+  const std::size_t smallest = test::smallest_budget(net, policy_options("utp"));
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+  executor ex(net, *dev, policy_options("utp", smallest));
+  transfer_faults f;
+  f.fail_copy = 1;
+  ex.set_transfer_faults(f);
+  try {
+    ex.run_iteration(data.get(), 0);
+    FAIL() << "the failed copy went unnoticed";
+  } catch (const device_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("."), std::string::npos) << msg;  // a tensor name ("layer.y")
+  }
+  // Parameters are never moved; they stay readable.
+  EXPECT_FALSE(ex.read_persistent().empty());
+}
+
+TEST(utp_test, host_pool_exhaustion_is_an_error_with_the_numbers) {
+  const network net = test::small_zoo("resnet50", 4);
+  const std::size_t smallest = test::smallest_budget(net, policy_options("utp"));
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
+  executor ex(net, *dev, policy_options("utp", smallest));
+  transfer_faults f;
+  f.fail_host_allocation = 1;
+  ex.set_transfer_faults(f);
+  try {
+    ex.run_iteration(data.get(), 0);
+    FAIL() << "the failed host allocation went unnoticed";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("host"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(ex.read_persistent().empty());
+}
+
+TEST(utp_test, verify_mode_checks_every_transfer_and_changes_no_result) {
+  const network net = test::small_zoo("vgg16");
+  const auto reference = test::train(net, policy_options("baseline"), 2);
+  executor_options o = policy_options("offload");
+  o.verify_transfers = true;
+  test::expect_bit_identical(reference, train_on(net, o, 2, 4.0), "verified offload");
+}
+
+}  // namespace
+}  // namespace memweave
