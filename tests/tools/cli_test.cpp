@@ -128,7 +128,7 @@ TEST(cli_test, bad_input_is_a_clear_error) {
                 .find("unknown zoo network 'lenet'; known: alexnet"),
             std::string::npos);
   EXPECT_NE(
-      error_of(plan_command, with({"--policy", "magic"})).find("expected baseline or liveness"),
+      error_of(plan_command, with({"--policy", "magic"})).find("expected baseline, liveness, offload or utp"),
       std::string::npos);
   EXPECT_NE(
       error_of(plan_command, {"--net", "alexnet", "--batch", "0"}).find("--batch 0 is too small"),
