@@ -28,13 +28,6 @@ void check_pointer(const char* kernel, const char* name, const void* p);
 /// `v` as an int; throws invalid_argument naming the kernel and `what` when out of range.
 int to_int(const char* kernel, const char* what, std::int64_t v);
 
-/// Blocks of `threads` threads covering `count` elements with a grid-stride loop, capped so
-/// that the grid stays small; at least 1.
-inline unsigned blocks_for(std::int64_t count, unsigned threads = 256) {
-  const std::int64_t b = (count + threads - 1) / threads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
-
 /// A cudnnTensorDescriptor_t (FP32, NCHW).
 class tensor_descriptor {
  public:
