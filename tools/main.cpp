@@ -14,10 +14,11 @@ constexpr const char* k_usage = R"(usage: memweave <command> [options]
 
 commands:
   train   train a network under a memory budget
-          --net NAME --batch N --iterations N --budget SIZE --policy baseline,liveness
+          --net NAME --batch N --iterations N --budget SIZE --policy baseline,liveness,offload,utp,recompute,all
           [--data synthetic|cifar10:PATH] [--device auto|host|cuda] [--image-side N]
           [--width SCALE] [--classes N] [--conv-ws dynamic|none|max|fixed:ALGO]
-          [--fit best|first] [--seed N] [--lr X] [--threads N]
+          [--fit best|first] [--recompute cost_aware|speed_centric|memory_centric]
+          [--seed N] [--lr X] [--threads N]
           [--json PATH] [--csv PATH] [--svg PATH]
   plan    the same runtime on the null device (no memory touched): per-step memory,
           peak, max(l_i), and whether each policy fits --budget (same options, no --data)

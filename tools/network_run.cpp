@@ -43,6 +43,8 @@ network_run_options read_network_run_options(cli_args& args) {
     o.executor.conv_ws.mode = mode.mode;
     o.executor.conv_ws.fixed_algorithm = mode.fixed_algorithm;
   }
+  o.executor.recompute_strategy = args.get_or("recompute", option_string("MEMWEAVE_RECOMPUTE"));
+  (void)parse_recompute_strategy(o.executor.recompute_strategy);
   o.executor.seed = static_cast<std::uint64_t>(args.get_int("seed", 0).value_or(1));
   if (auto lr = args.get("lr"))
     o.executor.learning_rate = static_cast<float>(parse_double(*lr, "--lr"));

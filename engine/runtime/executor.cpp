@@ -49,6 +49,9 @@ using clock_type = std::chrono::steady_clock;
 // compute and memory time.
 constexpr double k_model_flops = 12e12;
 constexpr double k_model_bytes_per_s = 500e9;
+// The host link the eviction rule assumes when it weighs a rebuild against a round trip
+// (PCIe 3.0 x16, the paper's).
+constexpr double k_model_link_bytes_per_s = 16e9;
 
 std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
   x += 0x9e3779b97f4a7c15ull;
@@ -69,9 +72,13 @@ executor_policy executor_policy::parse(const std::string& name) {
     p.offload_checkpoints = true;
   } else if (name == "utp") {
     p.evict_to_host = true;
+  } else if (name == "recompute") {
+    p.recompute = p.drop_after_forward = true;
+  } else if (name == "all") {
+    p.evict_to_host = p.recompute = true;
   } else {
     throw invalid_argument("unknown memory policy '" + name +
-                           "': expected baseline, liveness, offload or utp");
+                           "': expected baseline, liveness, offload, utp, recompute or all");
   }
   return p;
 }
@@ -187,6 +194,73 @@ executor::executor(const network& net, device& dev, const executor_options& opti
       if (liveness_->last_use(x) >= layers) offload_candidate_[x] = true;
     }
   }
+  // When each transient tensor's device memory is given back: after its last use (the
+  // liveness plan), or later when a rebuild reads it (recompute).
+  free_after_.assign(route_.step_count(), {});
+  for (std::size_t st = 0; st < route_.step_count(); ++st) {
+    for (tensor_id t : plan_.steps[st].free) free_after_[st].push_back(t);
+  }
+  droppable_.assign(n, false);
+  if (options.policy.recompute) {
+    recompute_graph g;
+    for (std::size_t p = 0; p < layers; ++p) {
+      const layer& l = net[route_.order()[p]];
+      recompute_layer rl;
+      rl.id = l.id;
+      rl.name = l.name;
+      rl.checkpoint = l.cost == cost_class::checkpoint;
+      // Forward tensors only: layer outputs, labels, auxiliary tensors.
+      auto forward_tensor = [this](tensor_id t) {
+        const tensor_info& i = table_[t];
+        return !i.persistent && i.bytes != 0 &&
+               (i.role == tensor_role::data || i.role == tensor_role::auxiliary);
+      };
+      for (const auto& a : table_.accesses(p)) {
+        if (!forward_tensor(a.tensor)) continue;
+        if (a.mode == access_mode::read) {
+          rl.forward_reads.push_back(a.tensor);
+        } else {
+          // Small auxiliary tensors are kept: BN's saved statistics, and DROPOUT's mask,
+          // which the backward reuses rather than a regenerated one.
+          rl.produces.push_back(
+              {a.tensor, table_[a.tensor].bytes, table_[a.tensor].role == tensor_role::auxiliary});
+        }
+      }
+      const std::size_t b = route_.backward_step(l.id);
+      for (const auto& a : table_.accesses(b)) {
+        if (forward_tensor(a.tensor) && a.mode == access_mode::read) {
+          rl.backward_reads.push_back(a.tensor);
+        }
+      }
+      const auto& row = layer_memory_->of(l.id);
+      rl.forward_bytes = row.forward_bytes;
+      rl.backward_bytes = row.backward_bytes;
+      std::vector<shape4> in;
+      for (layer_id i : l.inputs) in.push_back(net[i].output_shape);
+      rl.forward_cost = layers::forward_flops(l, in);
+      g.layers.push_back(std::move(rl));
+    }
+    recompute_options ro;
+    ro.strategy = parse_recompute_strategy(options.recompute_strategy);
+    recompute_ = std::make_unique<recompute_plan>(g, ro);
+    for (const recompute_tensor_info& info : recompute_->tensors()) {
+      const tensor_id t = static_cast<tensor_id>(info.key);
+      droppable_[t] = info.fate == tensor_fate::dropped;
+      if (info.fate != tensor_fate::kept || info.last_use == no_position) continue;
+      // A kept tensor that a replay before backward step `last_use` reads must outlive
+      // that step, even if the plain plan frees it sooner.
+      const std::size_t until = route_.step_count() - 1 - info.last_use;
+      if (until > liveness_->last_use(t)) {
+        auto& list = free_after_[liveness_->last_use(t)];
+        list.erase(std::remove(list.begin(), list.end(), t), list.end());
+        free_after_[until].push_back(t);
+      }
+    }
+  }
+  free_step_.assign(n, route_.step_count());
+  for (std::size_t st = 0; st < route_.step_count(); ++st) {
+    for (tensor_id t : free_after_[st]) free_step_[t] = st;
+  }
   initialize_persistent();
 }
 
@@ -280,6 +354,7 @@ void executor::free_transient(tensor_id t) noexcept {
       --tensors_live_;
       break;
     case residency::on_host:
+    case residency::dropped:
     case residency::absent:
       break;
   }
@@ -298,6 +373,21 @@ void* executor::device_ptr(tensor_id t) const {
 // this thread waits for the copy (the compute stream has nothing to do until the step's
 // allocation succeeds anyway).
 bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
+  if (recompute_ && droppable_[t]) {
+    // Rebuilding costs the producer's forward again; moving costs a copy out and back.
+    const layer& l = net_[table_[t].owner];
+    std::vector<shape4> in;
+    for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
+    const double rebuild_s = layers::forward_flops(l, in) / k_model_flops;
+    const double move_s = 2.0 * static_cast<double>(bytes) / k_model_link_bytes_per_s;
+    if (rebuild_s <= move_s) {
+      if (transfers_) transfers_->engine.drop_host(t);
+      state_[t] = residency::dropped;
+      bytes_live_ -= bytes;
+      --tensors_live_;
+      return true;
+    }
+  }
   transfer_engine& engine = transfers_->engine;
   if (!engine.has_host_copy(t)) {
     stream& compute = dev_.get_stream(stream_role::compute);
@@ -370,6 +460,10 @@ void executor::ensure_resident(tensor_id t, std::size_t step) {
       transfers_->engine.make_ready(t, compute);
       return;
     }
+    case residency::dropped:
+      rebuild(t, step);
+      (void)cache_->check(t);
+      return;
     case residency::absent:
       break;
   }
@@ -442,26 +536,124 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   steps_.clear();
   steps_.reserve(route_.step_count());
   tensors_allocated_ = 0;
+  recomputations_ = 0;
   bookkeeping_s_ = 0;
   loss_ = 0;
   cache_->reset_stats();
   if (transfers_) transfers_->engine.reset_stats();
+  // A tensor a replay rebuilt and dropped again after its last use holds nothing.
+  for (auto& st : state_) {
+    if (st == residency::dropped) st = residency::absent;
+  }
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
   reap_offloads(0, true);
   compute.synchronize();
   if (transfers_) transfers_->engine.check();
+  // Every transient tensor's life ended within the iteration: anything still holding device
+  // or host memory now is a leak of the step loop.
+  for (tensor_id t = 0; t < state_.size(); ++t) {
+    if (state_[t] != residency::absent && state_[t] != residency::dropped) {
+      throw std::logic_error("executor: " + table_[t].name + " outlived the iteration (state " +
+                             std::to_string(static_cast<int>(state_[t])) + ", freed after step " +
+                             std::to_string(free_step_[t] + 1) + ")");
+    }
+  }
+  for (tensor_id t = 0; t < state_.size(); ++t) {
+    if (aside_ptr_[t] != nullptr) {
+      throw std::logic_error("executor: " + table_[t].name + " holds device memory aside (state " +
+                             std::to_string(static_cast<int>(state_[t])) + ") after the iteration");
+    }
+  }
+  if (cache_->resident_count() != 0 || bytes_live_ != plan_.persistent_bytes) {
+    throw std::logic_error("executor: " + std::to_string(cache_->resident_count()) + " tensors (" +
+                           format_bytes(bytes_live_ - plan_.persistent_bytes) +
+                           ") still hold device memory after the iteration");
+  }
+  if (transfers_ && transfers_->engine.stats().host_copies != 0) {
+    throw std::logic_error("executor: " + std::to_string(transfers_->engine.stats().host_copies) +
+                           " host copies outlived the iteration");
+  }
   simulated_s_ = compute.simulated_time_s() - sim_start;
   return loss_;
+}
+
+void executor::note_peak() noexcept {
+  step_peak_live_ = std::max(step_peak_live_, bytes_live_);
+  step_peak_heap_ = std::max(step_peak_heap_, heap_->stats().bytes_in_use);
+}
+
+// recompute/all: give back the device memory of a tensor that can be rebuilt.
+void executor::drop(tensor_id t) noexcept {
+  if (state_[t] != residency::resident) return;
+  // A host copy made before is not kept for a tensor that will be rebuilt instead.
+  if (transfers_) transfers_->engine.drop_host(t);
+  cache_->release(t);
+  state_[t] = residency::dropped;
+  bytes_live_ -= table_[t].bytes;
+  --tensors_live_;
+}
+
+// Re-runs the forward of the layer at route position `position` (a cheap layer), making
+// what it reads resident and what it writes resident again. The running statistics of BN
+// are not updated a second time; DROPOUT's mask comes out identical (same seed).
+void executor::replay_forward(std::size_t position, std::size_t step) {
+  const layer& l = net_[route_.order()[position]];
+  const auto accesses = table_.accesses(position);
+  std::vector<tensor_id> locked;
+  for (const auto& a : accesses) {
+    const tensor_id t = a.tensor;
+    if (table_[t].persistent || table_[t].bytes == 0) continue;
+    if (a.mode == access_mode::read) {
+      ensure_resident(t, step);
+    } else if (state_[t] != residency::resident) {
+      // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
+      free_transient(t);
+      allocate_transient(t, step);
+      ++tensors_allocated_;
+      rebuilt_.push_back(t);
+    }
+    cache_->lock(t);
+    locked.push_back(t);
+  }
+  note_peak();
+  launch_layer(l, true, accesses, conv_step{}, nullptr, nullptr, true);
+  ++recomputations_;
+  for (tensor_id t : locked) cache_->unlock(t);
+}
+
+// Makes a dropped tensor resident again by replaying the layers the plan says (its
+// producer, and any dropped tensors that one reads, in route order).
+void executor::rebuild(tensor_id t, std::size_t step) {
+  const recompute_key wanted[] = {t};
+  const auto order = recompute_->rebuild_order(
+      wanted, [this](recompute_key k) { return state_[k] == residency::resident; });
+  for (recompute_pos p : order) replay_forward(p, step);
+  if (state_[t] != residency::resident) {
+    throw std::logic_error("executor: rebuilding " + table_[t].name + " at step " +
+                           std::to_string(step + 1) + " did not make it resident");
+  }
 }
 
 void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration) {
   const auto t0 = clock_type::now();
   const route_step rs = route_.at(s);
   const layer& l = net_[rs.layer];
-  const layer_tensors& lt = table_.of(l.id);
   const step_plan& sp = plan_.steps[s];
   const bool forward = rs.direction == pass::forward;
+  iteration_ = iteration;
+  step_peak_live_ = 0;
+  step_peak_heap_ = 0;
   reap_offloads(s, false);
+
+  // 0. recompute: the plan's replays before this backward step.
+  const std::size_t position = route_.position(l.id);
+  if (recompute_ && !forward && options_.policy.drop_after_forward) {
+    const backward_step_plan& bp = recompute_->backward(position);
+    for (const replay_action& a : recompute_->replays(bp)) {
+      replay_forward(a.layer, s);
+      for (recompute_key k : recompute_->frees(a)) drop(static_cast<tensor_id>(k));
+    }
+  }
 
   // 1. What the step reads must be on the device; what it writes first is born here. Each
   //    is locked at once, so making room for the next cannot evict it.
@@ -472,7 +664,10 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     // Persistent tensors are always on the device; workspace placeholders (0 bytes) are
     // taken at the step by workspace selection instead.
     if (table_[t].persistent || table_[t].bytes == 0) continue;
-    if (state_[t] == residency::absent) {
+    if (state_[t] == residency::absent ||
+        (a.mode == access_mode::write && state_[t] != residency::resident)) {
+      // Born here (a tensor this step writes anew needs no rebuilding or fetching).
+      free_transient(t);
       allocate_transient(t, s);
       ++tensors_allocated_;
     } else {
@@ -512,106 +707,45 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     }
     bytes_live_ += conv.workspace_bytes;
   }
+  note_peak();
   step_record rec;
   rec.step = static_cast<int>(s + 1);
   rec.layer = l.name;
   rec.pass = forward ? 'F' : 'B';
-  rec.bytes_live = bytes_live_;
-  rec.heap_bytes = heap_->stats().bytes_in_use;
+  rec.bytes_live = step_peak_live_;
+  rec.heap_bytes = step_peak_heap_;
   rec.tensors_live = static_cast<int>(tensors_live_);
   rec.workspace_bytes = conv.workspace_bytes;
   rec.algorithm = conv.name;
   steps_.push_back(std::move(rec));
 
   // 3. The kernel.
-  stream& compute = dev_.get_stream(stream_role::compute);
-  if (table_.has_work(s)) {
-    std::vector<shape4> in_shapes;
-    in_shapes.reserve(l.inputs.size());
-    for (layer_id i : l.inputs) in_shapes.push_back(net_[i].output_shape);
-    if (!dev_.touches_memory()) {
-      const double flops =
-          forward ? layers::forward_flops(l, in_shapes) : layers::backward_flops(l, in_shapes);
-      const auto& row = layer_memory_->of(l.id);
-      const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
-      const double compute_s = l.type == layer_type::conv ? conv.seconds : flops / k_model_flops;
-      compute.launch({}, std::max(compute_s, bytes / k_model_bytes_per_s));
-    } else if (l.type == layer_type::data) {
-      // The batch is made on the host and copied in on the compute stream; staging_ stays
-      // untouched until the iteration's final synchronize.
-      const shape4 img = l.output_shape;
-      staging_.resize(static_cast<std::size_t>(img.count() + img.n));
-      data->fill(iteration, img.n, staging_.data(), staging_.data() + img.count());
-      compute.copy_async(device_ptr(lt.output), staging_.data(), img.bytes(),
-                         copy_kind::host_to_device);
-      compute.copy_async(device_ptr(lt.labels), staging_.data() + img.count(),
-                         static_cast<std::size_t>(img.n) * sizeof(float),
-                         copy_kind::host_to_device);
-    } else {
-      auto f = [this](tensor_id t) { return static_cast<float*>(device_ptr(t)); };
-      layers::step_io io;
-      io.l = &l;
-      io.input_shapes = std::move(in_shapes);
-      for (layer_id i : l.inputs) io.inputs.push_back(f(table_.of(i).output));
-      io.output = f(lt.output);
-      for (tensor_id t : lt.params) io.params.push_back(f(t));
-      for (tensor_id t : lt.aux) io.aux.push_back(f(t));
-      if (l.type == layer_type::softmax_loss) io.labels = f(table_.labels());
-      io.workspace = workspace;
-      io.workspace_bytes = conv.workspace_bytes;
-      io.algo = conv.forward.algo;
-      io.chunk = conv.forward.chunk;
-      io.data_algo = conv.data.algo;
-      io.data_chunk = conv.data.chunk;
-      io.filter_algo = conv.filter.algo;
-      io.filter_chunk = conv.filter.chunk;
-      io.seed = mix(mix(options_.seed * 1000003u + l.id) + static_cast<std::uint64_t>(iteration));
-      std::vector<std::pair<float*, float*>> updates;  // (gradient, weight) for the solver
-      std::vector<float*> momenta;
-      std::vector<std::size_t> counts;
-      if (forward) {
-        if (l.type == layer_type::softmax_loss) io.loss = &loss_;
-      } else {
-        io.output_grad = f(lt.output_grad);
-        for (layer_id i : l.inputs) {
-          const tensor_id g = table_.of(i).output_grad;
-          bool accumulate = false;
-          for (const auto& a : accesses) {
-            if (a.tensor == g) accumulate = a.mode == access_mode::accumulate;
-          }
-          io.input_grads.push_back({f(g), accumulate});
-        }
-        for (tensor_id t : lt.param_grads) io.param_grads.push_back(f(t));
-        std::size_t trained = 0;
-        for (std::size_t p = 0; p < l.param_tensors.size(); ++p) {
-          if (!l.param_tensors[p].trained) continue;
-          updates.emplace_back(f(lt.param_grads[trained]), f(lt.params[p]));
-          momenta.push_back(f(lt.momenta[trained]));
-          counts.push_back(table_[lt.params[p]].bytes / sizeof(float));
-          ++trained;
-        }
-      }
-      const layers::step_fn fn = forward ? layers::layer_steps_for(l.type).forward
-                                         : layers::layer_steps_for(l.type).backward;
-      kernel_state* ks = kernels_.get();
-      compute.launch([fn, ks, io = std::move(io), updates = std::move(updates),
-                      momenta = std::move(momenta), counts = std::move(counts)] {
-        fn(ks->context, io);
-        for (std::size_t i = 0; i < updates.size(); ++i) {
-          sgd_update(ks->context, ks->sgd, counts[i], updates[i].first, updates[i].second,
-                     momenta[i]);
-        }
-      });
-    }
-  }
+  if (table_.has_work(s)) launch_layer(l, forward, accesses, conv, workspace, data, false);
 
   // 4. Unlock; give back the workspace and what dies here (stream order keeps it safe).
   for (tensor_id t : locked) cache_->unlock(t);
   if (workspace != nullptr) (void)heap_->deallocate(workspace);
   bytes_live_ -= conv.workspace_bytes;
-  for (tensor_id t : sp.free) free_transient(t);
+  for (tensor_id t : free_after_[s]) free_transient(t);
+  // A rebuild may have re-created intermediates whose life was already over (inputs of the
+  // replay that was wanted): they go again now.
+  for (tensor_id t : rebuilt_) {
+    if (free_step_[t] <= s) drop(t);
+  }
+  rebuilt_.clear();
 
-  // 5. Move what the policy moves.
+  // 5. Move or drop what the policy moves or drops.
+  if (recompute_ && options_.policy.drop_after_forward) {
+    if (forward) {
+      for (recompute_key k : recompute_->drops_after_forward(position)) {
+        drop(static_cast<tensor_id>(k));
+      }
+    } else {
+      for (recompute_key k : recompute_->frees(recompute_->backward(position))) {
+        drop(static_cast<tensor_id>(k));
+      }
+    }
+  }
   if (options_.policy.offload_checkpoints && forward) {
     for (const auto& a : accesses) {
       const tensor_id t = a.tensor;
@@ -625,6 +759,94 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   }
   if (!forward) prefetch_ahead(s);
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Enqueues layer `l`'s forward or backward kernel (and, in backward, the solver's updates)
+// on the compute stream; on `null`, only its modelled time.
+void executor::launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
+                            const conv_step& conv, void* workspace, data_source* data,
+                            bool replay) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  const layer_tensors& lt = table_.of(l.id);
+  std::vector<shape4> in_shapes;
+  in_shapes.reserve(l.inputs.size());
+  for (layer_id i : l.inputs) in_shapes.push_back(net_[i].output_shape);
+  if (!dev_.touches_memory()) {
+    const double flops =
+        forward ? layers::forward_flops(l, in_shapes) : layers::backward_flops(l, in_shapes);
+    const auto& row = layer_memory_->of(l.id);
+    const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
+    const double compute_s = l.type == layer_type::conv ? conv.seconds : flops / k_model_flops;
+    compute.launch({}, std::max(compute_s, bytes / k_model_bytes_per_s));
+    return;
+  }
+  if (l.type == layer_type::data) {
+    // The batch is made on the host and copied in on the compute stream; staging_ stays
+    // untouched until the iteration's final synchronize.
+    const shape4 img = l.output_shape;
+    staging_.resize(static_cast<std::size_t>(img.count() + img.n));
+    data->fill(iteration_, img.n, staging_.data(), staging_.data() + img.count());
+    compute.copy_async(device_ptr(lt.output), staging_.data(), img.bytes(),
+                       copy_kind::host_to_device);
+    compute.copy_async(device_ptr(lt.labels), staging_.data() + img.count(),
+                       static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
+    return;
+  }
+  auto f = [this](tensor_id t) { return static_cast<float*>(device_ptr(t)); };
+  layers::step_io io;
+  io.l = &l;
+  io.input_shapes = std::move(in_shapes);
+  for (layer_id i : l.inputs) io.inputs.push_back(f(table_.of(i).output));
+  io.output = f(lt.output);
+  for (tensor_id t : lt.params) io.params.push_back(f(t));
+  for (tensor_id t : lt.aux) io.aux.push_back(f(t));
+  if (l.type == layer_type::softmax_loss) io.labels = f(table_.labels());
+  io.workspace = workspace;
+  io.workspace_bytes = conv.workspace_bytes;
+  io.algo = conv.forward.algo;
+  io.chunk = conv.forward.chunk;
+  io.data_algo = conv.data.algo;
+  io.data_chunk = conv.data.chunk;
+  io.filter_algo = conv.filter.algo;
+  io.filter_chunk = conv.filter.chunk;
+  io.seed = mix(mix(options_.seed * 1000003u + l.id) + static_cast<std::uint64_t>(iteration_));
+  io.update_running_stats = !replay;
+  std::vector<std::pair<float*, float*>> updates;  // (gradient, weight) for the solver
+  std::vector<float*> momenta;
+  std::vector<std::size_t> counts;
+  if (forward) {
+    // A replayed loss layer would rewrite the loss with the same value; keep it single.
+    if (l.type == layer_type::softmax_loss && !replay) io.loss = &loss_;
+  } else {
+    io.output_grad = f(lt.output_grad);
+    for (layer_id i : l.inputs) {
+      const tensor_id g = table_.of(i).output_grad;
+      bool accumulate = false;
+      for (const auto& a : accesses) {
+        if (a.tensor == g) accumulate = a.mode == access_mode::accumulate;
+      }
+      io.input_grads.push_back({f(g), accumulate});
+    }
+    for (tensor_id t : lt.param_grads) io.param_grads.push_back(f(t));
+    std::size_t trained = 0;
+    for (std::size_t p = 0; p < l.param_tensors.size(); ++p) {
+      if (!l.param_tensors[p].trained) continue;
+      updates.emplace_back(f(lt.param_grads[trained]), f(lt.params[p]));
+      momenta.push_back(f(lt.momenta[trained]));
+      counts.push_back(table_[lt.params[p]].bytes / sizeof(float));
+      ++trained;
+    }
+  }
+  const layers::step_fn fn =
+      forward ? layers::layer_steps_for(l.type).forward : layers::layer_steps_for(l.type).backward;
+  kernel_state* ks = kernels_.get();
+  compute.launch([fn, ks, io = std::move(io), updates = std::move(updates),
+                  momenta = std::move(momenta), counts = std::move(counts)] {
+    fn(ks->context, io);
+    for (std::size_t i = 0; i < updates.size(); ++i) {
+      sgd_update(ks->context, ks->sgd, counts[i], updates[i].first, updates[i].second, momenta[i]);
+    }
+  });
 }
 
 executor::conv_step executor::choose_conv(const layer& l, bool forward, bool input_has_gradient) {
@@ -672,6 +894,7 @@ policy_report executor::report() const {
   r.max_layer_bytes = layer_memory_->max_layer_bytes();
   r.persistent_bytes = plan_.persistent_bytes;
   r.tensors_allocated = tensors_allocated_;
+  r.recomputations = recomputations_;
   for (const step_record& s : steps_) {
     if (s.heap_bytes > r.peak_bytes) r.peak_bytes = s.heap_bytes, r.peak_step = s.step;
     r.peak_live_bytes = std::max(r.peak_live_bytes, s.bytes_live);

@@ -127,9 +127,9 @@ TEST(cli_test, bad_input_is_a_clear_error) {
   EXPECT_NE(error_of(plan_command, {"--net", "lenet"})
                 .find("unknown zoo network 'lenet'; known: alexnet"),
             std::string::npos);
-  EXPECT_NE(
-      error_of(plan_command, with({"--policy", "magic"})).find("expected baseline, liveness, offload or utp"),
-      std::string::npos);
+  EXPECT_NE(error_of(plan_command, with({"--policy", "magic"}))
+                .find("expected baseline, liveness, offload, utp, recompute or all"),
+            std::string::npos);
   EXPECT_NE(
       error_of(plan_command, {"--net", "alexnet", "--batch", "0"}).find("--batch 0 is too small"),
       std::string::npos);

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/run_report.hpp"
 #include "memweave/engine/tensor_table.hpp"
+#include "memweave/recompute/recompute_plan.hpp"
 #include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
@@ -41,11 +43,19 @@ namespace memweave {
 ///   utp       liveness + the tensor cache: tensors stay on the device while they fit; when
 ///             the heap cannot serve, unlocked tensors leave for host memory from the LRU
 ///             end, and come back prefetched ahead of use (§3.3).
+///   recompute liveness + cost-aware recomputation (§3.4): the outputs of cheap layers are
+///             dropped after their last forward use and rebuilt in backward from the
+///             nearest kept tensors (speed- or memory-centric per segment).
+///   all       utp + recomputation that engages only as far as the budget requires: nothing
+///             is dropped or moved while everything fits; when the heap cannot serve, the
+///             cache evicts, dropping a recomputable tensor (cheaper) or offloading it.
 struct executor_policy {
   std::string name = "liveness";
   memory_policy plan = memory_policy::liveness;  ///< when transient tensors are born and die
   bool offload_checkpoints = false;  ///< proactive offload of checkpoint outputs (offload)
   bool evict_to_host = false;        ///< the tensor cache may evict to host memory (utp)
+  bool recompute = false;            ///< dropped tensors are rebuilt (recompute, all)
+  bool drop_after_forward = false;   ///< drop cheap outputs after their last forward use
   /// Parses a policy name; invalid_argument listing the known ones otherwise.
   static executor_policy parse(const std::string& name);
   /// Whether tensors may move to host memory (a transfer engine and host pool are needed).
@@ -84,6 +94,9 @@ struct executor_options {
   std::size_t host_pool_bytes = 0;
   /// Transfer settings (verification; MEMWEAVE_VERIFY_TRANSFERS).
   bool verify_transfers = false;
+  /// recompute/all: how segments are rebuilt (MEMWEAVE_RECOMPUTE): cost_aware (the paper's
+  /// rule), speed_centric or memory_centric.
+  std::string recompute_strategy = "cost_aware";
 };
 
 class executor {
@@ -134,6 +147,7 @@ class executor {
     offloading,   ///< offload policy: copy to host in flight, device memory held aside
     on_host,      ///< only the host copy exists
     prefetching,  ///< copy back in flight into device memory held aside
+    dropped,      ///< recompute/all: freed, to be rebuilt by re-running its layer's forward
   };
   struct conv_step;
   struct kernel_state;
@@ -147,6 +161,12 @@ class executor {
   void start_offload(tensor_id t);
   void reap_offloads(std::size_t step, bool all);
   void prefetch_ahead(std::size_t step);
+  void drop(tensor_id t) noexcept;
+  void rebuild(tensor_id t, std::size_t step);
+  void replay_forward(std::size_t position, std::size_t step);
+  void launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
+                    const conv_step& conv, void* workspace, data_source* data, bool replay);
+  void note_peak() noexcept;
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
@@ -165,8 +185,9 @@ class executor {
   std::unique_ptr<device_heap> heap_;
   std::unique_ptr<conv_workspace_selector> selector_;
   std::unique_ptr<kernel_state> kernels_;
-  std::unique_ptr<tensor_cache> cache_;   // transient tensors' device memory
-  std::unique_ptr<transfers> transfers_;  // offload/utp only
+  std::unique_ptr<tensor_cache> cache_;        // transient tensors' device memory
+  std::unique_ptr<transfers> transfers_;       // offload/utp only
+  std::unique_ptr<recompute_plan> recompute_;  // recompute/all only
 
   std::vector<void*> persistent_ptr_;                 // parameters, momenta, running stats
   std::vector<residency> state_;                      // per tensor (transient ones)
@@ -174,6 +195,14 @@ class executor {
   std::vector<std::size_t> last_forward_use_;         // per tensor: last forward step touching it
   std::vector<bool> offload_candidate_;               // offload policy: checkpoint outputs
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
+  std::vector<std::vector<tensor_id>> free_after_;    // per step: tensors whose life ends there
+  std::vector<bool> droppable_;                       // recompute/all: the plan may drop it
+  std::vector<std::size_t> free_step_;   // per tensor: the step whose free_after_ lists it
+  std::vector<tensor_id> rebuilt_;       // tensors replays allocated in the current step
+  std::uint64_t recomputations_ = 0;     // layer forwards re-run in the last iteration
+  std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
+  std::size_t step_peak_live_ = 0;       // max bytes_live_ within the current step
+  std::size_t step_peak_heap_ = 0;       // max heap bytes in use within the current step
   std::size_t bytes_live_ = 0;           // exact bytes of device memory held for tensors
   std::size_t tensors_live_ = 0;         // tensors holding device memory
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration

@@ -1,7 +1,7 @@
-// The Unified Tensor Pool in the executor: offload (vDNN-like) and utp (tensor cache +
-// offload/prefetch). Oracle: bit-identical to the baseline on unlimited memory at every
-// budget that runs; bytes moved only when they must be, equal in plan and train; faults
-// reported with the tensor named and nothing lost.
+// The Unified Tensor Pool and recomputation in the executor: offload (vDNN-like), utp
+// (tensor cache + offload/prefetch), recompute (cost-aware) and all. Oracle: bit-identical to the
+// baseline on unlimited memory at every budget that runs; bytes moved only when they must be, equal
+// in plan and train; faults reported with the tensor named and nothing lost.
 #include "engine_test_util.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/network_builder.hpp"
@@ -24,7 +24,13 @@ test::training_result train_on(const network& net, const executor_options& o, in
   auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
   executor ex(net, *dev, o);
   test::training_result r;
-  for (int i = 0; i < iterations; ++i) r.losses.push_back(ex.run_iteration(data.get(), i));
+  try {
+    for (int i = 0; i < iterations; ++i) r.losses.push_back(ex.run_iteration(data.get(), i));
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << o.policy.name << " budget " << o.budget_bytes << " link " << link_gbps << ": "
+                  << e.what();
+    return r;
+  }
   r.persistent = ex.read_persistent();
   r.steps = ex.steps();
   return r;
@@ -50,16 +56,17 @@ bool plan_fits(const network& net, const executor_options& o) {
 
 class utp_oracle_test : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(utp_oracle_test, offload_and_utp_are_bit_identical_to_baseline_down_to_the_smallest_budget) {
+TEST_P(utp_oracle_test, every_policy_is_bit_identical_to_baseline_down_to_the_smallest_budget) {
   const network net = test::small_zoo(GetParam());
   const auto reference = test::train(net, policy_options("baseline"), 2);
-  for (const std::string policy : {"offload", "utp"}) {
+  for (const std::string policy : {"offload", "utp", "recompute", "all"}) {
     const std::size_t smallest = test::smallest_budget(net, policy_options(policy));
     const std::size_t ample = plan_report(net, policy_options(policy)).peak_bytes * 2;
     int ran = 0;
     for (std::size_t budget : {ample, (ample / 2 + smallest) / 2, smallest}) {
       if (!plan_fits(net, policy_options(policy, budget))) continue;
       ++ran;
+      SCOPED_TRACE(GetParam() + " " + policy + " budget " + std::to_string(budget));
       // A throttled link makes copies slow enough to be in flight while kernels run.
       for (double gbps : {0.0, 4.0}) {
         const auto got = train_on(net, policy_options(policy, budget), 2, gbps);
@@ -76,18 +83,37 @@ INSTANTIATE_TEST_SUITE_P(zoo, utp_oracle_test,
                          ::testing::Values("alexnet", "vgg16", "resnet50", "inception_v4",
                                            "densenet121"));
 
-TEST(utp_test, random_dags_are_bit_identical_under_the_smallest_utp_budget) {
+TEST(utp_test, random_dags_are_bit_identical_under_the_smallest_budget_of_each_policy) {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     random_dag_options o;
     o.seed = seed;
     o.layers = 25;
-    o.all_types = seed % 2 == 0;
+    o.all_types = seed % 2 == 0;  // LRN, DROPOUT (its mask must be reused), tanh, avg pool
     const network net = make_random_dag(o);
     const auto reference = test::train(net, policy_options("baseline"), 2);
-    const std::size_t smallest = test::smallest_budget(net, policy_options("utp"));
-    test::expect_bit_identical(reference, train_on(net, policy_options("utp", smallest), 2, 2.0),
-                               net.name());
+    for (const std::string policy : {"utp", "recompute", "all"}) {
+      const std::size_t smallest = test::smallest_budget(net, policy_options(policy));
+      SCOPED_TRACE(net.name() + " " + policy + " budget " + std::to_string(smallest));
+      test::expect_bit_identical(reference, train_on(net, policy_options(policy, smallest), 2, 2.0),
+                                 net.name() + " " + policy);
+    }
   }
+}
+
+TEST(utp_test, recompute_replays_cheap_layers_and_all_only_when_the_budget_requires) {
+  const network net = test::small_zoo("resnet50", 4);
+  const policy_report recompute = plan_report(net, policy_options("recompute"));
+  EXPECT_GT(recompute.recomputations, 0u);
+  EXPECT_LT(recompute.peak_live_bytes,
+            plan_report(net, policy_options("liveness")).peak_live_bytes);
+  const policy_report ample = plan_report(net, policy_options("all"));
+  EXPECT_EQ(ample.recomputations, 0u);
+  EXPECT_EQ(ample.bytes_offloaded, 0u);
+  const std::size_t smallest = test::smallest_budget(net, policy_options("all"));
+  const policy_report tight = plan_report(net, policy_options("all", smallest));
+  EXPECT_GT(tight.recomputations + tight.bytes_offloaded, 0u);
+  // all engages only when needed, and then runs where plain liveness cannot.
+  EXPECT_LT(smallest, test::smallest_budget(net, policy_options("liveness")));
 }
 
 TEST(utp_test, a_budget_that_fits_moves_nothing_and_a_tight_one_moves_the_same_in_plan_and_train) {
