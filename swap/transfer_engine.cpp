@@ -87,8 +87,8 @@ struct failure_box {
     std::string label;     // "tensor 7 ('conv1', 4.00 MiB)"
     std::string message;   // the full message
   };
-  std::mutex mu;                                   // guards items
-  std::vector<item> items;                         // not yet thrown, oldest first
+  std::mutex mu;                                    // guards items
+  std::vector<item> items;                          // not yet thrown, oldest first
   std::atomic<std::uint64_t> prefetch_failures{0};  // prefetch failures ever found
 
   void push(std::uint64_t id, const std::string& label, const std::string& message) noexcept {
@@ -121,7 +121,7 @@ struct offload_record {
   std::atomic<std::uint64_t> device_sum{0};  // checksum of the device bytes (stream work)
   std::string injected;                      // non-empty: an injected copy failure
   bool corrupt_host_after = false;           // fault: flip a byte once it landed good
-  bool processed = false;  // guarded by impl::mu_: handled by the watcher
+  bool processed = false;                    // guarded by impl::mu_: handled by the watcher
 };
 
 // One prefetch, shared with its verification (host-to-device stream) and make_ready's
@@ -130,7 +130,7 @@ struct prefetch_record {
   std::uint64_t id = 0;
   std::uint32_t key = 0;
   std::size_t bytes = 0;
-  std::string label;              // for messages built on stream threads
+  std::string label;               // for messages built on stream threads
   std::uint64_t expected_sum = 0;  // checksum of the device bytes at the offload
   std::atomic<bool> failed{false};
   std::string message;  // written once, before `failed` is set (release)
@@ -143,15 +143,15 @@ struct prefetch_record {
 
 // A key's state.
 struct entry {
-  std::size_t bytes = 0;             // of the host copy (and of prefetch_scratch)
-  void* host = nullptr;              // host buffer, or null
-  void* prefetch_scratch = nullptr;  // verify by copy-back: reused by every prefetch
-  bool host_valid = false;           // the host copy landed and passed verification
-  bool dropped = false;              // drop_host while an offload was in flight
-  std::uint64_t checksum = 0;        // of the device bytes at the last good offload
-  std::unique_ptr<event> offload_done;   // recorded by each offload
-  std::unique_ptr<event> prefetch_done;  // recorded by each prefetch
-  bool prefetch_recorded = false;        // prefetch_done may still guard reads of `host`
+  std::size_t bytes = 0;                        // of the host copy (and of prefetch_scratch)
+  void* host = nullptr;                         // host buffer, or null
+  void* prefetch_scratch = nullptr;             // verify by copy-back: reused by every prefetch
+  bool host_valid = false;                      // the host copy landed and passed verification
+  bool dropped = false;                         // drop_host while an offload was in flight
+  std::uint64_t checksum = 0;                   // of the device bytes at the last good offload
+  std::unique_ptr<event> offload_done;          // recorded by each offload
+  std::unique_ptr<event> prefetch_done;         // recorded by each prefetch
+  bool prefetch_recorded = false;               // prefetch_done may still guard reads of `host`
   std::shared_ptr<offload_record> offloading;   // the offload in flight, or null
   std::shared_ptr<prefetch_record> prefetched;  // the last prefetch since the last offload
 };
@@ -201,13 +201,13 @@ struct transfer_engine::impl {
   std::deque<std::shared_ptr<offload_record>> queue;  // offloads in flight, oldest first
   std::vector<deferred_free> deferred;
   transfer_faults faults;
-  bool faults_set = false;           // make_ready adds its compute-stream check
-  std::uint64_t copies_seen = 0;     // payload copies since set_faults
+  bool faults_set = false;        // make_ready adds its compute-stream check
+  std::uint64_t copies_seen = 0;  // payload copies since set_faults
   std::uint64_t allocations_seen = 0;
   std::uint64_t offloads_seen = 0;
-  transfer_stats counters;                // the period's counters
+  transfer_stats counters;                   // the period's counters
   std::uint64_t prefetch_failures_base = 0;  // box->prefetch_failures at reset_stats
-  std::size_t host_bytes = 0;             // host memory held (all buffers)
+  std::size_t host_bytes = 0;                // host memory held (all buffers)
   offloaded_callback on_offloaded;
   std::uint64_t next_id = 1;
   bool stopping = false;
@@ -252,11 +252,10 @@ struct transfer_engine::impl {
     const std::size_t used = host.bytes_in_use();
     const std::size_t free_bytes = cap > used ? cap - used : 0;
     lock.unlock();
-    throw out_of_memory(std::string("transfer_engine: cannot ") + what + " " +
-                            label(key, bytes) + ": no host memory for " + purpose + " (" +
-                            format_bytes(bytes) + " asked; the host memory has " +
-                            format_bytes(free_bytes) + " free of " + format_bytes(cap) + ", " +
-                            format_bytes(used) +
+    throw out_of_memory(std::string("transfer_engine: cannot ") + what + " " + label(key, bytes) +
+                            ": no host memory for " + purpose + " (" + format_bytes(bytes) +
+                            " asked; the host memory has " + format_bytes(free_bytes) +
+                            " free of " + format_bytes(cap) + ", " + format_bytes(used) +
                             " in use). The tensor stays where it is (nothing was enqueued). "
                             "Raise MEMWEAVE_HOST_POOL_BYTES, or drop host copies no longer "
                             "needed",
@@ -318,8 +317,7 @@ struct transfer_engine::impl {
 
   // Blocks until `rec` was handled; counts the wait. Needs `lock` held. `rec` is taken by
   // value: the watcher pops it from queue_ while this waits.
-  double wait_for_locked(std::unique_lock<std::mutex>& lock,
-                         std::shared_ptr<offload_record> rec) {
+  double wait_for_locked(std::unique_lock<std::mutex>& lock, std::shared_ptr<offload_record> rec) {
     if (rec->processed) return 0.0;
     const auto t0 = clock_type::now();
     done_cv.wait(lock, [&] { return rec->processed; });
@@ -384,9 +382,10 @@ struct transfer_engine::impl {
       if (writable != nullptr) h2d.wait(*writable);
       enqueued_any = true;
       if (inject_fail) {
-        std::string msg = std::string("transfer_engine: ") + what + " of " + rec->label +
-                          " failed: injected copy fault (transfer_faults::fail_copy = " +
-                          std::to_string(n) + "); its host copy is kept";
+        std::string msg =
+            std::string("transfer_engine: ") + what + " of " + rec->label +
+            " failed: injected copy fault (transfer_faults::fail_copy = " + std::to_string(n) +
+            "); its host copy is kept";
         auto fail = [rec, box = box, msg]() {
           rec->fail(msg);
           box->prefetch_failures.fetch_add(1, std::memory_order_relaxed);
@@ -465,8 +464,7 @@ struct transfer_engine::impl {
       if (!rec->injected.empty()) cause = rec->injected;
       std::string error;
       if (!cause.empty()) {
-        error = "transfer_engine: offload of " + label(rec->key, rec->bytes) +
-                " failed: " + cause +
+        error = "transfer_engine: offload of " + label(rec->key, rec->bytes) + " failed: " + cause +
                 ". The tensor is still on the device (on_offloaded was not called) and its "
                 "host copy was discarded; a failed device-to-host stream stays failed, so "
                 "recreate the device before offloading again";
@@ -537,7 +535,8 @@ transfer_engine::~transfer_engine() {
   }
   m.work_cv.notify_all();
   if (m.watcher.joinable()) m.watcher.join();  // handles every offload still in flight
-  // No other thread uses the engine now; wait for prefetches that may read host buffers.
+  // No other thread uses the engine now (so blocking with mu held cannot stall anyone);
+  // wait for prefetches that may still read host buffers, then free everything.
   std::lock_guard lock(m.mu);
   for (auto& [key, en] : m.entries) {
     if (en.prefetch_recorded) synchronize_quietly(*en.prefetch_done);
@@ -570,9 +569,8 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   impl& m = *impl_;
   if (device_ptr == nullptr || bytes == 0) {
     throw invalid_argument("transfer_engine::offload of tensor " + std::to_string(key) +
-                           " with device pointer " +
-                           (device_ptr == nullptr ? "null" : "non-null") + " and " +
-                           std::to_string(bytes) +
+                           " with device pointer " + (device_ptr == nullptr ? "null" : "non-null") +
+                           " and " + std::to_string(bytes) +
                            " bytes; pass the tensor's device memory and its size (> 0)");
   }
   m.throw_failures();
@@ -614,11 +612,11 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   rec->scratch = scratch;
   const std::uint64_t n = ++m.copies_seen;
   const bool inject_fail = m.faults.fail_copy != 0 && m.faults.fail_copy == n;
-  const bool inject_corrupt = m.faults.corrupt_copy != 0 && m.faults.corrupt_copy == n &&
-                              m.moves_data;
+  const bool inject_corrupt =
+      m.faults.corrupt_copy != 0 && m.faults.corrupt_copy == n && m.moves_data;
   const std::uint64_t nth_offload = ++m.offloads_seen;
-  rec->corrupt_host_after = m.faults.corrupt_host_copy != 0 &&
-                            m.faults.corrupt_host_copy == nth_offload && m.moves_data;
+  rec->corrupt_host_after =
+      m.faults.corrupt_host_copy != 0 && m.faults.corrupt_host_copy == nth_offload && m.moves_data;
   if (inject_fail) {
     rec->injected = "injected copy fault (transfer_faults::fail_copy = " + std::to_string(n) + ")";
   }

@@ -316,7 +316,8 @@ TEST(transfer_engine, on_offloaded_is_called_once_per_offload_and_only_after_the
     std::lock_guard lock(r.mu);
     ++r.offloaded[key];
   });
-  for (std::uint32_t k = 0; k < n; ++k) bufs.push_back(std::make_unique<device_buffer>(*r.dev, MiB));
+  for (std::uint32_t k = 0; k < n; ++k)
+    bufs.push_back(std::make_unique<device_buffer>(*r.dev, MiB));
   for (std::uint32_t k = 0; k < n; ++k) r.produce_and_offload(k, *bufs[k], k + 10);
   r.engine->wait_all_offloads();
   EXPECT_EQ(calls.load(), static_cast<int>(n));
@@ -554,8 +555,7 @@ TEST(transfer_engine, a_failed_offload_copy_names_the_tensor_and_keeps_the_devic
     FAIL() << "a failed offload copy was not reported";
   } catch (const device_error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("offload of tensor 7 ('conv7 output', 1.00 MiB) failed"),
-              std::string::npos)
+    EXPECT_NE(what.find("offload of tensor 7 ('conv7 output', 1.00 MiB) failed"), std::string::npos)
         << what;
     EXPECT_NE(what.find("still on the device"), std::string::npos) << what;
   }
@@ -715,8 +715,12 @@ TEST(transfer_engine, host_copy_survives_prefetch_and_is_replaced_by_a_new_offlo
   r.engine->fetch_now(1, b.get(), r.compute);
   EXPECT_TRUE(r.engine->has_host_copy(1)) << "evicting it again needs no copy";
   // The tensor changes and is offloaded again: the host copy is replaced (same buffer).
-  r.produce_and_offload(1, a, 2);
-  EXPECT_FALSE(r.engine->has_host_copy(1)) << "not valid while the new copy is in flight";
+  {
+    gate g(*r.dev, r.h2d);
+    r.d2h.wait(g.ev());  // holds the new copy in flight
+    r.produce_and_offload(1, a, 2);
+    EXPECT_FALSE(r.engine->has_host_copy(1)) << "not valid while the new copy is in flight";
+  }
   r.engine->wait_offloaded(1);
   EXPECT_EQ(r.engine->host_copy(1), first);
   const auto expect = pattern(MiB, 2);
@@ -831,7 +835,7 @@ TEST(transfer_engine, stats_are_exact) {
 
 TEST(transfer_engine, null_device_moves_no_data_but_clocks_advance_by_bytes_over_bandwidth) {
   transfer_options o;
-  o.verify = true;  // a no-op on null: nothing may read device memory
+  o.verify = true;        // a no-op on null: nothing may read device memory
   rig r("null", 8.0, o);  // 8 GB/s = 8e9 bytes/s
   ASSERT_FALSE(r.dev->touches_memory());
   constexpr std::size_t n = 8'000'000;  // 1 ms over the link

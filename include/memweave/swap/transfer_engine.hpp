@@ -52,7 +52,8 @@ struct transfer_options {
   /// reading device memory. Always so on `cuda` (device memory is not host-addressable);
   /// set it on `host` to exercise that path.
   bool verify_by_copy_back = false;
-  /// Names a key in error messages ("conv3 output"); optional. Called from any thread.
+  /// Names a key in error messages ("conv3 output"); optional. Called from any thread,
+  /// sometimes with the engine's lock held: it must not call into the engine.
   std::function<std::string(std::uint32_t key)> name_fn;
   /// Reads MEMWEAVE_VERIFY_TRANSFERS; throws invalid_argument naming it when malformed.
   static transfer_options from_environment();
@@ -88,11 +89,11 @@ struct transfer_stats {
   std::uint64_t failed_offloads = 0;     ///< offloads that failed (copy, verification)
   std::uint64_t failed_prefetches = 0;   ///< prefetches/fetches that failed
   std::uint64_t host_allocation_failures = 0;  ///< offloads refused for lack of host memory
-  std::uint64_t waits = 0;     ///< calls that blocked their thread (wait_*, fetch_now)
-  double wait_seconds = 0.0;   ///< seconds those calls blocked their thread
-  std::size_t pending_offloads = 0;   ///< now: offloads not yet completed
-  std::size_t host_copies = 0;        ///< now: keys holding host memory
-  std::size_t host_bytes = 0;         ///< now: host memory held (copies, scratch, deferred)
+  std::uint64_t waits = 0;           ///< calls that blocked their thread (wait_*, fetch_now)
+  double wait_seconds = 0.0;         ///< seconds those calls blocked their thread
+  std::size_t pending_offloads = 0;  ///< now: offloads not yet completed
+  std::size_t host_copies = 0;       ///< now: keys holding host memory
+  std::size_t host_bytes = 0;        ///< now: host memory held (copies, scratch, deferred)
 };
 
 /// The transfer engine. Thread-safe (see the file comment for the one rule per key).
@@ -112,8 +113,9 @@ class transfer_engine {
   transfer_engine& operator=(const transfer_engine&) = delete;
 
   /// Sets the completion callback. It runs on the watcher thread with no engine lock held;
-  /// it may call any member except the blocking ones (wait_*, fetch_now: invalid_argument
-  /// there). An exception from it is reported like a failed offload.
+  /// it may call any member except wait_offloaded/wait_any_offload/wait_all_offloads (they
+  /// would wait for the watcher itself: invalid_argument). An exception from it is reported
+  /// like a failed offload (the host copy is kept).
   void set_on_offloaded(offloaded_callback callback);
 
   /// Replaces the fault settings and restarts their counts. Faults also turn on make_ready's
@@ -156,8 +158,7 @@ class transfer_engine {
   /// An on-demand copy: prefetch, block this thread until it lands, then make `compute`
   /// wait for it. Returns the seconds blocked. Throws pending failures, and a device_error
   /// naming the tensor when this copy fails.
-  double fetch_now(std::uint32_t key, void* device_ptr, stream& compute,
-                   event* writable = nullptr);
+  double fetch_now(std::uint32_t key, void* device_ptr, stream& compute, event* writable = nullptr);
 
   /// Whether `key` has a complete host copy (valid until drop_host or a new offload; it
   /// stays valid after prefetches).
