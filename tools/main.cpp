@@ -18,10 +18,13 @@ commands:
           [--data synthetic|cifar10:PATH] [--device auto|host|cuda] [--image-side N]
           [--width SCALE] [--classes N] [--conv-ws dynamic|none|max|fixed:ALGO]
           [--fit best|first] [--recompute cost_aware|speed_centric|memory_centric]
+          [--host-pool SIZE (pinned host memory for offloads; plan: 256GiB)]
           [--seed N] [--lr X] [--threads N]
           [--json PATH] [--csv PATH] [--svg PATH]
   plan    the same runtime on the null device (no memory touched): per-step memory,
-          peak, max(l_i), and whether each policy fits --budget (same options, no --data)
+          peak, max(l_i), and whether each policy fits --budget (same options, no --data);
+          --max-batch: the largest batch that fits --budget, per policy;
+          --max-depth: the deepest ResNet (n3 growing) that fits --budget at --batch
   replay  drive the device heap with an allocation trace
           --trace PATH | --synthetic-layers N [--batch N] [--trace PATH]
           [--pool SIZE] [--fit best,first]

@@ -195,10 +195,10 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     }
   }
   // When each transient tensor's device memory is given back: after its last use (the
-  // liveness plan), or later when a rebuild reads it (recompute).
-  free_after_.assign(route_.step_count(), {});
+  // plan), or later when a rebuild reads it (recompute, all).
+  free_step_.assign(n, route_.step_count());
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
-    for (tensor_id t : plan_.steps[st].free) free_after_[st].push_back(t);
+    for (tensor_id t : plan_.steps[st].free) free_step_[t] = st;
   }
   droppable_.assign(n, false);
   if (options.policy.recompute) {
@@ -243,23 +243,51 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     recompute_options ro;
     ro.strategy = parse_recompute_strategy(options.recompute_strategy);
     recompute_ = std::make_unique<recompute_plan>(g, ro);
+    auto extend = [&](tensor_id t, std::size_t until) {
+      free_step_[t] = std::max(free_step_[t], until);
+    };
+    std::vector<bool> kept(n, false);
     for (const recompute_tensor_info& info : recompute_->tensors()) {
       const tensor_id t = static_cast<tensor_id>(info.key);
       droppable_[t] = info.fate == tensor_fate::dropped;
-      if (info.fate != tensor_fate::kept || info.last_use == no_position) continue;
-      // A kept tensor that a replay before backward step `last_use` reads must outlive
-      // that step, even if the plain plan frees it sooner.
-      const std::size_t until = route_.step_count() - 1 - info.last_use;
-      if (until > liveness_->last_use(t)) {
-        auto& list = free_after_[liveness_->last_use(t)];
-        list.erase(std::remove(list.begin(), list.end(), t), list.end());
-        free_after_[until].push_back(t);
+      kept[t] = info.fate == tensor_fate::kept;
+      // recompute: a kept tensor that a planned replay before backward step `last_use`
+      // reads must outlive that step, even if the plain plan frees it sooner.
+      if (options.policy.drop_after_forward && kept[t] && info.last_use != no_position) {
+        extend(t, route_.step_count() - 1 - info.last_use);
+      }
+    }
+    if (!options.policy.drop_after_forward) {
+      // all: a dropped tensor may be rebuilt at any step up to its last use, from the kept
+      // tensors its producers read (through other rebuilt ones). The horizon of a tensor is
+      // the last step at which it may be read, directly or to rebuild a later tensor;
+      // propagated in reverse route order, kept tensors live until theirs.
+      std::vector<std::size_t> horizon(n, 0);
+      for (tensor_id t = 0; t < n; ++t) {
+        if (!table_[t].persistent && table_[t].bytes != 0) horizon[t] = liveness_->last_use(t);
+      }
+      for (std::size_t p = layers; p-- > 0;) {
+        std::size_t h = 0;
+        for (const auto& a : table_.accesses(p)) {
+          if (a.mode != access_mode::read && recompute_->find(a.tensor) != nullptr &&
+              !kept[a.tensor]) {
+            h = std::max(h, horizon[a.tensor]);
+          }
+        }
+        for (const auto& a : table_.accesses(p)) {
+          if (a.mode == access_mode::read && recompute_->find(a.tensor) != nullptr) {
+            horizon[a.tensor] = std::max(horizon[a.tensor], h);
+          }
+        }
+      }
+      for (tensor_id t = 0; t < n; ++t) {
+        if (kept[t]) extend(t, horizon[t]);
       }
     }
   }
-  free_step_.assign(n, route_.step_count());
-  for (std::size_t st = 0; st < route_.step_count(); ++st) {
-    for (tensor_id t : free_after_[st]) free_step_[t] = st;
+  free_after_.assign(route_.step_count(), {});
+  for (tensor_id t = 0; t < n; ++t) {
+    if (free_step_[t] < route_.step_count()) free_after_[free_step_[t]].push_back(t);
   }
   initialize_persistent();
 }

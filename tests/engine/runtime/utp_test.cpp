@@ -100,6 +100,35 @@ TEST(utp_test, random_dags_are_bit_identical_under_the_smallest_budget_of_each_p
   }
 }
 
+// At full size the step loop meets situations the small networks do not (rebuilds far from
+// where the static plan would put them, deep eviction chains): plan every zoo network under
+// every moving policy down to its smallest budget; an internal inconsistency would throw.
+TEST(utp_test, every_full_size_zoo_network_plans_down_to_its_smallest_budget) {
+  for (const auto& [name, batch] :
+       std::vector<std::pair<std::string, std::int64_t>>{{"alexnet", 128},
+                                                         {"vgg16", 16},
+                                                         {"resnet50", 16},
+                                                         {"resnet101", 8},
+                                                         {"inception_v4", 8},
+                                                         {"densenet121", 8}}) {
+    zoo_options z;
+    z.batch = batch;
+    const network net = make_network(name, z);
+    for (const std::string policy : {"offload", "utp", "recompute", "all"}) {
+      executor_options o = policy_options(policy, 0, "dynamic");
+      o.host_pool_bytes = std::size_t{64} << 30;
+      const std::size_t smallest = test::smallest_budget(net, o);
+      const policy_report r = plan_report(net, [&] {
+        executor_options t = o;
+        t.budget_bytes = smallest;
+        return t;
+      }());
+      EXPECT_TRUE(r.fits) << name << " " << policy;
+      EXPECT_LE(r.peak_bytes, smallest) << name << " " << policy;
+    }
+  }
+}
+
 TEST(utp_test, recompute_replays_cheap_layers_and_all_only_when_the_budget_requires) {
   const network net = test::small_zoo("resnet50", 4);
   const policy_report recompute = plan_report(net, policy_options("recompute"));
