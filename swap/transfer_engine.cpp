@@ -18,10 +18,11 @@
 //
 // Locks (order: mu_ before failure_box::mu; stream-internal locks are taken while holding
 // mu_, never the reverse):
-// - impl::mu_ guards entries_, queue_, deferred_, the fault counters, stats_, the callback,
+// - impl::mu_ guards entries_, queue_, deferred_, the fault counters, counters_, the callback,
 //   stopping_, and offload_record::processed. It is never held while blocking on an event
-//   or while running the callback, and stream work never takes it (on `cuda` a host
-//   function blocked on it could stall a stream that a thread holding it is enqueueing to).
+//   (but in the destructor, when no other thread is left) or while running the callback,
+//   and stream work never takes it (on `cuda` a host function blocked on it could stall a
+//   stream that a thread holding it is enqueueing to).
 // - failure_box::mu guards the failures found off the calling threads (by the watcher, or
 //   by verification work on the host-to-device stream).
 #include "memweave/swap/transfer_engine.hpp"
@@ -172,54 +173,54 @@ transfer_options transfer_options::from_environment() {
 
 struct transfer_engine::impl {
   impl(device& d, host_memory& h, transfer_options o)
-      : dev(d),
-        host(h),
-        options(std::move(o)),
-        d2h(d.get_stream(stream_role::device_to_host)),
-        h2d(d.get_stream(stream_role::host_to_device)),
-        moves_data(d.touches_memory()),
-        verifying(options.verify && moves_data),
-        copy_back(verifying && (options.verify_by_copy_back || d.kind() == device_kind::cuda)),
-        device_addressable(d.kind() == device_kind::host),
-        watcher([this] { watch(); }) {}
+      : dev_(d),
+        host_(h),
+        options_(std::move(o)),
+        d2h_(d.get_stream(stream_role::device_to_host)),
+        h2d_(d.get_stream(stream_role::host_to_device)),
+        moves_data_(d.touches_memory()),
+        verifying_(options_.verify && moves_data_),
+        copy_back_(verifying_ && (options_.verify_by_copy_back || d.kind() == device_kind::cuda)),
+        device_addressable_(d.kind() == device_kind::host),
+        watcher_([this] { watch(); }) {}
 
-  device& dev;
-  host_memory& host;
-  const transfer_options options;
-  stream& d2h;
-  stream& h2d;
-  const bool moves_data;          // false on `null`: nothing is copied or checked
-  const bool verifying;           // options.verify, where data moves
-  const bool copy_back;           // verify from a scratch copy of the device bytes
-  const bool device_addressable;  // the host may read and write device memory (`host`)
-  const std::shared_ptr<failure_box> box = std::make_shared<failure_box>();
+  device& dev_;
+  host_memory& host_;
+  const transfer_options options_;
+  stream& d2h_;
+  stream& h2d_;
+  const bool moves_data_;          // false on `null`: nothing is copied or checked
+  const bool verifying_;           // options.verify, where data moves
+  const bool copy_back_;           // verify from a scratch copy of the device bytes
+  const bool device_addressable_;  // the host may read and write device memory (`host`)
+  const std::shared_ptr<failure_box> box_ = std::make_shared<failure_box>();
 
-  mutable std::mutex mu;            // see the file comment
-  std::condition_variable work_cv;  // watcher: queue non-empty, or stopping
-  std::condition_variable done_cv;  // waiters: an offload was handled
-  std::unordered_map<std::uint32_t, entry> entries;
-  std::deque<std::shared_ptr<offload_record>> queue;  // offloads in flight, oldest first
-  std::vector<deferred_free> deferred;
-  transfer_faults faults;
-  bool faults_set = false;        // make_ready adds its compute-stream check
-  std::uint64_t copies_seen = 0;  // payload copies since set_faults
-  std::uint64_t allocations_seen = 0;
-  std::uint64_t offloads_seen = 0;
-  transfer_stats counters;                   // the period's counters
-  std::uint64_t prefetch_failures_base = 0;  // box->prefetch_failures at reset_stats
-  std::size_t host_bytes = 0;                // host memory held (all buffers)
-  offloaded_callback on_offloaded;
-  std::uint64_t next_id = 1;
-  bool stopping = false;
-  std::thread watcher;  // last: starts once everything above is built
+  mutable std::mutex mu_;            // see the file comment
+  std::condition_variable work_cv_;  // watcher: queue non-empty, or stopping
+  std::condition_variable done_cv_;  // waiters: an offload was handled
+  std::unordered_map<std::uint32_t, entry> entries_;
+  std::deque<std::shared_ptr<offload_record>> queue_;  // offloads in flight, oldest first
+  std::vector<deferred_free> deferred_;
+  transfer_faults faults_;
+  bool faults_set_ = false;        // make_ready adds its compute-stream check
+  std::uint64_t copies_seen_ = 0;  // payload copies since set_faults
+  std::uint64_t allocations_seen_ = 0;
+  std::uint64_t offloads_seen_ = 0;
+  transfer_stats counters_;                   // the period's counters
+  std::uint64_t prefetch_failures_base_ = 0;  // box_->prefetch_failures at reset_stats
+  std::size_t host_bytes_ = 0;                // host memory held (all buffers)
+  offloaded_callback on_offloaded_;
+  std::uint64_t next_id_ = 1;
+  bool stopping_ = false;
+  std::thread watcher_;  // last: starts once everything above is built
 
-  // ---- helpers (the _locked ones need mu) ----------------------------------------------
+  // ---- helpers (the _locked ones need mu_ held) ----------------------------------------------
 
   std::string label(std::uint32_t key, std::size_t bytes) const {
     std::string name;
-    if (options.name_fn) {
+    if (options_.name_fn) {
       try {
-        name = options.name_fn(key);
+        name = options_.name_fn(key);
       } catch (...) {
         name.clear();
       }
@@ -230,26 +231,26 @@ struct transfer_engine::impl {
   }
 
   void* allocate_locked(std::size_t bytes) noexcept {
-    ++allocations_seen;
-    if (faults.fail_host_allocation != 0 && faults.fail_host_allocation == allocations_seen) {
+    ++allocations_seen_;
+    if (faults_.fail_host_allocation != 0 && faults_.fail_host_allocation == allocations_seen_) {
       return nullptr;
     }
-    void* p = host.allocate(bytes);
-    if (p != nullptr) host_bytes += bytes;
+    void* p = host_.allocate(bytes);
+    if (p != nullptr) host_bytes_ += bytes;
     return p;
   }
 
   void free_locked(void* p, std::size_t bytes) noexcept {
     if (p == nullptr) return;
-    host.deallocate(p, bytes);
-    host_bytes -= bytes;
+    host_.deallocate(p, bytes);
+    host_bytes_ -= bytes;
   }
 
   [[noreturn]] void throw_host_oom(std::unique_lock<std::mutex>& lock, const char* what,
                                    std::uint32_t key, std::size_t bytes, const char* purpose) {
-    ++counters.host_allocation_failures;
-    const std::size_t cap = host.capacity();
-    const std::size_t used = host.bytes_in_use();
+    ++counters_.host_allocation_failures;
+    const std::size_t cap = host_.capacity();
+    const std::size_t used = host_.bytes_in_use();
     const std::size_t free_bytes = cap > used ? cap - used : 0;
     lock.unlock();
     throw out_of_memory(std::string("transfer_engine: cannot ") + what + " " + label(key, bytes) +
@@ -277,7 +278,7 @@ struct transfer_engine::impl {
     if (en.prefetch_recorded && !done_or_failed(*en.prefetch_done)) {
       d.after = std::move(en.prefetch_done);
       en.prefetch_recorded = false;
-      deferred.push_back(std::move(d));
+      deferred_.push_back(std::move(d));
       return;
     }
     for (auto& [p, n] : d.buffers) free_locked(p, n);
@@ -285,8 +286,8 @@ struct transfer_engine::impl {
 
   // Frees deferred buffers whose prefetch is done; never blocks.
   void sweep_locked() {
-    if (deferred.empty()) return;
-    std::erase_if(deferred, [this](deferred_free& d) {
+    if (deferred_.empty()) return;
+    std::erase_if(deferred_, [this](deferred_free& d) {
       if (!done_or_failed(*d.after)) return false;
       for (auto& [p, n] : d.buffers) free_locked(p, n);
       return true;
@@ -295,7 +296,7 @@ struct transfer_engine::impl {
 
   // Throws the failures found off the calling threads, all in one device_error.
   void throw_failures() {
-    std::vector<failure_box::item> items = box->take();
+    std::vector<failure_box::item> items = box_->take();
     if (items.empty()) return;
     std::string message = items.front().message;
     if (items.size() > 1) {
@@ -308,7 +309,7 @@ struct transfer_engine::impl {
   }
 
   void reject_on_watcher(const char* what) const {
-    if (std::this_thread::get_id() == watcher.get_id()) {
+    if (std::this_thread::get_id() == watcher_.get_id()) {
       throw invalid_argument(std::string("transfer_engine::") + what +
                              " called from on_offloaded (the watcher thread) would wait for "
                              "itself forever; wait from the executor's thread instead");
@@ -320,10 +321,10 @@ struct transfer_engine::impl {
   double wait_for_locked(std::unique_lock<std::mutex>& lock, std::shared_ptr<offload_record> rec) {
     if (rec->processed) return 0.0;
     const auto t0 = clock_type::now();
-    done_cv.wait(lock, [&] { return rec->processed; });
+    done_cv_.wait(lock, [&] { return rec->processed; });
     const double waited = seconds_since(t0);
-    ++counters.waits;
-    counters.wait_seconds += waited;
+    ++counters_.waits;
+    counters_.wait_seconds += waited;
     return waited;
   }
 
@@ -333,10 +334,10 @@ struct transfer_engine::impl {
                                                     std::uint32_t key, void* device_ptr,
                                                     event* writable, bool on_demand) {
     const char* what = on_demand ? "fetch_now" : "prefetch";
-    auto it = entries.find(key);
-    if (it == entries.end() || it->second.dropped || !it->second.host_valid) {
-      const bool in_flight = it != entries.end() && !it->second.dropped && it->second.offloading;
-      const std::size_t bytes = it != entries.end() ? it->second.bytes : 0;
+    auto it = entries_.find(key);
+    if (it == entries_.end() || it->second.dropped || !it->second.host_valid) {
+      const bool in_flight = it != entries_.end() && !it->second.dropped && it->second.offloading;
+      const std::size_t bytes = it != entries_.end() ? it->second.bytes : 0;
       lock.unlock();
       if (in_flight) {
         throw invalid_argument(std::string("transfer_engine::") + what + " of " +
@@ -357,42 +358,42 @@ struct transfer_engine::impl {
                              label(key, en.bytes) +
                              " into a null device pointer; pass memory of at least its bytes");
     }
-    if (copy_back && en.prefetch_scratch == nullptr) {
+    if (copy_back_ && en.prefetch_scratch == nullptr) {
       en.prefetch_scratch = allocate_locked(en.bytes);
       if (en.prefetch_scratch == nullptr) {
         throw_host_oom(lock, what, key, en.bytes, "the verify scratch copy");
       }
     }
-    if (!en.prefetch_done) en.prefetch_done = dev.create_event();
+    if (!en.prefetch_done) en.prefetch_done = dev_.create_event();
 
     auto rec = std::make_shared<prefetch_record>();
-    rec->id = next_id++;
+    rec->id = next_id_++;
     rec->key = key;
     rec->bytes = en.bytes;
     rec->expected_sum = en.checksum;
-    const bool checked = verifying || faults_set;
+    const bool checked = verifying_ || faults_set_;
     if (checked) rec->label = label(key, en.bytes);
-    const std::uint64_t n = ++copies_seen;
-    const bool inject_fail = faults.fail_copy != 0 && faults.fail_copy == n;
+    const std::uint64_t n = ++copies_seen_;
+    const bool inject_fail = faults_.fail_copy != 0 && faults_.fail_copy == n;
     const bool inject_corrupt =
-        faults.corrupt_copy != 0 && faults.corrupt_copy == n && device_addressable;
+        faults_.corrupt_copy != 0 && faults_.corrupt_copy == n && device_addressable_;
 
     bool enqueued_any = false;
     try {
-      if (writable != nullptr) h2d.wait(*writable);
+      if (writable != nullptr) h2d_.wait(*writable);
       enqueued_any = true;
       if (inject_fail) {
         std::string msg =
             std::string("transfer_engine: ") + what + " of " + rec->label +
             " failed: injected copy fault (transfer_faults::fail_copy = " + std::to_string(n) +
             "); its host copy is kept";
-        auto fail = [rec, box = box, msg]() {
+        auto fail = [rec, box = box_, msg]() {
           rec->fail(msg);
           box->prefetch_failures.fetch_add(1, std::memory_order_relaxed);
           box->push(rec->id, rec->label, msg);
         };
-        if (moves_data) {
-          h2d.launch([fail, msg] {
+        if (moves_data_) {
+          h2d_.launch([fail, msg] {
             fail();
             throw device_error(msg);
           });
@@ -400,16 +401,16 @@ struct transfer_engine::impl {
           fail();  // `null` runs no work: the fault shows at once
         }
       } else {
-        h2d.copy_async(device_ptr, en.host, en.bytes, copy_kind::host_to_device);
+        h2d_.copy_async(device_ptr, en.host, en.bytes, copy_kind::host_to_device);
       }
-      if (inject_corrupt) h2d.launch([device_ptr, b = en.bytes] { flip_byte(device_ptr, b); });
-      if (verifying && !inject_fail) {
+      if (inject_corrupt) h2d_.launch([device_ptr, b = en.bytes] { flip_byte(device_ptr, b); });
+      if (verifying_ && !inject_fail) {
         const void* src = device_ptr;
-        if (copy_back) {
-          h2d.copy_async(en.prefetch_scratch, device_ptr, en.bytes, copy_kind::device_to_host);
+        if (copy_back_) {
+          h2d_.copy_async(en.prefetch_scratch, device_ptr, en.bytes, copy_kind::device_to_host);
           src = en.prefetch_scratch;
         }
-        h2d.launch([rec, box = box, src] {
+        h2d_.launch([rec, box = box_, src] {
           const std::uint64_t sum = transfer_checksum(src, rec->bytes);
           if (sum == rec->expected_sum) return;
           std::string msg = "transfer_engine: prefetch of " + rec->label +
@@ -422,14 +423,14 @@ struct transfer_engine::impl {
           box->push(rec->id, rec->label, msg);
         });
       }
-      h2d.record(*en.prefetch_done);
+      h2d_.record(*en.prefetch_done);
     } catch (...) {
       if (enqueued_any) {
         // Some work was enqueued without the event after it: wait for the stream so that
         // no copy still reads the host buffer when it is freed later.
         lock.unlock();
         try {
-          h2d.synchronize();
+          h2d_.synchronize();
         } catch (...) {
         }
         lock.lock();
@@ -438,21 +439,21 @@ struct transfer_engine::impl {
     }
     en.prefetch_recorded = true;
     en.prefetched = rec;
-    ++counters.prefetches;
-    counters.bytes_prefetched += en.bytes;
-    if (on_demand) ++counters.on_demand_fetches;
+    ++counters_.prefetches;
+    counters_.bytes_prefetched += en.bytes;
+    if (on_demand) ++counters_.on_demand_fetches;
     return rec;
   }
 
   // ---- the watcher thread ---------------------------------------------------------------
 
   void watch() noexcept {
-    std::unique_lock lock(mu);
+    std::unique_lock lock(mu_);
     for (;;) {
-      work_cv.wait(lock, [this] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping, and every offload handled
-      std::shared_ptr<offload_record> rec = queue.front();
-      event& done = *entries.at(rec->key).offload_done;  // kept while the offload is in flight
+      work_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every offload handled
+      std::shared_ptr<offload_record> rec = queue_.front();
+      event& done = *entries_.at(rec->key).offload_done;  // kept while the offload is in flight
       lock.unlock();
 
       std::string cause;
@@ -468,7 +469,7 @@ struct transfer_engine::impl {
                 ". The tensor is still on the device (on_offloaded was not called) and its "
                 "host copy was discarded; a failed device-to-host stream stays failed, so "
                 "recreate the device before offloading again";
-      } else if (verifying) {
+      } else if (verifying_) {
         const std::uint64_t host_sum = transfer_checksum(rec->host, rec->bytes);
         const std::uint64_t device_sum = rec->device_sum.load(std::memory_order_acquire);
         if (host_sum != device_sum) {
@@ -482,42 +483,42 @@ struct transfer_engine::impl {
       if (error.empty() && rec->corrupt_host_after) flip_byte(rec->host, rec->bytes);
 
       lock.lock();
-      entry& en = entries.at(rec->key);
+      entry& en = entries_.at(rec->key);
       en.offloading.reset();
       free_locked(rec->scratch, rec->bytes);
       bool notify = false;
       if (en.dropped) {
         release_buffers_locked(en);
-        entries.erase(rec->key);
+        entries_.erase(rec->key);
       } else if (error.empty()) {
         en.host_valid = true;
         en.checksum = rec->device_sum.load(std::memory_order_acquire);
-        ++counters.offloads_completed;
-        notify = static_cast<bool>(on_offloaded) && !stopping;
+        ++counters_.offloads_completed;
+        notify = static_cast<bool>(on_offloaded_) && !stopping_;
       } else {
-        ++counters.failed_offloads;
+        ++counters_.failed_offloads;
         release_buffers_locked(en);
-        box->push(rec->id, label(rec->key, rec->bytes), error);
+        box_->push(rec->id, label(rec->key, rec->bytes), error);
       }
       if (notify) {
-        offloaded_callback callback = on_offloaded;
+        offloaded_callback callback = on_offloaded_;
         lock.unlock();
         try {
           callback(rec->key);
         } catch (const std::exception& e) {
-          box->push(rec->id, label(rec->key, rec->bytes),
-                    "transfer_engine: on_offloaded(" + std::to_string(rec->key) +
-                        ") threw: " + e.what() + "; the host copy is kept");
+          box_->push(rec->id, label(rec->key, rec->bytes),
+                     "transfer_engine: on_offloaded(" + std::to_string(rec->key) +
+                         ") threw: " + e.what() + "; the host copy is kept");
         } catch (...) {
-          box->push(rec->id, label(rec->key, rec->bytes),
-                    "transfer_engine: on_offloaded(" + std::to_string(rec->key) +
-                        ") threw an exception not derived from std::exception");
+          box_->push(rec->id, label(rec->key, rec->bytes),
+                     "transfer_engine: on_offloaded(" + std::to_string(rec->key) +
+                         ") threw an exception not derived from std::exception");
         }
         lock.lock();
       }
-      queue.pop_front();
+      queue_.pop_front();
       rec->processed = true;
-      done_cv.notify_all();
+      done_cv_.notify_all();
     }
   }
 };
@@ -530,38 +531,38 @@ transfer_engine::transfer_engine(device& dev, host_memory& host, transfer_option
 transfer_engine::~transfer_engine() {
   impl& m = *impl_;
   {
-    std::lock_guard lock(m.mu);
-    m.stopping = true;
+    std::lock_guard lock(m.mu_);
+    m.stopping_ = true;
   }
-  m.work_cv.notify_all();
-  if (m.watcher.joinable()) m.watcher.join();  // handles every offload still in flight
+  m.work_cv_.notify_all();
+  if (m.watcher_.joinable()) m.watcher_.join();  // handles every offload still in flight
   // No other thread uses the engine now (so blocking with mu held cannot stall anyone);
   // wait for prefetches that may still read host buffers, then free everything.
-  std::lock_guard lock(m.mu);
-  for (auto& [key, en] : m.entries) {
+  std::lock_guard lock(m.mu_);
+  for (auto& [key, en] : m.entries_) {
     if (en.prefetch_recorded) synchronize_quietly(*en.prefetch_done);
     en.prefetch_recorded = false;
     m.release_buffers_locked(en);
   }
-  for (auto& d : m.deferred) {
+  for (auto& d : m.deferred_) {
     synchronize_quietly(*d.after);
     for (auto& [p, n] : d.buffers) m.free_locked(p, n);
   }
-  m.deferred.clear();
+  m.deferred_.clear();
 }
 
 void transfer_engine::set_on_offloaded(offloaded_callback callback) {
-  std::lock_guard lock(impl_->mu);
-  impl_->on_offloaded = std::move(callback);
+  std::lock_guard lock(impl_->mu_);
+  impl_->on_offloaded_ = std::move(callback);
 }
 
 void transfer_engine::set_faults(const transfer_faults& faults) {
-  std::lock_guard lock(impl_->mu);
-  impl_->faults = faults;
-  impl_->faults_set = true;
-  impl_->copies_seen = 0;
-  impl_->allocations_seen = 0;
-  impl_->offloads_seen = 0;
+  std::lock_guard lock(impl_->mu_);
+  impl_->faults_ = faults;
+  impl_->faults_set_ = true;
+  impl_->copies_seen_ = 0;
+  impl_->allocations_seen_ = 0;
+  impl_->offloads_seen_ = 0;
 }
 
 void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::size_t bytes,
@@ -574,10 +575,10 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
                            " bytes; pass the tensor's device memory and its size (> 0)");
   }
   m.throw_failures();
-  std::unique_lock lock(m.mu);
+  std::unique_lock lock(m.mu_);
   m.sweep_locked();
-  const bool existed = m.entries.contains(key);
-  entry& en = m.entries[key];
+  const bool existed = m.entries_.contains(key);
+  entry& en = m.entries_[key];
   if (en.offloading) {
     lock.unlock();
     throw invalid_argument("transfer_engine::offload of " + m.label(key, bytes) +
@@ -589,74 +590,74 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   const bool reuse = en.host != nullptr && en.bytes == bytes;
   void* target = reuse ? en.host : m.allocate_locked(bytes);
   if (target == nullptr) {
-    if (!existed) m.entries.erase(key);
+    if (!existed) m.entries_.erase(key);
     m.throw_host_oom(lock, "offload", key, bytes, "its host copy");
   }
   void* scratch = nullptr;
-  if (m.copy_back) {
+  if (m.copy_back_) {
     scratch = m.allocate_locked(bytes);
     if (scratch == nullptr) {
       if (!reuse) m.free_locked(target, bytes);
-      if (!existed) m.entries.erase(key);
+      if (!existed) m.entries_.erase(key);
       m.throw_host_oom(lock, "offload", key, bytes, "the verify scratch copy");
     }
   }
-  if (!en.offload_done) en.offload_done = m.dev.create_event();
+  if (!en.offload_done) en.offload_done = m.dev_.create_event();
 
   auto rec = std::make_shared<offload_record>();
-  rec->id = m.next_id++;
+  rec->id = m.next_id_++;
   rec->key = key;
   rec->bytes = bytes;
   rec->device = device_ptr;
   rec->host = target;
   rec->scratch = scratch;
-  const std::uint64_t n = ++m.copies_seen;
-  const bool inject_fail = m.faults.fail_copy != 0 && m.faults.fail_copy == n;
+  const std::uint64_t n = ++m.copies_seen_;
+  const bool inject_fail = m.faults_.fail_copy != 0 && m.faults_.fail_copy == n;
   const bool inject_corrupt =
-      m.faults.corrupt_copy != 0 && m.faults.corrupt_copy == n && m.moves_data;
-  const std::uint64_t nth_offload = ++m.offloads_seen;
-  rec->corrupt_host_after =
-      m.faults.corrupt_host_copy != 0 && m.faults.corrupt_host_copy == nth_offload && m.moves_data;
+      m.faults_.corrupt_copy != 0 && m.faults_.corrupt_copy == n && m.moves_data_;
+  const std::uint64_t nth_offload = ++m.offloads_seen_;
+  rec->corrupt_host_after = m.faults_.corrupt_host_copy != 0 &&
+                            m.faults_.corrupt_host_copy == nth_offload && m.moves_data_;
   if (inject_fail) {
     rec->injected = "injected copy fault (transfer_faults::fail_copy = " + std::to_string(n) + ")";
   }
 
   bool enqueued_any = false;
   try {
-    m.d2h.wait(ready);  // first: throws for an event of another device, with nothing enqueued
+    m.d2h_.wait(ready);  // first: throws for an event of another device, with nothing enqueued
     enqueued_any = true;
     // A prefetch may still read the old host copy (overwritten below) or write the device
     // memory (read below).
-    if (en.prefetch_recorded) m.d2h.wait(*en.prefetch_done);
-    if (m.verifying && !m.copy_back) {
-      m.d2h.launch([rec] {
+    if (en.prefetch_recorded) m.d2h_.wait(*en.prefetch_done);
+    if (m.verifying_ && !m.copy_back_) {
+      m.d2h_.launch([rec] {
         rec->device_sum.store(transfer_checksum(rec->device, rec->bytes),
                               std::memory_order_release);
       });
     }
     if (inject_fail) {
-      if (m.moves_data) {
-        m.d2h.launch([msg = rec->injected] { throw device_error(msg); });
+      if (m.moves_data_) {
+        m.d2h_.launch([msg = rec->injected] { throw device_error(msg); });
       }
     } else {
-      m.d2h.copy_async(target, device_ptr, bytes, copy_kind::device_to_host);
+      m.d2h_.copy_async(target, device_ptr, bytes, copy_kind::device_to_host);
     }
-    if (inject_corrupt) m.d2h.launch([target, bytes] { flip_byte(target, bytes); });
-    if (m.copy_back) {
-      m.d2h.copy_async(scratch, device_ptr, bytes, copy_kind::device_to_host);
-      m.d2h.launch([rec] {
+    if (inject_corrupt) m.d2h_.launch([target, bytes] { flip_byte(target, bytes); });
+    if (m.copy_back_) {
+      m.d2h_.copy_async(scratch, device_ptr, bytes, copy_kind::device_to_host);
+      m.d2h_.launch([rec] {
         rec->device_sum.store(transfer_checksum(rec->scratch, rec->bytes),
                               std::memory_order_release);
       });
     }
-    m.d2h.record(*en.offload_done);
+    m.d2h_.record(*en.offload_done);
   } catch (...) {
     if (enqueued_any) {
       // Work was enqueued with no event after it: let the stream finish before the buffers
       // go back.
       lock.unlock();
       try {
-        m.d2h.synchronize();
+        m.d2h_.synchronize();
       } catch (...) {
       }
       lock.lock();
@@ -667,7 +668,7 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
     } else {
       m.free_locked(target, bytes);
     }
-    if (!existed && en.host == nullptr) m.entries.erase(key);
+    if (!existed && en.host == nullptr) m.entries_.erase(key);
     throw;
   }
 
@@ -679,11 +680,11 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   en.dropped = false;
   en.prefetched.reset();
   en.offloading = rec;
-  m.queue.push_back(rec);
-  ++m.counters.offloads;
-  m.counters.bytes_offloaded += bytes;
+  m.queue_.push_back(rec);
+  ++m.counters_.offloads;
+  m.counters_.bytes_offloaded += bytes;
   lock.unlock();
-  m.work_cv.notify_one();
+  m.work_cv_.notify_one();
 }
 
 double transfer_engine::wait_offloaded(std::uint32_t key, stream* compute) {
@@ -691,10 +692,10 @@ double transfer_engine::wait_offloaded(std::uint32_t key, stream* compute) {
   m.reject_on_watcher("wait_offloaded");
   double waited = 0.0;
   {
-    std::unique_lock lock(m.mu);
+    std::unique_lock lock(m.mu_);
     m.sweep_locked();
-    auto it = m.entries.find(key);
-    if (it != m.entries.end()) {
+    auto it = m.entries_.find(key);
+    if (it != m.entries_.end()) {
       if (compute != nullptr && it->second.offload_done) compute->wait(*it->second.offload_done);
       if (auto rec = it->second.offloading) waited = m.wait_for_locked(lock, rec);
     }
@@ -708,11 +709,11 @@ double transfer_engine::wait_any_offload(stream* compute) {
   m.reject_on_watcher("wait_any_offload");
   double waited = 0.0;
   {
-    std::unique_lock lock(m.mu);
+    std::unique_lock lock(m.mu_);
     m.sweep_locked();
-    if (!m.queue.empty()) {
-      auto rec = m.queue.front();
-      if (compute != nullptr) compute->wait(*m.entries.at(rec->key).offload_done);
+    if (!m.queue_.empty()) {
+      auto rec = m.queue_.front();
+      if (compute != nullptr) compute->wait(*m.entries_.at(rec->key).offload_done);
       waited = m.wait_for_locked(lock, rec);
     }
   }
@@ -725,23 +726,23 @@ double transfer_engine::wait_all_offloads() {
   m.reject_on_watcher("wait_all_offloads");
   double waited = 0.0;
   {
-    std::unique_lock lock(m.mu);
+    std::unique_lock lock(m.mu_);
     m.sweep_locked();
-    if (!m.queue.empty()) waited = m.wait_for_locked(lock, m.queue.back());
+    if (!m.queue_.empty()) waited = m.wait_for_locked(lock, m.queue_.back());
   }
   m.throw_failures();
   return waited;
 }
 
 std::size_t transfer_engine::pending_offloads() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->queue.size();
+  std::lock_guard lock(impl_->mu_);
+  return impl_->queue_.size();
 }
 
 void transfer_engine::prefetch(std::uint32_t key, void* device_ptr, event* writable) {
   impl& m = *impl_;
   m.throw_failures();
-  std::unique_lock lock(m.mu);
+  std::unique_lock lock(m.mu_);
   m.sweep_locked();
   (void)m.enqueue_prefetch(lock, key, device_ptr, writable, false);
 }
@@ -749,10 +750,10 @@ void transfer_engine::prefetch(std::uint32_t key, void* device_ptr, event* writa
 void transfer_engine::make_ready(std::uint32_t key, stream& compute) {
   impl& m = *impl_;
   m.throw_failures();
-  std::unique_lock lock(m.mu);
+  std::unique_lock lock(m.mu_);
   m.sweep_locked();
-  auto it = m.entries.find(key);
-  if (it == m.entries.end() || it->second.dropped || !it->second.prefetched) {
+  auto it = m.entries_.find(key);
+  if (it == m.entries_.end() || it->second.dropped || !it->second.prefetched) {
     lock.unlock();
     throw invalid_argument("transfer_engine::make_ready of tensor " + std::to_string(key) +
                            ": no prefetch of it was issued since its last offload; call "
@@ -760,7 +761,7 @@ void transfer_engine::make_ready(std::uint32_t key, stream& compute) {
   }
   entry& en = it->second;
   compute.wait(*en.prefetch_done);
-  if (m.verifying || m.faults_set) {
+  if (m.verifying_ || m.faults_set_) {
     // Fail the compute stream (sticky) before the kernel when this prefetch failed.
     compute.launch(
         [rec = en.prefetched] {
@@ -774,10 +775,10 @@ double transfer_engine::fetch_now(std::uint32_t key, void* device_ptr, stream& c
                                   event* writable) {
   impl& m = *impl_;
   m.throw_failures();
-  std::unique_lock lock(m.mu);
+  std::unique_lock lock(m.mu_);
   m.sweep_locked();
   auto rec = m.enqueue_prefetch(lock, key, device_ptr, writable, true);
-  event& done = *m.entries.at(key).prefetch_done;  // no call for this key races this one
+  event& done = *m.entries_.at(key).prefetch_done;  // no call for this key races this one
   lock.unlock();
 
   const auto t0 = clock_type::now();
@@ -790,10 +791,10 @@ double transfer_engine::fetch_now(std::uint32_t key, void* device_ptr, stream& c
   const double waited = seconds_since(t0);
 
   lock.lock();
-  ++m.counters.waits;
-  m.counters.wait_seconds += waited;
+  ++m.counters_.waits;
+  m.counters_.wait_seconds += waited;
   if (rec->failed.load(std::memory_order_acquire)) {
-    m.box->forget(rec->id);  // thrown here, not by the next call
+    m.box_->forget(rec->id);  // thrown here, not by the next call
     lock.unlock();
     throw device_error(rec->message);
   }
@@ -807,36 +808,36 @@ double transfer_engine::fetch_now(std::uint32_t key, void* device_ptr, stream& c
 }
 
 bool transfer_engine::has_host_copy(std::uint32_t key) const {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->entries.find(key);
-  return it != impl_->entries.end() && it->second.host_valid && !it->second.dropped;
+  std::lock_guard lock(impl_->mu_);
+  auto it = impl_->entries_.find(key);
+  return it != impl_->entries_.end() && it->second.host_valid && !it->second.dropped;
 }
 
 const void* transfer_engine::host_copy(std::uint32_t key) const {
-  std::lock_guard lock(impl_->mu);
-  auto it = impl_->entries.find(key);
-  if (it == impl_->entries.end() || !it->second.host_valid || it->second.dropped) return nullptr;
+  std::lock_guard lock(impl_->mu_);
+  auto it = impl_->entries_.find(key);
+  if (it == impl_->entries_.end() || !it->second.host_valid || it->second.dropped) return nullptr;
   return it->second.host;
 }
 
 void transfer_engine::drop_host(std::uint32_t key) {
   impl& m = *impl_;
-  std::lock_guard lock(m.mu);
+  std::lock_guard lock(m.mu_);
   m.sweep_locked();
-  auto it = m.entries.find(key);
-  if (it == m.entries.end()) return;
+  auto it = m.entries_.find(key);
+  if (it == m.entries_.end()) return;
   entry& en = it->second;
   en.dropped = true;
   en.host_valid = false;
   en.prefetched.reset();
   if (en.offloading) return;  // the watcher frees the buffer when the copy lands
   m.release_buffers_locked(en);
-  m.entries.erase(it);
+  m.entries_.erase(it);
 }
 
 void transfer_engine::check() {
   {
-    std::lock_guard lock(impl_->mu);
+    std::lock_guard lock(impl_->mu_);
     impl_->sweep_locked();
   }
   impl_->throw_failures();
@@ -844,30 +845,30 @@ void transfer_engine::check() {
 
 transfer_stats transfer_engine::stats() const {
   const impl& m = *impl_;
-  std::lock_guard lock(m.mu);
-  transfer_stats s = m.counters;
+  std::lock_guard lock(m.mu_);
+  transfer_stats s = m.counters_;
   s.failed_prefetches =
-      m.box->prefetch_failures.load(std::memory_order_relaxed) - m.prefetch_failures_base;
-  s.pending_offloads = m.queue.size();
+      m.box_->prefetch_failures.load(std::memory_order_relaxed) - m.prefetch_failures_base_;
+  s.pending_offloads = m.queue_.size();
   s.host_copies = 0;
-  for (const auto& [key, en] : m.entries) s.host_copies += en.host != nullptr ? 1 : 0;
-  s.host_bytes = m.host_bytes;
+  for (const auto& [key, en] : m.entries_) s.host_copies += en.host != nullptr ? 1 : 0;
+  s.host_bytes = m.host_bytes_;
   return s;
 }
 
 void transfer_engine::reset_stats() {
   impl& m = *impl_;
-  std::lock_guard lock(m.mu);
-  m.counters = transfer_stats{};
-  m.prefetch_failures_base = m.box->prefetch_failures.load(std::memory_order_relaxed);
+  std::lock_guard lock(m.mu_);
+  m.counters_ = transfer_stats{};
+  m.prefetch_failures_base_ = m.box_->prefetch_failures.load(std::memory_order_relaxed);
 }
 
 device& transfer_engine::get_device() const noexcept {
-  return impl_->dev;
+  return impl_->dev_;
 }
 
 const transfer_options& transfer_engine::options() const noexcept {
-  return impl_->options;
+  return impl_->options_;
 }
 
 }  // namespace memweave

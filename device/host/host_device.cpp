@@ -233,16 +233,17 @@ void host_stream::execute(task& t) noexcept {
       break;
     }
     case op::copy: {
-      const auto start = std::chrono::steady_clock::now();
-      std::memcpy(t.dst, t.src, t.bytes);
       const bool over_link =
           t.copy == copy_kind::host_to_device || t.copy == copy_kind::device_to_host;
       if (over_link && link_bytes_per_s_ > 0) {
-        // The simulated link: the copy lasts at least bytes / bandwidth.
+        // The simulated link: the copy lasts at least bytes / bandwidth. The bytes land at
+        // the end, as on a real link, so a reader that forgot to wait sees stale data
+        // instead of a lucky early copy.
         const std::chrono::duration<double> span(static_cast<double>(t.bytes) / link_bytes_per_s_);
-        std::this_thread::sleep_until(
-            start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(span));
+        std::this_thread::sleep_for(
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(span));
       }
+      std::memcpy(t.dst, t.src, t.bytes);
       break;
     }
     case op::record: {
