@@ -11,12 +11,15 @@ bin=build/release/tools/memweave
 if (($#)); then
   exec "$bin" train "$@"
 fi
-# ResNet-50's topology at CIFAR size: with this budget the baseline (every tensor alive for
-# the whole iteration) does not fit, liveness does, and both compute the same losses.
+# ResNet-50's topology at CIFAR size under a 15 MiB budget: the baseline (every tensor alive
+# for the whole iteration) and liveness alone do not fit; utp (tensor cache + offload to host
+# memory, prefetch) and all (utp + recomputation) train, with identical losses.
 net=(--net resnet50 --batch 16 --image-side 32 --width 0.25 --classes 10)
+policies=baseline,liveness,utp,all
 echo "== planning on the null device (no memory touched)"
-"$bin" plan "${net[@]}" --policy baseline,liveness --budget 32MiB
+"$bin" plan "${net[@]}" --policy "$policies" --budget 15MiB
 echo
-echo "== training on the host backend under the same 32 MiB budget"
-exec "$bin" train "${net[@]}" --policy baseline,liveness --budget 32MiB --iterations 20 \
-  --lr 0.002 --device host --svg build/release/memory.svg --json build/release/memory.json
+echo "== training on the host backend under the same budget (link throttled to 8 GB/s)"
+MEMWEAVE_HOST_LINK_GBPS=${MEMWEAVE_HOST_LINK_GBPS:-8} exec "$bin" train "${net[@]}" \
+  --policy "$policies" --budget 15MiB --iterations 20 --lr 0.002 --device host \
+  --svg build/release/memory.svg --json build/release/memory.json
