@@ -62,11 +62,6 @@ policy_report run_policy(const network& net, const network_run_options& o,
                          std::string* device_name) {
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
-  if (dev->kind() == device_kind::cuda) {
-    throw invalid_argument(
-        "the engine's cuda kernels are not built yet: run with --device host "
-        "(or MEMWEAVE_DEVICE=host)");
-  }
   executor_options eo = o.executor;
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;

@@ -18,6 +18,13 @@
 // copy happens to finish, so the heap sees the same sequence on every run and on every
 // device: `plan` (null) and `train` (host) agree step by step.
 //
+// cuda: the same loop and the same memory logic; only the kernels differ. The layers'
+// cuDNN/cuBLAS steps (and the solver's updates) are enqueued on the compute stream directly
+// from the step loop's thread, which holds the device current for the iteration, instead of
+// running as stream::launch host work (a host function may not call CUDA). The SOFTMAX step
+// waits for the stream to hand back the loss. CONV runs the algorithms workspace selection
+// chose among cuDNN's, measured once per shape on scratch memory from the heap.
+//
 // Invariants: state_[t] says where a transient tensor is; device memory of a resident one
 // is cache_->ptr(t), of an offloading or prefetching one aside_ptr_[t]; bytes_live_ and
 // tensors_live_ sum the tensors holding device memory (persistent ones included).
@@ -26,7 +33,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
+#if MEMWEAVE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "device/cuda/cuda_check.hpp"
+#include "engine/kernels/cuda/cuda_kernels.hpp"
+#endif
 #include "engine/kernels/host/host_kernels.hpp"
 #include "engine/layers/layer_step.hpp"
 #include "engine/runtime/conv_selection.hpp"
@@ -60,6 +76,142 @@ std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
+#if MEMWEAVE_HAVE_CUDA
+namespace kc = kernels::cuda;
+
+// The host and cuda pass enums list the passes in the same order.
+static_assert(static_cast<int>(k::conv_pass::forward) == static_cast<int>(kc::conv_pass::forward) &&
+              static_cast<int>(k::conv_pass::backward_data) ==
+                  static_cast<int>(kc::conv_pass::backward_data) &&
+              static_cast<int>(k::conv_pass::backward_filter) ==
+                  static_cast<int>(kc::conv_pass::backward_filter));
+
+kc::conv_pass to_cuda(k::conv_pass pass) noexcept {
+  return static_cast<kc::conv_pass>(pass);
+}
+
+// Makes `ordinal` the calling thread's current device for the scope, then restores the
+// previous one (the cuda device does the same around each of its own calls; the kernels
+// called here need it current too).
+class current_device {
+ public:
+  explicit current_device(int ordinal) {
+    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != ordinal) {
+      MEMWEAVE_CUDA_CHECK(cudaSetDevice(ordinal));
+      restore_ = true;
+    }
+  }
+  ~current_device() {
+    if (restore_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  current_device(const current_device&) = delete;
+  current_device& operator=(const current_device&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+// The cuDNN enum value named `name` (conv_algo_name) for `pass`.
+int cuda_conv_algo(kc::conv_pass pass, const std::string& name) {
+  for (int a = 0; a < 8; ++a) {
+    if (name == kc::conv_algo_name(pass, a)) return a;
+  }
+  throw invalid_argument("'" + name + "' is not a cuDNN " + kc::to_string(pass) +
+                         " convolution algorithm; use a name that workspace selection listed");
+}
+
+// Heap memory taken for a measurement, given back on scope exit. Only what a free run
+// already holds is taken: the heap must not grow for scratch.
+class heap_scratch {
+ public:
+  explicit heap_scratch(device_heap& heap) : heap_(heap) {}
+  ~heap_scratch() {
+    for (void* p : taken_) (void)heap_.deallocate(p);
+  }
+  heap_scratch(const heap_scratch&) = delete;
+  heap_scratch& operator=(const heap_scratch&) = delete;
+  // nullptr when 0 bytes or no free run holds them.
+  void* take(std::size_t bytes) {
+    if (bytes == 0 || bytes > heap_.largest_free_run()) return nullptr;
+    void* p = heap_.try_allocate(bytes);
+    if (p != nullptr) taken_.push_back(p);
+    return p;
+  }
+
+ private:
+  device_heap& heap_;
+  std::vector<void*> taken_;
+};
+
+// cuDNN's candidates for one pass: the algorithms its heuristics list for the shape (cuDNN's
+// names and workspace sizes), timed with cudnnFind*Ex on scratch buffers from the heap. The
+// scratch is free heap memory: the measurement runs on the compute stream (the context's),
+// after every kernel that used it before, and Find waits for it before it goes back. When
+// the heap cannot give the scratch, the heuristics' order stands in for time (seconds =
+// rank).
+std::vector<conv_candidate> cuda_conv_candidates(kc::cuda_kernel_context& ctx, device_heap& heap,
+                                                 kc::conv_pass pass, const shape4& in,
+                                                 const conv_params& p) {
+  const std::vector<kc::conv_algo_perf>& listed = kc::conv_algorithms(ctx, pass, in, p);
+  std::vector<conv_candidate> ranked;
+  std::size_t workspace_max = 0;
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    ranked.push_back({kc::conv_algo_name(pass, listed[i].algo), listed[i].workspace_bytes,
+                      static_cast<double>(i)});
+    workspace_max = std::max(workspace_max, listed[i].workspace_bytes);
+  }
+  heap_scratch scratch(heap);
+  const shape4 w{p.out_channels, in.c / p.groups, p.kernel_h, p.kernel_w};
+  kc::conv_measure_buffers b;
+  b.x = static_cast<float*>(scratch.take(in.bytes()));
+  b.w = static_cast<float*>(scratch.take(w.bytes()));
+  b.y = static_cast<float*>(scratch.take(p.output(in).bytes()));
+  b.workspace = scratch.take(workspace_max);
+  b.workspace_bytes = workspace_max;
+  if (b.x == nullptr || b.w == nullptr || b.y == nullptr ||
+      (workspace_max != 0 && b.workspace == nullptr)) {
+    return ranked;
+  }
+  const std::vector<kc::conv_algo_perf> measured = kc::measure_conv_algorithms(ctx, pass, in, p, b);
+  std::vector<conv_candidate> timed;
+  bool has_zero = false;
+  for (const kc::conv_algo_perf& e : listed) {
+    for (const kc::conv_algo_perf& m : measured) {
+      if (m.algo != e.algo) continue;
+      const std::size_t bytes = std::max(e.workspace_bytes, m.workspace_bytes);
+      timed.push_back({kc::conv_algo_name(pass, e.algo), bytes, 1e-3 * m.time_ms});
+      has_zero = has_zero || bytes == 0;
+    }
+  }
+  // Selection needs an algorithm without workspace; should Find have failed it, rank.
+  return has_zero ? timed : ranked;
+}
+
+// CONV on cuda with the algorithms workspace selection chose (the cuda layer step would
+// choose its own from cuDNN's heuristics); the same step_io fields as the conv steps.
+void cuda_conv(kc::cuda_kernel_context& ctx, const layers::step_io& io, bool forward,
+               int forward_algo, int data_algo, int filter_algo) {
+  const auto& p = std::get<conv_params>(io.l->params);
+  const shape4& in = io.input_shapes[0];
+  const std::size_t bytes = io.workspace == nullptr ? 0 : io.workspace_bytes;
+  if (forward) {
+    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(forward_algo), io.workspace, bytes,
+                     in, p, io.inputs[0], io.params[0], p.bias ? io.params[1] : nullptr, io.output);
+    return;
+  }
+  if (io.input_grads[0].data != nullptr) {
+    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo), io.workspace,
+                           bytes, in, p, io.params[0], io.output_grad, io.input_grads[0].data,
+                           io.input_grads[0].accumulate);
+  }
+  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo),
+                           io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
+                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
+}
+#endif
+
 }  // namespace
 
 executor_policy executor_policy::parse(const std::string& name) {
@@ -92,9 +244,33 @@ struct executor::kernel_state {
 // What workspace selection decided for one CONV step.
 struct executor::conv_step {
   host_conv_choice forward, data, filter;
+  // cuda: the cuDNN enum values; 0 is each pass's no-workspace algorithm (forward
+  // IMPLICIT_GEMM, backward ALGO_0).
+  int cuda_forward = 0, cuda_data = 0, cuda_filter = 0;
   std::size_t workspace_bytes = 0;
   std::string name;      // for the step record
   double seconds = 0.0;  // measured or modelled time of the chosen algorithms
+};
+
+// cuda: the kernels' context, bound to the compute stream of device `ordinal`; made and
+// destroyed with that device current.
+struct executor::cuda_state {
+#if MEMWEAVE_HAVE_CUDA
+  int ordinal = 0;
+  std::unique_ptr<kc::cuda_kernel_context> context;
+  cuda_state(int o, cudaStream_t stream) : ordinal(o) {
+    const current_device scope(ordinal);
+    context = std::make_unique<kc::cuda_kernel_context>(stream);
+  }
+  ~cuda_state() {
+    try {
+      const current_device scope(ordinal);
+      context.reset();
+    } catch (...) {
+      context.reset();  // the device cannot be made current: release the handles anyway
+    }
+  }
+#endif
 };
 
 // The host side of moving tensors (offload, utp): pinned host memory and the engine.
@@ -153,11 +329,29 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   heap_ = std::make_unique<device_heap>(dev, h);
   kernels_ = std::make_unique<kernel_state>(
       options.threads, sgd_options{options.learning_rate, options.momentum, options.weight_decay});
-  // Timings are valid for one backend and thread count; the null device uses its model.
-  selector_ = std::make_unique<conv_workspace_selector>(
-      options.conv_ws, dev.touches_memory()
-                           ? "host threads=" + std::to_string(kernels_->context.threads())
-                           : "null model");
+  if (dev.kind() == device_kind::cuda) {
+#if MEMWEAVE_HAVE_CUDA
+    auto* stream = static_cast<cudaStream_t>(dev.get_stream(stream_role::compute).native_handle());
+    int ordinal = 0;
+#if CUDART_VERSION >= 12080
+    MEMWEAVE_CUDA_CHECK(cudaStreamGetDevice(stream, &ordinal));
+#else
+    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&ordinal));  // older runtimes: the current device
+#endif
+    cuda_ = std::make_unique<cuda_state>(ordinal, stream);
+#else
+    throw invalid_argument("the executor was built without CUDA: run on --device host");
+#endif
+  }
+  // Timings are valid for one backend and device or thread count; the null device uses its
+  // model.
+  std::string fingerprint = "null model";
+  if (cuda_) {
+    fingerprint = "cuda " + dev.name();
+  } else if (dev.touches_memory()) {
+    fingerprint = "host threads=" + std::to_string(kernels_->context.threads());
+  }
+  selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, std::move(fingerprint));
   auto name_of = [this](tensor_key t) { return table_[t].name; };
   tensor_cache::eviction_callback evict_fn;
   if (options.policy.evict_to_host) {
@@ -258,30 +452,25 @@ executor::executor(const network& net, device& dev, const executor_options& opti
       }
     }
     if (!options.policy.drop_after_forward) {
-      // all: a dropped tensor may be rebuilt at any step up to its last use, from the kept
-      // tensors its producers read (through other rebuilt ones). The horizon of a tensor is
-      // the last step at which it may be read, directly or to rebuild a later tensor;
-      // propagated in reverse route order, kept tensors live until theirs.
-      std::vector<std::size_t> horizon(n, 0);
-      for (tensor_id t = 0; t < n; ++t) {
-        if (!table_[t].persistent && table_[t].bytes != 0) horizon[t] = liveness_->last_use(t);
-      }
-      for (std::size_t p = layers; p-- > 0;) {
-        std::size_t h = 0;
-        for (const auto& a : table_.accesses(p)) {
-          if (a.mode != access_mode::read && recompute_->find(a.tensor) != nullptr &&
-              !kept[a.tensor]) {
-            h = std::max(h, horizon[a.tensor]);
-          }
-        }
+      // all: lives are never extended (so nothing is held that utp would not hold). A tensor
+      // may be dropped on eviction only when what its rebuild reads is alive anyway until the
+      // tensor's last use: `avail` is the last step up to which a tensor can be had, its
+      // own last use for a kept one, the least over its producer's reads for the others.
+      std::vector<std::size_t> avail(n, route_.step_count());
+      for (std::size_t p = 0; p < layers; ++p) {
+        std::size_t from_reads = route_.step_count();
         for (const auto& a : table_.accesses(p)) {
           if (a.mode == access_mode::read && recompute_->find(a.tensor) != nullptr) {
-            horizon[a.tensor] = std::max(horizon[a.tensor], h);
+            from_reads = std::min(from_reads, avail[a.tensor]);
           }
+        }
+        for (const auto& a : table_.accesses(p)) {
+          if (a.mode == access_mode::read || recompute_->find(a.tensor) == nullptr) continue;
+          avail[a.tensor] = kept[a.tensor] ? liveness_->last_use(a.tensor) : from_reads;
         }
       }
       for (tensor_id t = 0; t < n; ++t) {
-        if (kept[t]) extend(t, horizon[t]);
+        droppable_[t] = droppable_[t] && avail[t] >= liveness_->last_use(t);
       }
     }
   }
@@ -507,11 +696,22 @@ void executor::prefetch_ahead(std::size_t step) {
   stream& compute = dev_.get_stream(stream_role::compute);
   int checkpoints = 0;
   bool recorded = false;
+  // Memory held by a prefetch is outside the cache (it cannot be evicted while the copy is
+  // in flight), so a prefetch must leave the next step room for the tensors it creates.
+  std::size_t next_needs = 0;
+  if (step + 1 < route_.step_count()) {
+    for (const auto& a : table_.accesses(step + 1)) {
+      if (a.mode == access_mode::write && !table_[a.tensor].persistent) {
+        next_needs += heap_->round_up(table_[a.tensor].bytes);
+      }
+    }
+  }
   for (std::size_t s = step + 1; s < route_.step_count(); ++s) {
     const layer& l = net_[route_.at(s).layer];
     for (const auto& a : table_.accesses(s)) {
       const tensor_id t = a.tensor;
       if (state_[t] != residency::on_host) continue;
+      if (heap_->largest_free_run() < heap_->round_up(table_[t].bytes) + next_needs) return;
       void* p = heap_->try_allocate(table_[t].bytes);
       if (p == nullptr) return;  // no room now; ensure_resident fetches it when needed
       if (!recorded) compute.record(*transfers_->ready), recorded = true;
@@ -559,6 +759,11 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const bool touches = dev_.touches_memory();
   MEMWEAVE_EXPECTS(!touches || data != nullptr,
                    "run_iteration needs a data source on a device that computes");
+#if MEMWEAVE_HAVE_CUDA
+  // The kernels are enqueued from this thread: their device is current for the iteration.
+  std::optional<current_device> scope;
+  if (cuda_) scope.emplace(cuda_->ordinal);
+#endif
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();
   steps_.clear();
@@ -716,7 +921,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   void* workspace = nullptr;
   if (l.type == layer_type::conv && table_.has_work(s)) {
     const bool data_grad = table_.of(l.inputs[0]).output_grad != invalid_tensor;
-    conv = choose_conv(l, forward, data_grad);
+    conv = choose_conv(l, forward, data_grad, heap_->largest_free_run());
     if (conv.workspace_bytes != 0) {
       workspace = heap_->try_allocate(conv.workspace_bytes);
       if (workspace == nullptr) {
@@ -729,8 +934,13 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
                                   ": the workspace of " + conv.name,
                               conv.workspace_bytes);
         }
-        conv = conv_step{};  // the no-workspace algorithm always runs
-        conv.name = forward ? "direct" : "direct/direct";
+        // A no-workspace algorithm always runs: on cuda the fastest of cuDNN's.
+        if (cuda_) {
+          conv = choose_conv(l, forward, data_grad, 0);
+        } else {
+          conv = conv_step{};
+          conv.name = forward ? "direct" : "direct/direct";
+        }
       }
     }
     bytes_live_ += conv.workspace_bytes;
@@ -758,7 +968,12 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   // A rebuild may have re-created intermediates whose life was already over (inputs of the
   // replay that was wanted): they go again now.
   for (tensor_id t : rebuilt_) {
-    if (free_step_[t] <= s) drop(t);
+    if (free_step_[t] > s) continue;
+    if (state_[t] == residency::resident) {
+      drop(t);
+    } else if (state_[t] != residency::dropped) {
+      free_transient(t);  // evicted meanwhile: its host copy goes too
+    }
   }
   rebuilt_.clear();
 
@@ -865,6 +1080,24 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
       ++trained;
     }
   }
+#if MEMWEAVE_HAVE_CUDA
+  if (cuda_) {
+    // Enqueued from this thread, in the stream's order (the loss read back by SOFTMAX).
+    kc::cuda_kernel_context& ctx = *cuda_->context;
+    if (l.type == layer_type::conv) {
+      cuda_conv(ctx, io, forward, conv.cuda_forward, conv.cuda_data, conv.cuda_filter);
+    } else {
+      const layers::cuda_layer_steps& steps = layers::cuda_layer_steps_for(l.type);
+      (forward ? steps.forward : steps.backward)(ctx, io);
+    }
+    const sgd_options& o = kernels_->sgd;
+    for (std::size_t i = 0; i < updates.size(); ++i) {
+      kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, counts[i], updates[i].first,
+                     updates[i].second, momenta[i]);
+    }
+    return;
+  }
+#endif
   const layers::step_fn fn =
       forward ? layers::layer_steps_for(l.type).forward : layers::layer_steps_for(l.type).backward;
   kernel_state* ks = kernels_.get();
@@ -877,38 +1110,55 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   });
 }
 
-executor::conv_step executor::choose_conv(const layer& l, bool forward, bool input_has_gradient) {
+// The algorithms of a CONV step when `available` bytes can be handed out for its
+// workspace: host candidates (measured on `host`, modelled on `null`) or cuDNN's (cuda).
+executor::conv_step executor::choose_conv(const layer& l, bool forward, bool input_has_gradient,
+                                          std::size_t available) {
   const auto& p = std::get<conv_params>(l.params);
   const shape4& in = net_[l.inputs[0]].output_shape;
   const bool touches = dev_.touches_memory();
-  const std::size_t available = heap_->largest_free_run();
+  const std::string backend = cuda_ ? "cuda" : touches ? "host" : "model";
   auto pick = [&](k::conv_pass pass) -> const conv_candidate& {
-    const auto& candidates =
-        selector_->candidates(conv_key(touches ? "host" : "model", pass, in, p), [&] {
-          if (!touches) return model_host_conv(pass, in, p, k_model_flops);
-          // Measure alone: kernels still queued would share the cores and skew the times.
-          dev_.get_stream(stream_role::compute).synchronize();
-          return measure_host_conv(kernels_->context, pass, in, p);
-        });
+    const auto& candidates = selector_->candidates(conv_key(backend, pass, in, p), [&] {
+#if MEMWEAVE_HAVE_CUDA
+      if (cuda_) return cuda_conv_candidates(*cuda_->context, *heap_, to_cuda(pass), in, p);
+#endif
+      if (!touches) return model_host_conv(pass, in, p, k_model_flops);
+      // Measure alone: kernels still queued would share the cores and skew the times.
+      dev_.get_stream(stream_role::compute).synchronize();
+      return measure_host_conv(kernels_->context, pass, in, p);
+    });
     return selector_->choose(candidates, available);
+  };
+  // Records the algorithm `c` names for `pass` in the backend's form.
+  auto take = [&](k::conv_pass pass, const conv_candidate& c, host_conv_choice& host,
+                  int& cuda_algo) {
+#if MEMWEAVE_HAVE_CUDA
+    if (cuda_) {
+      cuda_algo = cuda_conv_algo(to_cuda(pass), c.algorithm);
+      return;
+    }
+#endif
+    (void)cuda_algo;
+    host = parse_conv_candidate(c.algorithm);
   };
   conv_step c;
   if (forward) {
     const conv_candidate& f = pick(k::conv_pass::forward);
-    c.forward = parse_conv_candidate(f.algorithm);
+    take(k::conv_pass::forward, f, c.forward, c.cuda_forward);
     c.workspace_bytes = f.workspace_bytes;
     c.name = f.algorithm;
     c.seconds = f.seconds;
     return c;
   }
   const conv_candidate& f = pick(k::conv_pass::backward_filter);
-  c.filter = parse_conv_candidate(f.algorithm);
+  take(k::conv_pass::backward_filter, f, c.filter, c.cuda_filter);
   c.workspace_bytes = f.workspace_bytes;
   c.seconds = f.seconds;
   c.name = f.algorithm;
   if (input_has_gradient) {
     const conv_candidate& d = pick(k::conv_pass::backward_data);
-    c.data = parse_conv_candidate(d.algorithm);
+    take(k::conv_pass::backward_data, d, c.data, c.cuda_data);
     c.workspace_bytes = std::max(c.workspace_bytes, d.workspace_bytes);
     c.seconds += d.seconds;
     c.name = d.algorithm + "/" + f.algorithm;

@@ -7,7 +7,8 @@
 // the compute stream (on `null`, only its simulated cost), then free what dies after the
 // step. Frees right after enqueueing are safe: the compute stream is in order, so a later
 // kernel that gets the same bytes runs after this one. On `null` nothing is ever read or
-// written, so `plan` and `train` run this same code.
+// written, so `plan` and `train` run this same code. On `cuda` the layers' cuDNN/cuBLAS
+// kernels are enqueued from the calling thread (the memory logic is the same).
 //
 // Not thread-safe: one thread drives an executor. Holds a reference to the network and the
 // device, which must outlive it.
@@ -152,6 +153,7 @@ class executor {
   struct conv_step;
   struct kernel_state;
   struct transfers;
+  struct cuda_state;
 
   void allocate_persistent(tensor_id t);
   void* allocate_transient(tensor_id t, std::size_t step);
@@ -170,7 +172,8 @@ class executor {
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
-  conv_step choose_conv(const layer& l, bool forward, bool input_has_gradient);
+  conv_step choose_conv(const layer& l, bool forward, bool input_has_gradient,
+                        std::size_t available);
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
                                         std::size_t bytes) const;
 
@@ -185,6 +188,7 @@ class executor {
   std::unique_ptr<device_heap> heap_;
   std::unique_ptr<conv_workspace_selector> selector_;
   std::unique_ptr<kernel_state> kernels_;
+  std::unique_ptr<cuda_state> cuda_;           // cuda only: cuDNN/cuBLAS on the compute stream
   std::unique_ptr<tensor_cache> cache_;        // transient tensors' device memory
   std::unique_ptr<transfers> transfers_;       // offload/utp only
   std::unique_ptr<recompute_plan> recompute_;  // recompute/all only
