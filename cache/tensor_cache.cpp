@@ -293,6 +293,15 @@ class tensor_cache_impl {
     return keys;
   }
 
+  std::vector<tensor_key> lru_tail(std::size_t max) const {
+    std::lock_guard lk(mu_);
+    std::vector<tensor_key> keys;
+    for (tensor_key k = lru_.tail; k != nil && keys.size() < max; k = slots_[k].prev) {
+      if (slots_[k].state == slot_state::resident) keys.push_back(k);
+    }
+    return keys;
+  }
+
   void check_invariants() const;
 
   device_heap& heap() const noexcept { return heap_; }
@@ -648,6 +657,9 @@ void tensor_cache::reset_stats() {
 }
 std::vector<tensor_key> tensor_cache::lru_order() const {
   return impl_->lru_order();
+}
+std::vector<tensor_key> tensor_cache::lru_tail(std::size_t max) const {
+  return impl_->lru_tail(max);
 }
 void tensor_cache::check_invariants() const {
   impl_->check_invariants();

@@ -474,6 +474,20 @@ executor::executor(const network& net, device& dev, const executor_options& opti
       }
     }
   }
+  last_write_.assign(n, 0);
+  copied_.assign(n, false);
+  // Write-back starts below twice the most any step allocates anew.
+  for (std::size_t st = 0; st < route_.step_count(); ++st) {
+    std::size_t fresh = 0;
+    for (const auto& a : table_.accesses(st)) {
+      if (a.mode == access_mode::write && !table_[a.tensor].persistent) {
+        fresh += heap_->round_up(table_[a.tensor].bytes);
+      }
+    }
+    watermark_ = std::max(watermark_, 2 * fresh);
+  }
+  step_done_.resize(route_.step_count());
+  step_done_iteration_.assign(route_.step_count(), 0);
   free_after_.assign(route_.step_count(), {});
   for (tensor_id t = 0; t < n; ++t) {
     if (free_step_[t] < route_.step_count()) free_after_[free_step_[t]].push_back(t);
@@ -575,7 +589,7 @@ void executor::free_transient(tensor_id t) noexcept {
     case residency::absent:
       break;
   }
-  if (transfers_) transfers_->engine.drop_host(t);
+  forget_host(t);
   state_[t] = residency::absent;
 }
 
@@ -589,42 +603,81 @@ void* executor::device_ptr(tensor_id t) const {
 // (offloaded before and not written since) leaves at once; otherwise it is offloaded and
 // this thread waits for the copy (the compute stream has nothing to do until the step's
 // allocation succeeds anyway).
+// all: whether evicting `t` should drop it (rebuilding costs its producer's forward again)
+// rather than move it (a copy out and back).
+bool executor::drop_on_evict(tensor_id t) const {
+  if (!recompute_ || !droppable_[t]) return false;
+  const layer& l = net_[table_[t].owner];
+  std::vector<shape4> in;
+  for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
+  const double rebuild_s = layers::forward_flops(l, in) / k_model_flops;
+  const double move_s = 2.0 * static_cast<double>(table_[t].bytes) / k_model_link_bytes_per_s;
+  return rebuild_s <= move_s;
+}
+
+void executor::forget_host(tensor_id t) noexcept {
+  if (!transfers_) return;
+  transfers_->engine.drop_host(t);
+  copied_[t] = false;
+}
+
+// utp/all: when free memory runs below the watermark, start copying out the next victims
+// (the LRU end) while they stay resident, so that evicting them later frees at once
+// instead of stalling the step loop on a copy. Decided from heap numbers and our own
+// bookkeeping only, never from whether a copy has landed, so plan and train agree.
+void executor::write_back() {
+  if (heap_->stats().free_bytes >= watermark_) return;
+  std::size_t covered = 0;
+  for (tensor_key t : cache_->lru_tail(32)) {
+    if (covered >= watermark_) break;
+    covered += table_[t].bytes;
+    // Gradients may still be accumulated into: copying them early is likely wasted.
+    if (copied_[t] || drop_on_evict(t) || table_[t].role == tensor_role::gradient) continue;
+    transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
+    transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
+    copied_[t] = true;
+  }
+}
+
 bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
-  if (recompute_ && droppable_[t]) {
-    // Rebuilding costs the producer's forward again; moving costs a copy out and back.
-    const layer& l = net_[table_[t].owner];
-    std::vector<shape4> in;
-    for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
-    const double rebuild_s = layers::forward_flops(l, in) / k_model_flops;
-    const double move_s = 2.0 * static_cast<double>(bytes) / k_model_link_bytes_per_s;
-    if (rebuild_s <= move_s) {
-      if (transfers_) transfers_->engine.drop_host(t);
-      state_[t] = residency::dropped;
-      bytes_live_ -= bytes;
-      --tensors_live_;
-      return true;
-    }
+  if (drop_on_evict(t)) {
+    forget_host(t);
+    state_[t] = residency::dropped;
+    bytes_live_ -= bytes;
+    --tensors_live_;
+    return true;
   }
   transfer_engine& engine = transfers_->engine;
-  if (!engine.has_host_copy(t)) {
-    stream& compute = dev_.get_stream(stream_role::compute);
-    compute.record(*transfers_->ready);
-    engine.offload(t, ptr, bytes, *transfers_->ready);
-    engine.wait_offloaded(t, &compute);
+  if (!copied_[t]) {
+    engine.wait_offloaded(t);  // a discarded earlier copy still in flight
+    engine.offload(t, ptr, bytes, written(t));
+    copied_[t] = true;
   }
+  engine.wait_offloaded(t);  // at once when written back ahead and already landed
   state_[t] = residency::on_host;
   bytes_live_ -= bytes;
   --tensors_live_;
   return true;
 }
 
+// The event an offload of `t` must wait for: the end of the step that last wrote it, when
+// that step is over (its kernel enqueued), else now. Waiting only for the writer, not for
+// everything queued on the compute stream, lets the copy run while later kernels compute.
+event& executor::written(tensor_id t) {
+  const std::size_t w = last_write_[t];
+  if (w < current_step_ && step_done_[w] != nullptr && step_done_iteration_[w] == iterations_run_) {
+    return *step_done_[w];
+  }
+  dev_.get_stream(stream_role::compute).record(*transfers_->ready);
+  return *transfers_->ready;
+}
+
 // offload policy: `t` has had its last forward use; copy it out, and give its device
 // memory back when the copy is reaped (offload_lag steps later).
 void executor::start_offload(tensor_id t) {
-  stream& compute = dev_.get_stream(stream_role::compute);
-  compute.record(*transfers_->ready);
   void* p = cache_->ptr(t);
-  transfers_->engine.offload(t, p, table_[t].bytes, *transfers_->ready);
+  transfers_->engine.offload(t, p, table_[t].bytes, written(t));
+  copied_[t] = true;
   aside_ptr_[t] = cache_->forget(t);
   state_[t] = residency::offloading;
 }
@@ -778,10 +831,16 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   for (auto& st : state_) {
     if (st == residency::dropped) st = residency::absent;
   }
+  ++iterations_run_;
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
+  current_step_ = route_.step_count();
   reap_offloads(0, true);
   compute.synchronize();
-  if (transfers_) transfers_->engine.check();
+  if (transfers_) {
+    // Write-backs of tensors that died meanwhile land (and are discarded) before the check.
+    transfers_->engine.wait_all_offloads();
+    transfers_->engine.check();
+  }
   // Every transient tensor's life ended within the iteration: anything still holding device
   // or host memory now is a leak of the step loop.
   for (tensor_id t = 0; t < state_.size(); ++t) {
@@ -819,7 +878,7 @@ void executor::note_peak() noexcept {
 void executor::drop(tensor_id t) noexcept {
   if (state_[t] != residency::resident) return;
   // A host copy made before is not kept for a tensor that will be rebuilt instead.
-  if (transfers_) transfers_->engine.drop_host(t);
+  forget_host(t);
   cache_->release(t);
   state_[t] = residency::dropped;
   bytes_live_ -= table_[t].bytes;
@@ -844,6 +903,7 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
       allocate_transient(t, step);
       ++tensors_allocated_;
       rebuilt_.push_back(t);
+      last_write_[t] = step;
     }
     cache_->lock(t);
     locked.push_back(t);
@@ -874,6 +934,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   const step_plan& sp = plan_.steps[s];
   const bool forward = rs.direction == pass::forward;
   iteration_ = iteration;
+  current_step_ = s;
   step_peak_live_ = 0;
   step_peak_heap_ = 0;
   reap_offloads(s, false);
@@ -907,7 +968,10 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       ensure_resident(t, s);
     }
     // A tensor written or accumulated here changes: a host copy of it is stale.
-    if (transfers_ && a.mode != access_mode::read) transfers_->engine.drop_host(t);
+    if (a.mode != access_mode::read) {
+      last_write_[t] = s;
+      forget_host(t);
+    }
     cache_->lock(t);
     locked.push_back(t);
   }
@@ -957,8 +1021,13 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.algorithm = conv.name;
   steps_.push_back(std::move(rec));
 
-  // 3. The kernel.
+  // 3. The kernel, and the event marking its end (what offloads of its outputs wait for).
   if (table_.has_work(s)) launch_layer(l, forward, accesses, conv, workspace, data, false);
+  if (transfers_) {
+    if (step_done_[s] == nullptr) step_done_[s] = dev_.create_event();
+    dev_.get_stream(stream_role::compute).record(*step_done_[s]);
+    step_done_iteration_[s] = iterations_run_;
+  }
 
   // 4. Unlock; give back the workspace and what dies here (stream order keeps it safe).
   for (tensor_id t : locked) cache_->unlock(t);
@@ -1000,6 +1069,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       }
     }
   }
+  if (options_.policy.evict_to_host) write_back();
   if (!forward) prefetch_ahead(s);
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
 }

@@ -130,6 +130,9 @@ class tensor_cache {
   /// Inspection (tests, tools): the unlocked resident keys from the LRU front (most
   /// recently used) to the end (the next victim). O(resident).
   std::vector<tensor_key> lru_order() const;
+  /// The next victims: up to `max` unlocked resident keys from the LRU end (not those being
+  /// evicted), most likely victim first. O(max). For write-back ahead of eviction.
+  std::vector<tensor_key> lru_tail(std::size_t max) const;
   /// Checks every internal invariant (the LRU and locked lists partition the resident
   /// tensors by lock count and link consistently; counts and bytes equal a recount; every
   /// resident pointer is a live heap allocation of at least its bytes) and throws

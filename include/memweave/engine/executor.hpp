@@ -161,6 +161,10 @@ class executor {
   void ensure_resident(tensor_id t, std::size_t step);
   bool evict(tensor_id t, void* ptr, std::size_t bytes);
   void start_offload(tensor_id t);
+  event& written(tensor_id t);
+  bool drop_on_evict(tensor_id t) const;
+  void forget_host(tensor_id t) noexcept;
+  void write_back();
   void reap_offloads(std::size_t step, bool all);
   void prefetch_ahead(std::size_t step);
   void drop(tensor_id t) noexcept;
@@ -203,6 +207,13 @@ class executor {
   std::vector<bool> droppable_;                       // recompute/all: the plan may drop it
   std::vector<std::size_t> free_step_;   // per tensor: the step whose free_after_ lists it
   std::vector<tensor_id> rebuilt_;       // tensors replays allocated in the current step
+  std::vector<std::size_t> last_write_;  // per tensor: the step that last wrote it
+  std::vector<std::unique_ptr<event>> step_done_;   // per step: recorded after its kernel
+  std::vector<std::uint64_t> step_done_iteration_;  // per step: the iteration it was recorded in
+  std::uint64_t iterations_run_ = 0;                // iterations started (tags step_done_ records)
+  std::size_t current_step_ = 0;                    // the step being run
+  std::vector<bool> copied_;             // per tensor: a host copy exists or is on its way
+  std::size_t watermark_ = 0;            // utp/all: write back below this many free bytes
   std::uint64_t recomputations_ = 0;     // layer forwards re-run in the last iteration
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
   std::size_t step_peak_live_ = 0;       // max bytes_live_ within the current step
