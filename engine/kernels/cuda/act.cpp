@@ -23,9 +23,7 @@ void set_mode(const detail::activation_descriptor& d, const act_params& p) {
 void act_forward(cuda_kernel_context& ctx, const shape4& s, const act_params& p, const float* x,
                  float* y) {
   const char* kernel = "act_forward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "y", y);
+  detail::check_tensors(kernel, s, {{"x", x}, {"y", y}});
   const detail::tensor_descriptor t(s);
   const detail::activation_descriptor a;
   set_mode(a, p);
@@ -36,10 +34,7 @@ void act_forward(cuda_kernel_context& ctx, const shape4& s, const act_params& p,
 void act_backward(cuda_kernel_context& ctx, const shape4& s, const act_params& p, const float* y,
                   const float* dy, float* dx, bool accumulate) {
   const char* kernel = "act_backward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "y", y);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "dx", dx);
+  detail::check_tensors(kernel, s, {{"y", y}, {"dy", dy}, {"dx", dx}});
   detail::launch_act_backward(ctx.stream(), s.count(), p.mode == act_mode::relu, y, dy, dx,
                               accumulate);
 }

@@ -3,47 +3,24 @@
 // in forward and backward. Thread safety: none of its own.
 #include "engine/kernels/cuda/bn.hpp"
 
-#include <cmath>
-#include <initializer_list>
 #include <string>
-#include <utility>
 
 #include "engine/kernels/cuda/cudnn_descriptors.hpp"
 #include "engine/kernels/cuda/custom_kernels.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::cuda {
 
 using detail::k_one;
 using detail::k_zero;
 
-namespace {
-
-void check_params(const char* kernel, const shape4& in, const bn_params& p) {
-  detail::check_shape(kernel, in);
-  MEMWEAVE_EXPECTS(p.epsilon > 0.0f && std::isfinite(p.epsilon),
-                   std::string(kernel) + ": epsilon = " + std::to_string(p.epsilon) +
-                       "; expected a small positive number such as 1e-5");
-}
-
-void check_pointers(const char* kernel,
-                    std::initializer_list<std::pair<const char*, const void*>> list) {
-  for (const auto& [name, ptr] : list) detail::check_pointer(kernel, name, ptr);
-}
-
-}  // namespace
-
 void bn_forward_training(cuda_kernel_context& ctx, const shape4& in, const bn_params& p,
                          const float* x, const float* gamma, const float* beta, float* y,
                          float* saved_mean, float* saved_invstd, float* running_mean,
                          float* running_var) {
   const char* kernel = "bn_forward_training";
-  check_params(kernel, in, p);
-  check_pointers(kernel, {{"x", x},
-                          {"gamma", gamma},
-                          {"beta", beta},
-                          {"y", y},
-                          {"saved_mean", saved_mean},
-                          {"saved_invstd", saved_invstd}});
+  checks::check_bn_forward_training(kernel, in, p, x, gamma, beta, y, saved_mean, saved_invstd,
+                                    detail::check_shape);
   MEMWEAVE_EXPECTS((running_mean == nullptr) == (running_var == nullptr),
                    std::string(kernel) +
                        ": one running statistic given without the other; pass both "
@@ -60,13 +37,8 @@ void bn_forward_inference(cuda_kernel_context& ctx, const shape4& in, const bn_p
                           const float* x, const float* gamma, const float* beta,
                           const float* running_mean, const float* running_var, float* y) {
   const char* kernel = "bn_forward_inference";
-  check_params(kernel, in, p);
-  check_pointers(kernel, {{"x", x},
-                          {"gamma", gamma},
-                          {"beta", beta},
-                          {"running_mean", running_mean},
-                          {"running_var", running_var},
-                          {"y", y}});
+  checks::check_bn_forward_inference(kernel, in, p, x, gamma, beta, running_mean, running_var, y,
+                                     detail::check_shape);
   const detail::tensor_descriptor t(in);
   const detail::tensor_descriptor c(shape4{1, in.c, 1, 1});
   MEMWEAVE_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
@@ -78,14 +50,8 @@ void bn_backward(cuda_kernel_context& ctx, const shape4& in, const bn_params& p,
                  const float* saved_mean, const float* saved_invstd, const float* gamma,
                  const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate) {
   const char* kernel = "bn_backward";
-  check_params(kernel, in, p);
-  check_pointers(kernel, {{"x", x},
-                          {"saved_mean", saved_mean},
-                          {"saved_invstd", saved_invstd},
-                          {"gamma", gamma},
-                          {"dy", dy},
-                          {"dgamma", dgamma},
-                          {"dbeta", dbeta}});
+  checks::check_bn_backward(kernel, in, p, x, saved_mean, saved_invstd, gamma, dy, dgamma, dbeta,
+                            detail::check_shape);
   if (dx == nullptr) {
     // cuDNN always writes dx; without one, only the parameter gradients are computed.
     detail::launch_bn_param_grads(ctx.stream(), in.n, in.c, in.h * in.w, x, saved_mean,

@@ -3,45 +3,21 @@
 // shapes only. Thread safety: none of its own.
 #include "engine/kernels/cuda/concat_add.hpp"
 
-#include <string>
 #include <vector>
 
 #include "engine/kernels/cuda/cudnn_descriptors.hpp"
 #include "engine/kernels/cuda/custom_kernels.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::cuda {
 
 using std::int64_t;
 
-namespace {
-
-// Channel offsets of the inputs (and the total at the end), after checking the shapes.
-std::vector<int64_t> channel_offsets(const char* kernel, std::span<const shape4> in) {
-  MEMWEAVE_EXPECTS(!in.empty(), std::string(kernel) + ": no inputs; expected at least one");
-  std::vector<int64_t> off(in.size() + 1, 0);
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    detail::check_shape(kernel, in[i]);
-    MEMWEAVE_EXPECTS(in[i].n == in[0].n && in[i].h == in[0].h && in[i].w == in[0].w,
-                     std::string(kernel) + ": input " + std::to_string(i) + " is " +
-                         detail::shape_text(in[i]) + " but input 0 is " +
-                         detail::shape_text(in[0]) + "; expected the same n, h and w");
-    off[i + 1] = off[i] + in[i].c;
-  }
-  detail::check_shape(kernel, shape4{in[0].n, off.back(), in[0].h, in[0].w});
-  return off;
-}
-
-}  // namespace
-
 void concat_forward(cuda_kernel_context& ctx, std::span<const shape4> in,
                     std::span<const float* const> x, float* y) {
   const char* kernel = "concat_forward";
-  const std::vector<int64_t> off = channel_offsets(kernel, in);
-  MEMWEAVE_EXPECTS(x.size() == in.size(), std::string(kernel) + ": " + std::to_string(x.size()) +
-                                              " tensors for " + std::to_string(in.size()) +
-                                              " shapes; expected one tensor per shape");
-  for (const float* p : x) detail::check_pointer(kernel, "an input", p);
-  detail::check_pointer(kernel, "y", y);
+  const std::vector<int64_t> off =
+      checks::check_concat_forward(kernel, in, x, y, detail::check_shape);
   const int64_t hw = in[0].h * in[0].w, total = off.back();
   for (std::size_t i = 0; i < in.size(); ++i) {
     const std::size_t row = static_cast<std::size_t>(in[i].c * hw) * sizeof(float);
@@ -54,11 +30,8 @@ void concat_forward(cuda_kernel_context& ctx, std::span<const shape4> in,
 void concat_backward(cuda_kernel_context& ctx, std::span<const shape4> in, const float* dy,
                      std::span<const grad_out> dx) {
   const char* kernel = "concat_backward";
-  const std::vector<int64_t> off = channel_offsets(kernel, in);
-  MEMWEAVE_EXPECTS(dx.size() == in.size(), std::string(kernel) + ": " + std::to_string(dx.size()) +
-                                               " gradients for " + std::to_string(in.size()) +
-                                               " shapes; expected one (maybe null) per shape");
-  detail::check_pointer(kernel, "dy", dy);
+  const std::vector<int64_t> off =
+      checks::check_concat_backward(kernel, in, dx.size(), dy, detail::check_shape);
   const int64_t hw = in[0].h * in[0].w, total = off.back();
   for (std::size_t i = 0; i < in.size(); ++i) {
     if (dx[i].data == nullptr) continue;
@@ -79,10 +52,7 @@ void concat_backward(cuda_kernel_context& ctx, std::span<const shape4> in, const
 void add_forward(cuda_kernel_context& ctx, const shape4& s, std::span<const float* const> x,
                  float* y) {
   const char* kernel = "add_forward";
-  detail::check_shape(kernel, s);
-  MEMWEAVE_EXPECTS(!x.empty(), std::string(kernel) + ": no inputs; expected at least one");
-  for (const float* p : x) detail::check_pointer(kernel, "an input", p);
-  detail::check_pointer(kernel, "y", y);
+  checks::check_add_forward(kernel, s, x, y, detail::check_shape);
   if (x.size() == 1) {
     if (x[0] != y) {
       MEMWEAVE_CUDA_CHECK(
@@ -99,8 +69,7 @@ void add_forward(cuda_kernel_context& ctx, const shape4& s, std::span<const floa
 void add_backward(cuda_kernel_context& ctx, const shape4& s, const float* dy,
                   std::span<const grad_out> dx) {
   const char* kernel = "add_backward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "dy", dy);
+  detail::check_tensors(kernel, s, {{"dy", dy}});
   for (const grad_out& g : dx) {
     if (g.data == nullptr) continue;
     if (g.accumulate) {

@@ -16,6 +16,7 @@
 
 #include "engine/kernels/cuda/conv_algo_cache.hpp"
 #include "engine/kernels/cuda/cudnn_descriptors.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::cuda {
 
@@ -33,33 +34,7 @@ struct conv_descs {
   shape4 out;
 
   conv_descs(const char* kernel, const shape4& in, const conv_params& p) {
-    detail::check_shape(kernel, in);
-    const std::string where = std::string(kernel) + ": input " + detail::shape_text(in);
-    MEMWEAVE_EXPECTS(
-        p.out_channels >= 1 && p.groups >= 1 && p.kernel_h >= 1 && p.kernel_w >= 1 &&
-            p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1 &&
-            p.pad_h >= 0 && p.pad_w >= 0,
-        where + ": convolution parameters out_channels=" + std::to_string(p.out_channels) +
-            " groups=" + std::to_string(p.groups) + " kernel=" + std::to_string(p.kernel_h) + "x" +
-            std::to_string(p.kernel_w) + " stride=" + std::to_string(p.stride_h) + "x" +
-            std::to_string(p.stride_w) + " dilation=" + std::to_string(p.dilation_h) + "x" +
-            std::to_string(p.dilation_w) + " pad=" + std::to_string(p.pad_h) + "x" +
-            std::to_string(p.pad_w) +
-            ": expected out_channels, groups, kernel, stride, dilation >= 1, pad >= 0");
-    MEMWEAVE_EXPECTS(
-        in.c % p.groups == 0 && p.out_channels % p.groups == 0,
-        where + ": " + std::to_string(in.c) + " input and " + std::to_string(p.out_channels) +
-            " output channels are not both divisible by groups=" + std::to_string(p.groups) +
-            "; fix the layer's groups");
-    const int64_t eff_h = p.dilation_h * (p.kernel_h - 1) + 1;
-    const int64_t eff_w = p.dilation_w * (p.kernel_w - 1) + 1;
-    const int64_t span_h = in.h + 2 * p.pad_h - eff_h, span_w = in.w + 2 * p.pad_w - eff_w;
-    MEMWEAVE_EXPECTS(span_h >= 0 && span_w >= 0,
-                     where + ": the dilated kernel " + std::to_string(eff_h) + "x" +
-                         std::to_string(eff_w) +
-                         " is larger than the padded input; expected a smaller kernel or "
-                         "dilation, or more padding");
-    out = {in.n, p.out_channels, span_h / p.stride_h + 1, span_w / p.stride_w + 1};
+    out = checks::conv_output(kernel, in, p, detail::check_shape);
     detail::check_shape(kernel, out);
     x.set(in);
     y.set(out);
@@ -86,9 +61,10 @@ struct conv_descs {
     MEMWEAVE_CUDNN_CHECK(
         cudnnGetConvolution2dForwardOutputDim(conv.get(), x.get(), w.get(), &on, &oc, &oh, &ow));
     if (shape4{on, oc, oh, ow} != out) {
-      throw device_error(where + ": cuDNN computes output " +
-                         detail::shape_text(shape4{on, oc, oh, ow}) + ", the engine " +
-                         detail::shape_text(out) + "; report this convolution's parameters");
+      throw device_error(std::string(kernel) + ": input " + detail::shape_text(in) +
+                         ": cuDNN computes output " + detail::shape_text(shape4{on, oc, oh, ow}) +
+                         ", the engine " + detail::shape_text(out) +
+                         "; report this convolution's parameters");
     }
   }
 };

@@ -9,24 +9,12 @@ namespace {
 constexpr std::int64_t k_int_max = std::numeric_limits<int>::max();
 }  // namespace
 
-std::string shape_text(const shape4& s) {
-  return std::to_string(s.n) + "x" + std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
-         std::to_string(s.w);
-}
-
 void check_shape(const char* kernel, const shape4& s) {
-  MEMWEAVE_EXPECTS(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0,
-                   std::string(kernel) + ": shape " + shape_text(s) +
-                       " has an empty or negative extent; expected every extent >= 1");
+  checks::check_shape(kernel, s);
   MEMWEAVE_EXPECTS(s.n <= k_int_max / s.per_image() && s.per_image() <= k_int_max,
                    std::string(kernel) + ": shape " + shape_text(s) + " has " +
                        std::to_string(s.count()) +
                        " elements; cuDNN's descriptors hold at most 2^31 - 1: split the batch");
-}
-
-void check_pointer(const char* kernel, const char* name, const void* p) {
-  MEMWEAVE_EXPECTS(p != nullptr,
-                   std::string(kernel) + ": " + name + " is null; pass the tensor's memory");
 }
 
 int to_int(const char* kernel, const char* what, std::int64_t v) {

@@ -5,25 +5,33 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include <cudnn.h>
 
 #include "engine/kernels/cuda/cuda_library_check.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/layer_params.hpp"
 
 namespace memweave::kernels::cuda::detail {
 
-/// "2x3x4x5".
-std::string shape_text(const shape4& s);
+// The argument checks shared with the host kernels (engine/kernels/kernel_checks.hpp).
+using checks::check_pointer;
+using checks::check_pointers;
+using checks::shape_text;
 
-/// Throws invalid_argument naming the kernel when a shape has an empty or negative extent,
-/// or more elements than cuDNN's int-indexed descriptors hold (2^31 - 1).
+/// Throws invalid_argument naming the kernel when a shape has an empty or negative extent
+/// (checks::check_shape), or more elements than cuDNN's int-indexed descriptors hold
+/// (2^31 - 1). The shape check these kernels pass to the shared checks.
 void check_shape(const char* kernel, const shape4& s);
 
-/// Throws invalid_argument naming the kernel and the argument when `p` is null.
-void check_pointer(const char* kernel, const char* name, const void* p);
+/// check_shape(kernel, s), then check_pointers(kernel, args).
+inline void check_tensors(const char* kernel, const shape4& s,
+                          std::initializer_list<checks::named_pointer> args) {
+  checks::check_tensors(kernel, s, args, check_shape);
+}
 
 /// `v` as an int; throws invalid_argument naming the kernel and `what` when out of range.
 int to_int(const char* kernel, const char* what, std::int64_t v);

@@ -3,9 +3,10 @@
 // Thread safety: none of its own (one thread per context).
 #include "engine/kernels/cuda/fc.hpp"
 
-#include <string>
+#include <initializer_list>
 
 #include "engine/kernels/cuda/cudnn_descriptors.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::cuda {
 
@@ -18,15 +19,13 @@ struct fc_dims {
   int n, in, out;
 };
 
-fc_dims dims(const char* kernel, const shape4& in, const fc_params& p) {
-  detail::check_shape(kernel, in);
-  MEMWEAVE_EXPECTS(p.out_features >= 1, std::string(kernel) +
-                                            ": out_features = " + std::to_string(p.out_features) +
-                                            "; expected at least 1");
-  detail::check_shape(kernel, shape4{in.n, p.out_features, 1, 1});
-  detail::check_shape(kernel, shape4{p.out_features, in.per_image(), 1, 1});
-  return {detail::to_int(kernel, "n", in.n), detail::to_int(kernel, "in", in.per_image()),
-          detail::to_int(kernel, "out_features", p.out_features)};
+// Checks the arguments (tensors after the shapes), then the sizes as cuBLAS's ints (which
+// the shape checks already bound).
+fc_dims dims(const char* kernel, const shape4& in, const fc_params& p,
+             std::initializer_list<checks::named_pointer> tensors) {
+  const checks::fc_dims d = checks::check_fc(kernel, in, p, tensors, detail::check_shape);
+  return {detail::to_int(kernel, "n", d.n), detail::to_int(kernel, "in", d.in),
+          detail::to_int(kernel, "out_features", d.out)};
 }
 
 }  // namespace
@@ -34,10 +33,7 @@ fc_dims dims(const char* kernel, const shape4& in, const fc_params& p) {
 void fc_forward(cuda_kernel_context& ctx, const shape4& in, const fc_params& p, const float* x,
                 const float* w, const float* b, float* y) {
   const char* kernel = "fc_forward";
-  const fc_dims d = dims(kernel, in, p);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "w", w);
-  detail::check_pointer(kernel, "y", y);
+  const fc_dims d = dims(kernel, in, p, {{"x", x}, {"w", w}, {"y", y}});
   if (p.bias) detail::check_pointer(kernel, "b", b);
   // y^T (out x n, ld out) = op_T(W: col-major in x out, ld in) * x^T (in x n, ld in).
   MEMWEAVE_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, d.out, d.n, d.in,
@@ -52,10 +48,7 @@ void fc_forward(cuda_kernel_context& ctx, const shape4& in, const fc_params& p, 
 void fc_backward_data(cuda_kernel_context& ctx, const shape4& in, const fc_params& p,
                       const float* w, const float* dy, float* dx, bool accumulate) {
   const char* kernel = "fc_backward_data";
-  const fc_dims d = dims(kernel, in, p);
-  detail::check_pointer(kernel, "w", w);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "dx", dx);
+  const fc_dims d = dims(kernel, in, p, {{"w", w}, {"dy", dy}, {"dx", dx}});
   // dx^T (in x n, ld in) = W^T (col-major in x out, ld in) * dy^T (out x n, ld out).
   MEMWEAVE_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, d.in, d.n, d.out,
                                     &k_one, w, d.in, dy, d.out, detail::beta_for(accumulate), dx,
@@ -65,10 +58,7 @@ void fc_backward_data(cuda_kernel_context& ctx, const shape4& in, const fc_param
 void fc_backward_weights(cuda_kernel_context& ctx, const shape4& in, const fc_params& p,
                          const float* x, const float* dy, float* dw, float* db) {
   const char* kernel = "fc_backward_weights";
-  const fc_dims d = dims(kernel, in, p);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "dw", dw);
+  const fc_dims d = dims(kernel, in, p, {{"x", x}, {"dy", dy}, {"dw", dw}});
   // dW^T (in x out, ld in) = x^T (in x n, ld in) * op_T(dy^T: col-major out x n, ld out).
   MEMWEAVE_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, d.in, d.out, d.n,
                                     &k_one, x, d.in, dy, d.out, &k_zero, dw, d.in));

@@ -17,10 +17,7 @@ using detail::k_zero;
 void softmax_loss_forward(cuda_kernel_context& ctx, const shape4& in, const float* x,
                           const float* labels, float* y, double* loss) {
   const char* kernel = "softmax_loss_forward";
-  detail::check_shape(kernel, in);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "labels", labels);
-  detail::check_pointer(kernel, "y", y);
+  detail::check_tensors(kernel, in, {{"x", x}, {"labels", labels}, {"y", y}});
   const std::int64_t classes = in.per_image();
   const detail::tensor_descriptor t(shape4{in.n, classes, 1, 1});
   MEMWEAVE_CUDNN_CHECK(cudnnSoftmaxForward(ctx.cudnn(), CUDNN_SOFTMAX_ACCURATE,
@@ -46,10 +43,7 @@ void softmax_loss_forward(cuda_kernel_context& ctx, const shape4& in, const floa
 void softmax_loss_backward(cuda_kernel_context& ctx, const shape4& in, const float* y,
                            const float* labels, float* dx, bool accumulate) {
   const char* kernel = "softmax_loss_backward";
-  detail::check_shape(kernel, in);
-  detail::check_pointer(kernel, "y", y);
-  detail::check_pointer(kernel, "labels", labels);
-  detail::check_pointer(kernel, "dx", dx);
+  detail::check_tensors(kernel, in, {{"y", y}, {"labels", labels}, {"dx", dx}});
   detail::launch_softmax_loss_grad(ctx.stream(), in.n, in.per_image(), y, labels, dx, accumulate,
                                    ctx.label_error_scratch());
 }

@@ -18,9 +18,7 @@ constexpr int64_t k_grain = 1 << 14;
 void act_forward(const kernel_context& ctx, const shape4& s, const act_params& p, const float* x,
                  float* y) {
   const char* kernel = "act_forward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "y", y);
+  detail::check_tensors(kernel, s, {{"x", x}, {"y", y}});
   const bool relu = p.mode == act_mode::relu;
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
     if (relu) {
@@ -34,10 +32,7 @@ void act_forward(const kernel_context& ctx, const shape4& s, const act_params& p
 void act_backward(const kernel_context& ctx, const shape4& s, const act_params& p, const float* y,
                   const float* dy, float* dx, bool accumulate) {
   const char* kernel = "act_backward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "y", y);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "dx", dx);
+  detail::check_tensors(kernel, s, {{"y", y}, {"dy", dy}, {"dx", dx}});
   const bool relu = p.mode == act_mode::relu;
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {

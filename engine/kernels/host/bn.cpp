@@ -9,35 +9,17 @@
 #include <cmath>
 
 #include "engine/kernels/host/parallel.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::host {
 
 using std::int64_t;
 
-namespace {
-
-void check_params(const char* kernel, const shape4& in, const bn_params& p) {
-  detail::check_shape(kernel, in);
-  MEMWEAVE_EXPECTS(p.epsilon > 0.0f && std::isfinite(p.epsilon),
-                   std::string(kernel) + ": epsilon = " + std::to_string(p.epsilon) +
-                       "; expected a small positive number such as 1e-5");
-}
-
-}  // namespace
-
 void bn_forward_training(const kernel_context& ctx, const shape4& in, const bn_params& p,
                          const float* x, const float* gamma, const float* beta, float* y,
                          float* saved_mean, float* saved_invstd) {
   const char* kernel = "bn_forward_training";
-  check_params(kernel, in, p);
-  for (auto [name, ptr] : {std::pair<const char*, const void*>{"x", x},
-                           {"gamma", gamma},
-                           {"beta", beta},
-                           {"y", y},
-                           {"saved_mean", saved_mean},
-                           {"saved_invstd", saved_invstd}}) {
-    detail::check_pointer(kernel, name, ptr);
-  }
+  checks::check_bn_forward_training(kernel, in, p, x, gamma, beta, y, saved_mean, saved_invstd);
   const int64_t C = in.c, HW = in.h * in.w, m = in.n * HW;
   detail::parallel_for(ctx, C, detail::grain_for(3 * m), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
@@ -73,13 +55,11 @@ void bn_forward_training(const kernel_context& ctx, const shape4& in, const bn_p
 void bn_update_running(const shape4& in, const bn_params& p, const float* saved_mean,
                        const float* saved_invstd, float* running_mean, float* running_var) {
   const char* kernel = "bn_update_running";
-  check_params(kernel, in, p);
-  for (auto [name, ptr] : {std::pair<const char*, const void*>{"saved_mean", saved_mean},
-                           {"saved_invstd", saved_invstd},
-                           {"running_mean", running_mean},
-                           {"running_var", running_var}}) {
-    detail::check_pointer(kernel, name, ptr);
-  }
+  checks::check_bn(kernel, in, p,
+                   {{"saved_mean", saved_mean},
+                    {"saved_invstd", saved_invstd},
+                    {"running_mean", running_mean},
+                    {"running_var", running_var}});
   const double m = static_cast<double>(in.n * in.h * in.w);
   const double mom = p.momentum;
   for (int64_t c = 0; c < in.c; ++c) {
@@ -96,15 +76,7 @@ void bn_forward_inference(const kernel_context& ctx, const shape4& in, const bn_
                           const float* x, const float* gamma, const float* beta,
                           const float* running_mean, const float* running_var, float* y) {
   const char* kernel = "bn_forward_inference";
-  check_params(kernel, in, p);
-  for (auto [name, ptr] : {std::pair<const char*, const void*>{"x", x},
-                           {"gamma", gamma},
-                           {"beta", beta},
-                           {"running_mean", running_mean},
-                           {"running_var", running_var},
-                           {"y", y}}) {
-    detail::check_pointer(kernel, name, ptr);
-  }
+  checks::check_bn_forward_inference(kernel, in, p, x, gamma, beta, running_mean, running_var, y);
   const int64_t C = in.c, HW = in.h * in.w;
   detail::parallel_for(ctx, in.n * C, detail::grain_for(HW), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
@@ -124,16 +96,7 @@ void bn_backward(const kernel_context& ctx, const shape4& in, const bn_params& p
                  const float* saved_mean, const float* saved_invstd, const float* gamma,
                  const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate) {
   const char* kernel = "bn_backward";
-  check_params(kernel, in, p);
-  for (auto [name, ptr] : {std::pair<const char*, const void*>{"x", x},
-                           {"saved_mean", saved_mean},
-                           {"saved_invstd", saved_invstd},
-                           {"gamma", gamma},
-                           {"dy", dy},
-                           {"dgamma", dgamma},
-                           {"dbeta", dbeta}}) {
-    detail::check_pointer(kernel, name, ptr);
-  }
+  checks::check_bn_backward(kernel, in, p, x, saved_mean, saved_invstd, gamma, dy, dgamma, dbeta);
   const int64_t C = in.c, HW = in.h * in.w, m = in.n * HW;
   detail::parallel_for(ctx, C, detail::grain_for(3 * m), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/kernels/host/parallel.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::host {
 
@@ -15,32 +16,12 @@ namespace {
 
 constexpr int64_t k_grain = 1 << 14;
 
-// Channel offset of each input in the output; checks that the inputs stack.
-std::vector<int64_t> channel_offsets(const char* kernel, std::span<const shape4> in) {
-  MEMWEAVE_EXPECTS(!in.empty(), std::string(kernel) + ": no inputs; expected at least one");
-  std::vector<int64_t> off(in.size() + 1, 0);
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    detail::check_shape(kernel, in[i]);
-    MEMWEAVE_EXPECTS(in[i].n == in[0].n && in[i].h == in[0].h && in[i].w == in[0].w,
-                     std::string(kernel) + ": input " + std::to_string(i) + " is " +
-                         detail::shape_text(in[i]) + " but input 0 is " +
-                         detail::shape_text(in[0]) + "; expected the same n, h and w");
-    off[i + 1] = off[i] + in[i].c;
-  }
-  return off;
-}
-
 }  // namespace
 
 void concat_forward(const kernel_context& ctx, std::span<const shape4> in,
                     std::span<const float* const> x, float* y) {
   const char* kernel = "concat_forward";
-  const std::vector<int64_t> off = channel_offsets(kernel, in);
-  MEMWEAVE_EXPECTS(x.size() == in.size(), std::string(kernel) + ": " + std::to_string(x.size()) +
-                                              " tensors for " + std::to_string(in.size()) +
-                                              " shapes; expected one tensor per shape");
-  for (const float* p : x) detail::check_pointer(kernel, "an input", p);
-  detail::check_pointer(kernel, "y", y);
+  const std::vector<int64_t> off = checks::check_concat_forward(kernel, in, x, y);
   const int64_t k = static_cast<int64_t>(in.size()), hw = in[0].h * in[0].w, ctotal = off.back();
   detail::parallel_for(ctx, in[0].n * k, detail::grain_for(hw * 4), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
@@ -56,11 +37,7 @@ void concat_forward(const kernel_context& ctx, std::span<const shape4> in,
 void concat_backward(const kernel_context& ctx, std::span<const shape4> in, const float* dy,
                      std::span<const grad_out> dx) {
   const char* kernel = "concat_backward";
-  const std::vector<int64_t> off = channel_offsets(kernel, in);
-  MEMWEAVE_EXPECTS(dx.size() == in.size(), std::string(kernel) + ": " + std::to_string(dx.size()) +
-                                               " gradients for " + std::to_string(in.size()) +
-                                               " shapes; expected one (maybe null) per shape");
-  detail::check_pointer(kernel, "dy", dy);
+  const std::vector<int64_t> off = checks::check_concat_backward(kernel, in, dx.size(), dy);
   const int64_t k = static_cast<int64_t>(in.size()), hw = in[0].h * in[0].w, ctotal = off.back();
   detail::parallel_for(ctx, in[0].n * k, detail::grain_for(hw * 4), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
@@ -82,10 +59,7 @@ void concat_backward(const kernel_context& ctx, std::span<const shape4> in, cons
 void add_forward(const kernel_context& ctx, const shape4& s, std::span<const float* const> x,
                  float* y) {
   const char* kernel = "add_forward";
-  detail::check_shape(kernel, s);
-  MEMWEAVE_EXPECTS(!x.empty(), std::string(kernel) + ": no inputs; expected at least one");
-  for (const float* p : x) detail::check_pointer(kernel, "an input", p);
-  detail::check_pointer(kernel, "y", y);
+  checks::check_add_forward(kernel, s, x, y);
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       float v = x[0][j];
@@ -98,8 +72,7 @@ void add_forward(const kernel_context& ctx, const shape4& s, std::span<const flo
 void add_backward(const kernel_context& ctx, const shape4& s, const float* dy,
                   std::span<const grad_out> dx) {
   const char* kernel = "add_backward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "dy", dy);
+  detail::check_tensors(kernel, s, {{"dy", dy}});
   for (const grad_out& g : dx) {
     if (g.data == nullptr) continue;
     if (g.data == dy && !g.accumulate) continue;  // the gradient is dy itself: already there

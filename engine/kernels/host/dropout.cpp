@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/kernels/host/parallel.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::host {
 
@@ -33,13 +34,8 @@ float dropout_uniform(std::uint64_t seed, std::int64_t index) noexcept {
 void dropout_forward(const kernel_context& ctx, const shape4& s, const dropout_params& p,
                      std::uint64_t seed, const float* x, float* y, float* mask) {
   const char* kernel = "dropout_forward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "y", y);
-  detail::check_pointer(kernel, "mask", mask);
-  MEMWEAVE_EXPECTS(p.ratio >= 0.0f && p.ratio < 1.0f,
-                   std::string(kernel) + ": ratio = " + std::to_string(p.ratio) +
-                       "; expected a drop probability in [0, 1)");
+  detail::check_tensors(kernel, s, {{"x", x}, {"y", y}, {"mask", mask}});
+  checks::check_dropout(kernel, p);
   const float ratio = p.ratio;
   const float keep = 1.0f / (1.0f - ratio);
   const std::uint64_t seed_hash = mix64(seed);
@@ -57,10 +53,7 @@ void dropout_forward(const kernel_context& ctx, const shape4& s, const dropout_p
 void dropout_backward(const kernel_context& ctx, const shape4& s, const float* mask,
                       const float* dy, float* dx, bool accumulate) {
   const char* kernel = "dropout_backward";
-  detail::check_shape(kernel, s);
-  detail::check_pointer(kernel, "mask", mask);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "dx", dx);
+  detail::check_tensors(kernel, s, {{"mask", mask}, {"dy", dy}, {"dx", dx}});
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const float g = dy[i] * mask[i];

@@ -7,34 +7,16 @@
 
 #include "engine/kernels/host/gemm.hpp"
 #include "engine/kernels/host/parallel.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::host {
 
 using std::int64_t;
 
-namespace {
-
-struct dims {
-  int64_t n, in, out;
-};
-
-dims check(const char* kernel, const shape4& in, const fc_params& p) {
-  detail::check_shape(kernel, in);
-  MEMWEAVE_EXPECTS(p.out_features >= 1, std::string(kernel) +
-                                            ": out_features = " + std::to_string(p.out_features) +
-                                            "; expected at least 1");
-  return {in.n, in.per_image(), p.out_features};
-}
-
-}  // namespace
-
 void fc_forward(const kernel_context& ctx, const shape4& in, const fc_params& p, const float* x,
                 const float* w, const float* b, float* y) {
   const char* kernel = "fc_forward";
-  const dims d = check(kernel, in, p);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "w", w);
-  detail::check_pointer(kernel, "y", y);
+  const checks::fc_dims d = checks::check_fc(kernel, in, p, {{"x", x}, {"w", w}, {"y", y}});
   if (p.bias) detail::check_pointer(kernel, "b (the layer has a bias)", b);
   detail::gemm_args g;
   g.trans_b = true;
@@ -55,10 +37,7 @@ void fc_forward(const kernel_context& ctx, const shape4& in, const fc_params& p,
 void fc_backward_data(const kernel_context& ctx, const shape4& in, const fc_params& p,
                       const float* w, const float* dy, float* dx, bool accumulate) {
   const char* kernel = "fc_backward_data";
-  const dims d = check(kernel, in, p);
-  detail::check_pointer(kernel, "w", w);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "dx", dx);
+  const checks::fc_dims d = checks::check_fc(kernel, in, p, {{"w", w}, {"dy", dy}, {"dx", dx}});
   detail::gemm_args g;
   g.m = d.n, g.n = d.in, g.k = d.out;
   g.a = dy, g.lda = d.out;
@@ -74,10 +53,7 @@ void fc_backward_data(const kernel_context& ctx, const shape4& in, const fc_para
 void fc_backward_weights(const kernel_context& ctx, const shape4& in, const fc_params& p,
                          const float* x, const float* dy, float* dw, float* db) {
   const char* kernel = "fc_backward_weights";
-  const dims d = check(kernel, in, p);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "dw", dw);
+  const checks::fc_dims d = checks::check_fc(kernel, in, p, {{"x", x}, {"dy", dy}, {"dw", dw}});
   detail::gemm_args g;
   g.trans_a = true;
   g.m = d.out, g.n = d.in, g.k = d.n;

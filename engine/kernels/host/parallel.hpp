@@ -13,6 +13,7 @@
 #include <tbb/parallel_for.h>
 
 #include "engine/kernels/host/kernel_context.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/layer_params.hpp"
 
@@ -41,24 +42,12 @@ inline std::int64_t grain_for(std::int64_t cost, std::int64_t work_per_task = 1 
   return g < 1 ? 1 : g;
 }
 
-/// "2x3x4x5" (kept here so that the kernels do not depend on the engine library).
-inline std::string shape_text(const shape4& s) {
-  return std::to_string(s.n) + "x" + std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
-         std::to_string(s.w);
-}
-
-/// Throws invalid_argument naming the kernel when a shape has a negative or zero extent.
-inline void check_shape(const char* kernel, const shape4& s) {
-  MEMWEAVE_EXPECTS(s.n > 0 && s.c > 0 && s.h > 0 && s.w > 0,
-                   std::string(kernel) + ": shape " + shape_text(s) +
-                       " has an empty or negative extent; expected every extent >= 1");
-}
-
-/// Throws invalid_argument naming the kernel and the argument when `p` is null.
-inline void check_pointer(const char* kernel, const char* name, const void* p) {
-  MEMWEAVE_EXPECTS(p != nullptr,
-                   std::string(kernel) + ": " + name + " is null; pass the tensor's memory");
-}
+// The argument checks, shared with the cuda kernels (engine/kernels/kernel_checks.hpp).
+using checks::check_pointer;
+using checks::check_pointers;
+using checks::check_shape;
+using checks::check_tensors;
+using checks::shape_text;
 
 /// Ceiling division for a >= 0 (or any sign of a with b > 0: rounds toward +infinity).
 inline std::int64_t div_up(std::int64_t a, std::int64_t b) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/kernels/host/parallel.hpp"
+#include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::host {
 
@@ -23,30 +24,12 @@ struct geom {
 };
 
 geom make_geom(const char* kernel, const shape4& in, const pool_params& p) {
-  detail::check_shape(kernel, in);
+  const checks::pool_window win = checks::pool_geometry(kernel, in, p);
   geom g{};
   g.planes = in.n * in.c, g.h = in.h, g.w = in.w;
   g.max = p.mode == pool_mode::max;
-  if (p.global) {
-    g.kh = in.h, g.kw = in.w, g.sh = 1, g.sw = 1, g.ph = 0, g.pw = 0;
-  } else {
-    g.kh = p.kernel_h, g.kw = p.kernel_w, g.sh = p.stride_h, g.sw = p.stride_w;
-    g.ph = p.pad_h, g.pw = p.pad_w;
-  }
-  const std::string where = std::string(kernel) + ": input " + detail::shape_text(in) +
-                            ", kernel " + std::to_string(g.kh) + "x" + std::to_string(g.kw) +
-                            ", stride " + std::to_string(g.sh) + "x" + std::to_string(g.sw) +
-                            ", pad " + std::to_string(g.ph) + "x" + std::to_string(g.pw);
-  MEMWEAVE_EXPECTS(g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1,
-                   where + ": expected kernel and stride >= 1");
-  MEMWEAVE_EXPECTS(g.ph >= 0 && g.pw >= 0 && g.ph < g.kh && g.pw < g.kw,
-                   where + ": expected 0 <= pad < kernel (a window must hold an input element)");
-  MEMWEAVE_EXPECTS(g.h + 2 * g.ph >= g.kh && g.w + 2 * g.pw >= g.kw,
-                   where +
-                       ": the kernel is larger than the padded input; expected a smaller "
-                       "kernel or more padding");
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+  g.kh = win.kh, g.kw = win.kw, g.sh = win.sh, g.sw = win.sw, g.ph = win.ph, g.pw = win.pw;
+  g.oh = win.oh, g.ow = win.ow;
   return g;
 }
 

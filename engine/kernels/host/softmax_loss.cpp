@@ -36,10 +36,7 @@ std::vector<int64_t> check_labels(const char* kernel, const shape4& in, const fl
 double softmax_loss_forward(const kernel_context& ctx, const shape4& in, const float* x,
                             const float* labels, float* y) {
   const char* kernel = "softmax_loss_forward";
-  detail::check_shape(kernel, in);
-  detail::check_pointer(kernel, "x", x);
-  detail::check_pointer(kernel, "labels", labels);
-  detail::check_pointer(kernel, "y", y);
+  detail::check_tensors(kernel, in, {{"x", x}, {"labels", labels}, {"y", y}});
   const std::vector<int64_t> label = check_labels(kernel, in, labels);
   const int64_t classes = in.per_image();
   std::vector<double> loss(static_cast<std::size_t>(in.n));
@@ -67,10 +64,7 @@ double softmax_loss_forward(const kernel_context& ctx, const shape4& in, const f
 void softmax_loss_backward(const kernel_context& ctx, const shape4& in, const float* y,
                            const float* labels, float* dx, bool accumulate) {
   const char* kernel = "softmax_loss_backward";
-  detail::check_shape(kernel, in);
-  detail::check_pointer(kernel, "y", y);
-  detail::check_pointer(kernel, "labels", labels);
-  detail::check_pointer(kernel, "dx", dx);
+  detail::check_tensors(kernel, in, {{"y", y}, {"labels", labels}, {"dx", dx}});
   const std::vector<int64_t> label = check_labels(kernel, in, labels);
   const int64_t classes = in.per_image();
   const float n = static_cast<float>(in.n);

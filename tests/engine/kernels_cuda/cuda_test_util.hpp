@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "engine/kernels/cuda/cuda_kernels.hpp"
 #include "engine/kernels/host/host_kernels.hpp"
 #include "memweave/device/device.hpp"
+#include "tests/engine/kernels/kernel_test_util.hpp"
 
 namespace memweave::kernels::cuda::test {
 
@@ -82,26 +82,14 @@ class device_bytes {
   std::size_t bytes_ = 0;
 };
 
-/// `count` uniform values in [lo, hi) from a generator seeded with `seed`.
-inline std::vector<float> random_vector(std::size_t count, std::uint32_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(count);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+// The host kernel tests' seeded generators (tests/engine/kernels/kernel_test_util.hpp).
+using host::test::random_vector;
 
-/// Distinct values spaced by `gap`, in random order (no ties for max pooling).
+/// Distinct values spaced by `gap`, in random order (no ties for max pooling): the host
+/// tests' distinct_vector with a finer default gap.
 inline std::vector<float> distinct_vector(std::size_t count, std::uint32_t seed,
                                           float gap = 0.01f) {
-  std::vector<float> v(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    v[i] = (static_cast<float>(i) - static_cast<float>(count) / 2) * gap;
-  }
-  std::mt19937 gen(seed);
-  std::shuffle(v.begin(), v.end(), gen);
-  return v;
+  return host::test::distinct_vector(count, seed, gap);
 }
 
 inline std::size_t count_of(const shape4& s) {
