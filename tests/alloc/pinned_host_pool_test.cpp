@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "support/static_tls_reexec.hpp"
 #include "memweave/device/device.hpp"
+#include "support/static_tls_reexec.hpp"
 
 MEMWEAVE_REEXEC_WITH_STATIC_TLS();
 

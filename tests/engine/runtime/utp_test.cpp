@@ -199,42 +199,38 @@ TEST(utp_test, offload_peak_follows_the_papers_model_on_a_chain) {
       << "offload peak " << off.peak_live_bytes << ", liveness peak " << live.peak_live_bytes;
 }
 
-TEST(utp_test, a_failed_copy_is_an_error_naming_the_tensor_and_loses_nothing) {
+// Runs one utp iteration of a small ResNet at its smallest budget with `faults` injected;
+// returns the message of the E it must throw, after checking the parameters stay readable.
+template <class E>
+std::string fault_message(const transfer_faults& faults) {
   const network net = test::small_zoo("resnet50", 4);
   const std::size_t smallest = test::smallest_budget(net, policy_options("utp"));
   auto dev = test::make_test_device("host");
   auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
   executor ex(net, *dev, policy_options("utp", smallest));
-  transfer_faults f;
-  f.fail_copy = 1;
-  ex.set_transfer_faults(f);
+  ex.set_transfer_faults(faults);
   try {
     ex.run_iteration(data.get(), 0);
-    FAIL() << "the failed copy went unnoticed";
-  } catch (const device_error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("."), std::string::npos) << msg;  // a tensor name ("layer.y")
+  } catch (const E& e) {
+    EXPECT_FALSE(ex.read_persistent().empty());  // parameters never move; still readable
+    return e.what();
   }
-  // Parameters are never moved; they stay readable.
-  EXPECT_FALSE(ex.read_persistent().empty());
+  ADD_FAILURE() << "the injected fault went unnoticed";
+  return {};
+}
+
+TEST(utp_test, a_failed_copy_is_an_error_naming_the_tensor_and_loses_nothing) {
+  transfer_faults f;
+  f.fail_copy = 1;
+  const std::string msg = fault_message<device_error>(f);
+  EXPECT_NE(msg.find("."), std::string::npos) << msg;  // a tensor name ("layer.y")
 }
 
 TEST(utp_test, host_pool_exhaustion_is_an_error_with_the_numbers) {
-  const network net = test::small_zoo("resnet50", 4);
-  const std::size_t smallest = test::smallest_budget(net, policy_options("utp"));
-  auto dev = test::make_test_device("host");
-  auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
-  executor ex(net, *dev, policy_options("utp", smallest));
   transfer_faults f;
   f.fail_host_allocation = 1;
-  ex.set_transfer_faults(f);
-  try {
-    ex.run_iteration(data.get(), 0);
-    FAIL() << "the failed host allocation went unnoticed";
-  } catch (const out_of_memory& e) {
-    EXPECT_NE(std::string(e.what()).find("host"), std::string::npos) << e.what();
-  }
-  EXPECT_FALSE(ex.read_persistent().empty());
+  const std::string msg = fault_message<out_of_memory>(f);
+  EXPECT_NE(msg.find("host"), std::string::npos) << msg;
 }
 
 TEST(utp_test, verify_mode_checks_every_transfer_and_changes_no_result) {
