@@ -28,7 +28,8 @@ constexpr std::array<option_info, 20> k_options{{
     {"MEMWEAVE_DEVICE_BYTES", "8GiB", f::bytes, "",
      "memory capacity of the simulated host and null devices"},
     {"MEMWEAVE_HOST_LINK_GBPS", "0", f::number, "",
-     "host backend: throttle host<->device copies to this many GB/s (0 = as fast as memcpy)"},
+     "host backend: throttle host<->device copies to this many GB/s (0 = as fast as memcpy); "
+     "null backend: the link speed of its copy-time model (0 = 16 GB/s)"},
     {"MEMWEAVE_POOL_BYTES", "", f::bytes, "",
      "size of the device heap's arena; unset = MEMWEAVE_POOL_FRACTION of free device memory"},
     {"MEMWEAVE_POOL_FRACTION", "0.9", f::fraction, "",
@@ -51,7 +52,7 @@ constexpr std::array<option_info, 20> k_options{{
      "naming the tensor (slow: for debugging)"},
     {"MEMWEAVE_LOG", "warn", f::choice, "error|warn|info|debug", "diagnostics written to stderr"},
     {"MEMWEAVE_THREADS", "0", f::number, "",
-     "host kernels: worker threads (0 = all cores); results are deterministic per count"},
+     "host kernels: worker threads (0 = all cores); results are bit-identical for any count"},
     {"MEMWEAVE_CONV_WS", "dynamic", f::text, "",
      "convolution workspace: dynamic (fastest algorithm whose workspace fits the memory free "
      "at each step), none, max, or fixed:<algorithm>"},
