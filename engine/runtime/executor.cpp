@@ -4,14 +4,16 @@
 // must wait for a transfer.
 //
 // Memory: persistent tensors come straight from the heap, once. Every transient tensor's
-// device memory is owned by the tensor cache (allocate/release), which under `utp` evicts
-// unlocked tensors to host memory when the heap cannot serve. A step locks every transient
-// tensor it touches for its kernel, so nothing it uses moves. Transfers go through the
-// transfer engine: offloads on the device-to-host stream after an event recorded on the
-// compute stream (so they read what the producing kernel wrote), prefetches on the
-// host-to-device stream after an event recorded on the compute stream (so they overwrite
-// recycled memory only once earlier kernels are done with it), and the compute stream waits
-// for a prefetch only right before the kernel that reads it.
+// device memory is owned by the tensor cache (allocate/release), which under `utp`/`all`
+// evicts unlocked tensors (to host memory, or dropped for a rebuild) when the heap cannot
+// serve. A step locks every transient tensor it touches for its kernel, so nothing it uses
+// moves. Transfers go through the transfer engine: offloads on the device-to-host stream
+// after the event that ends the step which last wrote the tensor (so they read its final
+// value, without waiting for later kernels), prefetches on the host-to-device stream after
+// an event recorded on the compute stream (so they overwrite recycled memory only once
+// earlier kernels are done with it), and the compute stream waits for a prefetch only right
+// before the kernel that reads it. Recomputation re-runs cheap layers' forwards (replays)
+// before the backward steps that need their dropped outputs.
 //
 // Determinism: every decision that changes the heap (allocations, frees, evictions,
 // offload completions) is taken at a fixed point of the step loop, never when a background
