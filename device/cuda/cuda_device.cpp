@@ -14,6 +14,7 @@
 // - The three streams are non-blocking (they do not synchronize with the legacy default
 //   stream); events are created without timing, which makes record/wait cheapest.
 #include "device/cuda/cuda_device.hpp"
+#include "device/run_work.hpp"
 
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -105,20 +106,7 @@ struct host_work {
 void run_host_work(void* data) noexcept {
   std::unique_ptr<host_work> w(static_cast<host_work*>(data));
   std::string message;
-  bool failed = false;
-  try {
-    w->work();
-  } catch (const std::exception& e) {
-    failed = true;
-    try {
-      message = e.what();
-    } catch (...) {
-    }
-  } catch (...) {
-    failed = true;
-    message = "an exception not derived from std::exception";
-  }
-  if (!failed) return;
+  if (!detail::run_work(w->work, message)) return;
   std::lock_guard lock(w->failure->mu);
   if (w->number < w->failure->first_failed) {
     w->failure->first_failed = w->number;

@@ -15,6 +15,7 @@
 //   every later event still completes and nobody hangs.
 // - Destruction drains: every queued task runs before the workers are joined.
 #include "device/host/host_device.hpp"
+#include "device/run_work.hpp"
 
 #include <sys/mman.h>
 
@@ -201,20 +202,8 @@ void host_stream::run() noexcept {
 void host_stream::execute(task& t) noexcept {
   switch (t.kind) {
     case op::work: {
-      bool failed = false;
       std::string message;
-      try {
-        t.work();
-      } catch (const std::exception& e) {
-        failed = true;
-        try {
-          message = e.what();
-        } catch (...) {
-        }
-      } catch (...) {
-        failed = true;
-        message = "an exception not derived from std::exception";
-      }
+      const bool failed = detail::run_work(t.work, message);
       if (failed && !error_) {
         try {
           auto error = std::make_shared<const std::string>(std::move(message));
