@@ -37,7 +37,9 @@ TEST(config_test, every_row_is_named_documented_and_unique) {
     EXPECT_TRUE(o.name.starts_with("MEMWEAVE_")) << o.name;
     EXPECT_FALSE(o.meaning.empty()) << o.name;
     EXPECT_TRUE(names.insert(o.name).second) << "duplicate " << o.name;
-    if (o.form == option_form::choice) EXPECT_FALSE(o.choices.empty()) << o.name;
+    if (o.form == option_form::choice) {
+      EXPECT_FALSE(o.choices.empty()) << o.name;
+    }
   }
 }
 
