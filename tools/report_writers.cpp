@@ -192,13 +192,17 @@ void write_svg(std::ostream& out, const run_report& r) {
       out << "\"/>\n";
     }
   }
+  // One legend entry per policy, spread over the plot's width.
   const double legend_y = height - 18;
+  const double slot = plot_w / static_cast<double>(std::max<std::size_t>(1, r.policies.size()));
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
-    const double x = left + 260 * static_cast<double>(i);
+    const auto& p = r.policies[i];
+    const double x = left + slot * static_cast<double>(i);
+    const std::string what =
+        p.fits ? "peak " + format_bytes(p.peak_bytes) : std::string("does not fit");
     out << "<rect x=\"" << x << "\" y=\"" << legend_y - 10
         << "\" width=\"14\" height=\"10\" fill=\"" << colours[i % 6] << "\"/><text x=\"" << x + 18
-        << "\" y=\"" << legend_y << "\">" << xml_escape(r.policies[i].policy) << " (peak "
-        << format_bytes(r.policies[i].peak_bytes) << ")</text>\n";
+        << "\" y=\"" << legend_y << "\">" << xml_escape(p.policy) << " (" << what << ")</text>\n";
   }
   out << "<text x=\"" << width / 2 << "\" y=\"" << top + panels * panel + (panels - 1) * gap + 20
       << "\" text-anchor=\"middle\">step (forward 1..N, backward N+1..2N)</text>\n</svg>\n";
