@@ -70,6 +70,8 @@ constexpr double k_model_bytes_per_s = 500e9;
 // The host link the eviction rule assumes when it weighs a rebuild against a round trip
 // (PCIe 3.0 x16, the paper's).
 constexpr double k_model_link_bytes_per_s = 16e9;
+// Write-back skips tensors whose life ends within this many steps.
+constexpr std::size_t k_write_back_horizon = 8;
 
 std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
   x += 0x9e3779b97f4a7c15ull;
@@ -635,6 +637,8 @@ void executor::write_back() {
     covered += table_[t].bytes;
     // Gradients may still be accumulated into: copying them early is likely wasted.
     if (copied_[t] || drop_on_evict(t) || table_[t].role == tensor_role::gradient) continue;
+    // A tensor about to die would be copied for nothing.
+    if (free_step_[t] <= current_step_ + k_write_back_horizon) continue;
     transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
     copied_[t] = true;
