@@ -20,7 +20,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 20> k_options{{
+constexpr std::array<option_info, 21> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -64,6 +64,9 @@ constexpr std::array<option_info, 20> k_options{{
     {"MEMWEAVE_POLICY", "liveness", f::text, "",
      "memory policy, or a comma-separated list to compare: baseline, liveness, offload, utp, "
      "recompute, all"},
+    {"MEMWEAVE_PREFETCH_DISTANCE", "1", f::number, "",
+     "offload/utp/all: in backward, prefetch host-resident tensors for this many checkpoint "
+     "layers ahead"},
     {"MEMWEAVE_RECOMPUTE", "cost_aware", f::choice, "cost_aware|speed_centric|memory_centric",
      "recompute/all: how a segment of cheap layers is rebuilt in backward"},
 }};

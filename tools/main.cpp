@@ -19,6 +19,7 @@ commands:
           [--width SCALE] [--classes N] [--conv-ws dynamic|none|max|fixed:ALGO]
           [--fit best|first] [--recompute cost_aware|speed_centric|memory_centric]
           [--host-pool SIZE (pinned host memory for offloads; plan: 256GiB)]
+          [--prefetch-distance N (checkpoint layers prefetched ahead in backward)]
           [--seed N] [--lr X] [--threads N]
           [--json PATH] [--csv PATH] [--svg PATH]
   plan    the same runtime on the null device (no memory touched): per-step memory,

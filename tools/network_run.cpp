@@ -50,6 +50,9 @@ network_run_options read_network_run_options(cli_args& args) {
     o.executor.learning_rate = static_cast<float>(parse_double(*lr, "--lr"));
   o.executor.threads = static_cast<int>(args.get_int("threads", 0).value_or(0));
   o.executor.host_pool_bytes = args.get_bytes("host-pool").value_or(0);
+  o.executor.prefetch_distance = static_cast<int>(
+      args.get_int("prefetch-distance")
+          .value_or(static_cast<long long>(*option_double("MEMWEAVE_PREFETCH_DISTANCE"))));
   o.json = args.get_or("json", "");
   o.csv = args.get_or("csv", "");
   o.svg = args.get_or("svg", "");
