@@ -22,10 +22,9 @@ fi
 presets=("$@")
 ((${#presets[@]})) || presets=(release)
 for preset in "${presets[@]}"; do
-  if [ ! -f "build/$preset/CMakeCache.txt" ]; then
-    cmake --preset "$preset" >/dev/null
-  fi
+  # Configure every time (cheap when nothing changed; repairs an interrupted configure).
+  cmake --preset "$preset" >/dev/null
   echo "setup: building preset '$preset'"
-  cmake --build --preset "$preset" -- -j"$(nproc)" | grep -v '^\[' || true
-  test "${PIPESTATUS[0]}" -eq 0
+  # Progress lines are dropped; pipefail makes a failed build fail this script.
+  cmake --build --preset "$preset" -- -j"$(nproc)" | { grep -v '^\[' || true; }
 done
