@@ -4,22 +4,17 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/random.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/data_source.hpp"
 
 namespace memweave {
 namespace {
 
-std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using detail::mix64;
 
-// Uniform in [-1, 1) from a 64-bit key.
 float symmetric(std::uint64_t key) noexcept {
-  return static_cast<float>(static_cast<double>(mix(key) >> 11) * 0x1.0p-52 - 1.0);
+  return static_cast<float>(detail::symmetric_unit(key));
 }
 
 class synthetic_source final : public data_source {
@@ -32,7 +27,7 @@ class synthetic_source final : public data_source {
                      "synthetic data needs a non-empty image shape, got " + to_string(image));
     templates_.resize(static_cast<std::size_t>(classes * image.per_image()));
     for (std::size_t i = 0; i < templates_.size(); ++i) {
-      templates_[i] = symmetric(mix(seed_ ^ 0x7e3a11ull) + i);
+      templates_[i] = symmetric(mix64(seed_ ^ 0x7e3a11ull) + i);
     }
   }
 
@@ -43,8 +38,9 @@ class synthetic_source final : public data_source {
   void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) override {
     const std::int64_t per = image_.per_image();
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::uint64_t key = mix(seed_ + mix(static_cast<std::uint64_t>(iteration) * 1000003u +
-                                                static_cast<std::uint64_t>(i)));
+      const std::uint64_t key =
+          mix64(seed_ + mix64(static_cast<std::uint64_t>(iteration) * 1000003u +
+                              static_cast<std::uint64_t>(i)));
       const std::int64_t label =
           static_cast<std::int64_t>(key % static_cast<std::uint64_t>(classes_));
       labels[i] = static_cast<float>(label);

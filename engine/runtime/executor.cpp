@@ -47,6 +47,7 @@
 #endif
 #include "engine/kernels/host/host_kernels.hpp"
 #include "engine/layers/layer_step.hpp"
+#include "engine/random.hpp"
 #include "engine/runtime/conv_selection.hpp"
 #include "engine/solver/sgd.hpp"
 #include "memweave/alloc/pinned_host_pool.hpp"
@@ -73,12 +74,7 @@ constexpr double k_model_link_bytes_per_s = 16e9;
 // Write-back skips tensors whose life ends within this many steps.
 constexpr std::size_t k_write_back_horizon = 8;
 
-std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using detail::mix64;
 
 #if MEMWEAVE_HAVE_CUDA
 namespace kc = kernels::cuda;
@@ -803,8 +799,8 @@ void executor::initialize_persistent() {
       const double fan_in = static_cast<double>(info.shape.per_image());
       const double bound = std::sqrt(6.0 / std::max(1.0, fan_in));
       for (std::size_t j = 0; j < v.size(); ++j) {
-        const std::uint64_t r = mix(mix(options_.seed * 1000003u + info.id) + j);
-        v[j] = static_cast<float>((static_cast<double>(r >> 11) * 0x1.0p-52 - 1.0) * bound);
+        const std::uint64_t key = mix64(options_.seed * 1000003u + info.id) + j;
+        v[j] = static_cast<float>(detail::symmetric_unit(key) * bound);
       }
     } else if (suffix == "gamma" || suffix == "running_var") {
       std::fill(v.begin(), v.end(), 1.0f);
@@ -1128,7 +1124,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   io.data_chunk = conv.data.chunk;
   io.filter_algo = conv.filter.algo;
   io.filter_chunk = conv.filter.chunk;
-  io.seed = mix(mix(options_.seed * 1000003u + l.id) + static_cast<std::uint64_t>(iteration_));
+  io.seed = mix64(mix64(options_.seed * 1000003u + l.id) + static_cast<std::uint64_t>(iteration_));
   io.update_running_stats = !replay;
   std::vector<std::pair<float*, float*>> updates;  // (gradient, weight) for the solver
   std::vector<float*> momenta;
