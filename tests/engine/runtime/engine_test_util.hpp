@@ -20,10 +20,12 @@
 namespace memweave::test {
 
 inline std::unique_ptr<device> make_test_device(const std::string& kind,
-                                                std::size_t capacity = std::size_t{2} << 30) {
+                                                std::size_t capacity = std::size_t{2} << 30,
+                                                double link_gbps = 0) {
   device_options o;
   o.kind = kind;
   o.capacity_bytes = capacity;
+  o.host_link_gbps = link_gbps;
   return make_device(o);
 }
 
@@ -34,13 +36,22 @@ struct training_result {
   std::vector<step_record> steps;              ///< last iteration
 };
 
-/// Trains `iterations` iterations of `net` on a fresh host device under `options`.
-inline training_result train(const network& net, const executor_options& options, int iterations) {
-  auto dev = make_test_device("host");
+/// Trains `iterations` iterations of `net` on a fresh host device under `options`, host
+/// copies throttled to `link_gbps` (0: unthrottled). An exception is a test failure naming
+/// the policy, budget and link; the result then holds the iterations that ran.
+inline training_result train(const network& net, const executor_options& options, int iterations,
+                             double link_gbps = 0) {
+  auto dev = make_test_device("host", std::size_t{2} << 30, link_gbps);
   auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
   executor ex(net, *dev, options);
   training_result r;
-  for (int i = 0; i < iterations; ++i) r.losses.push_back(ex.run_iteration(data.get(), i));
+  try {
+    for (int i = 0; i < iterations; ++i) r.losses.push_back(ex.run_iteration(data.get(), i));
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << options.policy.name << " budget " << options.budget_bytes << " link "
+                  << link_gbps << ": " << e.what();
+    return r;
+  }
   r.persistent = ex.read_persistent();
   r.steps = ex.steps();
   return r;

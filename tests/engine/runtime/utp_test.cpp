@@ -14,28 +14,6 @@ namespace {
 
 using test::policy_options;
 
-test::training_result train_on(const network& net, const executor_options& o, int iterations,
-                               double link_gbps = 0) {
-  device_options d;
-  d.kind = "host";
-  d.capacity_bytes = std::size_t{2} << 30;
-  d.host_link_gbps = link_gbps;
-  auto dev = make_device(d);
-  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
-  executor ex(net, *dev, o);
-  test::training_result r;
-  try {
-    for (int i = 0; i < iterations; ++i) r.losses.push_back(ex.run_iteration(data.get(), i));
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << o.policy.name << " budget " << o.budget_bytes << " link " << link_gbps << ": "
-                  << e.what();
-    return r;
-  }
-  r.persistent = ex.read_persistent();
-  r.steps = ex.steps();
-  return r;
-}
-
 policy_report plan_report(const network& net, const executor_options& o) {
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
   executor ex(net, *dev, o);
@@ -69,7 +47,7 @@ TEST_P(utp_oracle_test, every_policy_is_bit_identical_to_baseline_down_to_the_sm
       SCOPED_TRACE(GetParam() + " " + policy + " budget " + std::to_string(budget));
       // A throttled link makes copies slow enough to be in flight while kernels run.
       for (double gbps : {0.0, 4.0}) {
-        const auto got = train_on(net, policy_options(policy, budget), 2, gbps);
+        const auto got = test::train(net, policy_options(policy, budget), 2, gbps);
         test::expect_bit_identical(reference, got,
                                    GetParam() + " " + policy + " budget " + std::to_string(budget) +
                                        " link " + std::to_string(gbps));
@@ -94,7 +72,8 @@ TEST(utp_test, random_dags_are_bit_identical_under_the_smallest_budget_of_each_p
     for (const std::string policy : {"utp", "recompute", "all"}) {
       const std::size_t smallest = test::smallest_budget(net, policy_options(policy));
       SCOPED_TRACE(net.name() + " " + policy + " budget " + std::to_string(smallest));
-      test::expect_bit_identical(reference, train_on(net, policy_options(policy, smallest), 2, 2.0),
+      test::expect_bit_identical(reference,
+                                 test::train(net, policy_options(policy, smallest), 2, 2.0),
                                  net.name() + " " + policy);
     }
   }
@@ -238,7 +217,7 @@ TEST(utp_test, verify_mode_checks_every_transfer_and_changes_no_result) {
   const auto reference = test::train(net, policy_options("baseline"), 2);
   executor_options o = policy_options("offload");
   o.verify_transfers = true;
-  test::expect_bit_identical(reference, train_on(net, o, 2, 4.0), "verified offload");
+  test::expect_bit_identical(reference, test::train(net, o, 2, 4.0), "verified offload");
 }
 
 }  // namespace
