@@ -125,20 +125,7 @@ class tensor_cache_impl {
     for (;;) {
       const tensor_key victim = evict_ ? next_victim(serial) : nil;
       if (victim == nil) throw_out_of_memory(lk, key, bytes, need, true);
-      slot& v = slots_[victim];
-      v.state = slot_state::evicting;
-      const eviction e{victim, v.generation, v.ptr, v.bytes};
-      lk.unlock();
-      bool freed = false;
-      try {
-        freed = evict_(e.key, e.ptr, e.bytes);
-      } catch (...) {
-        lk.lock();
-        settle(e, false, 0);
-        throw;
-      }
-      lk.lock();
-      settle(e, freed, serial);
+      (void)evict_one(lk, victim, serial);
       if (slots_[key].state != slot_state::absent) {
         fail(lk, "allocate", key,
              "became resident (inserted by another thread) while this call evicted tensors to "
@@ -218,6 +205,26 @@ class tensor_cache_impl {
     unlink(lru_, key);
     drop(key, /*free_memory=*/false);
     return p;
+  }
+
+  bool evict(tensor_key key) {
+    std::unique_lock lk(mu_);
+    slot* s = find(key);
+    if (s == nullptr) {
+      fail(lk, "evict", key,
+           "is not resident (released, evicted, forgotten, or never allocated or inserted)");
+    }
+    if (s->state == slot_state::evicting) {
+      fail(lk, "evict", key, "is being evicted already (its eviction callback is running)");
+    }
+    if (s->locks != 0) {
+      fail(lk, "evict", key,
+           "is locked (" + std::to_string(s->locks) + " locks); unlock it before evicting it");
+    }
+    if (!evict_) {
+      fail(lk, "evict", key, "cannot be evicted: this cache has no eviction callback");
+    }
+    return evict_one(lk, key, 0);
   }
 
   void lock(tensor_key key) {
@@ -403,6 +410,27 @@ class tensor_cache_impl {
       v.state = slot_state::resident;
       v.refused_serial = serial;
     }
+  }
+
+  // Runs the callback for `key` (resident, unlocked) with mu_ released and settles the
+  // outcome (a refusal is marked with `serial`); returns the callback's answer. An
+  // exception from the callback leaves the victim resident and propagates.
+  bool evict_one(std::unique_lock<std::mutex>& lk, tensor_key key, std::uint64_t serial) {
+    slot& v = slots_[key];
+    v.state = slot_state::evicting;
+    const eviction e{key, v.generation, v.ptr, v.bytes};
+    lk.unlock();
+    bool freed = false;
+    try {
+      freed = evict_(e.key, e.ptr, e.bytes);
+    } catch (...) {
+      lk.lock();
+      settle(e, false, 0);
+      throw;
+    }
+    lk.lock();
+    settle(e, freed, serial);
+    return freed;
   }
 
   [[noreturn]] void throw_out_of_memory(std::unique_lock<std::mutex>& lk, tensor_key key,
@@ -658,6 +686,10 @@ void tensor_cache::reset_stats() {
 std::vector<tensor_key> tensor_cache::lru_order() const {
   return impl_->lru_order();
 }
+bool tensor_cache::evict(tensor_key key) {
+  return impl_->evict(key);
+}
+
 std::vector<tensor_key> tensor_cache::lru_tail(std::size_t max) const {
   return impl_->lru_tail(max);
 }

@@ -21,7 +21,7 @@ bool fits_budget(const network& net, const network_run_options& o, const std::st
   try {
     return run_policy(net, o, policy, dev, 1, "", nullptr, nullptr).fits;
   } catch (const invalid_argument&) {
-    return false;  // below what any policy can run at this size
+    return false;  // below what this policy can run at this size
   }
 }
 

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -284,22 +285,30 @@ struct executor::transfers {
 };
 
 executor::executor(const network& net, device& dev, const executor_options& options)
-    : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
+    : net_(net),
+      dev_(dev),
+      options_(options),
+      route_(net),
+      table_(net, route_),
+      cache_persistent_(options.policy.evict_to_host) {
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
   plan_ = liveness_->plan(options.policy.plan);
 
-  // The least any policy needs: every persistent tensor plus the transient tensors of the
-  // most demanding step, each rounded to whole heap blocks.
+  // The least the policy needs, each tensor rounded to whole heap blocks: the tensors of the
+  // most demanding step (l_i), plus every persistent tensor where those never leave the
+  // device (under utp/all they move like the others, so a step needs only its own).
   const std::size_t block = options.heap.block_bytes ? options.heap.block_bytes : 1024;
   auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
   std::size_t persistent = 0;
-  for (tensor_id t : plan_.persistent) persistent += rounded(table_[t].bytes);
+  if (!cache_persistent_) {
+    for (tensor_id t : plan_.persistent) persistent += rounded(table_[t].bytes);
+  }
   std::size_t worst_step = 0, worst_index = 0;
   for (std::size_t s = 0; s < table_.step_count(); ++s) {
     std::size_t b = 0;
     for (const auto& a : table_.accesses(s)) {
-      if (!table_[a.tensor].persistent) b += rounded(table_[a.tensor].bytes);
+      if (cache_persistent_ || !table_[a.tensor].persistent) b += rounded(table_[a.tensor].bytes);
     }
     if (b > worst_step) worst_step = b, worst_index = s;
   }
@@ -314,13 +323,18 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     }
     if (options.budget_bytes < minimum) {
       const route_step rs = route_.at(worst_index);
+      const std::string step = "the tensors of step " + std::to_string(worst_index + 1) + " (" +
+                               net[rs.layer].name + " " + to_string(rs.direction) + ") ";
       throw invalid_argument(
-          "budget " + format_bytes(options.budget_bytes) + " is below what any policy can run " +
-          net.name() + " at batch " + std::to_string(net.batch()) + " with: parameters and state " +
-          format_bytes(persistent) + " plus the tensors of step " +
-          std::to_string(worst_index + 1) + " (" + net[rs.layer].name + " " +
-          to_string(rs.direction) + ") " + format_bytes(worst_step) + " = " +
-          format_bytes(minimum) + "; raise --budget to at least that, or lower --batch");
+          "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
+          options.policy.name + " can run " + net.name() + " at batch " +
+          std::to_string(net.batch()) + " with: " +
+          (cache_persistent_
+               ? step + "(parameters and state included) " + format_bytes(minimum)
+               : "parameters and state " + format_bytes(persistent) + " plus " + step +
+                     format_bytes(worst_step) + " = " + format_bytes(minimum)) +
+          "; raise --budget to at least that, or lower --batch" +
+          (cache_persistent_ ? "" : " (utp and all also move parameters to host memory)"));
     }
   }
 
@@ -530,14 +544,34 @@ void executor::throw_out_of_budget(std::size_t step, const std::string& what,
                       bytes, st.free_bytes, st.largest_free_run);
 }
 
+// Whether the tensor cache owns `t`'s device memory: every transient tensor, and under
+// utp/all the persistent ones too. Workspace placeholders (0 bytes) are taken at the step.
+bool executor::in_cache(tensor_id t) const noexcept {
+  return table_[t].bytes != 0 && (cache_persistent_ || !table_[t].persistent);
+}
+
 void executor::allocate_persistent(tensor_id t) {
   const tensor_info& info = table_[t];
-  void* p = heap_->try_allocate(info.bytes);
-  if (p == nullptr) {
-    throw_out_of_budget(route_.step_count(),
-                        "tensor " + info.name + " (" + to_string(info.role) + ")", info.bytes);
+  if (cache_persistent_) {
+    // Taken through the cache, which evicts the earlier ones to host memory when the
+    // budget cannot hold them all (their initial values are copied in first: an offload
+    // waits for the compute stream).
+    try {
+      (void)cache_->allocate(t, info.bytes);
+    } catch (const out_of_memory& e) {
+      throw_out_of_budget(route_.step_count(),
+                          "tensor " + info.name + " (" + to_string(info.role) + "): " + e.what(),
+                          info.bytes);
+    }
+    state_[t] = residency::resident;
+  } else {
+    void* p = heap_->try_allocate(info.bytes);
+    if (p == nullptr) {
+      throw_out_of_budget(route_.step_count(),
+                          "tensor " + info.name + " (" + to_string(info.role) + ")", info.bytes);
+    }
+    persistent_ptr_[t] = p;
   }
-  persistent_ptr_[t] = p;
   bytes_live_ += info.bytes;
   ++tensors_live_;
 }
@@ -606,13 +640,23 @@ void* executor::device_ptr(tensor_id t) const {
 // all: whether evicting `t` should drop it (rebuilding costs its producer's forward again)
 // rather than move it (a copy out and back).
 bool executor::drop_on_evict(tensor_id t) const {
-  if (!recompute_ || !droppable_[t]) return false;
+  // A tensor the running step reads is never dropped: it would be rebuilt within the step,
+  // while the step's other tensors are held.
+  if (!recompute_ || !droppable_[t] || read_by_running_step(t)) return false;
   const layer& l = net_[table_[t].owner];
   std::vector<shape4> in;
   for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
   const double rebuild_s = layers::forward_flops(l, in) / k_model_flops;
   const double move_s = 2.0 * static_cast<double>(table_[t].bytes) / k_model_link_bytes_per_s;
   return rebuild_s <= move_s;
+}
+
+bool executor::read_by_running_step(tensor_id t) const {
+  if (current_step_ >= route_.step_count()) return false;
+  for (const auto& a : table_.accesses(current_step_)) {
+    if (a.tensor == t) return true;
+  }
+  return false;
 }
 
 void executor::forget_host(tensor_id t) noexcept {
@@ -657,6 +701,7 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
   }
   engine.wait_offloaded(t);  // at once when written back ahead and already landed
   state_[t] = residency::on_host;
+  if (table_[t].persistent) persistent_moved_ = true;
   bytes_live_ -= bytes;
   --tensors_live_;
   return true;
@@ -784,12 +829,15 @@ void executor::prefetch_ahead(std::size_t step) {
 }
 
 void executor::initialize_persistent() {
-  for (tensor_id t : plan_.persistent) allocate_persistent(t);
-  if (!dev_.touches_memory()) return;
   // Values are a pure function of (seed, tensor, element), so every policy starts equal.
+  // Each tensor gets its values before the next is allocated: under utp/all that allocation
+  // may evict it to host memory (the copy out waits for the copy in, on the compute stream).
+  // Last layer first, so that when the budget cannot hold them all, the first layers' stay.
   stream& compute = dev_.get_stream(stream_role::compute);
-  std::vector<std::vector<float>> host(plan_.persistent.size());
-  for (std::size_t i = 0; i < plan_.persistent.size(); ++i) {
+  std::vector<std::vector<float>> host(plan_.persistent.size());  // alive until synchronize
+  for (std::size_t i = plan_.persistent.size(); i-- > 0;) {
+    allocate_persistent(plan_.persistent[i]);
+    if (!dev_.touches_memory()) continue;
     const tensor_info& info = table_[plan_.persistent[i]];
     std::vector<float>& v = host[i];
     v.assign(info.bytes / sizeof(float), 0.0f);
@@ -805,9 +853,36 @@ void executor::initialize_persistent() {
     } else if (suffix == "gamma" || suffix == "running_var") {
       std::fill(v.begin(), v.end(), 1.0f);
     }
-    compute.copy_async(persistent_ptr_[info.id], v.data(), info.bytes, copy_kind::host_to_device);
+    compute.copy_async(device_ptr(info.id), v.data(), info.bytes, copy_kind::host_to_device);
   }
   compute.synchronize();
+  persistent_moved_ = false;
+}
+
+// utp/all, after an iteration that moved persistent tensors: put them back where the
+// constructor left them (all to host memory, then allocated again in the same order into
+// the then empty arena, evicting as it did, and filled from their host copies; the host
+// copies of the resident ones are dropped, as after the constructor). Every iteration then
+// starts from the same heap and cache, so each runs as the first did: the one iteration
+// that `plan` runs stands for them all. Costs a round trip of the parameters, only when the
+// budget was short of them anyway.
+void executor::restore_persistent_placement() {
+  if (!persistent_moved_) return;
+  for (tensor_id t : plan_.persistent) {
+    if (state_[t] == residency::resident) (void)cache_->evict(t);
+  }
+  stream& compute = dev_.get_stream(stream_role::compute);
+  compute.record(*transfers_->ready);
+  for (std::size_t i = plan_.persistent.size(); i-- > 0;) {
+    const tensor_id t = plan_.persistent[i];
+    allocate_persistent(t);
+    transfers_->engine.prefetch(t, cache_->ptr(t), transfers_->ready.get());
+    transfers_->engine.make_ready(t, compute);
+  }
+  for (tensor_id t : plan_.persistent) {
+    if (state_[t] == residency::resident) forget_host(t);
+  }
+  persistent_moved_ = false;
 }
 
 double executor::run_iteration(data_source* data, std::int64_t iteration) {
@@ -837,6 +912,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
   current_step_ = route_.step_count();
   reap_offloads(0, true);
+  restore_persistent_placement();
   compute.synchronize();
   if (transfers_) {
     // Write-backs of tensors that died meanwhile land (and are discarded) before the check.
@@ -845,7 +921,14 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   }
   // Every transient tensor's life ended within the iteration: anything still holding device
   // or host memory now is a leak of the step loop.
+  std::size_t persistent_resident = 0, persistent_bytes = 0, persistent_copies = 0;
+  for (tensor_id t : plan_.persistent) {
+    if (state_[t] == residency::resident) ++persistent_resident;
+    if (device_ptr(t) != nullptr) persistent_bytes += table_[t].bytes;
+    if (copied_[t]) ++persistent_copies;
+  }
   for (tensor_id t = 0; t < state_.size(); ++t) {
+    if (table_[t].persistent) continue;
     if (state_[t] != residency::absent && state_[t] != residency::dropped) {
       throw std::logic_error("executor: " + table_[t].name + " outlived the iteration (state " +
                              std::to_string(static_cast<int>(state_[t])) + ", freed after step " +
@@ -858,14 +941,17 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
                              std::to_string(static_cast<int>(state_[t])) + ") after the iteration");
     }
   }
-  if (cache_->resident_count() != 0 || bytes_live_ != plan_.persistent_bytes) {
-    throw std::logic_error("executor: " + std::to_string(cache_->resident_count()) + " tensors (" +
-                           format_bytes(bytes_live_ - plan_.persistent_bytes) +
-                           ") still hold device memory after the iteration");
+  if (cache_->resident_count() != persistent_resident || bytes_live_ != persistent_bytes) {
+    throw std::logic_error(
+        "executor: " + std::to_string(cache_->resident_count() - persistent_resident) +
+        " transient tensors (" + format_bytes(bytes_live_ - persistent_bytes) +
+        ") still hold device memory after the iteration");
   }
-  if (transfers_ && transfers_->engine.stats().host_copies != 0) {
-    throw std::logic_error("executor: " + std::to_string(transfers_->engine.stats().host_copies) +
-                           " host copies outlived the iteration");
+  // Host copies that may stay: those of persistent tensors (utp/all).
+  if (transfers_ && transfers_->engine.stats().host_copies != persistent_copies) {
+    throw std::logic_error(
+        "executor: " + std::to_string(transfers_->engine.stats().host_copies - persistent_copies) +
+        " host copies of transient tensors outlived the iteration");
   }
   simulated_s_ = compute.simulated_time_s() - sim_start;
   return loss_;
@@ -893,11 +979,20 @@ void executor::drop(tensor_id t) noexcept {
 void executor::replay_forward(std::size_t position, std::size_t step) {
   const layer& l = net_[route_.order()[position]];
   const auto accesses = table_.accesses(position);
-  std::vector<tensor_id> locked;
+  // What it locked is unlocked however it ends (a failed allocation leaves the step free
+  // to repack).
+  struct unlock_all {
+    tensor_cache& cache;
+    std::vector<tensor_id> keys;
+    ~unlock_all() {
+      for (tensor_id t : keys) cache.unlock(t);
+    }
+  } locked{*cache_, {}};
   for (const auto& a : accesses) {
     const tensor_id t = a.tensor;
-    if (table_[t].persistent || table_[t].bytes == 0) continue;
-    if (a.mode == access_mode::read) {
+    if (!in_cache(t)) continue;
+    // Parameters and running statistics are only read (a replay updates nothing).
+    if (a.mode == access_mode::read || table_[t].persistent) {
       ensure_resident(t, step);
     } else if (state_[t] != residency::resident) {
       // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
@@ -908,12 +1003,11 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
       last_write_[t] = step;
     }
     cache_->lock(t);
-    locked.push_back(t);
+    locked.keys.push_back(t);
   }
   note_peak();
   launch_layer(l, true, accesses, conv_step{}, nullptr, nullptr, true);
   ++recomputations_;
-  for (tensor_id t : locked) cache_->unlock(t);
 }
 
 // Makes a dropped tensor resident again by replaying the layers the plan says (its
@@ -952,30 +1046,23 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   }
 
   // 1. What the step reads must be on the device; what it writes first is born here. Each
-  //    is locked at once, so making room for the next cannot evict it.
+  //    is locked at once, so making room for the next cannot evict it. utp/all: when the
+  //    heap cannot serve although everything unlocked has left, what the step already
+  //    holds is in the way (scattered over the arena): repack and try once more.
   std::vector<tensor_id> locked;
   const auto accesses = table_.accesses(s);
-  for (const auto& a : accesses) {
-    const tensor_id t = a.tensor;
-    // Persistent tensors are always on the device; workspace placeholders (0 bytes) are
-    // taken at the step by workspace selection instead.
-    if (table_[t].persistent || table_[t].bytes == 0) continue;
-    if (state_[t] == residency::absent ||
-        (a.mode == access_mode::write && state_[t] != residency::resident)) {
-      // Born here (a tensor this step writes anew needs no rebuilding or fetching).
-      free_transient(t);
-      allocate_transient(t, s);
-      ++tensors_allocated_;
-    } else {
-      ensure_resident(t, s);
+  const std::uint64_t host_failures =
+      transfers_ ? transfers_->engine.stats().host_allocation_failures : 0;
+  try {
+    acquire(s, accesses, locked, false);
+  } catch (const out_of_memory&) {
+    // Only device memory is repacked; host memory running out is an error to report.
+    if (!options_.policy.evict_to_host ||
+        transfers_->engine.stats().host_allocation_failures != host_failures) {
+      throw;
     }
-    // A tensor written or accumulated here changes: a host copy of it is stale.
-    if (a.mode != access_mode::read) {
-      last_write_[t] = s;
-      forget_host(t);
-    }
-    cache_->lock(t);
-    locked.push_back(t);
+    repack(s, accesses, locked);
+    acquire(s, accesses, locked, true);
   }
   // Under baseline, everything of the iteration is born at the first step.
   for (tensor_id t : sp.allocate) {
@@ -990,11 +1077,22 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     conv = choose_conv(l, forward, data_grad, heap_->largest_free_run());
     if (conv.workspace_bytes != 0) {
       workspace = heap_->try_allocate(conv.workspace_bytes);
+      const bool promised = options_.conv_ws.mode == conv_ws_mode::max ||
+                            options_.conv_ws.mode == conv_ws_mode::fixed;
+      // max and fixed name an algorithm rather than fit one to what is free: under utp/all
+      // its workspace may push unlocked tensors out, as a tensor would.
+      const std::size_t need = heap_->round_up(conv.workspace_bytes);
+      while (workspace == nullptr && promised && options_.policy.evict_to_host) {
+        const std::vector<tensor_key> victim = cache_->lru_tail(1);
+        if (victim.empty()) break;
+        (void)cache_->evict(victim[0]);
+        if (heap_->largest_free_run() >= need)
+          workspace = heap_->try_allocate(conv.workspace_bytes);
+      }
       if (workspace == nullptr) {
         // max and fixed promise an algorithm: falling back would silently change it (and
         // with it the results' last bits, which the oracle compares).
-        if (options_.conv_ws.mode == conv_ws_mode::max ||
-            options_.conv_ws.mode == conv_ws_mode::fixed) {
+        if (promised) {
           throw_out_of_budget(s,
                               "MEMWEAVE_CONV_WS=" + options_.conv_ws.mode_name() +
                                   ": the workspace of " + conv.name,
@@ -1074,6 +1172,81 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   if (options_.policy.evict_to_host) write_back();
   if (!forward) prefetch_ahead(s);
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Makes every tensor of step `step` that the cache holds resident and locked (appending it
+// to `locked`): what it reads is fetched or rebuilt, what it writes anew is born here. In
+// route order, or largest first (into an emptied arena that packs them without gaps).
+void executor::acquire(std::size_t step, std::span<const tensor_access> accesses,
+                       std::vector<tensor_id>& locked, bool largest_first) {
+  std::vector<tensor_access> order;
+  for (const auto& a : accesses) {
+    if (in_cache(a.tensor)) order.push_back(a);
+  }
+  if (largest_first) {
+    std::stable_sort(order.begin(), order.end(), [this](const auto& x, const auto& y) {
+      return table_[x.tensor].bytes > table_[y.tensor].bytes;
+    });
+  }
+  for (const auto& a : order) {
+    const tensor_id t = a.tensor;
+    if (!table_[t].persistent &&
+        (state_[t] == residency::absent ||
+         (a.mode == access_mode::write && state_[t] != residency::resident))) {
+      // Born here (a tensor this step writes anew needs no rebuilding or fetching).
+      free_transient(t);
+      allocate_transient(t, step);
+      ++tensors_allocated_;
+    } else {
+      ensure_resident(t, step);
+    }
+    // A tensor written, accumulated or updated here changes: a host copy of it is stale.
+    if (a.mode != access_mode::read) {
+      last_write_[t] = step;
+      forget_host(t);
+    }
+    cache_->lock(t);
+    locked.push_back(t);
+  }
+}
+
+// utp/all, when a step's tensors cannot all be placed: the budget holds them (the
+// constructor checked), but the ones placed so far split the free memory. Everything goes:
+// what the step writes anew is given back (it holds nothing yet), prefetches in flight
+// land, every resident tensor leaves for host memory (a tensor the step reads is copied,
+// never dropped), then the dropped tensors it reads are rebuilt in the empty arena and leave
+// too. acquire() then places the step's tensors into the empty arena, largest first.
+// Costs a round trip of what was resident; it happens only near the smallest budget.
+void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
+                      std::vector<tensor_id>& locked) {
+  for (tensor_id t : locked) cache_->unlock(t);
+  locked.clear();
+  for (const auto& a : accesses) {
+    const tensor_id t = a.tensor;
+    if (in_cache(t) && !table_[t].persistent && a.mode == access_mode::write &&
+        state_[t] == residency::resident) {
+      free_transient(t);
+    }
+  }
+  for (tensor_id t = 0; t < state_.size(); ++t) {
+    if (state_[t] != residency::prefetching) continue;
+    transfers_->engine.make_ready(t, dev_.get_stream(stream_role::compute));
+    cache_->insert(t, aside_ptr_[t], table_[t].bytes);
+    aside_ptr_[t] = nullptr;
+    state_[t] = residency::resident;
+  }
+  auto evict_all = [this] {
+    for (tensor_key t : cache_->lru_order()) (void)cache_->evict(t);
+  };
+  evict_all();
+  bool rebuilt = false;
+  for (const auto& a : accesses) {
+    if (in_cache(a.tensor) && state_[a.tensor] == residency::dropped) {
+      rebuild(a.tensor, step);
+      rebuilt = true;
+    }
+  }
+  if (rebuilt) evict_all();  // the rebuilt tensors too: they would split the arena again
 }
 
 // Enqueues layer `l`'s forward or backward kernel (and, in backward, the solver's updates)
@@ -1275,11 +1448,18 @@ void executor::set_transfer_faults(const transfer_faults& faults) {
 
 std::vector<float> executor::read_tensor(tensor_id t) const {
   MEMWEAVE_EXPECTS(t < state_.size(), "tensor id " + std::to_string(t) + " is out of range");
-  void* p = device_ptr(t);
-  MEMWEAVE_EXPECTS(p != nullptr, "tensor " + table_[t].name + " is not resident");
   MEMWEAVE_EXPECTS(dev_.touches_memory(), "the " + std::string(to_string(dev_.kind())) +
                                               " device holds no values to read");
   std::vector<float> out(table_[t].bytes / sizeof(float));
+  if (state_[t] == residency::on_host) {
+    // Evicted (a persistent tensor under utp/all between iterations): its host copy is it.
+    const void* h = transfers_->engine.host_copy(t);
+    MEMWEAVE_EXPECTS(h != nullptr, "tensor " + table_[t].name + " has no host copy");
+    std::memcpy(out.data(), h, table_[t].bytes);
+    return out;
+  }
+  void* p = device_ptr(t);
+  MEMWEAVE_EXPECTS(p != nullptr, "tensor " + table_[t].name + " is not resident");
   stream& compute = dev_.get_stream(stream_role::compute);
   compute.copy_async(out.data(), p, table_[t].bytes, copy_kind::device_to_host);
   compute.synchronize();

@@ -504,5 +504,32 @@ TEST(tensor_cache, key_inserted_during_eviction_is_reported) {
   EXPECT_EQ(h.heap.stats().bytes_in_use, 2 * kib);  // 1 and 9; nothing leaked
 }
 
+TEST(tensor_cache, evict_moves_one_unlocked_tensor_out_through_the_callback) {
+  cache_harness h(8 * kib);
+  fill(h.cache, 3);
+  h.cache.lock(2);
+  EXPECT_TRUE(h.cache.evict(1));
+  EXPECT_EQ(h.evicted_keys(), (keys{1}));
+  EXPECT_FALSE(h.cache.resident(1));
+  EXPECT_EQ(h.cache.stats().evictions, 1u);
+  EXPECT_EQ(h.heap.stats().bytes_in_use, 2 * kib);
+  EXPECT_THROW(h.cache.evict(2), std::logic_error);  // locked
+  EXPECT_THROW(h.cache.evict(1), std::logic_error);  // gone already
+  h.decide = [](tensor_key, void*, std::size_t) { return false; };
+  EXPECT_FALSE(h.cache.evict(0));  // refused: stays resident
+  EXPECT_TRUE(h.cache.resident(0));
+  h.cache.unlock(2);
+  h.cache.check_invariants();
+}
+
+TEST(tensor_cache, evict_needs_an_eviction_callback) {
+  test::test_device dev(8 * kib);
+  device_heap heap(dev, test::small_heap(4 * kib));
+  tensor_cache cache(heap, {});
+  cache.allocate(0, kib);
+  EXPECT_THROW(cache.evict(0), std::logic_error);
+  EXPECT_TRUE(cache.resident(0));
+}
+
 }  // namespace
 }  // namespace memweave

@@ -104,6 +104,13 @@ class tensor_cache {
   /// std::logic_error when `key` is not resident, is locked or is being evicted. O(1).
   void* forget(tensor_key key);
 
+  /// Evicts `key` now, as allocate() would evict a victim: calls the eviction callback
+  /// and, when it returns true, frees the memory and forgets the key (counted in stats());
+  /// returns the callback's answer. For a caller that must empty the cache or repack it.
+  /// std::logic_error when `key` is not resident, is locked or being evicted, or the cache
+  /// has no callback. An exception from the callback leaves the tensor resident.
+  bool evict(tensor_key key);
+
   /// Adds one lock: the tensor is not evicted until as many unlock() calls. It leaves the
   /// LRU list while locked. std::logic_error when `key` is not resident or is being
   /// evicted. O(1).

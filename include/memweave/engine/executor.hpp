@@ -155,7 +155,13 @@ class executor {
   struct transfers;
   struct cuda_state;
 
+  bool in_cache(tensor_id t) const noexcept;
   void allocate_persistent(tensor_id t);
+  void acquire(std::size_t step, std::span<const tensor_access> accesses,
+               std::vector<tensor_id>& locked, bool largest_first);
+  void repack(std::size_t step, std::span<const tensor_access> accesses,
+              std::vector<tensor_id>& locked);
+  bool read_by_running_step(tensor_id t) const;
   void* allocate_transient(tensor_id t, std::size_t step);
   void free_transient(tensor_id t) noexcept;
   void ensure_resident(tensor_id t, std::size_t step);
@@ -175,6 +181,7 @@ class executor {
   void note_peak() noexcept;
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
+  void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
   conv_step choose_conv(const layer& l, bool forward, bool input_has_gradient,
                         std::size_t available);
@@ -197,9 +204,13 @@ class executor {
   std::unique_ptr<transfers> transfers_;       // offload/utp only
   std::unique_ptr<recompute_plan> recompute_;  // recompute/all only
 
-  std::vector<void*> persistent_ptr_;                 // parameters, momenta, running stats
-  std::vector<residency> state_;                      // per tensor (transient ones)
-  std::vector<void*> aside_ptr_;                      // device memory held outside the cache
+  // utp/all: persistent tensors live in the tensor cache too (and may leave for host memory);
+  // otherwise they come from the heap once and persistent_ptr_ holds them.
+  bool cache_persistent_ = false;
+  bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
+  std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats
+  std::vector<residency> state_;       // per tensor (transient ones; persistent ones when cached)
+  std::vector<void*> aside_ptr_;       // device memory held outside the cache
   std::vector<std::size_t> last_forward_use_;         // per tensor: last forward step touching it
   std::vector<bool> offload_candidate_;               // offload policy: checkpoint outputs
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there

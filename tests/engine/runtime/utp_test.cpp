@@ -191,7 +191,7 @@ std::string fault_message(const transfer_faults& faults) {
   try {
     ex.run_iteration(data.get(), 0);
   } catch (const E& e) {
-    EXPECT_FALSE(ex.read_persistent().empty());  // parameters never move; still readable
+    EXPECT_FALSE(ex.read_persistent().empty());  // on the device or in host memory: readable
     return e.what();
   }
   ADD_FAILURE() << "the injected fault went unnoticed";
