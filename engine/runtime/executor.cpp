@@ -696,7 +696,12 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
   transfer_engine& engine = transfers_->engine;
   if (!copied_[t]) {
     engine.wait_offloaded(t);  // a discarded earlier copy still in flight
-    engine.offload(t, ptr, bytes, written(t));
+    try {
+      engine.offload(t, ptr, bytes, written(t));
+    } catch (const out_of_memory&) {
+      host_exhausted_ = true;  // not a matter of packing device memory: no repack
+      throw;
+    }
     copied_[t] = true;
   }
   engine.wait_offloaded(t);  // at once when written back ahead and already landed
@@ -1051,16 +1056,11 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   //    holds is in the way (scattered over the arena): repack and try once more.
   std::vector<tensor_id> locked;
   const auto accesses = table_.accesses(s);
-  const std::uint64_t host_failures =
-      transfers_ ? transfers_->engine.stats().host_allocation_failures : 0;
   try {
     acquire(s, accesses, locked, false);
   } catch (const out_of_memory&) {
     // Only device memory is repacked; host memory running out is an error to report.
-    if (!options_.policy.evict_to_host ||
-        transfers_->engine.stats().host_allocation_failures != host_failures) {
-      throw;
-    }
+    if (!options_.policy.evict_to_host || host_exhausted_) throw;
     repack(s, accesses, locked);
     acquire(s, accesses, locked, true);
   }

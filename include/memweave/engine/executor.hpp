@@ -208,6 +208,7 @@ class executor {
   // otherwise they come from the heap once and persistent_ptr_ holds them.
   bool cache_persistent_ = false;
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
+  bool host_exhausted_ = false;        // an eviction found host memory exhausted
   std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats
   std::vector<residency> state_;       // per tensor (transient ones; persistent ones when cached)
   std::vector<void*> aside_ptr_;       // device memory held outside the cache
