@@ -285,12 +285,7 @@ struct executor::transfers {
 };
 
 executor::executor(const network& net, device& dev, const executor_options& options)
-    : net_(net),
-      dev_(dev),
-      options_(options),
-      route_(net),
-      table_(net, route_),
-      cache_persistent_(options.policy.evict_to_host) {
+    : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
   plan_ = liveness_->plan(options.policy.plan);
@@ -301,14 +296,14 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   const std::size_t block = options.heap.block_bytes ? options.heap.block_bytes : 1024;
   auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
   std::size_t persistent = 0;
-  if (!cache_persistent_) {
+  if (!cache_persistent()) {
     for (tensor_id t : plan_.persistent) persistent += rounded(table_[t].bytes);
   }
   std::size_t worst_step = 0, worst_index = 0;
   for (std::size_t s = 0; s < table_.step_count(); ++s) {
     std::size_t b = 0;
     for (const auto& a : table_.accesses(s)) {
-      if (cache_persistent_ || !table_[a.tensor].persistent) b += rounded(table_[a.tensor].bytes);
+      if (cache_persistent() || !table_[a.tensor].persistent) b += rounded(table_[a.tensor].bytes);
     }
     if (b > worst_step) worst_step = b, worst_index = s;
   }
@@ -329,12 +324,12 @@ executor::executor(const network& net, device& dev, const executor_options& opti
           "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
           options.policy.name + " can run " + net.name() + " at batch " +
           std::to_string(net.batch()) + " with: " +
-          (cache_persistent_
+          (cache_persistent()
                ? step + "(parameters and state included) " + format_bytes(minimum)
                : "parameters and state " + format_bytes(persistent) + " plus " + step +
                      format_bytes(worst_step) + " = " + format_bytes(minimum)) +
           "; raise --budget to at least that, or lower --batch" +
-          (cache_persistent_ ? "" : " (utp and all also move parameters to host memory)"));
+          (cache_persistent() ? "" : " (utp and all also move parameters to host memory)"));
     }
   }
 
@@ -547,12 +542,12 @@ void executor::throw_out_of_budget(std::size_t step, const std::string& what,
 // Whether the tensor cache owns `t`'s device memory: every transient tensor, and under
 // utp/all the persistent ones too. Workspace placeholders (0 bytes) are taken at the step.
 bool executor::in_cache(tensor_id t) const noexcept {
-  return table_[t].bytes != 0 && (cache_persistent_ || !table_[t].persistent);
+  return table_[t].bytes != 0 && (cache_persistent() || !table_[t].persistent);
 }
 
 void executor::allocate_persistent(tensor_id t) {
   const tensor_info& info = table_[t];
-  if (cache_persistent_) {
+  if (cache_persistent()) {
     // Taken through the cache, which evicts the earlier ones to host memory when the
     // budget cannot hold them all (their initial values are copied in first: an offload
     // waits for the compute stream).
@@ -1179,17 +1174,9 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
 // route order, or largest first (into an emptied arena that packs them without gaps).
 void executor::acquire(std::size_t step, std::span<const tensor_access> accesses,
                        std::vector<tensor_id>& locked, bool largest_first) {
-  std::vector<tensor_access> order;
-  for (const auto& a : accesses) {
-    if (in_cache(a.tensor)) order.push_back(a);
-  }
-  if (largest_first) {
-    std::stable_sort(order.begin(), order.end(), [this](const auto& x, const auto& y) {
-      return table_[x.tensor].bytes > table_[y.tensor].bytes;
-    });
-  }
-  for (const auto& a : order) {
+  auto take = [&](const tensor_access& a) {
     const tensor_id t = a.tensor;
+    if (!in_cache(t)) return;
     if (!table_[t].persistent &&
         (state_[t] == residency::absent ||
          (a.mode == access_mode::write && state_[t] != residency::resident))) {
@@ -1207,7 +1194,16 @@ void executor::acquire(std::size_t step, std::span<const tensor_access> accesses
     }
     cache_->lock(t);
     locked.push_back(t);
+  };
+  if (!largest_first) {  // the step loop's usual path: no copy of the accesses
+    for (const auto& a : accesses) take(a);
+    return;
   }
+  std::vector<tensor_access> order(accesses.begin(), accesses.end());
+  std::stable_sort(order.begin(), order.end(), [this](const auto& x, const auto& y) {
+    return table_[x.tensor].bytes > table_[y.tensor].bytes;
+  });
+  for (const auto& a : order) take(a);
 }
 
 // utp/all, when a step's tensors cannot all be placed: the budget holds them (the

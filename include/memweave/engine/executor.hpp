@@ -155,6 +155,9 @@ class executor {
   struct transfers;
   struct cuda_state;
 
+  /// utp/all: persistent tensors live in the tensor cache too (and may leave for host
+  /// memory); otherwise they come from the heap once and persistent_ptr_ holds them.
+  bool cache_persistent() const noexcept { return options_.policy.evict_to_host; }
   bool in_cache(tensor_id t) const noexcept;
   void allocate_persistent(tensor_id t);
   void acquire(std::size_t step, std::span<const tensor_access> accesses,
@@ -204,9 +207,6 @@ class executor {
   std::unique_ptr<transfers> transfers_;       // offload/utp only
   std::unique_ptr<recompute_plan> recompute_;  // recompute/all only
 
-  // utp/all: persistent tensors live in the tensor cache too (and may leave for host memory);
-  // otherwise they come from the heap once and persistent_ptr_ holds them.
-  bool cache_persistent_ = false;
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
   bool host_exhausted_ = false;        // an eviction found host memory exhausted
   std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats
