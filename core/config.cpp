@@ -4,6 +4,8 @@
 #include "memweave/core/config.hpp"
 
 #include <array>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -24,12 +26,25 @@ constexpr std::array<option_info, 21> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
-    {"MEMWEAVE_CUDA_DEVICE", "0", f::number, "", "CUDA device ordinal used by the cuda backend"},
-    {"MEMWEAVE_DEVICE_BYTES", "8GiB", f::bytes, "",
-     "memory capacity of the simulated host and null devices"},
-    {"MEMWEAVE_HOST_LINK_GBPS", "0", f::number, "",
+    {"MEMWEAVE_CUDA_DEVICE",
+     "0",
+     f::integer,
+     "",
+     "CUDA device ordinal used by the cuda backend",
+     {0, 1023}},
+    {"MEMWEAVE_DEVICE_BYTES",
+     "8GiB",
+     f::bytes,
+     "",
+     "memory capacity of the simulated host and null devices",
+     {1, 1.8e19}},
+    {"MEMWEAVE_HOST_LINK_GBPS",
+     "0",
+     f::number,
+     "",
      "host backend: throttle host<->device copies to this many GB/s (0 = as fast as memcpy); "
-     "null backend: the link speed of its copy-time model (0 = 16 GB/s)"},
+     "null backend: the link speed of its copy-time model (0 = 16 GB/s)",
+     {0.001, 1e6, true}},
     {"MEMWEAVE_POOL_BYTES", "", f::bytes, "",
      "size of the device heap's arena; unset = MEMWEAVE_POOL_FRACTION of free device memory"},
     {"MEMWEAVE_POOL_FRACTION", "0.9", f::fraction, "",
@@ -42,8 +57,12 @@ constexpr std::array<option_info, 21> k_options{{
      "when the arena is full, take a further arena of at least this size (0 = never grow)"},
     {"MEMWEAVE_TRACE", "", f::text, "",
      "write every heap allocation and free to this file (replay with `memweave replay`)"},
-    {"MEMWEAVE_HOST_POOL_BYTES", "4GiB", f::bytes, "",
-     "pinned host memory reserved up front for offloaded tensors"},
+    {"MEMWEAVE_HOST_POOL_BYTES",
+     "4GiB",
+     f::bytes,
+     "",
+     "pinned host memory reserved up front for offloaded tensors",
+     {1, 1.8e19}},
     {"MEMWEAVE_NO_REEXEC", "", f::boolean, "",
      "set to keep memweave programs from re-executing themselves with the static TLS that "
      "jemalloc (the pinned host pool) needs (see README)"},
@@ -51,8 +70,12 @@ constexpr std::array<option_info, 21> k_options{{
      "checksum every offloaded tensor at offload and after prefetch; a mismatch is an error "
      "naming the tensor (slow: for debugging)"},
     {"MEMWEAVE_LOG", "warn", f::choice, "error|warn|info|debug", "diagnostics written to stderr"},
-    {"MEMWEAVE_THREADS", "0", f::number, "",
-     "host kernels: worker threads (0 = all cores); results are bit-identical for any count"},
+    {"MEMWEAVE_THREADS",
+     "0",
+     f::integer,
+     "",
+     "host kernels: worker threads (0 = all cores); results are bit-identical for any count",
+     {1, 4096, true}},
     {"MEMWEAVE_CONV_WS", "dynamic", f::text, "",
      "convolution workspace: dynamic (fastest algorithm whose workspace fits the memory free "
      "at each step), none, max, or fixed:<algorithm>"},
@@ -64,9 +87,13 @@ constexpr std::array<option_info, 21> k_options{{
     {"MEMWEAVE_POLICY", "liveness", f::text, "",
      "memory policy, or a comma-separated list to compare: baseline, liveness, offload, utp, "
      "recompute, all"},
-    {"MEMWEAVE_PREFETCH_DISTANCE", "1", f::number, "",
+    {"MEMWEAVE_PREFETCH_DISTANCE",
+     "1",
+     f::integer,
+     "",
      "offload/utp/all: in backward, prefetch host-resident tensors for this many checkpoint "
-     "layers ahead"},
+     "layers ahead",
+     {1, 1 << 20}},
     {"MEMWEAVE_RECOMPUTE", "cost_aware", f::choice, "cost_aware|speed_centric|memory_centric",
      "recompute/all: how a segment of cheap layers is rebuilt in backward"},
 }};
@@ -97,40 +124,72 @@ bool in_choices(std::string_view choices, std::string_view value) {
   return false;
 }
 
-// Throws when `value` does not have the row's form.
-void check(const option_info& info, const std::string& value) {
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+// "a whole number from 1 to 4096 (or 0)".
+std::string range_text(const option_info& info) {
+  const option_range& r = info.range;
+  std::string out = info.form == f::integer ? "a whole number"
+                    : info.form == f::bytes ? "a size"
+                                            : "a number";
+  if (info.form == f::bytes && r.max >= 1.8e19) {
+    out += " of at least " + number_text(r.min) + " bytes";
+  } else {
+    out += " from " + number_text(r.min) + " to " + number_text(r.max);
+  }
+  if (r.zero_allowed) out = "0 or " + out;
+  return out;
+}
+
+void check_range(const option_info& info, const std::string& value, std::string_view knob,
+                 double v) {
+  const option_range& r = info.range;
+  if ((v >= r.min && v <= r.max) || (r.zero_allowed && v == 0)) return;
+  throw invalid_argument(knob_value(knob, value) + " is out of range: expected " +
+                         range_text(info) + "; " + std::string(knob_remedy(knob)));
+}
+
+// Throws when `value` does not have the row's form and range; errors name `knob`.
+void check(const option_info& info, const std::string& value, std::string_view knob) {
   switch (info.form) {
     case f::bytes:
-      (void)parse_bytes(value, info.name);
+      check_range(info, value, knob, static_cast<double>(parse_bytes(value, knob)));
       break;
     case f::fraction: {
-      const double v = parse_double(value, info.name);
+      const double v = parse_double(value, knob);
       if (!(v > 0.0 && v <= 1.0)) {
-        throw invalid_argument(std::string(info.name) + "='" + value +
-                               "' is not a fraction in (0, 1]; fix or unset it");
+        throw invalid_argument(knob_value(knob, value) + " is not a fraction in (0, 1]; " +
+                               std::string(knob_remedy(knob)));
       }
       break;
     }
-    case f::number: {
-      const double v = parse_double(value, info.name);
-      if (v < 0.0) {
-        throw invalid_argument(std::string(info.name) + "='" + value +
-                               "' is negative; expected a non-negative number");
-      }
+    case f::number:
+      check_range(info, value, knob, parse_double(value, knob));
       break;
-    }
+    case f::integer:
+      check_range(info, value, knob,
+                  static_cast<double>(parse_int(value, knob, INT64_MIN, INT64_MAX)));
+      break;
     case f::boolean:
-      (void)parse_bool(value, info.name);
+      (void)parse_bool(value, knob);
       break;
     case f::choice:
       if (!in_choices(info.choices, value)) {
-        throw invalid_argument(std::string(info.name) + "='" + value + "' is not one of " +
-                               std::string(info.choices) + "; fix or unset it");
+        throw invalid_argument(knob_value(knob, value) + " is not one of " +
+                               std::string(info.choices) + "; " + std::string(knob_remedy(knob)));
       }
       break;
     case f::text:
       break;
   }
+}
+
+void check(const option_info& info, const std::string& value) {
+  check(info, value, info.name);
 }
 
 }  // namespace
@@ -165,6 +224,32 @@ std::optional<double> option_double(std::string_view name) {
   if (!v) return std::nullopt;
   check(row(name), *v);
   return parse_double(*v, name);
+}
+
+std::optional<std::int64_t> option_int(std::string_view name) {
+  auto v = effective(name);
+  if (!v) return std::nullopt;
+  check(row(name), *v);
+  return parse_int(*v, name, INT64_MIN, INT64_MAX);
+}
+
+std::int64_t parse_option_int(std::string_view name, std::string_view text, std::string_view knob) {
+  const std::string value(text);
+  check(row(name), value, knob);
+  return parse_int(value, knob, INT64_MIN, INT64_MAX);
+}
+
+double parse_option_double(std::string_view name, std::string_view text, std::string_view knob) {
+  const std::string value(text);
+  check(row(name), value, knob);
+  return parse_double(value, knob);
+}
+
+std::size_t parse_option_bytes(std::string_view name, std::string_view text,
+                               std::string_view knob) {
+  const std::string value(text);
+  check(row(name), value, knob);
+  return parse_bytes(value, knob);
 }
 
 bool option_bool(std::string_view name) {
@@ -202,11 +287,12 @@ void validate_environment() {
 std::string describe_form(const option_info& info) {
   switch (info.form) {
     case f::bytes:
-      return "a size such as 512MiB or 8GiB";
+      return "a size such as 512MiB or 8GiB (" + range_text(info) + ")";
     case f::fraction:
       return "a fraction in (0, 1]";
     case f::number:
-      return "a non-negative number";
+    case f::integer:
+      return range_text(info);
     case f::boolean:
       return "a boolean (1/0, true/false)";
     case f::choice:

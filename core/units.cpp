@@ -25,11 +25,29 @@ std::string lower(std::string_view s) {
 }
 
 [[noreturn]] void bad(std::string_view what, std::string_view text, std::string_view expected) {
-  throw invalid_argument(std::string(what) + "='" + std::string(text) + "' is not " +
-                         std::string(expected) + "; fix or unset it");
+  throw invalid_argument(knob_value(what, text) + " is not " + std::string(expected) + "; " +
+                         std::string(knob_remedy(what)));
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
 }
 
 }  // namespace
+
+std::string knob_value(std::string_view what, std::string_view text) {
+  constexpr std::size_t max_shown = 60;
+  std::string shown(text.substr(0, max_shown));
+  if (text.size() > max_shown) shown += "...";
+  if (what.starts_with("--")) return std::string(what) + " '" + shown + "'";
+  return std::string(what) + "='" + shown + "'";
+}
+
+std::string_view knob_remedy(std::string_view what) {
+  return what.starts_with("--") ? "change the option" : "fix or unset it";
+}
 
 std::size_t parse_bytes(std::string_view text, std::string_view what) {
   constexpr std::string_view expected =
@@ -87,6 +105,34 @@ std::uint64_t parse_uint(std::string_view text, std::string_view what) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size()) {
     bad(what, text, "a non-negative integer");
+  }
+  return v;
+}
+
+std::int64_t parse_int(std::string_view text, std::string_view what, std::int64_t min,
+                       std::int64_t max) {
+  const std::string range =
+      "a whole number from " + std::to_string(min) + " to " + std::to_string(max);
+  std::string_view s = trim(text);
+  std::int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || end != s.data() + s.size() ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    bad(what, text, range);
+  }
+  if (ec == std::errc::result_out_of_range || v < min || v > max) {
+    throw invalid_argument(knob_value(what, text) + " is out of range: expected " + range + "; " +
+                           std::string(knob_remedy(what)));
+  }
+  return v;
+}
+
+double parse_double(std::string_view text, std::string_view what, double min, double max) {
+  const double v = parse_double(text, what);
+  if (!(v >= min && v <= max)) {
+    throw invalid_argument(knob_value(what, text) + " is out of range: expected a number from " +
+                           number_text(min) + " to " + number_text(max) + "; " +
+                           std::string(knob_remedy(what)));
   }
   return v;
 }

@@ -59,22 +59,10 @@ device_options device_options::from_environment() {
   device_options o;
   o.kind = option_string("MEMWEAVE_DEVICE");  // the table checks auto|cuda|host|null
 
-  if (auto ordinal = option_double("MEMWEAVE_CUDA_DEVICE")) {
-    if (*ordinal != std::floor(*ordinal) || *ordinal > std::numeric_limits<int>::max()) {
-      throw invalid_argument("MEMWEAVE_CUDA_DEVICE='" + *option_raw("MEMWEAVE_CUDA_DEVICE") +
-                             "' is not a device ordinal; expected a whole number such as 0 or 1");
-    }
+  // The table checks the ranges (an ordinal 0..1023, a capacity of at least 1 byte).
+  if (auto ordinal = option_int("MEMWEAVE_CUDA_DEVICE"))
     o.cuda_ordinal = static_cast<int>(*ordinal);
-  }
-
-  if (auto bytes = option_bytes("MEMWEAVE_DEVICE_BYTES")) {
-    if (*bytes == 0) {
-      throw invalid_argument("MEMWEAVE_DEVICE_BYTES='" + *option_raw("MEMWEAVE_DEVICE_BYTES") +
-                             "' gives a device of 0 bytes; expected a positive size such as 8GiB");
-    }
-    o.capacity_bytes = *bytes;
-  }
-
+  if (auto bytes = option_bytes("MEMWEAVE_DEVICE_BYTES")) o.capacity_bytes = *bytes;
   if (auto gbps = option_double("MEMWEAVE_HOST_LINK_GBPS")) o.host_link_gbps = *gbps;
   return o;
 }

@@ -60,6 +60,9 @@ TEST(config_test, defaults_apply_when_unset_and_parse_to_their_form) {
       case option_form::number:
         EXPECT_NO_THROW((void)option_double(o.name));
         break;
+      case option_form::integer:
+        EXPECT_NO_THROW((void)option_int(o.name));
+        break;
       case option_form::boolean:
         EXPECT_NO_THROW((void)option_bool(o.name));
         break;
@@ -91,6 +94,55 @@ TEST(config_test, fraction_out_of_range_is_rejected) {
   scoped_env env("MEMWEAVE_POOL_FRACTION", "1.5");
   EXPECT_THROW((void)option_double("MEMWEAVE_POOL_FRACTION"), invalid_argument);
   EXPECT_THROW(validate_environment(), invalid_argument);
+}
+
+// Issue 11: numbers parsed to their real type with their range from the table, the same for
+// a variable and for the command-line option that sets the same thing.
+TEST(config_test, integer_rows_are_whole_numbers_in_their_range) {
+  {
+    scoped_env env("MEMWEAVE_THREADS", "4294967297");  // would narrow to 1 in an int
+    try {
+      (void)option_int("MEMWEAVE_THREADS");
+      FAIL();
+    } catch (const invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("MEMWEAVE_THREADS='4294967297'"), std::string::npos) << what;
+      EXPECT_NE(what.find("0 or a whole number from 1 to 4096"), std::string::npos) << what;
+    }
+  }
+  {
+    scoped_env env("MEMWEAVE_PREFETCH_DISTANCE", "1.5");
+    EXPECT_THROW((void)option_int("MEMWEAVE_PREFETCH_DISTANCE"), invalid_argument);
+    EXPECT_THROW(validate_environment(), invalid_argument);
+  }
+  scoped_env env("MEMWEAVE_THREADS", "8");
+  EXPECT_EQ(option_int("MEMWEAVE_THREADS"), 8);
+  EXPECT_EQ(parse_option_int("MEMWEAVE_THREADS", "0", "--threads"), 0);
+  try {
+    (void)parse_option_int("MEMWEAVE_THREADS", "5000", "--threads");
+    FAIL();
+  } catch (const invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--threads '5000' is out of range"), std::string::npos) << what;
+    EXPECT_EQ(what.find("MEMWEAVE_THREADS"), std::string::npos) << what;  // the knob used
+  }
+}
+
+TEST(config_test, link_speed_too_small_to_throttle_is_rejected_and_zero_means_off) {
+  for (const char* tiny : {"1e-300", "0.0000001", "-1", "inf"}) {
+    scoped_env env("MEMWEAVE_HOST_LINK_GBPS", tiny);
+    EXPECT_THROW((void)option_double("MEMWEAVE_HOST_LINK_GBPS"), invalid_argument) << tiny;
+  }
+  scoped_env env("MEMWEAVE_HOST_LINK_GBPS", "0");
+  EXPECT_EQ(option_double("MEMWEAVE_HOST_LINK_GBPS"), 0.0);
+}
+
+TEST(config_test, zero_pinned_host_pool_is_rejected) {
+  scoped_env env("MEMWEAVE_HOST_POOL_BYTES", "0");
+  EXPECT_THROW((void)option_bytes("MEMWEAVE_HOST_POOL_BYTES"), invalid_argument);
+  EXPECT_EQ(parse_option_bytes("MEMWEAVE_HOST_POOL_BYTES", "1M", "--host-pool"), 1u << 20);
+  EXPECT_THROW((void)parse_option_bytes("MEMWEAVE_HOST_POOL_BYTES", "0", "--host-pool"),
+               invalid_argument);
 }
 
 TEST(config_test, asking_for_an_unknown_option_is_a_programming_error) {

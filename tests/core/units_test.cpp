@@ -41,6 +41,29 @@ TEST(units_test, numbers_and_booleans_are_strict) {
   EXPECT_THROW((void)parse_bool("maybe", "X"), invalid_argument);
 }
 
+TEST(units_test, integers_are_parsed_to_their_range_naming_the_knob) {
+  EXPECT_EQ(parse_int("4096", "--threads", 0, 4096), 4096);
+  EXPECT_EQ(parse_int("-3", "X", -5, 5), -3);
+  for (const char* bad : {"", "1.5", "1e3", "0x10", "1 2", "+-1", "many"}) {
+    EXPECT_THROW((void)parse_int(bad, "--iterations", 1, 100), invalid_argument) << bad;
+  }
+  // Out of range, including values that do not fit 64 bits: never wrapped.
+  for (const char* big : {"4294967296", "4294967297", "9223372036854775808", "-1"}) {
+    try {
+      (void)parse_int(big, "--iterations", 1, 2147483647);
+      FAIL() << "accepted " << big;
+    } catch (const invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("--iterations '"), std::string::npos) << what;
+      EXPECT_NE(what.find("from 1 to 2147483647"), std::string::npos) << what;
+      EXPECT_EQ(what.find("unset"), std::string::npos) << what;  // an option, not a variable
+    }
+  }
+  EXPECT_THROW((void)parse_double("1e39", "--lr", 1e-9, 1000), invalid_argument);
+  EXPECT_THROW((void)parse_double("0", "--lr", 1e-9, 1000), invalid_argument);
+  EXPECT_DOUBLE_EQ(parse_double("0.5", "--lr", 1e-9, 1000), 0.5);
+}
+
 TEST(units_test, bytes_print_with_binary_units) {
   EXPECT_EQ(format_bytes(17), "17 B");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");

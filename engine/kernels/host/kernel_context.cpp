@@ -38,14 +38,10 @@ void single_threaded_blas_once() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
+// The table checks the range (0 or 1..4096), naming the variable.
 int threads_from_environment() {
-  const std::optional<double> v = option_double("MEMWEAVE_THREADS");
-  const double t = v.value_or(0.0);
-  MEMWEAVE_EXPECTS(t >= 0 && t <= k_max_threads && std::floor(t) == t,
-                   "MEMWEAVE_THREADS=" + std::to_string(t) +
-                       ": expected a whole number of host kernel threads in [0, 4096] "
-                       "(0 = every core); set it to e.g. 4 or unset it");
-  return static_cast<int>(t);
+  static_assert(k_max_threads == 4096, "keep MEMWEAVE_THREADS' range in core/config.cpp equal");
+  return static_cast<int>(option_int("MEMWEAVE_THREADS").value_or(0));
 }
 
 }  // namespace

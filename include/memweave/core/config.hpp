@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -19,10 +20,20 @@ namespace memweave {
 enum class option_form {
   bytes,     ///< a size with optional K/M/G/T suffix ("8GiB")
   fraction,  ///< a number in (0, 1]
-  number,    ///< a non-negative number
+  number,    ///< a number within the row's range
+  integer,   ///< a whole number within the row's range
   boolean,   ///< 0/1/true/false/on/off/yes/no
   choice,    ///< one of the '|'-separated words in `choices`
   text,      ///< any text (a path, a list)
+};
+
+/// The values a bytes, number or integer row accepts: [min, max], and also 0 when
+/// `zero_allowed` (a row whose 0 means "off" or "automatic" beside a range that excludes
+/// small values, e.g. a link speed below 1 MB/s).
+struct option_range {
+  double min = 0;
+  double max = 1.8e19;
+  bool zero_allowed = false;
 };
 
 /// One row of the table.
@@ -32,6 +43,7 @@ struct option_info {
   option_form form;                ///< how the value is parsed
   std::string_view choices;        ///< for option_form::choice: "auto|cuda|host|null"
   std::string_view meaning;        ///< one line for the README
+  option_range range = {};         ///< bytes, number, integer: the accepted values
 };
 
 /// Every MEMWEAVE_* variable memweave reads.
@@ -49,8 +61,16 @@ std::optional<std::string> option_raw(std::string_view name);
 /// option_double return nullopt when the variable is unset and has no default.
 std::optional<std::size_t> option_bytes(std::string_view name);
 std::optional<double> option_double(std::string_view name);
+std::optional<std::int64_t> option_int(std::string_view name);
 bool option_bool(std::string_view name);
 std::string option_string(std::string_view name);
+
+/// Parse `text` with the form and range of variable `name`'s row, naming `knob` (the
+/// command-line option the user gave, "--threads") in errors: how an option that sets what
+/// a variable sets is read, so both accept exactly the same values.
+std::int64_t parse_option_int(std::string_view name, std::string_view text, std::string_view knob);
+double parse_option_double(std::string_view name, std::string_view text, std::string_view knob);
+std::size_t parse_option_bytes(std::string_view name, std::string_view text, std::string_view knob);
 
 /// Parses and checks every MEMWEAVE_* variable that is set; throws on the first invalid
 /// one and warns once (log) about names not in the table, which are usually typos.

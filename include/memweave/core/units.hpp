@@ -19,6 +19,24 @@ double parse_double(std::string_view text, std::string_view what);
 /// Parses a non-negative integer; throws invalid_argument naming `what`.
 std::uint64_t parse_uint(std::string_view text, std::string_view what);
 
+/// Parses a whole number in [min, max] (digits with an optional leading '-'; no fraction,
+/// exponent or suffix). Throws invalid_argument naming `what`, the text and the range, so
+/// that a value never reaches a narrower type out of range.
+std::int64_t parse_int(std::string_view text, std::string_view what, std::int64_t min,
+                       std::int64_t max);
+
+/// Parses a finite number in [min, max]; throws invalid_argument naming `what`, the text
+/// and the range.
+double parse_double(std::string_view text, std::string_view what, double min, double max);
+
+/// `what` and its value as a message starts: "--batch 0" for a command-line option (a name
+/// starting with "--"), "MEMWEAVE_THREADS='x'" for a variable.
+std::string knob_value(std::string_view what, std::string_view text);
+
+/// What a message tells the user to do with a bad `what`: "fix or unset it" for a variable,
+/// "change it" for an option.
+std::string_view knob_remedy(std::string_view what);
+
 /// Parses 0/1/true/false/on/off/yes/no; throws invalid_argument naming `what`.
 bool parse_bool(std::string_view text, std::string_view what);
 
