@@ -6,9 +6,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
 
 namespace memweave::detail {
 namespace {
@@ -29,17 +32,45 @@ void expect_inputs(const std::string& name, layer_type type, std::size_t got, st
                          expected);
 }
 
+// The largest value of one dimension or parameter (a side, a channel count, a kernel, a
+// padding): a product of two of them, or a sum of a few, stays far from overflow, and a
+// larger one makes a tensor beyond any address space anyway.
+constexpr std::int64_t k_max_dimension = std::int64_t{1} << 31;
+
 void expect_positive(const std::string& name, layer_type type, const char* field, std::int64_t v) {
-  if (v >= 1) return;
+  if (v >= 1 && v <= k_max_dimension) return;
   throw invalid_argument(who(name, type) + ": " + field + " = " + std::to_string(v) +
-                         "; expected >= 1");
+                         "; expected from 1 to " + std::to_string(k_max_dimension));
 }
 
 void expect_non_negative(const std::string& name, layer_type type, const char* field,
                          std::int64_t v) {
-  if (v >= 0) return;
+  if (v >= 0 && v <= k_max_dimension) return;
   throw invalid_argument(who(name, type) + ": " + field + " = " + std::to_string(v) +
-                         "; expected >= 0");
+                         "; expected from 0 to " + std::to_string(k_max_dimension));
+}
+
+// Every tensor of a layer must be addressable: its element count and bytes computed without
+// overflow, and no larger than k_max_tensor_bytes. Names the layer, the tensor and its shape.
+void expect_addressable(const std::string& name, layer_type type, const std::string& tensor,
+                        const shape4& s) {
+  std::optional<std::int64_t> count = s.n;
+  for (std::int64_t d : {s.c, s.h, s.w, std::int64_t{sizeof(float)}}) {
+    if (count) count = checked_mul(*count, d);
+  }
+  if (count && *count >= 0 && static_cast<std::uint64_t>(*count) <= k_max_tensor_bytes) return;
+  throw invalid_argument(who(name, type) + ": its " + tensor + " of shape " + to_string(s) +
+                         " would take " +
+                         (count && *count >= 0 ? format_bytes(static_cast<std::size_t>(*count))
+                                               : std::string("more than 2^63 bytes")) +
+                         ", more than the " + format_bytes(k_max_tensor_bytes) +
+                         " of an address space; lower the batch, the image side or the width");
+}
+
+void expect_addressable(const std::string& name, layer_type type, const inferred_layer& r) {
+  expect_addressable(name, type, "output", r.output);
+  for (const auto& p : r.param_tensors) expect_addressable(name, type, p.name, p.shape);
+  for (const auto& a : r.aux_tensors) expect_addressable(name, type, a.name, a.shape);
 }
 
 shape4 vec(std::int64_t c) {
@@ -222,8 +253,10 @@ std::string describe_input(const layer& l) {
   return "'" + l.name + "' (" + to_string(l.output_shape) + ")";
 }
 
-inferred_layer infer_layer(const std::string& name, layer_type type, const layer_params& params,
-                           std::span<const layer* const> inputs, std::int64_t classes) {
+namespace {
+
+inferred_layer infer_unchecked(const std::string& name, layer_type type, const layer_params& params,
+                               std::span<const layer* const> inputs, std::int64_t classes) {
   // layer_params lists its alternatives in layer_type's order.
   if (params.index() != static_cast<std::size_t>(type)) {
     const auto given = static_cast<layer_type>(params.index());
@@ -268,6 +301,15 @@ inferred_layer infer_layer(const std::string& name, layer_type type, const layer
   }
   throw invalid_argument(who(name, type) + ": unknown layer type " +
                          std::to_string(static_cast<int>(type)));
+}
+
+}  // namespace
+
+inferred_layer infer_layer(const std::string& name, layer_type type, const layer_params& params,
+                           std::span<const layer* const> inputs, std::int64_t classes) {
+  inferred_layer r = infer_unchecked(name, type, params, inputs, classes);
+  expect_addressable(name, type, r);
+  return r;
 }
 
 }  // namespace memweave::detail

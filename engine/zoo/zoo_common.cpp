@@ -17,9 +17,10 @@ zoo_options resolve(std::string_view net, const zoo_options& o, std::int64_t nat
   if (o.image_channels < 1)
     throw invalid_argument(who + "image_channels = " + std::to_string(o.image_channels) +
                            "; expected >= 1");
-  if (!(o.width_scale > 0.0) || !std::isfinite(o.width_scale))
+  if (!(o.width_scale > 0.0 && o.width_scale <= k_max_width_scale))
     throw invalid_argument(who + "width_scale = " + std::to_string(o.width_scale) +
-                           "; expected a finite value > 0 (1 = the published widths)");
+                           "; expected a value in (0, " + std::to_string(k_max_width_scale) +
+                           "] (1 = the published widths)");
   zoo_options r = o;
   if (r.image_side == 0) r.image_side = native_side;
   if (r.image_side < min_side)
@@ -31,7 +32,12 @@ zoo_options resolve(std::string_view net, const zoo_options& o, std::int64_t nat
 }
 
 std::int64_t scaled(std::int64_t c, double scale, std::int64_t multiple) {
-  auto v = static_cast<std::int64_t>(std::llround(static_cast<double>(c) * scale));
+  const double exact = static_cast<double>(c) * scale;
+  // resolve() bounds the scale; this keeps llround defined whatever the caller passes.
+  if (!(exact < 1e15))
+    throw invalid_argument("channel count " + std::to_string(c) + " x width " +
+                           std::to_string(scale) + " is too large; lower the width scale");
+  auto v = static_cast<std::int64_t>(std::llround(exact));
   if (v < 1) v = 1;
   return (v + multiple - 1) / multiple * multiple;
 }

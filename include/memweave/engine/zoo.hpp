@@ -26,10 +26,13 @@
 
 namespace memweave {
 
+/// The largest width_scale the zoo takes (a larger one only builds tensors no machine holds).
+inline constexpr double k_max_width_scale = 1e4;
+
 struct zoo_options {
   std::int64_t batch = 32;      ///< images per batch, > 0
   std::int64_t image_side = 0;  ///< input height = width; 0: the network's native side
-  double width_scale = 1.0;     ///< channel multiplier, > 0
+  double width_scale = 1.0;     ///< channel multiplier, in (0, k_max_width_scale]
   std::int64_t classes = 1000;  ///< classes of the final FC and the loss, > 0
   std::int64_t image_channels = 3;
 };

@@ -180,6 +180,27 @@ TEST(network_builder_test, zero_batch_is_rejected) {
                   {"DATA", "batch size n = 0", "0x3x8x8", "n >= 1"});
 }
 
+// Issue 11, item 2: a batch of 2^62 overflowed every tensor size silently.
+TEST(network_builder_test, tensor_larger_than_the_address_space_is_rejected_naming_the_layer) {
+  network_builder b("m");
+  expect_contains(error_of([&] {
+                    b.data({std::int64_t{1} << 62, 3, 224, 224}, 10, "images");
+                  }),
+                  {"layer 'images' (DATA)", "output", "4611686018427387904x3x224x224",
+                   "address space", "lower the batch"});
+  network_builder c("m");
+  layer_handle x = c.data({2, 3, 65536, 65536}, 10);  // 96 GiB: addressable
+  conv_params p;
+  p.out_channels = 8192;
+  p.kernel_h = p.kernel_w = 1;
+  expect_contains(error_of([&] { c.conv(x, p, "wide"); }),
+                  {"layer 'wide' (CONV)", "2x8192x65536x65536", "address space"});
+  conv_params huge = p;
+  huge.pad_h = std::int64_t{1} << 62;  // would overflow the output side's arithmetic
+  expect_contains(error_of([&] { c.conv(x, huge, "padded"); }),
+                  {"layer 'padded' (CONV)", "pad_h", "expected from 0 to"});
+}
+
 TEST(network_builder_test, missing_loss_is_rejected) {
   network_builder b("noloss");
   auto x = b.data({2, 3, 8, 8}, 4);

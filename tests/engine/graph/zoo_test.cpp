@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,24 @@ TEST(zoo_test, registry_rejects_unknown_names_and_bad_options) {
                   }),
                   {"'vgg16'", "classes = 0"});
   EXPECT_EQ(zoo_names().size(), 8u);
+}
+
+// Issue 11, item 4: --width 1e99 built the same network as --width 1e-9 (llround overflowed
+// and the channel count was clamped to 1).
+TEST(zoo_test, width_beyond_the_zoo_range_is_rejected_instead_of_wrapping) {
+  for (double w : {1e99, 1e5, std::numeric_limits<double>::infinity()}) {
+    zoo_options o;
+    o.batch = 4;
+    o.width_scale = w;
+    expect_contains(error_of([&] { make_network("resnet50", o); }),
+                    {"'resnet50'", "width_scale", "expected a value in (0, 10000"});
+  }
+  zoo_options o;
+  o.batch = 1;
+  o.image_side = 32;
+  o.width_scale = 10000;  // allowed, but a stage-5 3x3 weight holds 5120000^2 x 9 floats
+  const std::string m = error_of([&] { make_network("resnet50", o); });
+  expect_contains(m, {"address space"});
 }
 
 // Not a timed assertion: builds, routes and plans a ResNet of ~10^4 layers (the paper's
