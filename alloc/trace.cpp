@@ -18,7 +18,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
 
 namespace memweave {
 
@@ -53,6 +55,46 @@ bool parse_number(std::string_view s, T& out) {
 
 }  // namespace
 
+namespace {
+
+// Parses one event line (not the header, a comment or blank); throws naming `at`.
+trace_event parse_event(std::string_view line, std::uint64_t line_no, const std::string& at) {
+  const auto f = fields_of(line);
+  if (f.size() != 5) {
+    throw invalid_argument(at + "expected 5 fields 't_ns op offset bytes stream', found " +
+                           std::to_string(f.size()) + " in " + quote(line));
+  }
+  trace_event e;
+  e.line = line_no;
+  if (!parse_number(f[0], e.t_ns)) {
+    throw invalid_argument(at + "field 1 (t_ns) must be a non-negative integer, found " +
+                           quote(f[0]));
+  }
+  if (f[1] == "a") {
+    e.op = trace_op::alloc;
+  } else if (f[1] == "f") {
+    e.op = trace_op::free;
+  } else {
+    throw invalid_argument(at + "field 2 (op) must be 'a' (allocation) or 'f' (free), found " +
+                           quote(f[1]));
+  }
+  if (!parse_number(f[2], e.offset)) {
+    throw invalid_argument(at + "field 3 (offset) must be a non-negative integer, found " +
+                           quote(f[2]));
+  }
+  if (!parse_number(f[3], e.bytes) || e.bytes == 0 || e.bytes > k_max_tensor_bytes) {
+    throw invalid_argument(at + "field 4 (bytes) must be a positive integer, found " + quote(f[3]) +
+                           " (at most " + std::to_string(k_max_tensor_bytes) + ", 128 TiB)");
+  }
+  if (!parse_number(f[4], e.stream) || e.stream < 0) {
+    throw invalid_argument(at + "field 5 (stream) must be a non-negative integer, found " +
+                           quote(f[4]));
+  }
+  return e;
+}
+
+}  // namespace
+
 std::vector<trace_event> parse_trace(std::string_view text, std::string_view source) {
   const std::string where = "trace " + quote(source);
   std::vector<trace_event> events;
@@ -61,7 +103,9 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
   std::size_t pos = 0;
   while (pos < text.size()) {
     std::size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
+    // A last line without its newline is what a run interrupted mid-write leaves.
+    const bool unterminated = eol == std::string_view::npos;
+    if (unterminated) eol = text.size();
     std::string_view line = text.substr(pos, eol - pos);
     pos = eol + 1;
     ++line_no;
@@ -78,38 +122,19 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
     if (line.find_first_not_of(" \t") == std::string_view::npos || line.front() == '#') {
       continue;
     }
-    const auto f = fields_of(line);
-    if (f.size() != 5) {
-      throw invalid_argument(at + "expected 5 fields 't_ns op offset bytes stream', found " +
-                             std::to_string(f.size()) + " in " + quote(line));
+    if (!unterminated) {
+      events.push_back(parse_event(line, line_no, at));
+      continue;
     }
-    trace_event e;
-    e.line = line_no;
-    if (!parse_number(f[0], e.t_ns)) {
-      throw invalid_argument(at + "field 1 (t_ns) must be a non-negative integer, found " +
-                             quote(f[0]));
+    try {
+      events.push_back(parse_event(line, line_no, at));
+    } catch (const invalid_argument& e) {
+      // Keep everything before it: the trace of an interrupted run is still a trace.
+      log(log_level::warn, std::string(e.what()) +
+                               "; this unterminated last line is what an interrupted run "
+                               "leaves, so it is ignored and the " +
+                               std::to_string(events.size()) + " events before it are kept");
     }
-    if (f[1] == "a") {
-      e.op = trace_op::alloc;
-    } else if (f[1] == "f") {
-      e.op = trace_op::free;
-    } else {
-      throw invalid_argument(at + "field 2 (op) must be 'a' (allocation) or 'f' (free), found " +
-                             quote(f[1]));
-    }
-    if (!parse_number(f[2], e.offset)) {
-      throw invalid_argument(at + "field 3 (offset) must be a non-negative integer, found " +
-                             quote(f[2]));
-    }
-    if (!parse_number(f[3], e.bytes) || e.bytes == 0) {
-      throw invalid_argument(at + "field 4 (bytes) must be a positive integer, found " +
-                             quote(f[3]));
-    }
-    if (!parse_number(f[4], e.stream) || e.stream < 0) {
-      throw invalid_argument(at + "field 5 (stream) must be a non-negative integer, found " +
-                             quote(f[4]));
-    }
-    events.push_back(e);
   }
   if (!header_seen) {
     throw invalid_argument(where + " is empty: expected the header " + quote(trace_header));
@@ -167,6 +192,8 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
   std::vector<std::uint32_t> slot_of(events.size(), no_slot);
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint64_t>> live;  // offset ->
                                                                                     // (slot, line)
+  std::unordered_map<std::uint64_t, std::uint64_t> freed;  // offset -> line of its free,
+                                                           // until allocated again
   std::uint32_t slots = 0;
   std::size_t requested_live = 0, peak_requested = 0, rounded_live = 0, peak_rounded = 0;
   std::size_t peak_at = SIZE_MAX;
@@ -176,6 +203,7 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
   for (std::size_t i = 0; i < events.size(); ++i) {
     const trace_event& e = events[i];
     if (e.op == trace_op::alloc) {
+      freed.erase(e.offset);
       auto [it, fresh] = live.try_emplace(e.offset, slots, e.line);
       if (!fresh) {
         throw invalid_argument(
@@ -195,7 +223,27 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
       }
     } else {
       auto it = live.find(e.offset);
-      if (it == live.end()) continue;  // allocated before the trace started
+      if (it == live.end()) {
+        if (auto f = freed.find(e.offset); f != freed.end()) {
+          throw invalid_argument("trace line " + std::to_string(e.line) + ": free of offset " +
+                                 std::to_string(e.offset) + ", already freed at line " +
+                                 std::to_string(f->second) +
+                                 "; a trace of one heap cannot free twice (mixed or edited "
+                                 "traces?)");
+        }
+        // Allocated before the trace started: skipped, counted and reported.
+        if (r.unmatched_frees_in_trace++ == 0) r.first_unmatched_free_line = e.line;
+        continue;
+      }
+      if (bytes_of_slot[it->second.first] != e.bytes) {
+        throw invalid_argument(
+            "trace line " + std::to_string(e.line) + ": free of " + std::to_string(e.bytes) +
+            " bytes at offset " + std::to_string(e.offset) + ", but the allocation of line " +
+            std::to_string(it->second.second) + " there has " +
+            std::to_string(bytes_of_slot[it->second.first]) +
+            " bytes; a free names the size of what it frees (mixed or edited traces?)");
+      }
+      freed[e.offset] = e.line;
       slot_of[i] = it->second.first;
       requested_live -= bytes_of_slot[it->second.first];
       rounded_live -= heap.round_up(bytes_of_slot[it->second.first]);

@@ -209,6 +209,50 @@ TEST(trace_test, allocation_at_a_live_offset_is_rejected_naming_both_lines) {
   EXPECT_EQ(h.stats().allocations, 0u);  // checked before anything ran
 }
 
+// Issue 11: replay skipped double frees silently, as if allocated before the trace began.
+TEST(trace_test, double_free_and_size_mismatch_are_rejected_naming_the_lines) {
+  test_device dev(16 * MiB);
+  device_heap h(dev, options_of(1 * MiB));
+  const auto twice = parse_trace(header() + "0 a 0 10 0\n1 f 0 10 0\n2 f 0 10 0\n", "twice");
+  try {
+    replay_events(twice, h);
+    FAIL() << "expected invalid_argument";
+  } catch (const invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("trace line 4: free of offset 0, already freed at line 3"), std::string::npos)
+        << m;
+  }
+  const auto sizes = parse_trace(header() + "0 a 0 10 0\n1 f 0 20 0\n", "sizes");
+  try {
+    replay_events(sizes, h);
+    FAIL() << "expected invalid_argument";
+  } catch (const invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("free of 20 bytes at offset 0, but the allocation of line 2 there has 10"),
+              std::string::npos)
+        << m;
+  }
+  // Freed, allocated again, freed again: legitimate.
+  const auto reuse =
+      parse_trace(header() + "0 a 0 10 0\n1 f 0 10 0\n2 a 0 10 0\n3 f 0 10 0\n", "reuse");
+  const replay_result r = replay_events(reuse, h);
+  EXPECT_EQ(r.frees, 2u);
+  EXPECT_EQ(r.unmatched_frees_in_trace, 0u);
+}
+
+// Issue 11: an interrupted run leaves a last line without its newline; the events before it
+// are kept (only that line is dropped, with a warning).
+TEST(trace_test, unterminated_malformed_last_line_is_dropped_and_the_rest_kept) {
+  const auto ev = parse_trace(header() + "0 a 0 10 0\n1 a 4096 20 0\n2 f 40", "cut");
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[1].bytes, 20u);
+  // A complete last line without a newline is an event like any other.
+  EXPECT_EQ(parse_trace(header() + "0 a 0 10 0", "whole").size(), 1u);
+  // Inside the file, the same line is an error.
+  EXPECT_NE(parse_error(header() + "2 f 40\n0 a 0 10 0\n").find("line 2: expected 5 fields"),
+            std::string::npos);
+}
+
 TEST(trace_test, synthetic_trace_is_deterministic_and_well_formed) {
   synthetic_trace_options o;
   o.layers = 40;

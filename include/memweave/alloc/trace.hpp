@@ -10,7 +10,9 @@
 // bytes from the start of the heap's address space (arenas numbered as if concatenated);
 // bytes: the size requested (for a free, that of the allocation freed); stream: the
 // stream argument of the call. The first line is the header; later lines starting with
-// `#` and blank lines are ignored. Only successful allocations and frees are recorded.
+// `#` and blank lines are ignored. Only successful allocations and frees are recorded. A
+// malformed last line without its newline (a run interrupted mid-write) is ignored with a
+// warning; any other malformed line is an error.
 #pragma once
 
 #include <cstddef>
@@ -54,12 +56,15 @@ void write_trace(const std::string& path, std::span<const trace_event> events,
 
 /// What a replay did and saw.
 struct replay_result {
-  std::uint64_t events = 0;              ///< events in the trace
-  std::uint64_t allocations = 0;         ///< allocations that succeeded
-  std::uint64_t frees = 0;               ///< frees performed
-  std::uint64_t failures = 0;            ///< allocations the heap could not serve
-  std::uint64_t unmatched_frees = 0;     ///< frees of offsets with no live allocation (skipped):
-                                         ///< allocated before the trace started, or failed here
+  std::uint64_t events = 0;           ///< events in the trace
+  std::uint64_t allocations = 0;      ///< allocations that succeeded
+  std::uint64_t frees = 0;            ///< frees performed
+  std::uint64_t failures = 0;         ///< allocations the heap could not serve
+  std::uint64_t unmatched_frees = 0;  ///< frees of offsets with no live allocation (skipped):
+                                      ///< allocated before the trace started, or failed here
+  std::uint64_t unmatched_frees_in_trace = 0;   ///< of those, frees of offsets the trace never
+                                                ///< allocated (before it started)
+  std::uint64_t first_unmatched_free_line = 0;  ///< line of the first of those (0: none)
   std::uint64_t left_live = 0;           ///< allocations the trace never freed (freed at the end)
   std::size_t peak_bytes_in_use = 0;     ///< heap's peak during the replay (it is reset first)
   std::size_t peak_requested_bytes = 0;  ///< trace's peak of requested bytes live
@@ -77,8 +82,9 @@ struct replay_result {
 /// Drives `heap` with the events in order: each `a` is heap.try_allocate(bytes, stream),
 /// each `f` frees the pointer that replaced the allocation recorded at that offset.
 /// Allocations still live at the end are freed, so the heap ends as it started. Resets
-/// the heap's peak. Throws invalid_argument (naming the line) when an allocation is
-/// recorded at an offset that is still live, as a trace from one heap cannot have.
+/// the heap's peak. Throws invalid_argument (naming the lines) for what a trace from one heap
+/// cannot have: an allocation at an offset that is still live, a free of an offset already
+/// freed, a free whose size is not its allocation's.
 replay_result replay_events(std::span<const trace_event> events, device_heap& heap);
 
 /// read_trace(path), then replay_events. Throws as both.
