@@ -5,11 +5,13 @@
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
+#include "memweave/core/units.hpp"
 
 namespace memweave {
 
 conv_ws_options conv_ws_options::parse(const std::string& mode, const std::string& what) {
   conv_ws_options o;
+  o.source = what;
   if (mode == "dynamic") {
     o.mode = conv_ws_mode::dynamic;
   } else if (mode == "none") {
@@ -20,8 +22,8 @@ conv_ws_options conv_ws_options::parse(const std::string& mode, const std::strin
     o.mode = conv_ws_mode::fixed;
     o.fixed_algorithm = mode.substr(6);
   } else {
-    throw invalid_argument(what + "='" + mode +
-                           "' is not a workspace mode: expected dynamic, none, max or "
+    throw invalid_argument(knob_value(what, mode) +
+                           " is not a workspace mode: expected dynamic, none, max or "
                            "fixed:<algorithm> (e.g. fixed:direct)");
   }
   return o;
@@ -78,9 +80,9 @@ const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std
   }
   MEMWEAVE_EXPECTS(has_zero,
                    "convolution " + key + " has no algorithm without workspace among: " + names);
-  MEMWEAVE_EXPECTS(has_fixed, "MEMWEAVE_CONV_WS=fixed:" + options_.fixed_algorithm +
-                                  " names no algorithm of convolution " + key +
-                                  "; available: " + names);
+  MEMWEAVE_EXPECTS(has_fixed, knob_value(options_.source, options_.mode_name()) +
+                                  " names no algorithm of convolution " + key + "; available: " +
+                                  names + "; " + std::string(knob_remedy(options_.source)));
   ++measured_;
   cache_.insert(key, std::move(measured));
   return *cache_.find(key);

@@ -1,8 +1,7 @@
 // Parsing of command-line options. Single-threaded (the CLI's main thread).
 #include "cli_args.hpp"
 
-#include <charconv>
-
+#include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 
@@ -21,11 +20,19 @@ cli_args::cli_args(int argc, const char* const* argv, int first, std::set<std::s
     if (const auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
+      if (flags_.contains(name)) {
+        throw invalid_argument("option --" + name + " takes no value; write --" + name + " alone");
+      }
     } else if (!flags_.contains(name)) {
       if (i + 1 >= argc) {
         throw invalid_argument("option --" + name + " needs a value; see `memweave help`");
       }
       value = argv[++i];
+      if (value.starts_with("--") && value.size() > 2) {
+        throw invalid_argument("option --" + name + " needs a value, but is followed by " + value +
+                               "; give the value after --" + name + " (or write --" + name +
+                               "=VALUE)");
+      }
     }
     if (values_.contains(name)) {
       throw invalid_argument("option --" + name + " is given twice; give it once");
@@ -45,25 +52,43 @@ std::string cli_args::get_or(const std::string& name, const std::string& fallbac
   return get(name).value_or(fallback);
 }
 
-std::optional<std::size_t> cli_args::get_bytes(const std::string& name) {
+std::optional<std::size_t> cli_args::get_bytes(const std::string& name, std::size_t minimum,
+                                               std::size_t maximum) {
   auto v = get(name);
   if (!v) return std::nullopt;
-  return parse_bytes(*v, "--" + name);
+  const std::size_t b = parse_bytes(*v, "--" + name);
+  if (b < minimum || b > maximum) {
+    throw invalid_argument(knob_value("--" + name, *v) + " is out of range: expected a size from " +
+                           format_bytes(minimum) + " to " + format_bytes(maximum) +
+                           "; change the option");
+  }
+  return b;
 }
 
-std::optional<long long> cli_args::get_int(const std::string& name, long long minimum) {
+std::optional<std::int64_t> cli_args::get_int(const std::string& name, std::int64_t minimum,
+                                              std::int64_t maximum) {
   auto v = get(name);
   if (!v) return std::nullopt;
-  long long out = 0;
-  auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (v->empty() || ec != std::errc() || end != v->data() + v->size()) {
-    throw invalid_argument("--" + name + " '" + *v + "' is not an integer");
-  }
-  if (out < minimum) {
-    throw invalid_argument("--" + name + " " + *v + " is too small: expected at least " +
-                           std::to_string(minimum));
-  }
-  return out;
+  return parse_int(*v, "--" + name, minimum, maximum);
+}
+
+std::optional<double> cli_args::get_double(const std::string& name, double minimum,
+                                           double maximum) {
+  auto v = get(name);
+  if (!v) return std::nullopt;
+  return parse_double(*v, "--" + name, minimum, maximum);
+}
+
+std::int64_t cli_args::get_int_or_variable(const std::string& name, std::string_view variable) {
+  if (auto v = get(name)) return parse_option_int(variable, *v, "--" + name);
+  return option_int(variable).value_or(0);
+}
+
+std::optional<std::size_t> cli_args::get_bytes_of_variable(const std::string& name,
+                                                           std::string_view variable) {
+  auto v = get(name);
+  if (!v) return std::nullopt;
+  return parse_option_bytes(variable, *v, "--" + name);
 }
 
 bool cli_args::flag(const std::string& name) {

@@ -1,7 +1,10 @@
-// The `memweave` program: dispatches to a subcommand; every memweave::error becomes one
-// line on stderr and exit code 2 (1 means no policy asked for fit its budget).
+// The `memweave` program: dispatches to a subcommand. Exit codes (README): 0 ran and a
+// policy fits, 1 no policy asked for fits its budget, 2 bad input (every memweave::error
+// but a device failure: one line on stderr), 3 internal error (a device failure or a bug).
 #include <cstring>
 #include <iostream>
+#include <new>
+#include <string>
 
 #include "commands.hpp"
 #include "memweave/alloc/static_tls.hpp"
@@ -31,6 +34,8 @@ commands:
           [--pool SIZE] [--fit best,first]
   config  list the MEMWEAVE_* variables with their values (--markdown: README table)
 
+exit codes: 0 ran and fits, 1 does not fit, 2 bad input, 3 internal error
+
 networks: alexnet vgg16 resnet50 resnet101 resnet152 resnet:<n1>,<n2>,<n3>,<n4>
           inception_v4 densenet121
 )";
@@ -55,8 +60,20 @@ int main(int argc, char** argv) {
     if (command == "config") return memweave::config_command(argc, argv, std::cout);
     std::cerr << "memweave: unknown command '" << command << "'\n" << k_usage;
     return 2;
+  } catch (const memweave::device_error& e) {
+    std::cerr << "memweave: device error: " << e.what() << "\n";
+    return 3;
   } catch (const memweave::error& e) {
     std::cerr << "memweave: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // Host memory ran out: some size on the command line is more than this machine holds.
+    std::string args;
+    for (int i = 1; i < argc; ++i) args += std::string(i > 1 ? " " : "") + argv[i];
+    std::cerr << "memweave: error: out of host memory (std::bad_alloc) running `memweave " << args
+              << "`: a size or count given (--batch, --image-side, --width, --classes, "
+                 "--host-pool, --synthetic-layers) needs more memory than this machine has; "
+                 "lower it\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "memweave: internal error: " << e.what() << "\n";

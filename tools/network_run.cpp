@@ -1,16 +1,82 @@
 // Shared by train and plan. Single-threaded.
 #include "network_run.hpp"
 
-#include <chrono>
-#include <cstdio>
-#include <iomanip>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include "memweave/core/checked.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/recompute/recompute_plan.hpp"
 #include "report_writers.hpp"
 
 namespace memweave {
+
+namespace {
+
+// Ranges of the options that are not variables. Each is far above any real use and keeps
+// the value inside the type it is stored in; sizes beyond them are caught as tensors
+// larger than the address space (engine/graph), naming the layer.
+constexpr std::int64_t k_max_batch = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t k_max_side = 1 << 20;
+constexpr std::int64_t k_max_classes = 1 << 24;
+constexpr double k_min_width = 1e-6;
+constexpr double k_min_learning_rate = 1e-12;
+constexpr double k_max_learning_rate = 1e3;  // keeps the float finite
+
+// Runs `parse`; an invalid_argument it throws is rethrown prefixed with `knob`, the option or
+// variable the text came from (parsers of names know the name, not where it came from).
+template <class F>
+auto from_knob(const std::string& knob, F&& parse) {
+  try {
+    return parse();
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(knob + ": " + e.what());
+  }
+}
+
+void check_output_path(const std::string& knob, const std::string& path,
+                       std::set<std::string>& seen) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    throw invalid_argument(knob_value(knob, path) + " is a directory; give a file path");
+  }
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    throw invalid_argument(knob_value(knob, path) + ": the directory '" + dir.string() +
+                           "' does not exist; create it or give another path");
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw invalid_argument(knob_value(knob, path) + ": the directory '" + dir.string() +
+                           "' is not writable (" + std::strerror(errno) + "); give another path");
+  }
+  const fs::path canonical = fs::weakly_canonical(p, ec);
+  if (!seen.insert(ec ? path : canonical.string()).second) {
+    throw invalid_argument(knob_value(knob, path) +
+                           " is also the path of another output of this run; give each "
+                           "output its own path");
+  }
+}
+
+void write_outputs(const network_run_options& o, const run_report& report, std::ostream& out) {
+  if (!o.json.empty()) write_file(o.json, report, write_json), out << "wrote " << o.json << "\n";
+  if (!o.csv.empty()) write_file(o.csv, report, write_csv), out << "wrote " << o.csv << "\n";
+  if (!o.svg.empty()) write_file(o.svg, report, write_svg), out << "wrote " << o.svg << "\n";
+}
+
+}  // namespace
 
 network_run_options read_network_run_options(cli_args& args) {
   network_run_options o;
@@ -20,64 +86,104 @@ network_run_options read_network_run_options(cli_args& args) {
                    "resnet101, resnet152, resnet:<n1>,<n2>,<n3>,<n4>, "
                    "inception_v4, densenet121");
   o.net = *net;
-  o.zoo.batch = args.get_int("batch").value_or(32);
-  o.zoo.image_side = args.get_int("image-side").value_or(0);
-  o.zoo.classes = args.get_int("classes").value_or(1000);
-  if (auto w = args.get("width")) o.zoo.width_scale = parse_double(*w, "--width");
-  MEMWEAVE_EXPECTS(o.zoo.width_scale > 0, "--width must be positive");
-  o.policies = split_list(args.get_or("policy", option_string("MEMWEAVE_POLICY")));
+  o.zoo.batch = args.get_int("batch", 1, k_max_batch).value_or(32);
+  o.zoo.image_side = args.get_int("image-side", 1, k_max_side).value_or(0);
+  o.zoo.classes = args.get_int("classes", 1, k_max_classes).value_or(1000);
+  o.zoo.width_scale = args.get_double("width", k_min_width, k_max_width_scale).value_or(1.0);
+
+  const auto policy = args.get("policy");
+  const std::string policy_knob = policy ? "--policy" : "MEMWEAVE_POLICY";
+  o.policies = split_list(policy ? *policy : option_string("MEMWEAVE_POLICY"));
   MEMWEAVE_EXPECTS(!o.policies.empty(),
-                   "--policy is empty: give a policy or a comma-separated list");
-  for (const auto& p : o.policies) (void)executor_policy::parse(p);
-  o.budget_bytes = args.get_bytes("budget").value_or(0);
-  if (args.get("budget")) MEMWEAVE_EXPECTS(o.budget_bytes > 0, "--budget must be positive");
+                   policy_knob + " is empty: give a policy or a comma-separated list");
+  std::set<std::string> seen;
+  for (const auto& p : o.policies) {
+    (void)from_knob(policy_knob, [&] { return executor_policy::parse(p); });
+    MEMWEAVE_EXPECTS(seen.insert(p).second,
+                     policy_knob + " lists '" + p + "' twice; give each policy once");
+  }
+  o.budget_bytes = args.get_bytes("budget", 1, k_max_tensor_bytes).value_or(0);
   o.executor.heap = heap_options::from_environment();
   if (auto fit = args.get("fit")) {
     MEMWEAVE_EXPECTS(*fit == "best" || *fit == "first",
                      "--fit '" + *fit + "': expected best or first");
     o.executor.heap.fit = *fit == "best" ? fit_policy::best : fit_policy::first;
   }
-  o.executor.conv_ws = conv_ws_options::from_environment();
   if (auto ws = args.get("conv-ws")) {
+    // Only the mode comes from the option: the reserve and the cache file stay the
+    // environment's, read (and checked) only here.
     const conv_ws_options mode = conv_ws_options::parse(*ws, "--conv-ws");
+    o.executor.conv_ws.reserve_bytes = option_bytes("MEMWEAVE_CONV_WS_RESERVE").value_or(0);
+    o.executor.conv_ws.cache_path = option_string("MEMWEAVE_CONV_CACHE");
     o.executor.conv_ws.mode = mode.mode;
     o.executor.conv_ws.fixed_algorithm = mode.fixed_algorithm;
+    o.executor.conv_ws.source = mode.source;
+  } else {
+    o.executor.conv_ws = conv_ws_options::from_environment();
   }
-  o.executor.recompute_strategy = args.get_or("recompute", option_string("MEMWEAVE_RECOMPUTE"));
-  (void)parse_recompute_strategy(o.executor.recompute_strategy);
-  o.executor.seed = static_cast<std::uint64_t>(args.get_int("seed", 0).value_or(1));
-  if (auto lr = args.get("lr"))
-    o.executor.learning_rate = static_cast<float>(parse_double(*lr, "--lr"));
-  o.executor.threads = static_cast<int>(args.get_int("threads", 0).value_or(0));
-  o.executor.host_pool_bytes = args.get_bytes("host-pool").value_or(0);
-  o.executor.prefetch_distance = static_cast<int>(
-      args.get_int("prefetch-distance")
-          .value_or(static_cast<long long>(*option_double("MEMWEAVE_PREFETCH_DISTANCE"))));
+  const auto recompute = args.get("recompute");
+  o.executor.recompute_strategy = recompute ? *recompute : option_string("MEMWEAVE_RECOMPUTE");
+  (void)from_knob(recompute ? "--recompute" : "MEMWEAVE_RECOMPUTE",
+                  [&] { return parse_recompute_strategy(o.executor.recompute_strategy); });
+  o.executor.seed = static_cast<std::uint64_t>(
+      args.get_int("seed", 0, std::numeric_limits<std::int64_t>::max()).value_or(1));
+  o.executor.learning_rate = static_cast<float>(
+      args.get_double("lr", k_min_learning_rate, k_max_learning_rate).value_or(0.01));
+  o.executor.threads = static_cast<int>(args.get_int_or_variable("threads", "MEMWEAVE_THREADS"));
+  // Absent: 0, the executor's "MEMWEAVE_HOST_POOL_BYTES" (plan then models a large host).
+  o.executor.host_pool_bytes =
+      args.get_bytes_of_variable("host-pool", "MEMWEAVE_HOST_POOL_BYTES").value_or(0);
+  o.executor.prefetch_distance =
+      static_cast<int>(args.get_int_or_variable("prefetch-distance", "MEMWEAVE_PREFETCH_DISTANCE"));
   o.json = args.get_or("json", "");
   o.csv = args.get_or("csv", "");
   o.svg = args.get_or("svg", "");
   return o;
 }
 
+std::string trace_path_of(const network_run_options& o, const std::string& policy) {
+  const std::string& base = o.executor.heap.trace_path;
+  if (base.empty() || o.policies.size() <= 1) return base;
+  return base + "." + policy;
+}
+
+void check_output_paths(const network_run_options& o) {
+  std::set<std::string> seen;
+  if (!o.json.empty()) check_output_path("--json", o.json, seen);
+  if (!o.csv.empty()) check_output_path("--csv", o.csv, seen);
+  if (!o.svg.empty()) check_output_path("--svg", o.svg, seen);
+  for (const auto& p : o.policies) {
+    const std::string trace = trace_path_of(o, p);
+    if (!trace.empty()) check_output_path("MEMWEAVE_TRACE", trace, seen);
+  }
+}
+
+bool does_not_fit(const std::exception& e) noexcept {
+  if (dynamic_cast<const out_of_memory*>(&e) || dynamic_cast<const budget_too_small*>(&e)) {
+    return true;
+  }
+  // The executor's floor check throws a plain invalid_argument with this wording until it
+  // throws budget_too_small (engine/runtime/executor.cpp, executor::executor).
+  return dynamic_cast<const invalid_argument*>(&e) &&
+         std::strstr(e.what(), " is below what policy ") != nullptr;
+}
+
 policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
-                         int iterations, const std::string& data_spec, std::ostream* progress,
+                         int iterations, data_source* data, std::ostream* progress,
                          std::string* device_name) {
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
-  std::unique_ptr<data_source> data;
-  if (dev->touches_memory()) {
-    const shape4 img = net[net.data_layer()].output_shape;
-    data = make_data_source(data_spec, img, net.classes(), eo.seed);
-  }
+  eo.heap.trace_path = trace_path_of(o, policy);
   policy_report report;
   std::unique_ptr<executor> ex;
   try {
     ex = std::make_unique<executor>(net, *dev, eo);
-  } catch (const out_of_memory& e) {  // not even the parameters fit
+  } catch (const error& e) {  // below the policy's floor, or not even the parameters fit
+    if (!does_not_fit(e)) throw;
     report.policy = policy;
     report.fits = false;
     report.failure = e.what();
@@ -89,9 +195,22 @@ policy_report run_policy(const network& net, const network_run_options& o,
   try {
     for (int it = 0; it < iterations; ++it) {
       const auto t0 = std::chrono::steady_clock::now();
-      const double loss = ex->run_iteration(data.get(), it);
+      const double loss = ex->run_iteration(dev->touches_memory() ? data : nullptr, it);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       losses.push_back(loss);
+      if (!std::isfinite(loss)) {
+        // Not a success: kept as a failed row with everything it measured.
+        char lr[32];
+        std::snprintf(lr, sizeof lr, "%g", static_cast<double>(eo.learning_rate));
+        report = ex->report();
+        report.losses = std::move(losses);
+        report.fits = false;
+        report.failed = true;
+        report.failure = "policy " + policy + ": the loss of iteration " + std::to_string(it + 1) +
+                         " is " + std::to_string(loss) + ": training diverged; lower --lr (now " +
+                         lr + ")";
+        return report;
+      }
       if (it > 0 || iterations == 1) measured_s += s, ++measured;  // the first warms up
       if (progress) {
         const heap_stats st = ex->heap().stats();
@@ -120,10 +239,37 @@ policy_report run_policy(const network& net, const network_run_options& o,
   return report;
 }
 
-void write_outputs(const network_run_options& o, const run_report& report, std::ostream& out) {
-  if (!o.json.empty()) write_file(o.json, report, write_json), out << "wrote " << o.json << "\n";
-  if (!o.csv.empty()) write_file(o.csv, report, write_csv), out << "wrote " << o.csv << "\n";
-  if (!o.svg.empty()) write_file(o.svg, report, write_svg), out << "wrote " << o.svg << "\n";
+int run_policies(const network& net, const network_run_options& o, const device_options& dev,
+                 int iterations, data_source* data, run_report& report, std::ostream& out,
+                 std::ostream* progress) {
+  std::exception_ptr first_error;
+  for (const std::string& policy : o.policies) {
+    try {
+      report.policies.push_back(
+          run_policy(net, o, policy, dev, iterations, data, progress, &report.device));
+    } catch (const std::exception& e) {
+      // Kept as a row; the policies after it still run and everything is written.
+      policy_report failed;
+      failed.policy = policy;
+      failed.fits = false;
+      failed.failed = true;
+      failed.failure = e.what();
+      report.policies.push_back(std::move(failed));
+      if (!first_error) first_error = std::current_exception();
+    }
+    const std::string trace = trace_path_of(o, policy);
+    if (!trace.empty()) out << "heap trace of " << policy << ": " << trace << "\n";
+  }
+  write_summary(out, report);
+  write_outputs(o, report, out);
+  if (first_error) std::rethrow_exception(first_error);
+  for (const auto& p : report.policies) {
+    if (p.failed) throw invalid_argument(p.failure);  // diverged
+  }
+  for (const auto& p : report.policies) {
+    if (p.fits) return 0;
+  }
+  return 1;
 }
 
 }  // namespace memweave

@@ -1,8 +1,10 @@
 // What `train` and `plan` share: reading the network options, building the network from
-// the zoo, and running one policy through the executor on a device into a policy_report.
+// the zoo, running one policy through the executor on a device into a policy_report, and
+// running a list of policies so that nothing finished is lost when a later one fails.
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "cli_args.hpp"
 #include "memweave/device/device.hpp"
+#include "memweave/engine/data_source.hpp"
 #include "memweave/engine/executor.hpp"
 #include "memweave/engine/network.hpp"
 #include "memweave/engine/run_report.hpp"
@@ -23,23 +26,46 @@ struct network_run_options {
   zoo_options zoo;
   std::vector<std::string> policies;
   std::size_t budget_bytes = 0;  ///< 0 = no budget
-  executor_options executor;     ///< policy and budget are filled per run
+  executor_options executor;     ///< policy and budget are filled per run; heap.trace_path
+                                 ///< is MEMWEAVE_TRACE (see trace_path_of)
   std::string json, csv, svg;    ///< output paths ("" = none)
 };
 
 /// Reads --net, --batch, --image-side, --width, --classes, --policy, --budget, --fit,
-/// --conv-algo, --seed, --lr, --threads, --json, --csv, --svg.
+/// --conv-ws, --recompute, --seed, --lr, --threads, --host-pool, --prefetch-distance,
+/// --json, --csv, --svg: each number to its type and range, each error naming the option.
 network_run_options read_network_run_options(cli_args& args);
 
+/// The heap trace file of `policy`: MEMWEAVE_TRACE itself when one policy runs,
+/// "<MEMWEAVE_TRACE>.<policy>" when several do (each keeps its own); "" when unset.
+std::string trace_path_of(const network_run_options& o, const std::string& policy);
+
+/// Checks, before anything runs, that every file the run will write (--json, --csv, --svg,
+/// each policy's trace) can be: not a directory, in an existing writable directory, no two
+/// the same. Throws invalid_argument naming the option and the path.
+void check_output_paths(const network_run_options& o);
+
+/// Whether `e` means "this policy does not fit the budget" (out_of_memory, or a budget
+/// below the policy's floor) rather than bad input or a failure.
+bool does_not_fit(const std::exception& e) noexcept;
+
 /// Runs `iterations` iterations of policy `policy` on a fresh device made from
-/// `device_opts` (null: plan). Allocation failure becomes fits = false with the message.
-/// `progress` (may be null) gets one line per iteration.
+/// `device_opts` (null: plan) with `data` (null on the null device). Not fitting becomes
+/// fits = false with the message; a loss that is not finite, failed = true with a message
+/// naming the iteration and --lr; any other error is thrown. `progress` (may be null) gets
+/// one line per iteration.
 policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
-                         int iterations, const std::string& data_spec, std::ostream* progress,
+                         int iterations, data_source* data, std::ostream* progress,
                          std::string* device_name);
 
-/// Writes the --json/--csv/--svg files asked for.
-void write_outputs(const network_run_options& o, const run_report& report, std::ostream& out);
+/// Runs every policy of `o` into report.policies (report's other fields are the caller's):
+/// a policy that fails is kept as a row (failed, with its error) and the next one still
+/// runs. Then writes the summary and the outputs, and rethrows the first error (or throws
+/// invalid_argument with the first failed row's message); otherwise returns the exit code:
+/// 0 when some policy fits, 1 when none does. `progress` as run_policy.
+int run_policies(const network& net, const network_run_options& o, const device_options& dev,
+                 int iterations, data_source* data, run_report& report, std::ostream& out,
+                 std::ostream* progress);
 
 }  // namespace memweave

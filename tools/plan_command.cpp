@@ -10,33 +10,44 @@
 
 #include <chrono>
 #include <iomanip>
+#include <sstream>
 
 namespace memweave {
 
 namespace {
 
-// Whether `policy` runs one iteration of `net` within the budget on the null device.
+// Whether `policy` runs one iteration of `net` within the budget on the null device. Only
+// "does not fit" is false: any other error (a bad --conv-ws, say) is the user's to fix and
+// propagates, instead of being taken for a budget too small.
 bool fits_budget(const network& net, const network_run_options& o, const std::string& policy,
                  const device_options& dev) {
   try {
-    return run_policy(net, o, policy, dev, 1, "", nullptr, nullptr).fits;
-  } catch (const invalid_argument&) {
-    return false;  // below what this policy can run at this size
+    return run_policy(net, o, policy, dev, 1, nullptr, nullptr, nullptr).fits;
+  } catch (const error& e) {
+    if (does_not_fit(e)) return false;
+    throw;
   }
 }
 
 // --max-batch / --max-depth: the largest batch (or ResNet n3) that fits, per policy.
-int plan_largest(const network_run_options& o, bool depth, std::ostream& out) {
+int plan_largest(network_run_options o, bool depth, std::ostream& out) {
   MEMWEAVE_EXPECTS(o.budget_bytes != 0, std::string(depth ? "--max-depth" : "--max-batch") +
                                             " needs --budget (the memory to fit in)");
   device_options dev;
   dev.kind = "null";
   dev.capacity_bytes = o.budget_bytes;
   const auto blocks = depth ? resnet_blocks(o.net) : std::array<std::int64_t, 4>{};
+  if (!o.executor.heap.trace_path.empty()) {
+    // Hundreds of probes would each replace the file: a search writes no trace.
+    out << "MEMWEAVE_TRACE is not written by a search (--max-batch/--max-depth); plan one "
+           "batch or depth to trace it\n";
+    o.executor.heap.trace_path.clear();
+  }
   out << "memweave plan " << o.net << ": the "
       << (depth ? "deepest ResNet (n3 growing, batch " + std::to_string(o.zoo.batch) + ")"
                 : std::string("largest batch"))
       << " within " << format_bytes(o.budget_bytes) << "\n";
+  bool any_fits = false;
   for (const std::string& policy : o.policies) {
     const largest_fit r = search_largest(1, depth ? 100000 : 1 << 20, [&](std::int64_t v) {
       zoo_options z = o.zoo;
@@ -61,8 +72,9 @@ int plan_largest(const network_run_options& o, bool depth, std::ostream& out) {
     out << "  (" << r.probes << " planner runs, " << std::fixed << std::setprecision(2) << r.seconds
         << " s)\n";
     out.unsetf(std::ios::fixed);
+    any_fits = any_fits || r.value > 0;
   }
-  return 0;
+  return any_fits ? 0 : 1;
 }
 
 }  // namespace
@@ -78,8 +90,15 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   const bool max_batch = args.flag("max-batch"), max_depth = args.flag("max-depth");
   args.reject_unused();
   MEMWEAVE_EXPECTS(!(max_batch && max_depth), "give --max-batch or --max-depth, not both");
-  if (max_batch || max_depth) return plan_largest(o, max_depth, out);
+  if (max_batch || max_depth) {
+    MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty(),
+                     std::string(max_batch ? "--max-batch" : "--max-depth") +
+                         " prints its answer and writes no --json, --csv or --svg; plan the "
+                         "batch or depth it finds to get those");
+    return plan_largest(o, max_depth, out);
+  }
 
+  check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
   const network net = make_network(o.net, o.zoo);
   device_options dev;
@@ -93,8 +112,13 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   report.batch = o.zoo.batch;
   report.budget_bytes = o.budget_bytes;
   report.iterations = 1;
-  for (const std::string& policy : o.policies) {
-    report.policies.push_back(run_policy(net, o, policy, dev, 1, "", nullptr, &report.device));
+  std::ostringstream runs;  // printed after the header, which needs the planning time
+  std::exception_ptr error;
+  int code = 1;
+  try {
+    code = run_policies(net, o, dev, 1, nullptr, report, runs, nullptr);
+  } catch (...) {
+    error = std::current_exception();
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -102,9 +126,9 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
       << " parameters, batch " << o.zoo.batch << " (planned in " << std::fixed
       << std::setprecision(3) << seconds << " s)\n";
   out.unsetf(std::ios::fixed);
-  write_summary(out, report);
-  write_outputs(o, report, out);
-  return 0;
+  out << runs.str();
+  if (error) std::rethrow_exception(error);
+  return code;  // 1: no policy fits the budget
 }
 
 }  // namespace memweave

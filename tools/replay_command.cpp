@@ -1,32 +1,58 @@
 // `memweave replay`: drives a device heap with an allocation trace (MEMWEAVE_TRACE's
-// format) and prints what the heap did; --synthetic writes a training-like trace first.
+// format) and prints what the heap did; --synthetic-layers writes a training-like trace
+// first (never over an existing file).
+#include <filesystem>
 #include <iomanip>
+#include <set>
 
 #include "cli_args.hpp"
 #include "commands.hpp"
 #include "memweave/alloc/device_heap.hpp"
 #include "memweave/alloc/trace.hpp"
+#include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 
 namespace memweave {
 
+namespace {
+
+constexpr std::int64_t k_max_synthetic_layers = 100000;
+constexpr std::int64_t k_max_synthetic_batch = 4096;
+
+}  // namespace
+
 int replay_command(int argc, const char* const* argv, std::ostream& out) {
   cli_args args(argc, argv, 2, {});
   std::string path = args.get_or("trace", "");
-  const auto synthetic_layers = args.get_int("synthetic-layers");
-  const auto batch = args.get_int("batch");
-  const auto pool = args.get_bytes("pool");
+  const auto synthetic_layers = args.get_int("synthetic-layers", 1, k_max_synthetic_layers);
+  const auto batch = args.get_int("batch", 1, k_max_synthetic_batch);
+  const auto pool = args.get_bytes("pool", 1 << 20, k_max_tensor_bytes);
   const std::string fit = args.get_or("fit", "best,first");
   args.reject_unused();
   MEMWEAVE_EXPECTS(!path.empty() || synthetic_layers,
                    "give --trace PATH (a MEMWEAVE_TRACE file) or --synthetic-layers N "
                    "(with --trace PATH to keep it)");
+  MEMWEAVE_EXPECTS(!batch || synthetic_layers,
+                   "--batch sizes a synthetic trace: give it with --synthetic-layers, or "
+                   "leave it out when replaying --trace");
+  const std::vector<std::string> fits = split_list(fit);
+  MEMWEAVE_EXPECTS(!fits.empty(), "--fit is empty: give best, first or best,first");
+  std::set<std::string> seen;
+  for (const std::string& f : fits) {
+    MEMWEAVE_EXPECTS(f == "best" || f == "first", "--fit '" + f + "': expected best or first");
+    MEMWEAVE_EXPECTS(seen.insert(f).second, "--fit lists '" + f + "' twice; give it once");
+  }
   if (synthetic_layers) {
     synthetic_trace_options so;
     so.layers = static_cast<std::size_t>(*synthetic_layers);
     so.batch = static_cast<std::size_t>(batch.value_or(32));
     if (path.empty()) path = "memweave-synthetic.trace";
+    std::error_code ec;
+    MEMWEAVE_EXPECTS(!std::filesystem::exists(path, ec),
+                     "--synthetic-layers would overwrite '" + path +
+                         "', which exists; remove it, or give another --trace PATH (to replay "
+                         "it, leave out --synthetic-layers)");
     write_synthetic_trace(path, so);
     out << "wrote a synthetic trace of " << so.layers << " layers, batch " << so.batch << " to "
         << path << "\n";
@@ -40,20 +66,31 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
       << std::setw(14) << "peak in use" << std::setw(14) << "footprint" << std::setw(10)
       << "frag@peak" << std::setw(10) << "failures"
       << "\n";
-  for (const std::string& f : split_list(fit)) {
-    MEMWEAVE_EXPECTS(f == "best" || f == "first", "--fit '" + f + "': expected best or first");
+  replay_result last;
+  for (const std::string& f : fits) {
     auto dev = make_device(dopt);
     heap_options h;
     h.pool_bytes = pool.value_or(std::size_t{256} << 30);
     h.fit = f == "best" ? fit_policy::best : fit_policy::first;
     device_heap heap(*dev, h);
-    const replay_result r = replay_events(events, heap);
+    last = replay_events(events, heap);
     out << std::left << std::setw(7) << f << std::right << std::setw(12) << std::fixed
-        << std::setprecision(1) << r.ns_per_op << std::setw(14) << format_bytes(r.peak_bytes_in_use)
-        << std::setw(14) << format_bytes(r.footprint_at_peak) << std::setw(9)
-        << std::setprecision(2) << 100.0 * r.fragmentation_at_peak << "%" << std::setw(10)
-        << r.failures << "\n";
+        << std::setprecision(1) << last.ns_per_op << std::setw(14)
+        << format_bytes(last.peak_bytes_in_use) << std::setw(14)
+        << format_bytes(last.footprint_at_peak) << std::setw(9) << std::setprecision(2)
+        << 100.0 * last.fragmentation_at_peak << "%" << std::setw(10) << last.failures << "\n";
     out.unsetf(std::ios::fixed);
+  }
+  // What the trace itself holds that a replay cannot reproduce, the same for every fit.
+  if (last.unmatched_frees_in_trace > 0) {
+    out << "note: " << last.unmatched_frees_in_trace
+        << " free(s) of offsets the trace never allocated were skipped (first at line "
+        << last.first_unmatched_free_line << "): the trace started after they were allocated\n";
+  }
+  if (last.left_live > 0) {
+    out << "note: " << last.left_live
+        << " allocation(s) were never freed in the trace (an interrupted run?); the replay "
+           "freed them at the end\n";
   }
   return 0;
 }

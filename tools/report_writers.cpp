@@ -1,6 +1,8 @@
 // Output formats of a run_report. Pure functions of the report; no state.
 #include "report_writers.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -82,6 +84,7 @@ void write_json(std::ostream& out, const run_report& r) {
     const policy_report& p = r.policies[i];
     out << (i ? "," : "") << "\n    {\n      \"policy\": " << json_string(p.policy)
         << ",\n      \"fits\": " << (p.fits ? "true" : "false")
+        << ",\n      \"failed\": " << (p.failed ? "true" : "false")
         << ",\n      \"failure\": " << json_string(p.failure)
         << ",\n      \"peak_bytes\": " << p.peak_bytes
         << ",\n      \"peak_live_bytes\": " << p.peak_live_bytes
@@ -198,8 +201,9 @@ void write_svg(std::ostream& out, const run_report& r) {
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
     const auto& p = r.policies[i];
     const double x = left + slot * static_cast<double>(i);
-    const std::string what =
-        p.fits ? "peak " + format_bytes(p.peak_bytes) : std::string("does not fit");
+    const std::string what = p.fits     ? "peak " + format_bytes(p.peak_bytes)
+                             : p.failed ? std::string("failed")
+                                        : std::string("does not fit");
     out << "<rect x=\"" << x << "\" y=\"" << legend_y - 10
         << "\" width=\"14\" height=\"10\" fill=\"" << colours[i % 6] << "\"/><text x=\"" << x + 18
         << "\" y=\"" << legend_y << "\">" << xml_escape(p.policy) << " (" << what << ")</text>\n";
@@ -220,7 +224,10 @@ void write_summary(std::ostream& out, const run_report& r) {
   if (r.command == "train") out << std::setw(10) << "img/s" << std::setw(12) << "last loss";
   out << "\n";
   for (const auto& p : r.policies) {
-    out << std::left << std::setw(12) << p.policy << std::setw(6) << (p.fits ? "yes" : "NO")
+    out << std::left << std::setw(12) << p.policy << std::setw(6)
+        << (p.fits     ? "yes"
+            : p.failed ? "ERR"
+                       : "NO")
         << std::right << std::setw(13) << format_bytes(p.peak_bytes) << std::setw(13)
         << format_bytes(p.peak_live_bytes) << std::setw(13) << format_bytes(p.max_layer_bytes)
         << std::setw(13) << format_bytes(p.persistent_bytes) << std::setw(10) << p.tensors_allocated
@@ -238,14 +245,28 @@ void write_summary(std::ostream& out, const run_report& r) {
 
 void write_file(const std::string& path, const run_report& report,
                 void (*writer)(std::ostream&, const run_report&)) {
-  std::ofstream out(path);
-  if (!out) {
-    throw invalid_argument("cannot write '" + path + "': " + std::strerror(errno) +
-                           "; give a path in a writable directory");
+  // Written next to the target and renamed over it: a reader never sees half a file, and a
+  // failure leaves any earlier file at `path` as it was.
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    if (!out) {
+      throw invalid_argument("cannot write '" + path + "': " + std::strerror(errno) +
+                             "; give a path in a writable directory");
+    }
+    writer(out, report);
+    if (!out.flush()) {
+      const int err = errno;
+      out.close();
+      std::remove(tmp.c_str());
+      throw invalid_argument("writing '" + path + "' failed: " + std::strerror(err));
+    }
   }
-  writer(out, report);
-  if (!out.flush()) {
-    throw invalid_argument("writing '" + path + "' failed: " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw invalid_argument("cannot write '" + path + "': " + std::strerror(err) +
+                           "; give a path in a writable directory");
   }
 }
 

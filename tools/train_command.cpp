@@ -1,5 +1,8 @@
 // `memweave train`: trains a zoo network under a budget with each policy asked for, on the
-// host (or cuda) device, printing a progress line per iteration and a summary.
+// host (or cuda) device, printing a progress line per iteration and a summary. Everything
+// the run will need (options, data, output paths) is checked before the first policy runs.
+#include <limits>
+
 #include "commands.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
@@ -12,16 +15,28 @@ namespace memweave {
 int train_command(int argc, const char* const* argv, std::ostream& out) {
   cli_args args(argc, argv, 2, {});
   network_run_options o = read_network_run_options(args);
-  const int iterations = static_cast<int>(args.get_int("iterations").value_or(10));
+  const int iterations =
+      static_cast<int>(args.get_int("iterations", 1, std::numeric_limits<int>::max()).value_or(10));
   const std::string data = args.get_or("data", "synthetic");
   device_options dev = device_options::from_environment();
-  dev.kind = args.get_or("device", dev.kind);
+  if (auto kind = args.get("device")) {
+    MEMWEAVE_EXPECTS(*kind == "auto" || *kind == "host" || *kind == "cuda",
+                     knob_value("--device", *kind) +
+                         " is not a device to train on: expected auto, host or cuda "
+                         "(`memweave plan` runs on the null device)");
+    dev.kind = *kind;
+  }
   MEMWEAVE_EXPECTS(dev.kind != "null",
-                   "train computes: use --device host|cuda|auto "
+                   "MEMWEAVE_DEVICE=null cannot train: use --device host|cuda|auto "
                    "(`memweave plan` runs on the null device)");
   args.reject_unused();
+  check_output_paths(o);
 
   const network net = make_network(o.net, o.zoo);
+  // One data source for every policy (its batches depend only on the iteration), made
+  // before any runs so that a bad --data fails first.
+  const auto source =
+      make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
   run_report report;
   report.command = "train";
   report.network = o.net;
@@ -30,18 +45,9 @@ int train_command(int argc, const char* const* argv, std::ostream& out) {
   report.iterations = iterations;
   out << "memweave train " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
       << " parameters, batch " << o.zoo.batch << ", data " << data << "\n";
-  for (const std::string& policy : o.policies) {
-    report.policies.push_back(
-        run_policy(net, o, policy, dev, iterations, data, &out, &report.device));
-  }
-  write_summary(out, report);
-  write_outputs(o, report, out);
-  // A policy that does not fit is a result, reported in the summary; failing is for
-  // when none does.
-  for (const auto& p : report.policies) {
-    if (p.fits) return 0;
-  }
-  return 1;
+  // A policy that does not fit is a result, reported in the summary; exit 1 is for when
+  // none does.
+  return run_policies(net, o, dev, iterations, source.get(), report, out, &out);
 }
 
 }  // namespace memweave

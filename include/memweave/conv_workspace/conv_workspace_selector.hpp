@@ -27,6 +27,8 @@ struct conv_ws_options {
   std::string fixed_algorithm;    ///< for conv_ws_mode::fixed
   std::size_t reserve_bytes = 0;  ///< left free when sizing a workspace
   std::string cache_path;         ///< load/save measured candidates here ("" = no file)
+  /// The knob the mode came from ("MEMWEAVE_CONV_WS", "--conv-ws"), named in errors.
+  std::string source = "MEMWEAVE_CONV_WS";
   /// "dynamic", "none", "max" or "fixed:<name>"; invalid_argument naming `what` otherwise.
   static conv_ws_options parse(const std::string& mode, const std::string& what);
   /// MEMWEAVE_CONV_WS, MEMWEAVE_CONV_WS_RESERVE, MEMWEAVE_CONV_CACHE.

@@ -42,6 +42,14 @@ class invalid_argument : public error {
   status code() const noexcept override { return status::invalid_value; }
 };
 
+/// A budget below the least a policy can run a network with (its floor, which the executor
+/// checks before running): a result — the policy does not fit — rather than malformed input,
+/// so that a comparison of policies reports it as a row instead of stopping.
+class budget_too_small : public invalid_argument {
+ public:
+  using invalid_argument::invalid_argument;
+};
+
 /// A pointer that memweave did not hand out, freed twice, or interior to an allocation.
 class invalid_pointer : public error {
  public:

@@ -26,6 +26,8 @@ struct policy_report {
   std::string policy;                    ///< "baseline", "liveness", ...
   bool fits = true;                      ///< whether it ran within the budget
   std::string failure;                   ///< why not, when !fits
+  bool failed = false;                   ///< stopped by an error other than not fitting
+                                         ///< (fits is false, failure holds the error)
   std::size_t peak_bytes = 0;            ///< max over steps of heap_bytes
   std::size_t peak_live_bytes = 0;       ///< max over steps of bytes_live
   int peak_step = 0;                     ///< the step where peak_bytes is reached
@@ -39,6 +41,10 @@ struct policy_report {
   std::uint64_t cache_misses = 0;        ///< tensor cache: tensors brought back
   std::uint64_t evictions = 0;           ///< tensor cache: tensors pushed out to make room
   double transfer_wait_s = 0.0;          ///< seconds the step loop blocked on transfers
+  std::uint64_t scheduled_swaps = 0;     ///< all: gaps the memory schedule swaps
+  std::uint64_t scheduled_drops = 0;     ///< all: gaps the memory schedule drops and rebuilds
+  std::uint64_t schedule_misses = 0;     ///< all: scheduled actions the safety net pre-empted
+  double predicted_seconds = 0.0;        ///< all: the schedule's modelled iteration time
   double images_per_s = 0.0;             ///< train only
   double seconds_per_iteration = 0.0;    ///< train: measured; plan: simulated
   double bookkeeping_us_per_step = 0.0;  ///< time the engine spends outside kernels per step

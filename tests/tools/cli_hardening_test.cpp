@@ -1,0 +1,207 @@
+// Issue 11: the command line tried as a hostile user would. Each case failed on the code
+// before the fix: a number wrapped or accepted out of range, an error taken for "does not
+// fit", finished work lost, an error naming the wrong knob, or a success reported for a
+// failure.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_harness.hpp"
+#include "memweave/alloc/trace.hpp"
+
+namespace memweave {
+namespace {
+
+using namespace test;
+
+// The issue's $N: a small ResNet on the host device.
+std::vector<std::string> small_train(std::vector<std::string> extra) {
+  std::vector<std::string> a = {
+      "--net",   "resnet:1,1,1,1", "--batch",  "2",    "--image-side", "32",
+      "--width", "0.25",           "--device", "host", "--threads",    "2"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+void expect_has(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' missing from: " << text;
+}
+
+TEST(cli_hardening_test, batch_beyond_the_address_space_is_an_error_not_a_204_mib_peak) {
+  const std::string m = error_of(
+      plan_command, {"--net", "resnet50", "--batch", "4611686018427387904", "--budget", "1GiB"});
+  expect_has(m, "--batch '4611686018427387904' is out of range");
+}
+
+TEST(cli_hardening_test, iterations_beyond_an_int_are_rejected_not_wrapped) {
+  for (const char* n : {"4294967296", "4294967297"}) {
+    expect_has(error_of(train_command, small_train({"--iterations", n})),
+               std::string("--iterations '") + n + "' is out of range");
+  }
+}
+
+TEST(cli_hardening_test, width_beyond_the_zoo_range_is_rejected) {
+  expect_has(error_of(plan_command, {"--net", "resnet50", "--batch", "4", "--width", "1e99"}),
+             "--width '1e99' is out of range");
+}
+
+TEST(cli_hardening_test, max_batch_search_reports_a_bad_option_instead_of_nothing_fits) {
+  const std::string m =
+      error_of(plan_command, with({"--max-batch", "--budget", "64MiB", "--policy", "liveness",
+                                   "--conv-ws", "fixed:nonexistent"}));
+  expect_has(m, "--conv-ws 'fixed:nonexistent' names no algorithm");
+  EXPECT_EQ(m.find("MEMWEAVE_CONV_WS"), std::string::npos) << m;
+}
+
+TEST(cli_hardening_test, each_policy_keeps_its_own_trace) {
+  const std::string trace = temp("policies.trace");
+  {
+    scoped_env env("MEMWEAVE_TRACE", trace.c_str());
+    const auto r = run(plan_command, with({"--policy", "liveness,utp"}));
+    EXPECT_EQ(r.code, 0) << r.out;
+    expect_has(r.out, "heap trace of liveness: " + trace + ".liveness");
+  }
+  for (const char* policy : {"liveness", "utp"}) {
+    const std::string path = trace + "." + policy;
+    EXPECT_GT(read_trace(path).size(), 100u) << path;
+    std::filesystem::remove(path);
+  }
+  EXPECT_FALSE(std::filesystem::exists(trace));
+}
+
+TEST(cli_hardening_test, numbers_are_checked_against_their_real_type_and_range) {
+  expect_has(error_of(plan_command, with({"--threads", "4294967297"})),
+             "--threads '4294967297' is out of range: expected 0 or a whole number from 1 to "
+             "4096");
+  expect_has(error_of(plan_command, with({"--prefetch-distance", "4294967297"})),
+             "--prefetch-distance '4294967297' is out of range");
+  expect_has(error_of(plan_command, with({"--lr", "1e39"})), "--lr '1e39' is out of range");
+  expect_has(error_of(plan_command, with({"--host-pool", "0"})), "--host-pool '0' is out of range");
+  expect_has(error_of(plan_command, with({"--seed", "-1"})), "--seed '-1' is out of range");
+  expect_has(error_of(plan_command, with({"--budget", "0"})), "--budget '0' is out of range");
+  expect_has(error_of(plan_command, with({"--json", "--csv", "x.csv"})),
+             "option --json needs a value, but is followed by --csv");
+  expect_has(error_of(plan_command, with({"--max-batch=yes", "--budget", "1G"})),
+             "option --max-batch takes no value");
+  expect_has(error_of(plan_command, with({"--policy", "utp,utp"})), "--policy lists 'utp' twice");
+}
+
+TEST(cli_hardening_test, a_diverging_loss_is_a_failure_not_a_success) {
+  const std::string json = temp("diverged.json");
+  const std::string m =
+      error_of(train_command, small_train({"--iterations", "30", "--lr", "1000", "--json", json}));
+  expect_has(m, "training diverged; lower --lr (now 1000)");
+  // What ran is kept: the report says the policy failed.
+  expect_has(slurp(json), "\"failed\": true");
+  std::filesystem::remove(json);
+}
+
+TEST(cli_hardening_test, a_later_policy_below_its_floor_is_a_row_and_the_outputs_are_written) {
+  const std::string json = temp("floor.json");
+  const auto r = run(plan_command,
+                     with({"--policy", "liveness,baseline", "--budget", "1MiB", "--json", json}));
+  EXPECT_EQ(r.code, 1) << r.out;  // nothing fits
+  expect_has(r.out, "liveness    NO");
+  expect_has(r.out, "baseline    NO");
+  expect_has(r.out, "is below what policy baseline can run");
+  const std::string j = slurp(json);
+  expect_has(j, "\"policy\": \"liveness\"");
+  expect_has(j, "\"policy\": \"baseline\"");
+  std::filesystem::remove(json);
+}
+
+TEST(cli_hardening_test, plan_exits_1_when_nothing_fits) {
+  EXPECT_EQ(run(plan_command, with({"--budget", "1MiB"})).code, 1);
+  const auto r =
+      run(plan_command, with({"--max-batch", "--budget", "1MiB", "--policy", "liveness"}));
+  EXPECT_EQ(r.code, 1) << r.out;
+  expect_has(r.out, "nothing fits");
+}
+
+TEST(cli_hardening_test, output_paths_are_checked_before_the_run) {
+  const std::string m = error_of(
+      train_command, small_train({"--iterations", "1", "--json", "/nonexistent-dir/r.json"}));
+  expect_has(m,
+             "--json '/nonexistent-dir/r.json': the directory '/nonexistent-dir' does not exist");
+  const std::string same = temp("same.out");
+  expect_has(error_of(plan_command, with({"--json", same, "--csv", same})),
+             "is also the path of another output");
+  expect_has(error_of(plan_command, with({"--svg", std::filesystem::temp_directory_path()})),
+             "is a directory");
+}
+
+TEST(cli_hardening_test, an_option_overrides_a_bad_variable_and_errors_name_the_option) {
+  scoped_env ws("MEMWEAVE_CONV_WS", "bogus");
+  scoped_env pd("MEMWEAVE_PREFETCH_DISTANCE", "many");
+  scoped_env rc("MEMWEAVE_RECOMPUTE", "fast");
+  EXPECT_EQ(run(plan_command, with({"--conv-ws", "none", "--prefetch-distance", "2", "--recompute",
+                                    "cost_aware", "--policy", "liveness"}))
+                .code,
+            0);
+  const std::string m =
+      error_of(plan_command, with({"--conv-ws", "fixed:nonexistent", "--prefetch-distance", "2",
+                                   "--recompute", "cost_aware", "--policy", "liveness"}));
+  expect_has(m, "--conv-ws 'fixed:nonexistent'");
+  EXPECT_EQ(m.find("MEMWEAVE_CONV_WS"), std::string::npos) << m;
+  expect_has(error_of(plan_command, with({"--recompute", "fast", "--conv-ws", "none",
+                                          "--prefetch-distance", "2"})),
+             "--recompute: unknown recomputation strategy 'fast'");
+}
+
+// ---- replay
+
+std::string write_text(const std::string& name, const std::string& text) {
+  const std::string path = temp(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+const std::string k_header = std::string(trace_header) + " block_bytes=1024\n";
+
+TEST(cli_hardening_test, replay_rejects_a_double_free_naming_both_lines) {
+  const std::string path =
+      write_text("double.trace", k_header + "0 a 0 1024 0\n1 f 0 1024 0\n2 f 0 1024 0\n");
+  expect_has(error_of(replay_command, {"--trace", path}),
+             "trace line 4: free of offset 0, already freed at line 3");
+  std::filesystem::remove(path);
+}
+
+TEST(cli_hardening_test, replay_reports_frees_the_trace_never_allocated) {
+  const std::string path =
+      write_text("unmatched.trace", k_header + "0 a 0 1024 0\n1 f 8192 64 0\n2 f 0 1024 0\n");
+  const auto r = run(replay_command, {"--trace", path, "--fit", "best"});
+  EXPECT_EQ(r.code, 0);
+  expect_has(r.out,
+             "1 free(s) of offsets the trace never allocated were skipped (first at line 3)");
+  std::filesystem::remove(path);
+}
+
+TEST(cli_hardening_test, replay_keeps_the_events_of_an_interrupted_trace) {
+  const std::string path =
+      write_text("cut.trace", k_header + "0 a 0 1024 0\n1 a 1024 2048 0\n2 f 0 10");
+  const auto r = run(replay_command, {"--trace", path, "--fit", "best"});
+  EXPECT_EQ(r.code, 0);
+  expect_has(r.out, "replaying 2 events");
+  expect_has(r.out, "2 allocation(s) were never freed in the trace");
+  // A malformed line that is not the unterminated last one is still an error.
+  const std::string bad = write_text("bad.trace", k_header + "0 a 0 10\n1 a 1024 2048 0\n");
+  expect_has(error_of(replay_command, {"--trace", bad}), "line 2: expected 5 fields");
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad);
+}
+
+TEST(cli_hardening_test, synthetic_layers_never_overwrite_a_trace) {
+  const std::string path = write_text("precious.trace", k_header + "0 a 0 1024 0\n");
+  expect_has(error_of(replay_command, {"--synthetic-layers", "5", "--trace", path}),
+             "would overwrite");
+  EXPECT_EQ(slurp(path), k_header + "0 a 0 1024 0\n");
+  expect_has(error_of(replay_command, {"--synthetic-layers", "4294967297"}),
+             "--synthetic-layers '4294967297' is out of range");
+  expect_has(error_of(replay_command, {"--trace", path, "--batch", "8"}),
+             "--batch sizes a synthetic trace");
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace memweave
