@@ -3,8 +3,9 @@
 //
 // Invariants and thread safety:
 // - Each call makes the device's ordinal current for the calling thread (cudaSetDevice)
-//   and restores the thread's previous device afterwards, so an embedding framework's
-//   notion of "current device" is left alone.
+//   and restores the thread's previous device afterwards where the thread had a context
+//   current, so an embedding framework's notion of "current device" is left alone and a
+//   thread that never used CUDA gets no context on GPU 0.
 // - cudaMalloc/cudaFree/cudaMemGetInfo are called by their plain names: an LD_PRELOAD
 //   interposer may override them and forward back here; it handles its own re-entry.
 // - launch() runs the work as a CUDA host function. An exception there cannot cross the
@@ -48,7 +49,9 @@ std::string error_text(cudaError_t error) {
 }
 
 /// Makes `ordinal` the calling thread's current device for the scope, then restores the
-/// previous one. The nothrow form (for destructors and deallocate) logs instead.
+/// previous one where the thread had a context current (a thread that never used CUDA is
+/// left on `ordinal`: restoring "device 0" there would create a context on GPU 0). The
+/// nothrow form (for destructors and deallocate) logs instead.
 class device_scope {
  public:
   explicit device_scope(int ordinal) {
@@ -76,12 +79,16 @@ class device_scope {
       previous_ = -1;
     }
     if (previous_ == ordinal) return;
+    // cudaGetDevice says 0 on a thread that never chose a device; setting 0 back there
+    // would create a context on GPU 0 (cudaSetDevice initializes the primary context).
+    // Restore only where the thread had a context current.
+    const bool had_context = previous_ >= 0 && context_current();
     failed_ = cudaSetDevice(ordinal);
     if (failed_ != cudaSuccess) {
       (void)cudaGetLastError();
       return;
     }
-    restore_ = previous_ >= 0;
+    restore_ = had_context;
   }
 
   int previous_ = -1;
@@ -384,6 +391,26 @@ class cuda_device final : public device {
 };
 
 }  // namespace
+
+bool context_current() noexcept {
+  // cuCtxGetCurrent(CUcontext*) through the runtime, so that memweave needs no link to
+  // libcuda (absent on machines without a driver). 0 = CUDA_SUCCESS.
+  using get_current_fn = int (*)(void**);
+  static const get_current_fn get_current = []() noexcept -> get_current_fn {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 4000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<get_current_fn>(f);
+  }();
+  if (get_current == nullptr) return true;  // cannot tell: keep the runtime's own answer
+  void* ctx = nullptr;
+  return get_current(&ctx) == 0 && ctx != nullptr;
+}
 
 int device_count(std::string* why) noexcept {
   int n = 0;

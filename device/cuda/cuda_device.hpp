@@ -1,5 +1,5 @@
 // The `cuda` backend (the CUDA runtime), built only when MEMWEAVE_HAVE_CUDA. Private to
-// device/: device.cpp reaches it through these two functions.
+// device/: device.cpp reaches it through these functions (capi/ asks context_current()).
 #pragma once
 
 #include <memory>
@@ -12,6 +12,11 @@ namespace memweave::cuda_backend {
 /// The number of usable CUDA devices; 0 when cudaGetDeviceCount fails (no driver, no GPU),
 /// with the reason in `*why` when `why` is not null. Never throws.
 int device_count(std::string* why) noexcept;
+
+/// Whether the calling thread has a CUDA context current (cuCtxGetCurrent, found through
+/// cudaGetDriverEntryPointByVersion); true when that cannot be asked. A thread that never
+/// used CUDA has none, and cudaGetDevice's answer (0) there is a default, not a choice.
+bool context_current() noexcept;
 
 /// A device on GPU `ordinal` (checked against device_count). Throws no_device_error when
 /// the ordinal does not exist, device_error when the runtime fails.
