@@ -3,14 +3,17 @@
 // a half-written file would make the selection silently wrong).
 #include "memweave/conv_workspace/conv_algorithm_cache.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
 
@@ -42,7 +45,8 @@ bool parse_candidate(const std::string& field, conv_candidate& c) {
   auto [p1, e1] = std::from_chars(ws.data(), ws.data() + ws.size(), c.workspace_bytes);
   auto [p2, e2] = std::from_chars(secs.data(), secs.data() + secs.size(), c.seconds);
   if (e1 != std::errc() || p1 != ws.data() + ws.size() || e2 != std::errc() ||
-      p2 != secs.data() + secs.size() || !(c.seconds >= 0.0)) {
+      p2 != secs.data() + secs.size() || !(c.seconds >= 0.0) || !std::isfinite(c.seconds) ||
+      c.workspace_bytes > k_max_tensor_bytes) {
     return false;
   }
   c.algorithm = name;
@@ -103,6 +107,12 @@ bool conv_algorithm_cache::load(const std::string& path, const std::string& fing
                       "candidate '" + fields[i] + "' is not 'algorithm workspace_bytes seconds'");
       }
       candidates.push_back(std::move(c));
+    }
+    // The selector relies on it (it is its fallback when memory is short).
+    if (std::none_of(candidates.begin(), candidates.end(),
+                     [](const conv_candidate& c) { return c.workspace_bytes == 0; })) {
+      return reject(number, "convolution '" + fields[0] +
+                                "' has no algorithm without workspace, which every one has");
     }
     entries_[fields[0]] = std::move(candidates);
   }

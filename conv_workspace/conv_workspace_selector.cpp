@@ -2,6 +2,8 @@
 // scan of a handful of candidates, cheap enough for every step.
 #include "memweave/conv_workspace/conv_workspace_selector.hpp"
 
+#include <algorithm>
+
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
@@ -67,8 +69,16 @@ conv_workspace_selector::~conv_workspace_selector() {
 const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std::string& key,
                                                                        const measure_fn& measure) {
   if (const auto* found = cache_.find(key)) {
-    ++hits_;
-    return *found;
+    // A cache file made under another mode may lack the fixed algorithm: measure again
+    // (which replaces the entry, or says the algorithm does not exist).
+    const bool has_fixed = options_.mode != conv_ws_mode::fixed ||
+                           std::any_of(found->begin(), found->end(), [&](const conv_candidate& c) {
+                             return c.algorithm == options_.fixed_algorithm;
+                           });
+    if (has_fixed) {
+      ++hits_;
+      return *found;
+    }
   }
   std::vector<conv_candidate> measured = measure();
   bool has_zero = false, has_fixed = options_.mode != conv_ws_mode::fixed;

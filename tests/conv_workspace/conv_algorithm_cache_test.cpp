@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "memweave/conv_workspace/conv_workspace_selector.hpp"
+#include "memweave/core/error.hpp"
 
 namespace memweave {
 namespace {
@@ -47,7 +48,11 @@ TEST(conv_algorithm_cache_test, foreign_and_corrupt_files_are_not_trusted) {
   EXPECT_EQ(foreign.size(), 0u);
 
   for (const std::string body :
-       {"k\tdirect 0\n", "k\tdirect zero 0.5\n", "k\n", "k\tdirect 0 -1\n"}) {
+       {"k\tdirect 0\n", "k\tdirect zero 0.5\n", "k\n", "k\tdirect 0 -1\n",
+        // Issue 11: numbers out of range, and an entry the selector could not choose from
+        // (no workspace-free algorithm: a logic_error, "internal error", when chosen).
+        "k\tdirect 0 inf\n", "k\tdirect 0 nan\n", "k\tdirect 0 0.5\tbig 999999999999999999 1\n",
+        "k\tim2col_image 4096 0.5\n"}) {
     std::ofstream(path) << "# memweave-conv-cache v1 host threads=2\n" << body;
     conv_algorithm_cache corrupt;
     EXPECT_FALSE(corrupt.load(path, "host threads=2")) << body;
@@ -56,6 +61,34 @@ TEST(conv_algorithm_cache_test, foreign_and_corrupt_files_are_not_trusted) {
   std::ofstream(path) << "hello\n";
   conv_algorithm_cache junk;
   EXPECT_FALSE(junk.load(path, "host threads=2"));
+  std::filesystem::remove(path);
+}
+
+// Issue 11: a cache file written under another mode lacks the fixed algorithm; choosing
+// from it threw std::logic_error ("internal error").
+TEST(conv_algorithm_cache_test, selector_remeasures_a_cached_entry_without_the_fixed_algorithm) {
+  const std::string path = temp("fixed");
+  std::ofstream(path) << "# memweave-conv-cache v1 fp\nk\tdirect 0 2\n";
+  conv_ws_options o = conv_ws_options::parse("fixed:fast", "--conv-ws");
+  o.cache_path = path;
+  int calls = 0;
+  auto measure = [&] {
+    ++calls;
+    return std::vector<conv_candidate>{{"direct", 0, 2.0}, {"fast", 64, 1.0}};
+  };
+  conv_workspace_selector s(o, "fp");
+  EXPECT_EQ(s.choose(s.candidates("k", measure), 0).algorithm, "fast");
+  EXPECT_EQ(calls, 1);
+  conv_ws_options missing = conv_ws_options::parse("fixed:nonexistent", "--conv-ws");
+  conv_workspace_selector t(missing, "fp");
+  try {
+    (void)t.candidates("k", measure);
+    FAIL();
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--conv-ws 'fixed:nonexistent' names no algorithm"),
+              std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove(path);
 }
 
