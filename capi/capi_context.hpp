@@ -2,30 +2,52 @@
 // Private to capi/.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "capi/capi_busy.h"
+#include "capi/capi_runtime.hpp"
 #include "memweave/alloc/device_heap.hpp"
 #include "memweave/alloc/pinned_host_pool.hpp"
+#include "memweave/alloc/stream_ordered_heap.hpp"
 #include "memweave/device/device.hpp"
 #include "memweave/memweave.h"
 
 namespace memweave::capi {
 
-/// One initialized library. Members are declared in construction order, so the heap and
-/// the host pool are destroyed before the device they came from.
-struct context {
-  device_options device_settings;   ///< what the device was made with
-  std::size_t host_pool_bytes = 0;  ///< region size for the pinned host pool
+/// The pool of one device. Members in construction order (destroyed in reverse).
+struct pool {
+  int ordinal = 0;
   std::unique_ptr<device> dev;
   std::unique_ptr<device_heap> heap;
+  std::unique_ptr<stream_ordered_heap> ordered;  ///< every allocation and free goes here
+};
+
+/// Device ordinals the C API can hold pools for (0 .. k_max_devices-1).
+inline constexpr int k_max_devices = 64;
+
+/// One initialized library. Members are declared in construction order, so the host pool
+/// is destroyed before the pools and the pools before the runtime.
+struct context {
+  device_options device_settings;   ///< what the devices are made with (kind resolved)
+  heap_options heap_settings;       ///< what each pool's heap is made with
+  std::size_t host_pool_bytes = 0;  ///< region size for the pinned host pool
+  std::unique_ptr<runtime> rt;
+
+  std::mutex pools_mutex;  ///< guards owned_pools and the stores into pools
+  std::vector<std::unique_ptr<pool>> owned_pools;
+  std::array<std::atomic<pool*>, k_max_devices> pools{};  ///< by ordinal (lock-free reads)
 
   std::mutex host_mutex;  ///< guards host (its creation); the pool itself is thread-safe
   std::unique_ptr<pinned_host_pool> host;
   std::atomic<pinned_host_pool*> host_ptr{nullptr};  ///< host.get() once made (lock-free reads)
+
+  ~context();  ///< host pool, then the pools (each drained), then the runtime
 };
 
 /// The initialized context, or nullptr. Lock-free.
@@ -34,6 +56,13 @@ context* current() noexcept;
 /// The initialized context, initializing from the environment when there is none. On
 /// failure returns nullptr, stores the code in *rc and the message as the last error.
 context* ensure(int* rc) noexcept;
+
+/// The pool of device `ordinal` (-1: the calling thread's current device), made on first
+/// use; nullptr on failure (code in *rc, message as the last error, `what_call` in front).
+pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc) noexcept;
+
+/// The pool whose arenas hold `p`, or nullptr. Lock-free.
+pool* owner_of(context& ctx, const void* p) noexcept;
 
 /// The pinned host pool of `ctx`, made on first use; nullptr on failure (code in *rc,
 /// message as the last error).
@@ -47,5 +76,17 @@ int fail(int rc, const std::string& message) noexcept;
 /// specific code (device_error, std::exception, ...) give `unknown_rc`.
 int fail_from_current_exception(const char* what_call,
                                 int unknown_rc = MEMWEAVE_ERROR_UNKNOWN) noexcept;
+
+/// While one lives, the calling thread is inside memweave: CUDA runtime calls it makes
+/// (memweave's cuda backend taking an arena, freeing one, asking for free memory) must
+/// reach the real runtime, not the interposer (which would re-enter memweave and
+/// deadlock on the mutex this thread holds). See memweave_internal_busy().
+class busy_scope {
+ public:
+  busy_scope() noexcept;
+  ~busy_scope();
+  busy_scope(const busy_scope&) = delete;
+  busy_scope& operator=(const busy_scope&) = delete;
+};
 
 }  // namespace memweave::capi

@@ -1,12 +1,18 @@
-// The C API (memweave.h): one process-wide context (device, heap, pinned host pool) behind
-// plain C functions.
+// The C API (memweave.h): one process-wide context (the runtime, one pool per device, the
+// pinned host pool) behind plain C functions.
 //
 // Invariants: g_context is nullptr or a fully built context; it changes only under
 // g_init_mutex (memweaveInit, memweaveFinalize, lazy initialization). Calls that use the
 // context read it lock-free (acquire) and rely on the documented rule that Finalize does
-// not run concurrently with them; the heap and the host pool are thread-safe themselves.
-// Nothing throws across the C boundary: every entry point catches everything and turns it
-// into a code plus a thread-local message.
+// not run concurrently with them. A pool, once stored in context::pools, lives until
+// Finalize; pools are made under context::pools_mutex (lock order: g_init_mutex, then
+// pools_mutex, then a heap's own locks). Every allocation and free goes through the
+// pool's stream_ordered_heap, so a block is never handed out while a stream may still use
+// it: synchronous frees first wait for the device (as cudaFree), stream-ordered frees
+// record an event on the caller's stream. Nothing throws across the C boundary: every
+// entry point catches everything and turns it into a code plus a thread-local message.
+// Every entry point that can reach the CUDA runtime holds a busy_scope, so that the
+// runtime calls memweave makes go to the real runtime when the interposer is preloaded.
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -29,6 +35,7 @@ std::mutex g_init_mutex;  // guards: changes of g_context (init, lazy init, fina
 std::atomic<context*> g_context{nullptr};
 
 thread_local std::string t_last_error;
+thread_local int t_busy = 0;  // busy_scope depth on this thread
 
 std::string pointer_text(const void* p) {
   char text[32];
@@ -36,7 +43,17 @@ std::string pointer_text(const void* p) {
   return text;
 }
 
-// The environment's settings, overridden by the non-zero fields of `config`.
+device_kind kind_of(const std::string& k) {
+  if (k == "cuda") return device_kind::cuda;
+  if (k == "host") return device_kind::host;
+  if (k == "null") return device_kind::null;
+  throw invalid_argument("device kind '" + k +
+                         "' is not one of auto|cuda|host|null; fix MEMWEAVE_DEVICE "
+                         "(memweave_config.device)");
+}
+
+// The environment's settings, overridden by the non-zero fields of `config`. Makes no
+// device: the first pool does (make_pool).
 std::unique_ptr<context> make_context(const memweave_config* config) {
   device_options dopt = device_options::from_environment();
   heap_options hopt = heap_options::from_environment();
@@ -76,21 +93,184 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
   }
   // Read now so that a bad MEMWEAVE_HOST_POOL_BYTES is reported at initialization.
   if (host_bytes == 0) host_bytes = pinned_host_pool::bytes_from_environment();
+  // A drop-in cudaMalloc must hand out GPU memory: `auto` means cuda here, never the
+  // simulated host device (which a GPU program would take for device memory). The host
+  // and null devices are used only when named.
+  if (dopt.kind == "auto") dopt.kind = "cuda";
 
   auto ctx = std::make_unique<context>();
   ctx->device_settings = dopt;
+  ctx->heap_settings = hopt;
   ctx->host_pool_bytes = host_bytes;
-  ctx->dev = make_device(dopt);
-  ctx->heap = std::make_unique<device_heap>(*ctx->dev, hopt);
+  ctx->rt = make_runtime(kind_of(dopt.kind));
   return ctx;
 }
 
+// Makes the pool of `ordinal` (pools_mutex held by the caller). Throws.
+pool* make_pool_locked(context& ctx, int ordinal) {
+  auto p = std::make_unique<pool>();
+  p->ordinal = ordinal;
+  device_options dopt = ctx.device_settings;
+  dopt.cuda_ordinal = ordinal;
+  p->dev = make_device(dopt);
+  p->heap = std::make_unique<device_heap>(*p->dev, ctx.heap_settings);
+  p->ordered = std::make_unique<stream_ordered_heap>(*p->heap);
+  pool* raw = p.get();
+  ctx.owned_pools.push_back(std::move(p));
+  ctx.pools[static_cast<std::size_t>(ordinal)].store(raw, std::memory_order_release);
+  return raw;
+}
+
 std::string describe(const context& c) {
-  return std::string(to_string(c.dev->kind())) + " device, pool of " +
-         format_bytes(c.heap->stats().bytes_reserved);
+  std::string pools;
+  for (const auto& p : c.owned_pools) {
+    pools += (pools.empty() ? "" : ", ") + std::string(to_string(p->dev->kind())) + ":" +
+             std::to_string(p->ordinal) + " " + format_bytes(p->heap->stats().bytes_reserved);
+  }
+  return c.device_settings.kind + " device, pools: " + (pools.empty() ? "none yet" : pools);
+}
+
+// The request's pool and an allocation from it (`stream_key` as stream_ordered_heap takes
+// it); fills *ptr or fails with the numbers. Caller holds a busy_scope.
+memweave_status allocate(const char* what_call, void** ptr, std::size_t bytes, CUstream_st* stream,
+                         bool stream_ordered) {
+  if (ptr == nullptr) {
+    return fail(MEMWEAVE_ERROR_INVALID_VALUE,
+                std::string(what_call) +
+                    ": ptr is NULL; pass the address of a void* to receive the allocation");
+  }
+  *ptr = nullptr;
+  if (bytes == 0) return MEMWEAVE_SUCCESS;  // as cudaMalloc: NULL and success
+  int rc = MEMWEAVE_SUCCESS;
+  context* c = ensure(&rc);
+  if (c == nullptr) return rc;
+  pool* p = get_pool(*c, -1, what_call, &rc);
+  if (p == nullptr) return rc;
+  // A synchronous allocation may be used on any stream: it never takes a block still
+  // pending on one (no_reuse_stream), only blocks every stream is done with.
+  const std::uintptr_t key =
+      stream_ordered ? c->rt->stream_key(stream) : stream_ordered_heap::no_reuse_stream;
+  void* out = p->ordered->try_allocate(bytes, key);
+  if (out == nullptr) {
+    try {
+      return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION, std::string(what_call) + ": device " +
+                                                        std::to_string(p->ordinal) + ": " +
+                                                        p->ordered->describe_failure(bytes));
+    } catch (...) {
+      return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION, "");
+    }
+  }
+  *ptr = out;
+  return MEMWEAVE_SUCCESS;
+}
+
+// Why `p` cannot be freed, or "" when it is a live allocation of `pl`.
+std::string why_not_live(const pool* pl, const void* p) {
+  if (pl == nullptr) {
+    return "not an allocation of the memweave pool of any device (from cudaMalloc, or host "
+           "memory?); nothing changed";
+  }
+  if (pl->ordered->is_pending(p)) {
+    return "freed already (a stream-ordered free of it is still pending); nothing changed";
+  }
+  if (pl->heap->allocation_size(p) == 0) {
+    return "inside the pool but not the start of a live allocation (freed already, or an "
+           "interior pointer); nothing changed";
+  }
+  return "";
+}
+
+// The pool of the calling thread's current device if it was made already, else nullptr.
+pool* existing_current_pool(context& c) noexcept {
+  try {
+    const int d = c.device_settings.kind == "cuda" ? c.rt->current_device() : 0;
+    if (d < 0 || d >= k_max_devices) return nullptr;
+    return c.pools[static_cast<std::size_t>(d)].load(std::memory_order_acquire);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// Frees `ptr`: with `stream` ordered (stream_ordered) or after the device is idle.
+memweave_status release(const char* what_call, void* ptr, CUstream_st* stream,
+                        bool stream_ordered) {
+  if (ptr == nullptr) return MEMWEAVE_SUCCESS;
+  busy_scope busy;
+  try {
+    context* c = current();
+    if (c == nullptr) {
+      return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
+                  std::string(what_call) + "(" + pointer_text(ptr) +
+                      "): memweave is not initialized, so this is not one of its allocations");
+    }
+    pool* pl = owner_of(*c, ptr);
+    const std::string why = why_not_live(pl, ptr);
+    if (!why.empty()) {
+      // Let the heap count and log the invalid free (it rejects the pointer, changing
+      // nothing); a pending block is live in the heap, so it is only reported here.
+      pool* counter = pl != nullptr ? pl : existing_current_pool(*c);
+      if (counter != nullptr && !counter->ordered->is_pending(ptr)) {
+        (void)counter->heap->deallocate(ptr);
+      }
+      return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
+                  std::string(what_call) + "(" + pointer_text(ptr) + "): " + why);
+    }
+    std::unique_ptr<memweave::event> done;
+    std::uintptr_t key = stream_ordered_heap::no_reuse_stream;
+    int rc = MEMWEAVE_SUCCESS;
+    if (stream_ordered) {
+      try {
+        done = c->rt->record(pl->ordinal, stream);
+        key = c->rt->stream_key(stream);
+      } catch (const std::exception& e) {
+        // No event on that stream (another device's, or a failed one): wait for the device.
+        log(log_level::warn, std::string(what_call) + ": " + e.what() +
+                                 "; waiting for the device before reusing the block");
+        done.reset();
+      }
+    }
+    if (!stream_ordered || (done == nullptr && key == stream_ordered_heap::no_reuse_stream)) {
+      try {
+        c->rt->synchronize_device(pl->ordinal, *pl->dev);
+      } catch (...) {
+        // The device failed (a sticky error): its work is over, so the block is free; the
+        // caller still learns of the failure, as from cudaFree.
+        rc = fail_from_current_exception(what_call);
+      }
+    }
+    std::string reason;
+    if (pl->ordered->deallocate(ptr, key, std::move(done), &reason) != memweave::status::success) {
+      return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
+                  std::string(what_call) + "(" + pointer_text(ptr) + "): " + reason);
+    }
+    return rc;
+  } catch (...) {
+    return fail_from_current_exception(what_call);
+  }
 }
 
 }  // namespace
+
+context::~context() {
+  host_ptr.store(nullptr, std::memory_order_release);
+  host.reset();
+  for (auto it = owned_pools.rbegin(); it != owned_pools.rend(); ++it) {
+    pools[static_cast<std::size_t>((*it)->ordinal)].store(nullptr, std::memory_order_release);
+    (*it)->ordered.reset();  // waits for pending frees
+    (*it)->heap.reset();
+    (*it)->dev.reset();
+  }
+  owned_pools.clear();
+  rt.reset();
+}
+
+busy_scope::busy_scope() noexcept {
+  ++t_busy;
+}
+
+busy_scope::~busy_scope() {
+  --t_busy;
+}
 
 context* current() noexcept {
   return g_context.load(std::memory_order_acquire);
@@ -128,6 +308,7 @@ int fail_from_current_exception(const char* what_call, int unknown_rc) noexcept 
 
 context* ensure(int* rc) noexcept {
   if (context* c = current()) return c;
+  busy_scope busy;
   try {
     std::lock_guard<std::mutex> lock(g_init_mutex);
     if (context* c = current()) return c;
@@ -141,12 +322,55 @@ context* ensure(int* rc) noexcept {
   }
 }
 
+pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc) noexcept {
+  busy_scope busy;
+  try {
+    const bool cuda = ctx.device_settings.kind == "cuda";
+    if (!cuda) {
+      ordinal = 0;  // one simulated device: the device index means nothing there
+    } else if (ordinal < 0) {
+      ordinal = ctx.rt->current_device();
+    }
+    if (ordinal < 0 || ordinal >= k_max_devices) {
+      *rc =
+          fail(MEMWEAVE_ERROR_INVALID_VALUE,
+               std::string(what_call) + ": device " + std::to_string(ordinal) + " is outside the " +
+                   std::to_string(k_max_devices) + " devices memweave can manage");
+      return nullptr;
+    }
+    if (pool* p = ctx.pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
+      return p;
+    }
+    std::lock_guard<std::mutex> lock(ctx.pools_mutex);
+    if (pool* p = ctx.pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
+      return p;
+    }
+    return make_pool_locked(ctx, ordinal);
+  } catch (...) {
+    *rc = fail_from_current_exception(
+        (std::string(what_call) + ": making the pool of the current device").c_str(),
+        MEMWEAVE_ERROR_INITIALIZATION_ERROR);
+    return nullptr;
+  }
+}
+
+pool* owner_of(context& ctx, const void* p) noexcept {
+  for (auto& slot : ctx.pools) {
+    pool* pl = slot.load(std::memory_order_acquire);
+    if (pl != nullptr && pl->heap->owns(p)) return pl;
+  }
+  return nullptr;
+}
+
 pinned_host_pool* host_pool(context& ctx, int* rc) noexcept {
   if (pinned_host_pool* p = ctx.host_ptr.load(std::memory_order_acquire)) return p;
+  busy_scope busy;
   try {
+    pool* dev_pool = get_pool(ctx, -1, "memweaveHostMalloc", rc);
+    if (dev_pool == nullptr) return nullptr;
     std::lock_guard<std::mutex> lock(ctx.host_mutex);
     if (!ctx.host) {
-      ctx.host = std::make_unique<pinned_host_pool>(*ctx.dev, ctx.host_pool_bytes);
+      ctx.host = std::make_unique<pinned_host_pool>(*dev_pool->dev, ctx.host_pool_bytes);
       ctx.host_ptr.store(ctx.host.get(), std::memory_order_release);
     }
     return ctx.host.get();
@@ -160,6 +384,7 @@ pinned_host_pool* host_pool(context& ctx, int* rc) noexcept {
 
 }  // namespace memweave::capi
 
+using memweave::capi::busy_scope;
 using memweave::capi::context;
 using memweave::capi::fail;
 using memweave::capi::fail_from_current_exception;
@@ -167,8 +392,13 @@ using memweave::capi::pointer_text;
 
 extern "C" {
 
+int memweave_internal_busy(void) {
+  return memweave::capi::t_busy;
+}
+
 memweave_status memweaveInit(const memweave_config* config) {
   using namespace memweave::capi;
+  busy_scope busy;
   try {
     std::lock_guard<std::mutex> lock(g_init_mutex);
     if (context* c = current()) {
@@ -177,8 +407,11 @@ memweave_status memweaveInit(const memweave_config* config) {
                       "), explicitly or by an earlier memweaveMalloc; call memweaveFinalize() "
                       "first to initialize again with another configuration");
     }
-    context* c = make_context(config).release();
-    g_context.store(c, std::memory_order_release);
+    std::unique_ptr<context> c = make_context(config);
+    // The current device's pool now, so that a bad device or arena is reported here.
+    int rc = MEMWEAVE_SUCCESS;
+    if (get_pool(*c, -1, "memweaveInit", &rc) == nullptr) return rc;
+    g_context.store(c.release(), std::memory_order_release);
     return MEMWEAVE_SUCCESS;
   } catch (...) {
     return fail_from_current_exception("memweaveInit", MEMWEAVE_ERROR_INITIALIZATION_ERROR);
@@ -187,18 +420,23 @@ memweave_status memweaveInit(const memweave_config* config) {
 
 memweave_status memweaveFinalize(void) {
   using namespace memweave::capi;
+  busy_scope busy;
   try {
     std::lock_guard<std::mutex> lock(g_init_mutex);
     context* c = g_context.exchange(nullptr, std::memory_order_acq_rel);
     if (c == nullptr) return MEMWEAVE_SUCCESS;
-    const memweave::heap_stats s = c->heap->stats();
-    if (s.live_allocations != 0) {
-      memweave::log(memweave::log_level::warn,
-                    "memweaveFinalize: " + std::to_string(s.live_allocations) + " allocations (" +
-                        memweave::format_bytes(s.bytes_in_use) +
-                        ") were still live; their pointers are now invalid");
+    for (const auto& p : c->owned_pools) {
+      p->ordered->drain();
+      const memweave::heap_stats s = p->heap->stats();
+      if (s.live_allocations != 0) {
+        memweave::log(memweave::log_level::warn,
+                      "memweaveFinalize: device " + std::to_string(p->ordinal) + ": " +
+                          std::to_string(s.live_allocations) + " allocations (" +
+                          memweave::format_bytes(s.bytes_in_use) +
+                          ") were still live; their pointers are now invalid");
+      }
     }
-    delete c;  // heap, host pool, then device; destructors never throw
+    delete c;  // host pool, pools, runtime; destructors never throw
     return MEMWEAVE_SUCCESS;
   } catch (...) {
     return fail_from_current_exception("memweaveFinalize");
@@ -210,54 +448,26 @@ int memweaveIsInitialized(void) {
 }
 
 memweave_status memweaveMalloc(void** ptr, std::size_t bytes) {
-  if (ptr == nullptr) {
-    return fail(MEMWEAVE_ERROR_INVALID_VALUE,
-                "memweaveMalloc: ptr is NULL; pass the address of a void* to receive the "
-                "allocation");
-  }
-  *ptr = nullptr;
-  if (bytes == 0) return MEMWEAVE_SUCCESS;  // as cudaMalloc: NULL and success
-  int rc = MEMWEAVE_SUCCESS;
-  context* c = memweave::capi::ensure(&rc);
-  if (c == nullptr) return rc;
-  void* p = c->heap->try_allocate(bytes);
-  if (p == nullptr) {
-    try {
-      return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION,
-                  "memweaveMalloc: " + c->heap->describe_failure(bytes));
-    } catch (...) {
-      return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION, "");
-    }
-  }
-  *ptr = p;
-  return MEMWEAVE_SUCCESS;
+  busy_scope busy;
+  return memweave::capi::allocate("memweaveMalloc", ptr, bytes, nullptr, false);
+}
+
+memweave_status memweaveMallocAsync(void** ptr, std::size_t bytes, struct CUstream_st* stream) {
+  busy_scope busy;
+  return memweave::capi::allocate("memweaveMallocAsync", ptr, bytes, stream, true);
 }
 
 memweave_status memweaveFree(void* ptr) {
-  if (ptr == nullptr) return MEMWEAVE_SUCCESS;
-  try {
-    context* c = memweave::capi::current();
-    if (c == nullptr) {
-      return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
-                  "memweaveFree(" + pointer_text(ptr) +
-                      "): memweave is not initialized, so this is not one of its allocations");
-    }
-    if (c->heap->deallocate(ptr) == memweave::status::success) return MEMWEAVE_SUCCESS;
-    return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
-                "memweaveFree(" + pointer_text(ptr) + "): " +
-                    (c->heap->owns(ptr)
-                         ? "inside the pool but not the start of a live allocation (freed "
-                           "already, or an interior pointer); nothing changed"
-                         : "not an allocation of the memweave pool (from cudaMalloc, or host "
-                           "memory?); nothing changed"));
-  } catch (...) {
-    return fail_from_current_exception("memweaveFree");
-  }
+  return memweave::capi::release("memweaveFree", ptr, nullptr, false);
+}
+
+memweave_status memweaveFreeAsync(void* ptr, struct CUstream_st* stream) {
+  return memweave::capi::release("memweaveFreeAsync", ptr, stream, true);
 }
 
 int memweaveOwns(const void* ptr) {
   context* c = memweave::capi::current();
-  return c != nullptr && c->heap->owns(ptr) ? 1 : 0;
+  return c != nullptr && memweave::capi::owner_of(*c, ptr) != nullptr ? 1 : 0;
 }
 
 memweave_status memweaveMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -265,10 +475,14 @@ memweave_status memweaveMemGetInfo(std::size_t* free_bytes, std::size_t* total_b
     return fail(MEMWEAVE_ERROR_INVALID_VALUE,
                 "memweaveMemGetInfo: both out-pointers are NULL; pass at least one");
   }
+  busy_scope busy;
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
-  const memweave::heap_stats s = c->heap->stats();
+  memweave::capi::pool* p = memweave::capi::get_pool(*c, -1, "memweaveMemGetInfo", &rc);
+  if (p == nullptr) return rc;
+  p->ordered->reclaim();
+  const memweave::heap_stats s = p->heap->stats();
   if (free_bytes != nullptr) *free_bytes = s.free_bytes;
   if (total_bytes != nullptr) *total_bytes = s.bytes_reserved;
   return MEMWEAVE_SUCCESS;
@@ -278,10 +492,13 @@ memweave_status memweaveGetStats(memweave_stats* stats) {
   if (stats == nullptr) {
     return fail(MEMWEAVE_ERROR_INVALID_VALUE, "memweaveGetStats: stats is NULL");
   }
+  busy_scope busy;
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
-  const memweave::heap_stats s = c->heap->stats();
+  memweave::capi::pool* p = memweave::capi::get_pool(*c, -1, "memweaveGetStats", &rc);
+  if (p == nullptr) return rc;
+  const memweave::heap_stats s = p->heap->stats();
   memweave_stats out{};
   out.bytes_in_use = s.bytes_in_use;
   out.peak_bytes_in_use = s.peak_bytes_in_use;
@@ -307,10 +524,13 @@ memweave_status memweaveGetStats(memweave_stats* stats) {
 }
 
 memweave_status memweaveResetPeak(void) {
+  busy_scope busy;
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
-  c->heap->reset_peak();
+  memweave::capi::pool* p = memweave::capi::get_pool(*c, -1, "memweaveResetPeak", &rc);
+  if (p == nullptr) return rc;
+  p->heap->reset_peak();
   if (memweave::pinned_host_pool* h = c->host_ptr.load(std::memory_order_acquire)) {
     h->reset_peak();
   }
@@ -322,11 +542,14 @@ memweave_status memweaveTraceStart(const char* path) {
     return fail(MEMWEAVE_ERROR_INVALID_VALUE,
                 "memweaveTraceStart: path is NULL or empty; pass the file to write");
   }
+  busy_scope busy;
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
+  memweave::capi::pool* p = memweave::capi::get_pool(*c, -1, "memweaveTraceStart", &rc);
+  if (p == nullptr) return rc;
   try {
-    c->heap->start_trace(path);
+    p->heap->start_trace(path);
     return MEMWEAVE_SUCCESS;
   } catch (...) {
     return fail_from_current_exception("memweaveTraceStart");
@@ -334,7 +557,11 @@ memweave_status memweaveTraceStart(const char* path) {
 }
 
 memweave_status memweaveTraceStop(void) {
-  if (context* c = memweave::capi::current()) c->heap->stop_trace();
+  if (context* c = memweave::capi::current()) {
+    for (auto& slot : c->pools) {
+      if (memweave::capi::pool* p = slot.load(std::memory_order_acquire)) p->heap->stop_trace();
+    }
+  }
   return MEMWEAVE_SUCCESS;
 }
 
@@ -346,6 +573,7 @@ memweave_status memweaveHostMalloc(void** ptr, std::size_t bytes) {
   }
   *ptr = nullptr;
   if (bytes == 0) return MEMWEAVE_SUCCESS;
+  busy_scope busy;
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
@@ -386,7 +614,6 @@ memweave_status memweaveHostFree(void* ptr) {
     return fail_from_current_exception("memweaveHostFree");
   }
 }
-
 const char* memweaveGetErrorString(memweave_status status) {
   switch (status) {
     case MEMWEAVE_SUCCESS:

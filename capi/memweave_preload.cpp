@@ -1,27 +1,34 @@
 // libmemweave_preload.so: with LD_PRELOAD, an unmodified program linked against the SHARED
-// CUDA runtime gets cudaMalloc, cudaFree and cudaMemGetInfo from memweave's pool.
+// CUDA runtime gets cudaMalloc, cudaFree, cudaMallocAsync, cudaFreeAsync and
+// cudaMemGetInfo from memweave's pools, with the runtime's contract:
 //
-// - cudaMalloc: from the pool (memweaveMalloc; initialized from MEMWEAVE_* on first use).
-//   When memweave cannot initialize at all (no such device, a bad setting), one warning is
-//   logged and calls go to the real runtime, so the program runs as it would without us.
-// - cudaFree: pointers inside the pool go back to it (a bad one gives the pool's error);
-//   every other pointer, and NULL (programs use cudaFree(0) to create the context), goes to
-//   the real cudaFree.
-// - cudaMemGetInfo: the pool's free and total bytes.
-// The real functions are found with dlsym(RTLD_NEXT). A thread-local depth counter makes
-// calls made while we are already inside one of these functions (memweave's own cuda
-// backend calls cudaMalloc and cudaMemGetInfo to take its arena) go straight to the runtime.
-// Thread-safe: the counter is per thread, the real pointers are resolved once (atomics),
-// and the C API is thread-safe. A program linked with the static cudart (the nvcc default)
-// binds its calls inside itself and is not affected: link it with -cudart shared. Only
-// these three functions are replaced: pool memory must be freed with cudaFree (not
-// cudaFreeAsync), and cudaMallocAsync/Managed/Pitch still go to the runtime.
+// - cudaMalloc / cudaMallocAsync: from the pool of the calling thread's current device
+//   (memweaveMalloc / memweaveMallocAsync; initialized from MEMWEAVE_* on first use). When
+//   memweave cannot serve that device (no usable GPU, a bad setting), one warning is logged
+//   and the call goes to the real runtime, so the program runs as it would without us.
+//   memweave never hands out simulated host memory here unless MEMWEAVE_DEVICE=host names it.
+// - cudaFree: pointers inside a pool go back to it after the device is idle (as the
+//   runtime's cudaFree, which synchronizes); cudaFreeAsync: back in the stream's order
+//   (reused at once on that stream, elsewhere once the stream reaches the free). Every
+//   other pointer, and NULL (programs use cudaFree(0) to create the context), goes to the
+//   real function.
+// - cudaMemGetInfo: the current device's pool's free and total bytes.
+// The real functions are found with dlsym(RTLD_NEXT). Calls go straight to them while the
+// thread is already inside memweave: inside one of these functions (a thread-local depth)
+// or inside any memweave call (memweave_internal_busy(): memweaveInit, the PyTorch entry
+// points, ...), since memweave's cuda backend calls cudaMalloc, cudaFree and cudaMemGetInfo
+// itself to take its arenas, and sending those back into memweave would deadlock.
+// Thread-safe: the depth is per thread, the real pointers are resolved once (atomics), and
+// the C API is thread-safe. A program linked with the static cudart (the nvcc default)
+// binds its calls inside itself and is not affected: link it with -cudart shared.
+// cudaMallocManaged/Pitch/FromPoolAsync still go to the runtime.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <atomic>
 #include <string>
 
+#include "capi/capi_busy.h"
 #include "memweave/core/log.hpp"
 #include "memweave/memweave.h"
 
@@ -35,6 +42,11 @@ struct reentry_guard {
   reentry_guard(const reentry_guard&) = delete;
   reentry_guard& operator=(const reentry_guard&) = delete;
 };
+
+// Whether this call comes from memweave itself (and must reach the real runtime).
+bool from_memweave() noexcept {
+  return t_depth > 0 || memweave_internal_busy() != 0;
+}
 
 // The runtime's own function `name`, resolved once; nullptr when the process has no CUDA
 // runtime after us (e.g. it never loaded libcudart).
@@ -50,10 +62,16 @@ F real(std::atomic<F>& slot, const char* name) noexcept {
 
 using malloc_fn = cudaError_t (*)(void**, size_t);
 using free_fn = cudaError_t (*)(void*);
+using malloc_async_fn = cudaError_t (*)(void**, size_t, cudaStream_t);
+using free_async_fn = cudaError_t (*)(void*, cudaStream_t);
 using mem_get_info_fn = cudaError_t (*)(size_t*, size_t*);
 
 std::atomic<malloc_fn> g_real_malloc{nullptr};
 std::atomic<free_fn> g_real_free{nullptr};
+std::atomic<malloc_async_fn> g_real_malloc_async{nullptr};
+std::atomic<free_async_fn> g_real_free_async{nullptr};
+std::atomic<malloc_async_fn> g_real_malloc_async_ptsz{nullptr};
+std::atomic<free_async_fn> g_real_free_async_ptsz{nullptr};
 std::atomic<mem_get_info_fn> g_real_mem_get_info{nullptr};
 std::atomic<bool> g_warned{false};
 
@@ -67,21 +85,54 @@ cudaError_t real_free(void* p) noexcept {
   return f != nullptr ? f(p) : cudaErrorInitializationError;
 }
 
+cudaError_t real_malloc_async(std::atomic<malloc_async_fn>& slot, const char* name, void** p,
+                              size_t bytes, cudaStream_t s) noexcept {
+  malloc_async_fn f = real(slot, name);
+  return f != nullptr ? f(p, bytes, s) : cudaErrorInitializationError;
+}
+
+cudaError_t real_free_async(std::atomic<free_async_fn>& slot, const char* name, void* p,
+                            cudaStream_t s) noexcept {
+  free_async_fn f = real(slot, name);
+  return f != nullptr ? f(p, s) : cudaErrorInitializationError;
+}
+
 cudaError_t real_mem_get_info(size_t* free_bytes, size_t* total_bytes) noexcept {
   mem_get_info_fn f = real(g_real_mem_get_info, "cudaMemGetInfo");
   return f != nullptr ? f(free_bytes, total_bytes) : cudaErrorInitializationError;
 }
 
-// After a failed call: whether memweave could not initialize (so the runtime should serve).
-bool memweave_unavailable() noexcept {
-  if (memweaveIsInitialized() != 0) return false;
+// After a call of memweave's allocation or memory-info functions (their arguments checked
+// already): whether memweave cannot serve this device at all, so the runtime should. Any
+// code but success and out-of-memory means that (no device, a bad setting, ...). Warns once.
+bool memweave_unavailable(int rc) noexcept {
+  if (rc == MEMWEAVE_SUCCESS || rc == MEMWEAVE_ERROR_MEMORY_ALLOCATION) return false;
   if (!g_warned.exchange(true)) {
     memweave::log(memweave::log_level::warn,
-                  std::string("libmemweave_preload: memweave could not initialize; CUDA "
-                              "allocations go to the CUDA runtime: ") +
+                  std::string("libmemweave_preload: memweave cannot serve this device; its "
+                              "CUDA allocations go to the CUDA runtime: ") +
                       memweaveGetLastErrorMessage());
   }
   return true;
+}
+
+// The stream-ordered allocation of cudaMallocAsync (`name` is the real function's name).
+cudaError_t malloc_async(std::atomic<malloc_async_fn>& slot, const char* name, void** p,
+                         size_t bytes, cudaStream_t s) noexcept {
+  if (from_memweave()) return real_malloc_async(slot, name, p, bytes, s);
+  reentry_guard guard;
+  if (p == nullptr) return cudaErrorInvalidValue;
+  const int rc = memweaveMallocAsync(p, bytes, s);
+  if (memweave_unavailable(rc)) return real_malloc_async(slot, name, p, bytes, s);
+  return static_cast<cudaError_t>(rc);
+}
+
+cudaError_t free_async(std::atomic<free_async_fn>& slot, const char* name, void* p,
+                       cudaStream_t s) noexcept {
+  if (from_memweave() || p == nullptr) return real_free_async(slot, name, p, s);
+  reentry_guard guard;
+  if (memweaveOwns(p) != 0) return static_cast<cudaError_t>(memweaveFreeAsync(p, s));
+  return real_free_async(slot, name, p, s);
 }
 
 }  // namespace
@@ -89,31 +140,51 @@ bool memweave_unavailable() noexcept {
 extern "C" {
 
 __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** devPtr, size_t size) {
-  if (t_depth > 0) return real_malloc(devPtr, size);
+  if (from_memweave()) return real_malloc(devPtr, size);
   reentry_guard guard;
   if (devPtr == nullptr) return cudaErrorInvalidValue;
   const int rc = memweaveMalloc(devPtr, size);
-  if (rc == MEMWEAVE_SUCCESS || rc == MEMWEAVE_ERROR_MEMORY_ALLOCATION) {
-    return static_cast<cudaError_t>(rc);
-  }
-  if (memweave_unavailable()) return real_malloc(devPtr, size);
+  if (memweave_unavailable(rc)) return real_malloc(devPtr, size);
   return static_cast<cudaError_t>(rc);
 }
 
 __attribute__((visibility("default"))) cudaError_t cudaFree(void* devPtr) {
-  if (t_depth > 0 || devPtr == nullptr) return real_free(devPtr);
+  if (from_memweave() || devPtr == nullptr) return real_free(devPtr);
   reentry_guard guard;
   if (memweaveOwns(devPtr) != 0) return static_cast<cudaError_t>(memweaveFree(devPtr));
   return real_free(devPtr);
 }
 
+__attribute__((visibility("default"))) cudaError_t cudaMallocAsync(void** devPtr, size_t size,
+                                                                   cudaStream_t stream) {
+  return malloc_async(g_real_malloc_async, "cudaMallocAsync", devPtr, size, stream);
+}
+
+__attribute__((visibility("default"))) cudaError_t cudaFreeAsync(void* devPtr,
+                                                                 cudaStream_t stream) {
+  return free_async(g_real_free_async, "cudaFreeAsync", devPtr, stream);
+}
+
+// The per-thread-default-stream variants (nvcc --default-stream per-thread): there, stream
+// 0 means the calling thread's default stream.
+__attribute__((visibility("default"))) cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size,
+                                                                        cudaStream_t stream) {
+  return malloc_async(g_real_malloc_async_ptsz, "cudaMallocAsync_ptsz", devPtr, size,
+                      stream == nullptr ? cudaStreamPerThread : stream);
+}
+
+__attribute__((visibility("default"))) cudaError_t cudaFreeAsync_ptsz(void* devPtr,
+                                                                      cudaStream_t stream) {
+  return free_async(g_real_free_async_ptsz, "cudaFreeAsync_ptsz", devPtr,
+                    stream == nullptr ? cudaStreamPerThread : stream);
+}
+
 __attribute__((visibility("default"))) cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  if (t_depth > 0) return real_mem_get_info(free, total);
+  if (from_memweave()) return real_mem_get_info(free, total);
   reentry_guard guard;
   if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
   const int rc = memweaveMemGetInfo(free, total);
-  if (rc == MEMWEAVE_SUCCESS) return cudaSuccess;
-  if (memweave_unavailable()) return real_mem_get_info(free, total);
+  if (memweave_unavailable(rc)) return real_mem_get_info(free, total);
   return static_cast<cudaError_t>(rc);
 }
 

@@ -1,9 +1,21 @@
 // PyTorch's pluggable-allocator entry points (memweave_torch.h) over the C API's context.
-// Thread-safe as the C API is; nothing throws out of these functions, and since their
-// signatures carry no error, every failure is logged once as it happens.
+//
+// Every allocation is for PyTorch's stream and every free is stream-ordered on the stream
+// PyTorch passes (the one the block was allocated for): the block is reused at once by
+// later allocations for that stream, and by other streams once an event recorded at the
+// free has completed. The pool is the one of the device PyTorch names.
+//
+// Errors: the signatures carry none. A failed free is logged and ignored. A failed
+// allocation THROWS a std::runtime_error ("memweave: CUDA out of memory. ..." with the
+// request, free bytes, largest free run and fragmentation): PyTorch calls this function
+// from C++ through a std::function and stores what it returns unchecked, so a NULL would
+// surface later as an illegal-address error that kills the CUDA context; an exception
+// propagates like the CUDA caching allocator's own out-of-memory error and reaches Python
+// as a RuntimeError. This is the one place where memweave throws across its C boundary.
+// Thread-safe as the C API is.
 #include "memweave/memweave_torch.h"
 
-#include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "capi/capi_context.hpp"
@@ -11,68 +23,53 @@
 
 namespace {
 
-std::string pointer_text(const void* p) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%p", p);
-  return text;
+[[noreturn]] void throw_out_of_memory(const std::string& why) {
+  std::string m = "memweave: CUDA out of memory. " + why;
+  memweave::log(memweave::log_level::error, m);
+  memweave::capi::fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION, m);
+  throw std::runtime_error(m);
 }
 
 }  // namespace
 
 extern "C" {
 
-void* memweave_torch_malloc(ssize_t size, int device, struct CUstream_st* /*stream*/) {
+void* memweave_torch_malloc(ssize_t size, int device, struct CUstream_st* stream) {
   using namespace memweave;
-  if (size <= 0) return nullptr;
-  try {
+  if (size <= 0) return nullptr;  // PyTorch never asks for 0 bytes through this path
+  const auto bytes = static_cast<std::size_t>(size);
+  std::string why;
+  {
+    capi::busy_scope busy;
     int rc = MEMWEAVE_SUCCESS;
     capi::context* c = capi::ensure(&rc);
-    if (c == nullptr) {
-      log(log_level::error, std::string("memweave_torch_malloc: ") + memweaveGetLastErrorMessage());
-      return nullptr;
+    capi::pool* p =
+        c != nullptr ? capi::get_pool(*c, device, "memweave_torch_malloc", &rc) : nullptr;
+    if (p != nullptr) {
+      // Waits for pending cross-stream frees and retries before giving up.
+      void* out = p->ordered->try_allocate(bytes, c->rt->stream_key(stream));
+      if (out != nullptr) return out;
+      try {
+        why = "Tried to allocate " + std::to_string(bytes) + " bytes on device " +
+              std::to_string(p->ordinal) + ": " + p->ordered->describe_failure(bytes);
+      } catch (...) {
+        why = "Tried to allocate " + std::to_string(bytes) + " bytes";
+      }
+    } else {
+      why = std::string("memweave cannot serve device ") + std::to_string(device) + ": " +
+            memweaveGetLastErrorMessage();
     }
-    if (c->dev->kind() == device_kind::cuda && device != c->device_settings.cuda_ordinal) {
-      const std::string message =
-          "memweave_torch_malloc: asked for CUDA device " + std::to_string(device) +
-          " but memweave manages device " + std::to_string(c->device_settings.cuda_ordinal) +
-          " (MEMWEAVE_CUDA_DEVICE); use one device per process with memweave";
-      capi::fail(MEMWEAVE_ERROR_INVALID_VALUE, message);
-      log(log_level::error, message);
-      return nullptr;
-    }
-    // allocate() logs the failure with its numbers: PyTorch's own message cannot carry them.
-    void* p = c->heap->allocate(static_cast<std::size_t>(size));
-    if (p == nullptr) {
-      capi::fail(
-          MEMWEAVE_ERROR_MEMORY_ALLOCATION,
-          "memweave_torch_malloc: " + c->heap->describe_failure(static_cast<std::size_t>(size)));
-    }
-    return p;
-  } catch (...) {
-    log(log_level::error, "memweave_torch_malloc: unexpected failure (out of host memory?)");
-    return nullptr;
   }
+  throw_out_of_memory(why);
 }
 
-void memweave_torch_free(void* ptr, ssize_t /*size*/, int /*device*/,
-                         struct CUstream_st* /*stream*/) {
+void memweave_torch_free(void* ptr, ssize_t /*size*/, int /*device*/, struct CUstream_st* stream) {
   using namespace memweave;
   if (ptr == nullptr) return;
-  try {
-    capi::context* c = capi::current();
-    if (c == nullptr) {
-      log(log_level::error, "memweave_torch_free(" + pointer_text(ptr) +
-                                "): memweave is not initialized (memweaveFinalize while "
-                                "PyTorch still held memory?); ignored");
-      return;
-    }
-    // deallocate() logs why a pointer is rejected and changes nothing.
-    if (c->heap->deallocate(ptr) != status::success) {
-      capi::fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
-                 "memweave_torch_free(" + pointer_text(ptr) + "): not a live allocation");
-    }
-  } catch (...) {
-    log(log_level::error, "memweave_torch_free: unexpected failure; ignored");
+  // memweaveFreeAsync logs nothing: it returns the reason, logged here.
+  if (memweaveFreeAsync(ptr, stream) != MEMWEAVE_SUCCESS) {
+    log(log_level::error,
+        std::string("memweave_torch_free: ") + memweaveGetLastErrorMessage() + "; ignored");
   }
 }
 

@@ -11,8 +11,11 @@
  *
  * Also exported from libmemweave.so, for PyTorch's CUDAPluggableAllocator: see
  * memweave_torch.h. An unmodified CUDA program can use the pool through the interposer
- * libmemweave_preload.so (LD_PRELOAD), which replaces cudaMalloc, cudaFree and
- * cudaMemGetInfo. */
+ * libmemweave_preload.so (LD_PRELOAD), which replaces cudaMalloc, cudaFree,
+ * cudaMallocAsync, cudaFreeAsync and cudaMemGetInfo.
+ *
+ * Streams (cudaStream_t) are written `struct CUstream_st*`, what cuda_runtime_api.h
+ * defines cudaStream_t as, so that this header needs no CUDA header. */
 #ifndef MEMWEAVE_MEMWEAVE_H_
 #define MEMWEAVE_MEMWEAVE_H_
 
@@ -22,6 +25,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+struct CUstream_st;
 
 #if defined(__GNUC__)
 #define MEMWEAVE_API __attribute__((visibility("default")))
@@ -58,7 +63,7 @@ typedef struct memweave_config {
   int fit;
   /* When full, take a further arena of at least this size (MEMWEAVE_POOL_GROW, 0 = never). */
   size_t grow_bytes;
-  /* "auto", "cuda", "host" or "null" (MEMWEAVE_DEVICE, auto). */
+  /* "cuda", "host" or "null" (MEMWEAVE_DEVICE; "auto", the default, means cuda here). */
   const char* device;
   /* Capacity of the simulated host and null devices (MEMWEAVE_DEVICE_BYTES, 8 GiB). */
   size_t device_bytes;
@@ -93,11 +98,14 @@ typedef struct memweave_stats {
   size_t host_live_allocations;  /* allocations not yet freed */
 } memweave_stats;
 
-/* Initializes the library: the device, then the heap's arena. `config` may be NULL (all
- * from the environment). Returns MEMWEAVE_SUCCESS; MEMWEAVE_ERROR_INITIALIZATION_ERROR when
- * already initialized, explicitly or lazily (memweaveMalloc, memweaveMemGetInfo,
- * memweaveGetStats, memweaveResetPeak, memweaveTraceStart and memweaveHostMalloc initialize
- * from the environment when called first): the running instance is left as it is, and
+/* Initializes the library and the pool of the calling thread's current device (other
+ * devices get theirs on first use, with the same settings). `config` may be NULL (all
+ * from the environment). The device kind `auto` means `cuda` here: when no GPU can be
+ * used, MEMWEAVE_ERROR_NO_DEVICE; the simulated `host` device is used only when named.
+ * Returns MEMWEAVE_SUCCESS; MEMWEAVE_ERROR_INITIALIZATION_ERROR when already initialized,
+ * explicitly or lazily (memweaveMalloc, memweaveMemGetInfo, memweaveGetStats,
+ * memweaveResetPeak, memweaveTraceStart and memweaveHostMalloc initialize from the
+ * environment when called first): the running instance is left as it is, and
  * memweaveFinalize() first allows a new configuration; MEMWEAVE_ERROR_INVALID_VALUE for a
  * bad setting; MEMWEAVE_ERROR_NO_DEVICE when the device asked for is absent;
  * MEMWEAVE_ERROR_MEMORY_ALLOCATION when the arena cannot be taken. */
@@ -111,28 +119,51 @@ MEMWEAVE_API memweave_status memweaveFinalize(void);
 /* Whether the library is initialized (1) or not (0). */
 MEMWEAVE_API int memweaveIsInitialized(void);
 
-/* As cudaMalloc: *ptr = `bytes` of device memory from the pool. size 0 gives *ptr = NULL
- * and success. NULL ptr: MEMWEAVE_ERROR_INVALID_VALUE. Pool exhausted:
- * MEMWEAVE_ERROR_MEMORY_ALLOCATION, *ptr = NULL, and a message naming the request, the
- * free bytes and the largest free run. Initializes from the environment on first use. */
+/* As cudaMalloc: *ptr = `bytes` of device memory from the pool of the calling thread's
+ * current device (cudaGetDevice; each device has its own pool, made on first use there).
+ * The block is free of all pending work: it may be used on any stream. size 0 gives
+ * *ptr = NULL and success. NULL ptr: MEMWEAVE_ERROR_INVALID_VALUE. When the pool cannot
+ * serve the request, memweave first waits for the pending stream-ordered frees and
+ * retries; if that fails: MEMWEAVE_ERROR_MEMORY_ALLOCATION, *ptr = NULL, and a message
+ * naming the request, the free bytes, the largest free run and the fragmentation.
+ * Initializes from the environment on first use. */
 MEMWEAVE_API memweave_status memweaveMalloc(void** ptr, size_t bytes);
 
-/* As cudaFree. NULL is a successful no-op. A pointer that is not a live allocation of the
- * pool (foreign, freed twice, interior) returns MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and
- * changes nothing. */
+/* As cudaMallocAsync: as memweaveMalloc, for work on `stream` (a cudaStream_t; NULL is
+ * the legacy default stream). It may return a block freed on the same stream whose free
+ * the stream has not yet reached: the stream's order makes that safe, so use the block
+ * on `stream` (or order other streams after it with an event). */
+MEMWEAVE_API memweave_status memweaveMallocAsync(void** ptr, size_t bytes,
+                                                 struct CUstream_st* stream);
+
+/* As cudaFree: waits until the device owning the block is idle (as cudaFree does), then
+ * returns the block to its pool. NULL is a successful no-op. A pointer that is not a live
+ * allocation of a pool (foreign, freed twice, interior) returns
+ * MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and changes nothing. A failure the wait reports
+ * (a kernel that failed) is returned, with the block freed all the same. */
 MEMWEAVE_API memweave_status memweaveFree(void* ptr);
 
-/* Whether `ptr` lies inside the pool's arenas (1) or not (0); 0 when not initialized. */
+/* As cudaFreeAsync: frees `ptr` in `stream`'s order without waiting. The block is reused
+ * at once by later allocations for the same stream, and by other streams only once the
+ * stream has reached this point (an event recorded here has completed). Work on other
+ * streams that still uses the block must be ordered before this point by the caller, as
+ * with cudaFreeAsync. Errors as memweaveFree. */
+MEMWEAVE_API memweave_status memweaveFreeAsync(void* ptr, struct CUstream_st* stream);
+
+/* Whether `ptr` lies inside the arenas of any pool (1) or not (0); 0 when not
+ * initialized. */
 MEMWEAVE_API int memweaveOwns(const void* ptr);
 
-/* As cudaMemGetInfo, from the pool's point of view: *free = bytes free in the pool,
- * *total = the pool's size. Either pointer may be NULL (not both). Initializes lazily. */
+/* As cudaMemGetInfo, from the point of view of the current device's pool: *free = bytes
+ * free in it, *total = its size. Either pointer may be NULL (not both). Initializes
+ * lazily. */
 MEMWEAVE_API memweave_status memweaveMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
-/* Fills *stats. Initializes lazily. */
+/* Fills *stats with the numbers of the current device's pool (and the host pool).
+ * Initializes lazily. */
 MEMWEAVE_API memweave_status memweaveGetStats(memweave_stats* stats);
 
-/* Sets the device heap's peak to its current use. */
+/* Sets the current device's pool's peak to its current use. */
 MEMWEAVE_API memweave_status memweaveResetPeak(void);
 
 /* Starts writing every heap allocation and free to `path` (replay with `memweave replay`);

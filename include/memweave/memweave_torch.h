@@ -9,15 +9,23 @@
  * `struct CUstream_st*` (what cuda_runtime_api.h defines it as) so that this header needs no
  * CUDA header. The pool is memweave's process-wide instance (memweave.h): configured by
  * memweaveInit when that was called first, else from the MEMWEAVE_* environment on the
- * first allocation. Errors cannot be returned through these signatures: a failed
- * allocation returns NULL (PyTorch raises its out-of-memory error) and logs one line naming
- * the request, the free bytes and the largest free run; a bad free logs one line.
+ * first allocation; each device PyTorch uses gets its own pool.
  *
- * Streams: memory freed here is reused at once by the next allocation, whatever stream it
- * is for. That is safe when all work runs in order on one stream (PyTorch's default
- * stream use); a program that hands tensors between streams must synchronize (or
- * record_stream and wait) before freeing, as with any allocator that does not track
- * streams. */
+ * Streams: PyTorch passes the stream a block is allocated for, and the same stream when it
+ * frees it. A freed block is reused at once by later allocations for the same stream and
+ * by other streams only once an event recorded on that stream at the free has completed,
+ * as PyTorch's own caching allocator and cudaMallocAsync do. (PyTorch does not forward
+ * Tensor.record_stream to a pluggable allocator: a tensor used on a second stream must be
+ * kept alive, or that stream synchronized with, until the work on it is done.)
+ *
+ * Out of memory: the pool first waits for pending frees of other streams and retries; if
+ * the request still cannot be served, memweave_torch_malloc THROWS a C++
+ * std::runtime_error whose message starts "memweave: CUDA out of memory." and names the
+ * request, the free bytes, the largest free run and the fragmentation (also logged).
+ * PyTorch passes it on as it does its own allocator's errors: Python sees a RuntimeError
+ * with that message at the allocating call, and the CUDA context stays usable (free
+ * tensors and retry). NULL is never returned for size > 0: PyTorch would store it unchecked
+ * and fail later with an illegal memory access. A bad free logs one line and is ignored. */
 #ifndef MEMWEAVE_MEMWEAVE_TORCH_H_
 #define MEMWEAVE_MEMWEAVE_TORCH_H_
 
@@ -31,13 +39,14 @@ extern "C" {
 
 struct CUstream_st;
 
-/* `size` bytes from the pool for CUDA device `device` (on the cuda backend it must be the
- * ordinal memweave manages, MEMWEAVE_CUDA_DEVICE; other backends ignore it), or NULL when
- * size <= 0, the pool is exhausted, or memweave cannot initialize. */
+/* `size` bytes from the pool of CUDA device `device` for work on `stream`; NULL when
+ * size <= 0. Throws std::runtime_error (see above) when the pool is exhausted or memweave
+ * cannot serve the device. The simulated devices (MEMWEAVE_DEVICE=host|null, named) have
+ * one pool and ignore `device`. */
 MEMWEAVE_API void* memweave_torch_malloc(ssize_t size, int device, struct CUstream_st* stream);
 
-/* Returns `ptr` (from memweave_torch_malloc) to the pool. NULL is ignored; a pointer the
- * pool does not hold is logged and ignored. */
+/* Returns `ptr` (from memweave_torch_malloc) to its pool in `stream`'s order (as
+ * memweaveFreeAsync). NULL is ignored; a pointer no pool holds is logged and ignored. */
 MEMWEAVE_API void memweave_torch_free(void* ptr, ssize_t size, int device,
                                       struct CUstream_st* stream);
 

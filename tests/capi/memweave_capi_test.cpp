@@ -431,6 +431,39 @@ TEST_F(memweave_capi_test, cuda_without_a_gpu_is_no_device) {
   EXPECT_FALSE(last_error().empty());
 }
 
+TEST_F(memweave_capi_test, auto_never_falls_back_to_the_simulated_device) {
+  // A drop-in cudaMalloc must not hand a GPU program host memory: `auto` is cuda here.
+  memweave_config c = host_config();
+  c.device = "auto";
+  const int rc = memweaveInit(&c);
+  if (rc == MEMWEAVE_SUCCESS) GTEST_SKIP() << "a CUDA device is present: auto is cuda";
+  EXPECT_EQ(rc, MEMWEAVE_ERROR_NO_DEVICE) << last_error();
+  EXPECT_NE(last_error().find("MEMWEAVE_DEVICE=host"), std::string::npos) << last_error();
+  void* p = nullptr;
+  EXPECT_EQ(memweaveMalloc(&p, 1000), MEMWEAVE_ERROR_NO_DEVICE) << "lazily, from the default";
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(memweaveIsInitialized(), 1) << "initialized, with no pool: every call says why";
+}
+
+TEST_F(memweave_capi_test, stream_ordered_malloc_and_free_round_trip) {
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  auto* stream = reinterpret_cast<CUstream_st*>(0x1234);  // opaque to the host backend
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMallocAsync(&p, 4000, stream), MEMWEAVE_SUCCESS) << last_error();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(memweaveOwns(p), 1);
+  ASSERT_EQ(memweaveFreeAsync(p, stream), MEMWEAVE_SUCCESS) << last_error();
+  // The host device has no streams a caller can enqueue on: the free is complete at once.
+  EXPECT_EQ(stats().live_allocations, 0u);
+  EXPECT_EQ(memweaveFreeAsync(p, stream), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  int x = 0;
+  EXPECT_EQ(memweaveFreeAsync(&x, stream), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  EXPECT_NE(last_error().find("not an allocation of the memweave pool"), std::string::npos);
+  EXPECT_EQ(memweaveMallocAsync(nullptr, 10, stream), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_EQ(memweaveFreeAsync(nullptr, stream), MEMWEAVE_SUCCESS);
+}
+
 TEST_F(memweave_capi_test, pool_fraction_sizes_the_pool_from_free_device_memory) {
   memweave_config c = host_config(0);
   c.pool_fraction = 0.5;

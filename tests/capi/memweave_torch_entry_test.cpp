@@ -1,11 +1,14 @@
 // PyTorch's pluggable-allocator entry points, used the way PyTorch uses them: this binary
 // does not link memweave; it dlopen()s libmemweave.so and calls the two symbols through
-// dlsym with the signatures of memweave_torch.h, on the host backend.
+// dlsym with the signatures of memweave_torch.h, on the host backend (named: the C API
+// never falls back to it). Streams on a GPU are tested over the stand-in runtime
+// (fake_cuda_test.cpp).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -72,14 +75,24 @@ TEST_F(memweave_torch_entry_test, malloc_and_free_go_through_the_pool) {
   EXPECT_EQ(s.frees, 1u);
 }
 
-TEST_F(memweave_torch_entry_test, exhaustion_returns_null_and_frees_make_room) {
+TEST_F(memweave_torch_entry_test, exhaustion_throws_an_out_of_memory_error_and_frees_make_room) {
   std::vector<void*> live;
   for (int i = 0; i < 16; ++i) {
     void* p = malloc_(1 << 20, 0, nullptr);
     ASSERT_NE(p, nullptr) << i;
     live.push_back(p);
   }
-  EXPECT_EQ(malloc_(1 << 20, 0, nullptr), nullptr);
+  // Never NULL: PyTorch would store it unchecked and fail later with an illegal address.
+  std::string what;
+  try {
+    void* p = malloc_(1 << 20, 0, nullptr);
+    ADD_FAILURE() << "an exhausted pool returned " << p;
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("CUDA out of memory"), std::string::npos) << what;
+  EXPECT_NE(what.find("1048576 bytes"), std::string::npos) << what;
+  EXPECT_NE(what.find("largest free run"), std::string::npos) << what;
   EXPECT_EQ(stats().failures, 1u);
   free_(live.back(), 1 << 20, 0, nullptr);
   live.pop_back();

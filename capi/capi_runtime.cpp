@@ -1,0 +1,146 @@
+// The C API's runtimes (capi_runtime.hpp): the CUDA runtime's current device, events on
+// the caller's streams and cudaDeviceSynchronize for `cuda`; trivial ones for `host` and
+// `null`, whose devices have no streams a caller can enqueue on.
+//
+// Thread safety: stateless; every CUDA call made here is per thread or thread-safe in the
+// runtime. Calls go to the CUDA runtime by their plain names; the interposer passes them
+// through (it replaces none of these), so nothing here re-enters memweave.
+#include "capi/capi_runtime.hpp"
+
+#include "memweave/alloc/stream_ordered_heap.hpp"
+#include "memweave/core/error.hpp"
+
+#if MEMWEAVE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "device/cuda/cuda_device.hpp"
+#endif
+
+namespace memweave::capi {
+namespace {
+
+class simulated_runtime final : public runtime {
+ public:
+  int current_device() override { return 0; }
+  std::unique_ptr<event> record(int, CUstream_st*) override { return nullptr; }
+  void synchronize_device(int, device& dev) override { dev.synchronize(); }
+  std::uintptr_t stream_key(CUstream_st* stream) const noexcept override {
+    return reinterpret_cast<std::uintptr_t>(stream);
+  }
+};
+
+#if MEMWEAVE_HAVE_CUDA
+
+[[noreturn]] void throw_cuda(cudaError_t e, const std::string& call) {
+  (void)cudaGetLastError();
+  throw device_error(call + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+/// An event recorded on a caller's stream; destroyed with the object.
+class caller_event final : public event {
+ public:
+  explicit caller_event(cudaEvent_t e) noexcept : event_(e) {}
+  ~caller_event() override {
+    if (cudaEventDestroy(event_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  caller_event(const caller_event&) = delete;
+  caller_event& operator=(const caller_event&) = delete;
+
+  bool query() override {
+    const cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    throw_cuda(e, "cudaEventQuery (a stream-ordered free)");
+  }
+  void synchronize() override {
+    const cudaError_t e = cudaEventSynchronize(event_);
+    if (e != cudaSuccess) throw_cuda(e, "cudaEventSynchronize (a stream-ordered free)");
+  }
+
+ private:
+  cudaEvent_t event_;
+};
+
+class cuda_runtime final : public runtime {
+ public:
+  int current_device() override {
+    int d = 0;
+    const cudaError_t e = cudaGetDevice(&d);
+    if (e != cudaSuccess) {
+      // It fails only when the runtime cannot start: no driver, no GPU.
+      (void)cudaGetLastError();
+      throw no_device_error(std::string("no CUDA GPU can be used (cudaGetDevice failed: ") +
+                            cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
+                            "); the C API, the interposer and the PyTorch entry points serve "
+                            "only GPU memory (MEMWEAVE_DEVICE=auto means cuda there); set "
+                            "MEMWEAVE_DEVICE=host to use the simulated device on purpose");
+    }
+    return d;
+  }
+
+  std::unique_ptr<event> record(int ordinal, CUstream_st* stream) override {
+    // The event must belong to the stream's device: make `ordinal` current if it is not.
+    int previous = ordinal;
+    if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
+    const bool restore = previous != ordinal && cuda_backend::context_current();
+    if (previous != ordinal) {
+      const cudaError_t e = cudaSetDevice(ordinal);
+      if (e != cudaSuccess) throw_cuda(e, "cudaSetDevice(" + std::to_string(ordinal) + ")");
+    }
+    struct restore_device {
+      bool on;
+      int ordinal;
+      ~restore_device() {
+        if (on && cudaSetDevice(ordinal) != cudaSuccess) (void)cudaGetLastError();
+      }
+    } restorer{restore, previous};
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventBlockingSync);
+    if (e != cudaSuccess) throw_cuda(e, "cudaEventCreateWithFlags");
+    auto out = std::make_unique<caller_event>(ev);
+    e = cudaEventRecord(ev, stream);
+    if (e != cudaSuccess) throw_cuda(e, "cudaEventRecord on the freeing stream");
+    return out;
+  }
+
+  void synchronize_device(int ordinal, device&) override {
+    int previous = ordinal;
+    if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
+    if (previous == ordinal) {
+      const cudaError_t e = cudaDeviceSynchronize();
+      if (e != cudaSuccess) throw_cuda(e, "cudaDeviceSynchronize");
+      return;
+    }
+    const bool restore = cuda_backend::context_current();
+    cudaError_t e = cudaSetDevice(ordinal);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (restore && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+    if (e != cudaSuccess) {
+      throw_cuda(e, "cudaDeviceSynchronize of device " + std::to_string(ordinal));
+    }
+  }
+
+  std::uintptr_t stream_key(CUstream_st* stream) const noexcept override {
+    if (stream == cudaStreamPerThread) return stream_ordered_heap::no_reuse_stream;
+    if (stream == cudaStreamLegacy) return 0;  // the same stream as NULL
+    return reinterpret_cast<std::uintptr_t>(stream);
+  }
+};
+
+#endif  // MEMWEAVE_HAVE_CUDA
+
+}  // namespace
+
+std::unique_ptr<runtime> make_runtime(device_kind kind) {
+#if MEMWEAVE_HAVE_CUDA
+  if (kind == device_kind::cuda) return std::make_unique<cuda_runtime>();
+#else
+  (void)kind;
+#endif
+  return std::make_unique<simulated_runtime>();
+}
+
+}  // namespace memweave::capi

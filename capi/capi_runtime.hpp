@@ -1,0 +1,38 @@
+// What the C API needs from the device runtime beyond device.hpp: the calling thread's
+// current device, events recorded on the CALLER's streams (for stream-ordered frees) and
+// waiting for a whole device (the synchronous free). Private to capi/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "memweave/device/device.hpp"
+
+struct CUstream_st;
+
+namespace memweave::capi {
+
+class runtime {
+ public:
+  virtual ~runtime() = default;
+  /// The calling thread's current device ordinal (cudaGetDevice); 0 where devices have no
+  /// ordinals. Throws no_device_error when the runtime cannot start (no driver, no GPU).
+  virtual int current_device() = 0;
+  /// An event recorded now at the end of `stream` on device `ordinal`, or nullptr when
+  /// nothing enqueued on it can still be running (no caller streams on this backend).
+  /// Throws device_error when the event cannot be recorded.
+  virtual std::unique_ptr<event> record(int ordinal, CUstream_st* stream) = 0;
+  /// Blocks until every stream of device `ordinal` (`dev` is memweave's device for it) is
+  /// idle, as cudaFree does before it frees. Throws device_error.
+  virtual void synchronize_device(int ordinal, device& dev) = 0;
+  /// The key under which blocks freed on `stream` are reused at once by allocations on
+  /// it; stream_ordered_heap::no_reuse_stream for a handle that names a different stream
+  /// on each thread (cudaStreamPerThread).
+  virtual std::uintptr_t stream_key(CUstream_st* stream) const noexcept = 0;
+};
+
+/// The runtime of a device kind: the CUDA runtime for `cuda`, trivial ones for `host` and
+/// `null` (their devices have no caller streams: frees are complete once made).
+std::unique_ptr<runtime> make_runtime(device_kind kind);
+
+}  // namespace memweave::capi
