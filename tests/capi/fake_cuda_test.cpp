@@ -1,0 +1,149 @@
+// The drop-in allocator as a GPU program sees it, without a GPU: fake_cuda_probe (a plain
+// CUDA program, tests/capi/fake_cudart/) runs over the test stand-in for the CUDA runtime
+// (libcudart.so.<major> from fake_cudart.cpp, first in LD_LIBRARY_PATH), so memweave's
+// real cuda backend, C API, PyTorch entry points and interposer run unchanged, with
+// streams that are threads and device memory the host can read. Each case runs one
+// scenario of the probe in a child process under a timeout (a deadlock fails, it does
+// not hang) and passes when the probe found its expectations true.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+struct run_result {
+  int exit_code = -1;
+  bool timed_out = false;
+  std::string output;
+};
+
+// Runs the probe's `scenario` with this environment less MEMWEAVE_*, FAKE_CUDART_* and
+// LD_PRELOAD, plus the stand-in runtime's directory first in LD_LIBRARY_PATH and `extra`.
+run_result run_probe(const std::string& scenario, const std::vector<std::string>& extra,
+                     int timeout_s = 60) {
+  std::vector<std::string> env;
+  std::string library_path = std::string("LD_LIBRARY_PATH=") + MEMWEAVE_FAKE_CUDART_DIR;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "MEMWEAVE_", 9) == 0 || std::strncmp(*e, "FAKE_CUDART_", 12) == 0 ||
+        std::strncmp(*e, "LD_PRELOAD=", 11) == 0 || std::strncmp(*e, "ASAN_OPTIONS=", 13) == 0) {
+      continue;
+    }
+    if (std::strncmp(*e, "LD_LIBRARY_PATH=", 16) == 0) {
+      library_path += std::string(":") + (*e + 16);
+      continue;
+    }
+    env.emplace_back(*e);
+  }
+  env.push_back(library_path);
+  env.emplace_back("ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0");
+  for (const auto& x : extra) env.push_back(x);
+  std::vector<char*> envp;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  run_result r;
+  int fds[2];
+  if (::pipe(fds) != 0) return r;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::string path = MEMWEAVE_FAKE_CUDA_PROBE_PATH;
+  std::string arg = scenario;
+  char* argv[] = {path.data(), arg.data(), nullptr};
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, path.c_str(), &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (spawned != 0) {
+    ::close(fds[0]);
+    r.output = "posix_spawn failed: " + std::string(std::strerror(spawned));
+    return r;
+  }
+  // Reads the output on a thread; the child is killed when it runs past the timeout.
+  std::thread reader([&] {
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      r.output.append(buf, static_cast<std::size_t>(n));
+    }
+  });
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      r.timed_out = true;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  reader.join();
+  ::close(fds[0]);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+const std::string k_preload = std::string("LD_PRELOAD=") + MEMWEAVE_PRELOAD_PATH;
+
+void expect_passes(const run_result& r) {
+  EXPECT_FALSE(r.timed_out) << "the probe hung (deadlock?) and was killed; its output:\n"
+                            << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(fake_cuda, interposed_cuda_free_waits_for_kernels_still_reading_the_block) {
+  expect_passes(run_probe("sync_free", {k_preload, "MEMWEAVE_POOL_BYTES=16M"}));
+}
+
+TEST(fake_cuda, stream_ordered_frees_are_reused_on_their_stream_and_elsewhere_only_after_it) {
+  expect_passes(run_probe("async_streams", {k_preload, "MEMWEAVE_POOL_BYTES=4M"}));
+}
+
+TEST(fake_cuda, pytorch_entry_points_order_reuse_by_their_stream) {
+  expect_passes(run_probe("torch_streams", {"MEMWEAVE_POOL_BYTES=16M"}));
+}
+
+TEST(fake_cuda, pytorch_out_of_memory_waits_for_pending_frees_then_throws_with_the_numbers) {
+  expect_passes(run_probe("torch_oom", {"MEMWEAVE_POOL_BYTES=8M"}));
+}
+
+TEST(fake_cuda, the_current_device_chooses_the_pool_and_mem_get_info_answers_for_it) {
+  expect_passes(
+      run_probe("current_device", {k_preload, "FAKE_CUDART_DEVICES=2",
+                                   "FAKE_CUDART_BYTES=256M,128M", "MEMWEAVE_POOL_FRACTION=0.5"}));
+}
+
+TEST(fake_cuda, memweave_init_with_the_interposer_preloaded_does_not_deadlock) {
+  expect_passes(run_probe("init_deadlock", {k_preload, "MEMWEAVE_POOL_BYTES=16M"}, 20));
+}
+
+TEST(fake_cuda, pytorch_entry_with_the_interposer_preloaded_does_not_deadlock) {
+  expect_passes(run_probe("torch_deadlock", {k_preload, "MEMWEAVE_POOL_BYTES=16M"}, 20));
+}
+
+TEST(fake_cuda, auto_without_a_gpu_refuses_instead_of_handing_out_host_memory) {
+  expect_passes(run_probe("auto_no_device", {k_preload, "FAKE_CUDART_DEVICES=0"}));
+}
+
+TEST(fake_cuda, a_thread_that_never_chose_a_device_gets_no_context_on_gpu_0) {
+  expect_passes(
+      run_probe("no_context_restore", {"FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=16M"}));
+}
+
+}  // namespace

@@ -1,0 +1,367 @@
+// A CUDA program for fake_cuda_test: it knows memweave only through the CUDA runtime API
+// (served by the test stand-in libcudart, fake_cudart.cpp) and, in some scenarios, through
+// the symbols of libmemweave.so found at run time (preloaded with the interposer, or
+// dlopen'ed as PyTorch does). Run as `fake_cuda_probe SCENARIO`; it prints what it sees
+// and exits 0 when the scenario's expectations hold, 1 (with "FAIL: ...") otherwise.
+//
+// "Kernels" are host functions launched on streams (the stand-in's device memory is host
+// memory): a writer fills a block with a byte, a reader checks the byte slowly (sleeping
+// between chunks) and counts every mismatch: a block handed to other work before the
+// reader finished shows up as a mismatch.
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memweave/memweave.h"
+#include "memweave/memweave_torch.h"
+
+extern "C" int fake_cudart_contexts(int device);
+extern "C" int fake_cudart_device_of(const void* p);
+
+namespace {
+
+int g_failures = 0;
+
+#define CHECK(cond, ...)                                           \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      std::printf("FAIL: %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      std::printf(__VA_ARGS__);                                    \
+      std::printf("\n");                                           \
+      ++g_failures;                                                \
+    }                                                              \
+  } while (0)
+
+std::atomic<long> g_mismatches{0};
+
+struct fill_task {
+  unsigned char* p;
+  std::size_t n;
+  unsigned char value;
+  int sleep_ms;  // reader: total time spread over its chunks
+  bool read;     // true: check; false: write
+};
+
+void run_fill(void* arg) {
+  auto* t = static_cast<fill_task*>(arg);
+  if (!t->read) {
+    std::memset(t->p, t->value, t->n);
+  } else {
+    constexpr int chunks = 8;
+    const std::size_t step = (t->n + chunks - 1) / chunks;
+    for (int c = 0; c < chunks; ++c) {
+      if (t->sleep_ms > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(t->sleep_ms * 1000 / chunks));
+      for (std::size_t i = c * step; i < t->n && i < (c + 1) * step; ++i) {
+        if (t->p[i] != t->value) {
+          g_mismatches.fetch_add(1);
+          break;
+        }
+      }
+    }
+  }
+  delete t;
+}
+
+void launch_write(cudaStream_t s, void* p, std::size_t n, unsigned char v) {
+  cudaLaunchHostFunc(s, run_fill, new fill_task{static_cast<unsigned char*>(p), n, v, 0, false});
+}
+
+void launch_read(cudaStream_t s, void* p, std::size_t n, unsigned char v, int sleep_ms) {
+  cudaLaunchHostFunc(s, run_fill,
+                     new fill_task{static_cast<unsigned char*>(p), n, v, sleep_ms, true});
+}
+
+template <class F>
+F memweave_symbol(const char* name) {
+  return reinterpret_cast<F>(::dlsym(RTLD_DEFAULT, name));
+}
+
+void* open_memweave() {
+  void* h = ::dlopen(MEMWEAVE_CAPI_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) std::printf("FAIL: dlopen %s: %s\n", MEMWEAVE_CAPI_PATH, ::dlerror());
+  return h;
+}
+
+constexpr std::size_t k_block = 1 << 20;
+
+// The interposed synchronous cudaFree: the runtime's cudaFree waits for the device, so a
+// kernel still reading the block must finish before the next cudaMalloc may get it.
+void sync_free() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not in the process (LD_PRELOAD?)");
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  for (int i = 0; i < 4; ++i) {
+    void* a = nullptr;
+    CHECK(cudaMalloc(&a, k_block) == cudaSuccess, "cudaMalloc");
+    if (owns != nullptr) CHECK(owns(a) == 1, "the block is not the pool's");
+    std::memset(a, 0x11, k_block);         // cudaMemset (synchronous)
+    launch_read(s, a, k_block, 0x11, 80);  // a kernel reading it for 80 ms
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree");
+    void* b = nullptr;
+    CHECK(cudaMalloc(&b, k_block) == cudaSuccess, "cudaMalloc");
+    std::memset(b, 0x22, k_block);  // the next user writes its block at once
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+    CHECK(cudaFree(b) == cudaSuccess, "cudaFree");
+  }
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+}
+
+// cudaMallocAsync/cudaFreeAsync on several streams: reuse on the freeing stream at once,
+// on others only after the stream reached the free.
+void async_streams() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not in the process (LD_PRELOAD?)");
+  cudaStream_t s[4] = {};
+  for (auto& x : s) CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking) == 0, "stream");
+  // Cross-stream: freed on s0 while a reader runs; the allocation on s1 must not get it.
+  void* a = nullptr;
+  CHECK(cudaMallocAsync(&a, k_block, s[0]) == cudaSuccess, "cudaMallocAsync");
+  if (owns != nullptr) CHECK(owns(a) == 1, "cudaMallocAsync did not use the pool");
+  launch_write(s[0], a, k_block, 0x11);
+  launch_read(s[0], a, k_block, 0x11, 100);
+  CHECK(cudaFreeAsync(a, s[0]) == cudaSuccess, "cudaFreeAsync");
+  void* b = nullptr;
+  CHECK(cudaMallocAsync(&b, k_block, s[1]) == cudaSuccess, "cudaMallocAsync");
+  launch_write(s[1], b, k_block, 0x22);
+  launch_read(s[1], b, k_block, 0x22, 0);
+  CHECK(b != a, "a block freed on another stream was reused before that stream reached the free");
+  // Same stream: reused at once, and safe by the stream's order.
+  void* c = nullptr;
+  CHECK(cudaMallocAsync(&c, k_block, s[0]) == cudaSuccess, "cudaMallocAsync");
+  CHECK(c == a, "a block freed on this stream was not reused at once (%p, freed %p)", c, a);
+  launch_write(s[0], c, k_block, 0x33);
+  launch_read(s[0], c, k_block, 0x33, 0);
+  CHECK(cudaFreeAsync(b, s[1]) == cudaSuccess, "free");
+  CHECK(cudaFreeAsync(c, s[0]) == cudaSuccess, "free");
+  // Random traffic on four streams over a small pool: any early reuse is a mismatch.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    const int k = static_cast<int>(rng() % 4);
+    const std::size_t n = 1024u << (rng() % 9);  // 1 KiB .. 256 KiB
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocAsync(&p, n, s[k]);
+    CHECK(e == cudaSuccess, "cudaMallocAsync of %zu failed: %d", n, static_cast<int>(e));
+    if (e != cudaSuccess) break;
+    const auto v = static_cast<unsigned char>(1 + i % 250);
+    launch_write(s[k], p, n, v);
+    launch_read(s[k], p, n, v, static_cast<int>(rng() % 3));
+    if (rng() % 8 == 0) {
+      CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+    } else {
+      CHECK(cudaFreeAsync(p, s[k]) == cudaSuccess, "cudaFreeAsync");
+    }
+  }
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+}
+
+using torch_malloc_fn = decltype(&memweave_torch_malloc);
+using torch_free_fn = decltype(&memweave_torch_free);
+
+// PyTorch's entry points with two streams, as PyTorch calls them.
+void torch_streams() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++g_failures, void();
+  auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  void* a = tm(k_block, 0, s1);
+  CHECK(a != nullptr, "malloc");
+  CHECK(fake_cudart_device_of(a) == 0, "not device memory of device 0");
+  launch_write(s1, a, k_block, 0x11);
+  launch_read(s1, a, k_block, 0x11, 100);
+  tf(a, k_block, 0, s1);
+  void* b = tm(k_block, 0, s2);
+  CHECK(b != a, "a block freed on stream 1 went to stream 2 before stream 1 reached the free");
+  launch_write(s2, b, k_block, 0x22);
+  launch_read(s2, b, k_block, 0x22, 0);
+  void* c = tm(k_block, 0, s1);
+  CHECK(c == a, "a block freed on stream 1 was not reused at once on stream 1");
+  launch_write(s1, c, k_block, 0x33);
+  launch_read(s1, c, k_block, 0x33, 0);
+  tf(b, k_block, 0, s2);
+  tf(c, k_block, 0, s1);
+  cudaDeviceSynchronize();
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+}
+
+// Out of memory through PyTorch's entry points: pending frees of another stream are waited
+// for, and a request that still cannot be served throws an out-of-memory error (never NULL).
+void torch_oom() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++g_failures, void();
+  auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(tm(k_block, 0, s1));  // the whole 8 MiB pool
+  for (void* p : blocks) launch_write(s1, p, k_block, 0x44);
+  launch_read(s1, blocks.back(), k_block, 0x44, 150);
+  for (void* p : blocks) tf(p, k_block, 0, s1);
+  // Every block is pending on s1: s2's request waits for s1 instead of failing.
+  void* b = nullptr;
+  try {
+    b = tm(4 * k_block, 0, s2);
+  } catch (const std::exception& e) {
+    CHECK(false, "threw although frees were pending: %s", e.what());
+  }
+  CHECK(b != nullptr, "no block");
+  if (b != nullptr) {
+    std::memset(b, 0x55, 4 * k_block);
+    tf(b, 4 * k_block, 0, s2);
+  }
+  std::string what;
+  try {
+    void* big = tm(64 * k_block, 0, s2);
+    CHECK(false, "an impossible request returned %p", big);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  std::printf("oom_message=%s\n", what.c_str());
+  CHECK(what.find("CUDA out of memory") != std::string::npos, "message: %s", what.c_str());
+  CHECK(what.find("largest free run") != std::string::npos, "message: %s", what.c_str());
+  CHECK(what.find("fragmentation") != std::string::npos, "message: %s", what.c_str());
+  cudaDeviceSynchronize();
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+}
+
+// The current device chooses the pool; cudaMemGetInfo answers for it.
+void current_device() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not in the process (LD_PRELOAD?)");
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc on device 1");
+  CHECK(fake_cudart_device_of(p) == 1, "cudaMalloc after cudaSetDevice(1) gave memory of device %d",
+        fake_cudart_device_of(p));
+  if (owns != nullptr) CHECK(owns(p) == 1, "not the pool's");
+  std::size_t free1 = 0, total1 = 0;
+  CHECK(cudaMemGetInfo(&free1, &total1) == cudaSuccess, "cudaMemGetInfo");
+  std::printf("device1_total=%zu\ndevice1_free=%zu\n", total1, free1);
+  CHECK(total1 == (64u << 20), "device 1's pool should be half of its 128 MiB: %zu", total1);
+  CHECK(free1 == total1 - k_block, "free %zu", free1);
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  void* q = nullptr;
+  CHECK(cudaMalloc(&q, k_block) == cudaSuccess, "cudaMalloc on device 0");
+  CHECK(fake_cudart_device_of(q) == 0, "cudaMalloc on device 0 gave memory of device %d",
+        fake_cudart_device_of(q));
+  std::size_t free0 = 0, total0 = 0;
+  CHECK(cudaMemGetInfo(&free0, &total0) == cudaSuccess, "cudaMemGetInfo");
+  std::printf("device0_total=%zu\n", total0);
+  CHECK(total0 == (128u << 20), "device 0's pool should be half of its 256 MiB: %zu", total0);
+  CHECK(cudaFree(p) == cudaSuccess, "cudaFree of device 1's block with device 0 current");
+  CHECK(cudaFree(q) == cudaSuccess, "cudaFree");
+}
+
+// memweaveInit with the interposer preloaded: memweave's own cudaMalloc of its arena must
+// reach the runtime, not the interposer (which would wait for the init mutex held).
+void init_deadlock() {
+  auto init = memweave_symbol<memweave_status (*)(const memweave_config*)>("memweaveInit");
+  auto fin = memweave_symbol<memweave_status (*)()>("memweaveFinalize");
+  CHECK(init != nullptr && fin != nullptr, "libmemweave.so is not in the process");
+  if (init == nullptr) return;
+  CHECK(init(nullptr) == MEMWEAVE_SUCCESS, "memweaveInit");
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc after memweaveInit");
+  CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+  CHECK(fin() == MEMWEAVE_SUCCESS, "memweaveFinalize");
+}
+
+// The PyTorch entry's first call initializes memweave, with the interposer preloaded.
+void torch_deadlock() {
+  auto tm = memweave_symbol<torch_malloc_fn>("memweave_torch_malloc");
+  auto tf = memweave_symbol<torch_free_fn>("memweave_torch_free");
+  CHECK(tm != nullptr && tf != nullptr, "libmemweave.so is not in the process");
+  if (tm == nullptr) return;
+  void* p = tm(k_block, 0, nullptr);
+  CHECK(p != nullptr, "malloc");
+  tf(p, k_block, 0, nullptr);
+}
+
+// MEMWEAVE_DEVICE=auto (the default) with no usable GPU: no simulated host memory.
+void auto_no_device() {
+  auto mwmalloc = memweave_symbol<memweave_status (*)(void**, std::size_t)>("memweaveMalloc");
+  auto msg = memweave_symbol<const char* (*)()>("memweaveGetLastErrorMessage");
+  CHECK(mwmalloc != nullptr, "libmemweave.so is not in the process");
+  if (mwmalloc == nullptr) return;
+  void* p = nullptr;
+  const memweave_status rc = mwmalloc(&p, k_block);
+  std::printf("memweave_malloc_rc=%d\nmessage=%s\n", rc, msg != nullptr ? msg() : "");
+  CHECK(rc == MEMWEAVE_ERROR_NO_DEVICE, "memweaveMalloc without a GPU returned %d, %p", rc, p);
+  CHECK(p == nullptr, "memory was handed out");
+  void* q = nullptr;
+  const cudaError_t e = cudaMalloc(&q, k_block);
+  std::printf("cuda_malloc_rc=%d\n", static_cast<int>(e));
+  CHECK(e == cudaErrorNoDevice, "the interposed cudaMalloc should give the runtime's answer");
+  CHECK(q == nullptr, "memory was handed out");
+}
+
+// A thread that never chose a device uses device 1 through memweave: no context may
+// appear on device 0 (restoring the "previous" device 0 would create one).
+void no_context_restore() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++g_failures, void();
+  auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
+  cudaSetDevice(1);
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  CHECK(fake_cudart_contexts(0) == 0, "the probe itself made a context on device 0");
+  std::thread t([&] {
+    try {
+      void* p = tm(k_block, 1, s);
+      CHECK(fake_cudart_device_of(p) == 1, "memory of device %d", fake_cudart_device_of(p));
+      tf(p, k_block, 1, s);
+    } catch (const std::exception& e) {
+      CHECK(false, "malloc threw: %s", e.what());
+    }
+  });
+  t.join();
+  CHECK(fake_cudart_contexts(0) == 0, "memweave created a context on device 0");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  if (scenario == "sync_free") {
+    sync_free();
+  } else if (scenario == "async_streams") {
+    async_streams();
+  } else if (scenario == "torch_streams") {
+    torch_streams();
+  } else if (scenario == "torch_oom") {
+    torch_oom();
+  } else if (scenario == "current_device") {
+    current_device();
+  } else if (scenario == "init_deadlock") {
+    init_deadlock();
+  } else if (scenario == "torch_deadlock") {
+    torch_deadlock();
+  } else if (scenario == "auto_no_device") {
+    auto_no_device();
+  } else if (scenario == "no_context_restore") {
+    no_context_restore();
+  } else {
+    std::printf("FAIL: unknown scenario '%s'\n", scenario.c_str());
+    return 2;
+  }
+  std::printf("failures=%d\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

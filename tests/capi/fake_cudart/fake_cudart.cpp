@@ -1,0 +1,463 @@
+// A TEST-ONLY stand-in for the CUDA runtime library (libcudart.so.<major>, same soname and
+// symbol version), so that memweave's cuda backend, C API, PyTorch entry points and
+// interposer run, unchanged, on a machine without a GPU. Put its directory first in
+// LD_LIBRARY_PATH and every libcudart user in the process binds to it.
+//
+// What it simulates, over the host backend's streams and events (device/host):
+// - FAKE_CUDART_DEVICES devices (default 1; 0 = no device), each of the capacity given by
+//   FAKE_CUDART_BYTES ("256M" or a comma-separated list per device, default 256 MiB).
+//   Device memory is host memory (aligned_alloc), so "kernels" are host functions
+//   (cudaLaunchHostFunc) that read and write it.
+// - Each stream is a host_stream (a worker thread); the NULL/legacy/per-thread handles are
+//   one default stream per device (it does not synchronize with other streams, unlike the
+//   real legacy stream). Events are host_events.
+// - The current device per thread, and contexts: a thread has one current after
+//   cudaSetDevice, or after a call that needs a device made without one (device 0, as the
+//   runtime does). fake_cudart_contexts(d) says whether any thread ever had a context on d;
+//   cuCtxGetCurrent (through cudaGetDriverEntryPointByVersion) answers per thread.
+// - cudaFree and cudaDeviceSynchronize wait for every stream of the device, as the runtime.
+// Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
+// tables; stream work runs on the streams' threads).
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "device/host/host_device.hpp"
+
+namespace {
+
+using memweave::copy_kind;
+using memweave::stream_role;
+using memweave::host_backend::host_event;
+using memweave::host_backend::host_stream;
+
+struct fake_stream {
+  int device = 0;
+  host_stream s{stream_role::compute, 0.0};
+};
+
+struct fake_event {
+  int device = 0;
+  host_event e;
+};
+
+struct allocation {
+  int device = 0;
+  std::size_t bytes = 0;
+  bool host = false;  // cudaHostAlloc
+};
+
+constexpr int k_max_devices = 8;
+
+struct state {
+  std::mutex mu;  // guards every member below
+  int devices = 1;
+  std::vector<std::size_t> capacity;
+  std::vector<std::size_t> used;
+  std::map<std::uintptr_t, allocation> allocations;  // by start address
+  std::set<fake_stream*> streams;
+  std::vector<std::unique_ptr<fake_stream>> default_streams;  // by device, made on use
+  std::atomic<bool> context[k_max_devices] = {};
+
+  state() {
+    if (const char* d = std::getenv("FAKE_CUDART_DEVICES")) devices = std::atoi(d);
+    if (devices < 0) devices = 0;
+    if (devices > k_max_devices) devices = k_max_devices;
+    std::vector<std::size_t> sizes;
+    if (const char* b = std::getenv("FAKE_CUDART_BYTES")) {
+      std::string text = b;
+      std::size_t pos = 0;
+      while (pos <= text.size()) {
+        const std::size_t comma = text.find(',', pos);
+        const std::string item =
+            text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        char* end = nullptr;
+        std::size_t v = std::strtoull(item.c_str(), &end, 10);
+        if (end != nullptr && (*end == 'M' || *end == 'm')) v <<= 20;
+        if (end != nullptr && (*end == 'G' || *end == 'g')) v <<= 30;
+        sizes.push_back(v);
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+    }
+    for (int d = 0; d < devices; ++d) {
+      capacity.push_back(sizes.empty()                                ? std::size_t{256} << 20
+                         : static_cast<std::size_t>(d) < sizes.size() ? sizes[d]
+                                                                      : sizes.back());
+      used.push_back(0);
+      default_streams.push_back(nullptr);
+    }
+  }
+};
+
+state& g() {
+  static state* s = new state();  // never destroyed: stream threads may outlive main
+  return *s;
+}
+
+thread_local int t_device = -1;  // -1: never chosen (cudaGetDevice says 0)
+thread_local bool t_context = false;
+thread_local cudaError_t t_last = cudaSuccess;
+
+cudaError_t fail(cudaError_t e) {
+  t_last = e;
+  return e;
+}
+
+// The device a call that needs one uses; makes its context current on this thread.
+// cudaErrorNoDevice when there is none.
+cudaError_t use_device(int* d) {
+  state& s = g();
+  if (s.devices == 0) return cudaErrorNoDevice;
+  *d = t_device < 0 ? 0 : t_device;
+  t_context = true;
+  s.context[*d].store(true);
+  return cudaSuccess;
+}
+
+fake_stream* stream_of(cudaStream_t stream, int device) {
+  if (stream != nullptr && stream != cudaStreamLegacy && stream != cudaStreamPerThread) {
+    return reinterpret_cast<fake_stream*>(stream);
+  }
+  state& s = g();
+  std::lock_guard lock(s.mu);
+  auto& d = s.default_streams[static_cast<std::size_t>(device)];
+  if (!d) {
+    d = std::make_unique<fake_stream>();
+    d->device = device;
+    s.streams.insert(d.get());
+  }
+  return d.get();
+}
+
+void synchronize_device(int device) {
+  std::vector<fake_stream*> list;
+  {
+    state& s = g();
+    std::lock_guard lock(s.mu);
+    for (fake_stream* f : s.streams) {
+      if (f->device == device) list.push_back(f);
+    }
+  }
+  for (fake_stream* f : list) {
+    try {
+      f->s.synchronize();
+    } catch (...) {
+    }
+  }
+}
+
+cudaError_t do_malloc(void** p, std::size_t bytes, bool host) {
+  if (p == nullptr) return fail(cudaErrorInvalidValue);
+  *p = nullptr;
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  if (bytes == 0) return cudaSuccess;
+  state& s = g();
+  const std::size_t rounded = (bytes + 255) / 256 * 256;
+  {
+    std::lock_guard lock(s.mu);
+    if (!host && s.used[d] + rounded > s.capacity[d]) return fail(cudaErrorMemoryAllocation);
+    if (!host) s.used[d] += rounded;
+  }
+  void* mem = std::aligned_alloc(256, rounded);
+  if (mem == nullptr) {
+    std::lock_guard lock(s.mu);
+    if (!host) s.used[d] -= rounded;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  std::lock_guard lock(s.mu);
+  s.allocations[reinterpret_cast<std::uintptr_t>(mem)] = allocation{d, rounded, host};
+  *p = mem;
+  return cudaSuccess;
+}
+
+cudaError_t do_free(void* p, bool host) {
+  state& s = g();
+  allocation a;
+  {
+    std::lock_guard lock(s.mu);
+    auto it = s.allocations.find(reinterpret_cast<std::uintptr_t>(p));
+    if (it == s.allocations.end() || it->second.host != host) {
+      return fail(host ? cudaErrorInvalidValue : cudaErrorInvalidDevicePointer);
+    }
+    a = it->second;
+    s.allocations.erase(it);
+    if (!host) s.used[a.device] -= a.bytes;
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+
+int fake_cu_ctx_get_current(void** ctx) {
+  *ctx = t_context ? reinterpret_cast<void*>(static_cast<std::uintptr_t>(t_device + 2)) : nullptr;
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- test hooks (not CUDA) ----
+
+/// 1 when some thread ever had a context current on `device`.
+int fake_cudart_contexts(int device) {
+  if (device < 0 || device >= k_max_devices) return 0;
+  return g().context[device].load() ? 1 : 0;
+}
+
+/// The device whose memory holds `p` (inside an allocation), or -1.
+int fake_cudart_device_of(const void* p) {
+  state& s = g();
+  std::lock_guard lock(s.mu);
+  const auto key = reinterpret_cast<std::uintptr_t>(p);
+  auto it = s.allocations.upper_bound(key);
+  if (it == s.allocations.begin()) return -1;
+  --it;
+  if (key >= it->first + it->second.bytes || it->second.host) return -1;
+  return it->second.device;
+}
+
+// ---- the runtime ----
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return fail(cudaErrorInvalidValue);
+  *count = g().devices;
+  return g().devices == 0 ? fail(cudaErrorNoDevice) : cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return fail(cudaErrorInvalidValue);
+  if (g().devices == 0) return fail(cudaErrorNoDevice);
+  *device = t_device < 0 ? 0 : t_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= g().devices) return fail(cudaErrorInvalidDevice);
+  t_device = device;
+  t_context = true;
+  g().context[device].store(true);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (prop == nullptr || device < 0 || device >= g().devices) return fail(cudaErrorInvalidDevice);
+  std::memset(prop, 0, sizeof *prop);
+  std::snprintf(prop->name, sizeof prop->name, "fake GPU %d", device);
+  prop->totalGlobalMem = g().capacity[static_cast<std::size_t>(device)];
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
+                                             unsigned int /*cudaVersion*/,
+                                             unsigned long long /*flags*/,
+                                             cudaDriverEntryPointQueryResult* status) {
+  if (symbol == nullptr || funcPtr == nullptr) return fail(cudaErrorInvalidValue);
+  if (std::strcmp(symbol, "cuCtxGetCurrent") == 0) {
+    *funcPtr = reinterpret_cast<void*>(&fake_cu_ctx_get_current);
+    if (status != nullptr) *status = cudaDriverEntryPointSuccess;
+    return cudaSuccess;
+  }
+  *funcPtr = nullptr;
+  if (status != nullptr) *status = cudaDriverEntryPointSymbolNotFound;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t e = t_last;
+  t_last = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    default:
+      return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  return cudaGetErrorName(error);  // the fake's text is its name
+}
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  return do_malloc(devPtr, size, false);
+}
+
+cudaError_t cudaFree(void* devPtr) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  if (devPtr == nullptr) return cudaSuccess;  // creates the context, as the runtime
+  const int owner = fake_cudart_device_of(devPtr);
+  if (owner < 0) return fail(cudaErrorInvalidDevicePointer);
+  synchronize_device(owner);
+  return do_free(devPtr, false);
+}
+
+cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t /*stream*/) {
+  return do_malloc(devPtr, size, false);
+}
+
+cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
+  if (devPtr == nullptr) return cudaSuccess;
+  const int owner = fake_cudart_device_of(devPtr);
+  if (owner < 0) return fail(cudaErrorInvalidDevicePointer);
+  stream_of(stream, owner)->s.launch([devPtr] { (void)do_free(devPtr, false); }, 0.0);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
+  return do_malloc(pHost, size, true);
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  return do_free(ptr, true);
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  if (free == nullptr || total == nullptr) return fail(cudaErrorInvalidValue);
+  state& s = g();
+  std::lock_guard lock(s.mu);
+  *total = s.capacity[d];
+  *free = s.capacity[d] - s.used[d];
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  synchronize_device(d);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int /*flags*/) {
+  if (pStream == nullptr) return fail(cudaErrorInvalidValue);
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  auto f = std::make_unique<fake_stream>();
+  f->device = d;
+  {
+    std::lock_guard lock(g().mu);
+    g().streams.insert(f.get());
+  }
+  *pStream = reinterpret_cast<cudaStream_t>(f.release());
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* pStream) {
+  return cudaStreamCreateWithFlags(pStream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stream == nullptr) return fail(cudaErrorInvalidValue);
+  auto* f = reinterpret_cast<fake_stream*>(stream);
+  {
+    std::lock_guard lock(g().mu);
+    g().streams.erase(f);
+  }
+  delete f;  // runs what is queued first
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  try {
+    stream_of(stream, d)->s.synchronize();
+  } catch (...) {
+    return fail(cudaErrorUnknown);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  stream_of(stream, d)->s.wait(reinterpret_cast<fake_event*>(event)->e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  stream_of(stream, d)->s.launch([fn, userData] { fn(userData); }, 0.0);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind /*kind*/,
+                            cudaStream_t stream) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  stream_of(stream, d)->s.copy_async(dst, src, count, copy_kind::host_to_host);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) {
+  if (event == nullptr) return fail(cudaErrorInvalidValue);
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  auto* f = new fake_event();
+  f->device = d;
+  *event = reinterpret_cast<cudaEvent_t>(f);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<fake_event*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  auto* f = reinterpret_cast<fake_event*>(event);
+  if (f == nullptr) return fail(cudaErrorInvalidValue);
+  fake_stream* s = stream_of(stream, f->device);
+  if (s->device != f->device) return fail(cudaErrorInvalidResourceHandle);
+  s->s.record(f->e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  try {
+    return reinterpret_cast<fake_event*>(event)->e.query() ? cudaSuccess : fail(cudaErrorNotReady);
+  } catch (...) {
+    return fail(cudaErrorUnknown);
+  }
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  try {
+    reinterpret_cast<fake_event*>(event)->e.synchronize();
+  } catch (...) {
+    return fail(cudaErrorUnknown);
+  }
+  return cudaSuccess;
+}
+
+}  // extern "C"
