@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 21> k_options{{
+constexpr std::array<option_info, 22> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -32,6 +32,8 @@ constexpr std::array<option_info, 21> k_options{{
      "",
      "CUDA device ordinal used by the cuda backend",
      {0, 1023}},
+    {"MEMWEAVE_REQUIRE_GPU", "0", f::boolean, "",
+     "tests: a GPU test (label gpu) that finds no CUDA device fails instead of skipping"},
     {"MEMWEAVE_DEVICE_BYTES",
      "8GiB",
      f::bytes,

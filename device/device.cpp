@@ -84,6 +84,16 @@ bool cuda_device_present() noexcept {
 #endif
 }
 
+std::string cuda_unavailable_reason() {
+#if MEMWEAVE_HAVE_CUDA
+  std::string why;
+  if (cuda_backend::device_count(&why) > 0) return "";
+  return why;
+#else
+  return "this memweave was built without the cuda backend (no CUDA toolkit or cuDNN found)";
+#endif
+}
+
 namespace {
 
 std::unique_ptr<device> make_cuda(const device_options& options) {

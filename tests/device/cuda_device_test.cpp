@@ -1,5 +1,6 @@
 // The cuda backend on a real GPU: allocation, round trips through all three streams,
-// events and host-function launches. Every test skips when no CUDA device is present.
+// events and host-function launches. Every test skips when no CUDA device is present (fails
+// with MEMWEAVE_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,16 +12,12 @@
 
 #include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
+#include "support/gpu_or_skip.hpp"
 
 namespace memweave {
 namespace {
 
-#define MEMWEAVE_NEED_GPU()                                                                    \
-  do {                                                                                         \
-    if (!::memweave::cuda_device_present())                                                    \
-      GTEST_SKIP() << "no CUDA device: the cuda backend is built but cannot run here (run on " \
-                      "a machine with a GPU)";                                                 \
-  } while (0)
+#define MEMWEAVE_NEED_GPU() MEMWEAVE_GPU_OR_SKIP("the cuda backend is built but needs a GPU")
 
 std::unique_ptr<device> make_cuda() {
   device_options o;

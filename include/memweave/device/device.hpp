@@ -134,4 +134,8 @@ bool cuda_backend_built() noexcept;
 /// Whether a CUDA device can be used (backend built and at least one GPU present).
 bool cuda_device_present() noexcept;
 
+/// Why no CUDA device can be used ("built without the cuda backend", the runtime's
+/// answer); "" when one can.
+std::string cuda_unavailable_reason();
+
 }  // namespace memweave

@@ -18,6 +18,7 @@
 #include "engine/kernels/cuda/cuda_kernels.hpp"
 #include "engine/kernels/host/host_kernels.hpp"
 #include "memweave/device/device.hpp"
+#include "support/gpu_or_skip.hpp"
 #include "tests/engine/kernels/kernel_test_util.hpp"
 
 namespace memweave::kernels::cuda::test {
@@ -131,9 +132,7 @@ inline void expect_bitwise(const std::vector<float>& ref, const std::vector<floa
 class cuda_test : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!memweave::cuda_device_present()) {
-      GTEST_SKIP() << "no CUDA device: the cuda kernels run only on a GPU";
-    }
+    MEMWEAVE_GPU_OR_SKIP("the cuda kernels run only on a GPU");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ctx_ = std::make_unique<cuda_kernel_context>(stream_);
   }

@@ -8,6 +8,7 @@
 
 #include "engine_test_util.hpp"
 #include "memweave/core/error.hpp"
+#include "support/gpu_or_skip.hpp"
 #include "support/static_tls_reexec.hpp"
 
 MEMWEAVE_REEXEC_WITH_STATIC_TLS();
@@ -59,7 +60,7 @@ std::size_t tight_utp_budget(const network& net) {
 }
 
 TEST(cuda_executor_test, trains_under_liveness_and_tight_utp_with_losses_close_to_the_host) {
-  if (!memweave::cuda_device_present()) GTEST_SKIP() << "no CUDA device: nothing to train on";
+  MEMWEAVE_GPU_OR_SKIP("nothing to train on");
   const network net = test::small_zoo("resnet50");
   const auto host = test::train(net, policy_options("liveness", k_ample, "none"), 2);
   for (const auto& [policy, budget] : std::vector<std::pair<std::string, std::size_t>>{
@@ -77,7 +78,7 @@ TEST(cuda_executor_test, trains_under_liveness_and_tight_utp_with_losses_close_t
 }
 
 TEST(cuda_executor_test, plan_and_cuda_agree_on_every_step_and_utp_moves_bytes_when_tight) {
-  if (!memweave::cuda_device_present()) GTEST_SKIP() << "no CUDA device: nothing to compare";
+  MEMWEAVE_GPU_OR_SKIP("nothing to compare");
   const network net = test::small_zoo("resnet50");
   for (const auto& [policy, budget] : std::vector<std::pair<std::string, std::size_t>>{
            {"liveness", k_ample}, {"utp", tight_utp_budget(net)}}) {
@@ -103,7 +104,7 @@ TEST(cuda_executor_test, plan_and_cuda_agree_on_every_step_and_utp_moves_bytes_w
 }
 
 TEST(cuda_executor_test, convolutions_run_cudnn_algorithms_chosen_within_the_free_memory) {
-  if (!memweave::cuda_device_present()) GTEST_SKIP() << "no CUDA device: nothing to choose on";
+  MEMWEAVE_GPU_OR_SKIP("nothing to choose on");
   const network net = test::small_zoo("resnet50");
   const cuda_run got = train_on_cuda(net, policy_options("liveness", k_ample, "dynamic"), 2);
   int conv_steps = 0;
@@ -122,7 +123,7 @@ TEST(cuda_executor_test, convolutions_run_cudnn_algorithms_chosen_within_the_fre
 }
 
 TEST(cuda_executor_test, a_fixed_host_algorithm_is_rejected_with_cudnns_candidates) {
-  if (!memweave::cuda_device_present()) GTEST_SKIP() << "no CUDA device: nothing to reject on";
+  MEMWEAVE_GPU_OR_SKIP("nothing to reject on");
   const network net = test::small_zoo("resnet50");
   try {
     (void)train_on_cuda(net, policy_options("liveness", k_ample, "fixed:im2col_image"), 1);
