@@ -25,11 +25,22 @@ Notes:
 
 * ``change_current_allocator`` must run before the first CUDA allocation of the process;
   afterwards PyTorch refuses to switch.
-* memweave reuses freed memory at once for any stream. That is safe for the usual
-  single-stream training loop; code that shares tensors between streams must
-  synchronize (or ``record_stream``) before the tensor is freed.
-* A failed allocation makes PyTorch raise ``torch.cuda.OutOfMemoryError``; memweave logs
-  one line with the request, the free bytes and the largest free run.
+* Streams: PyTorch passes the stream of each allocation, and the same stream when it
+  frees it. memweave reuses a freed block at once for that stream and for any other
+  stream only once the freeing stream has reached the free (an event), as PyTorch's own
+  caching allocator. PyTorch does not forward ``Tensor.record_stream`` to a pluggable
+  allocator, so it does nothing here: keep a tensor used on a second stream alive until
+  that stream's work is done (or synchronize with it) before dropping it.
+* Each GPU gets its own pool (made on the first allocation there), sized by the same
+  settings; ``memweaveGetStats`` reports the current device's.
+* Out of memory: memweave first waits for frees still pending on other streams and
+  retries; then the allocation raises ``RuntimeError: memweave: CUDA out of memory.
+  Tried to allocate N bytes on device D: ...`` naming the free bytes, the largest free run
+  and the fragmentation (also logged). The CUDA context stays usable: free tensors and
+  retry. (It is a RuntimeError, not ``torch.cuda.OutOfMemoryError``: a library outside
+  PyTorch can only raise a plain C++ exception.)
+* Without a usable GPU memweave refuses (``MEMWEAVE_DEVICE=auto`` means cuda here); it
+  never hands PyTorch simulated host memory unless ``MEMWEAVE_DEVICE=host`` says so.
 """
 
 from __future__ import annotations
