@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -143,6 +144,12 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
 }
 
 std::vector<trace_event> read_trace(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    // A device or a pipe (/dev/zero) would be read until memory runs out.
+    throw invalid_argument("cannot read trace '" + path +
+                           "': not a regular file; give a file written by MEMWEAVE_TRACE");
+  }
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {

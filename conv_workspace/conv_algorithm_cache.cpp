@@ -75,6 +75,12 @@ void conv_algorithm_cache::insert(const std::string& key, std::vector<conv_candi
 bool conv_algorithm_cache::load(const std::string& path, const std::string& fingerprint) {
   entries_.clear();
   dirty_ = false;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    log(log_level::warn, "conv algorithm cache '" + path +
+                             "' is not a regular file; not used, every convolution is measured");
+    return false;
+  }
   std::ifstream in(path);
   if (!in) return !std::filesystem::exists(path);
   auto reject = [&](std::size_t line, const std::string& why) {
@@ -120,6 +126,13 @@ bool conv_algorithm_cache::load(const std::string& path, const std::string& fing
 }
 
 void conv_algorithm_cache::save(const std::string& path, const std::string& fingerprint) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    // Renaming over it would replace a device (MEMWEAVE_CONV_CACHE=/dev/null) or a directory.
+    throw invalid_argument("conv algorithm cache '" + path +
+                           "' is not a regular file; not written (MEMWEAVE_CONV_CACHE must name "
+                           "a file)");
+  }
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -142,7 +155,6 @@ void conv_algorithm_cache::save(const std::string& path, const std::string& fing
                              "' failed: " + std::strerror(errno));
     }
   }
-  std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     throw invalid_argument("cannot move '" + tmp + "' to '" + path + "': " + ec.message());

@@ -45,13 +45,20 @@ auto from_knob(const std::string& knob, F&& parse) {
   }
 }
 
-void check_output_path(const std::string& knob, const std::string& path,
+// `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
+// not be a device or a pipe either; a trace is written in place.
+void check_output_path(const std::string& knob, const std::string& path, bool replaced,
                        std::set<std::string>& seen) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(path);
   if (fs::is_directory(p, ec)) {
     throw invalid_argument(knob_value(knob, path) + " is a directory; give a file path");
+  }
+  if (replaced && fs::exists(p, ec) && !fs::is_regular_file(p, ec)) {
+    throw invalid_argument(knob_value(knob, path) +
+                           " is not a regular file (a device or a pipe), which writing the "
+                           "report would replace; give a file path");
   }
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) {
@@ -149,12 +156,12 @@ std::string trace_path_of(const network_run_options& o, const std::string& polic
 
 void check_output_paths(const network_run_options& o) {
   std::set<std::string> seen;
-  if (!o.json.empty()) check_output_path("--json", o.json, seen);
-  if (!o.csv.empty()) check_output_path("--csv", o.csv, seen);
-  if (!o.svg.empty()) check_output_path("--svg", o.svg, seen);
+  if (!o.json.empty()) check_output_path("--json", o.json, true, seen);
+  if (!o.csv.empty()) check_output_path("--csv", o.csv, true, seen);
+  if (!o.svg.empty()) check_output_path("--svg", o.svg, true, seen);
   for (const auto& p : o.policies) {
     const std::string trace = trace_path_of(o, p);
-    if (!trace.empty()) check_output_path("MEMWEAVE_TRACE", trace, seen);
+    if (!trace.empty()) check_output_path("MEMWEAVE_TRACE", trace, false, seen);
   }
 }
 

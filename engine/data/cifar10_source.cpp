@@ -18,6 +18,13 @@ constexpr std::size_t k_pixels = 3 * k_side * k_side;
 constexpr std::size_t k_record = 1 + k_pixels;
 
 std::vector<unsigned char> read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    // A device or a pipe (/dev/zero) would be read until memory runs out.
+    throw invalid_argument("'" + path.string() +
+                           "' is not a regular file; give --data cifar10:PATH a CIFAR-10 "
+                           "binary file or the directory of the binary version");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw invalid_argument("cannot read CIFAR-10 file '" + path.string() +

@@ -92,6 +92,15 @@ TEST(conv_algorithm_cache_test, selector_remeasures_a_cached_entry_without_the_f
   std::filesystem::remove(path);
 }
 
+TEST(conv_algorithm_cache_test, a_device_or_directory_is_neither_read_nor_replaced) {
+  conv_algorithm_cache c;
+  EXPECT_FALSE(c.load("/dev/zero", "fp"));  // would be read until memory runs out
+  c.insert("k", {{"direct", 0, 0.5}});
+  EXPECT_THROW(c.save("/dev/null", "fp"), invalid_argument);
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  EXPECT_THROW(c.save(std::filesystem::temp_directory_path().string(), "fp"), invalid_argument);
+}
+
 TEST(conv_algorithm_cache_test, selector_remeasures_after_a_corrupt_file_and_rewrites_it) {
   const std::string path = temp("selector");
   std::ofstream(path) << "# memweave-conv-cache v1 fp\nk\tgarbage\n";

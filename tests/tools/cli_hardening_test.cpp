@@ -129,6 +129,7 @@ TEST(cli_hardening_test, output_paths_are_checked_before_the_run) {
              "is also the path of another output");
   expect_has(error_of(plan_command, with({"--svg", std::filesystem::temp_directory_path()})),
              "is a directory");
+  expect_has(error_of(plan_command, with({"--csv", "/dev/null"})), "is not a regular file");
 }
 
 TEST(cli_hardening_test, an_option_overrides_a_bad_variable_and_errors_name_the_option) {
