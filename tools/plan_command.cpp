@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
 namespace memweave {
@@ -58,7 +59,16 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
       } else {
         z.batch = v;
       }
-      return fits_budget(make_network(name, z), o, policy, dev);
+      std::optional<network> net;
+      try {
+        net.emplace(make_network(name, z));
+      } catch (const invalid_argument&) {
+        // The smallest value builds the user's own network: its errors are theirs. A larger
+        // one that does not build has a tensor beyond any address space: it does not fit.
+        if (v == 1) throw;
+        return false;
+      }
+      return fits_budget(*net, o, policy, dev);
     });
     out << "  " << policy << ": ";
     if (r.value == 0) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/random.hpp"
+#include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/data_source.hpp"
 
@@ -25,7 +26,15 @@ class synthetic_source final : public data_source {
                      "synthetic data needs at least one class, got " + std::to_string(classes));
     MEMWEAVE_EXPECTS(image.per_image() > 0,
                      "synthetic data needs a non-empty image shape, got " + to_string(image));
-    templates_.resize(static_cast<std::size_t>(classes * image.per_image()));
+    // One template image per class: a size from two user numbers, checked.
+    const auto count = checked_mul(classes, image.per_image());
+    const auto bytes = count ? checked_mul(*count, std::int64_t{sizeof(float)}) : std::nullopt;
+    MEMWEAVE_EXPECTS(bytes && static_cast<std::uint64_t>(*bytes) <= k_max_tensor_bytes,
+                     "synthetic data: " + std::to_string(classes) + " classes of " +
+                         to_string(image) +
+                         " template images are more than an address space holds; lower "
+                         "--classes or --image-side");
+    templates_.resize(static_cast<std::size_t>(*count));
     for (std::size_t i = 0; i < templates_.size(); ++i) {
       templates_[i] = symmetric(mix64(seed_ ^ 0x7e3a11ull) + i);
     }

@@ -9,6 +9,7 @@
 
 #include "cli_harness.hpp"
 #include "memweave/alloc/trace.hpp"
+#include "memweave/engine/data_source.hpp"
 
 namespace memweave {
 namespace {
@@ -148,6 +149,17 @@ TEST(cli_hardening_test, an_option_overrides_a_bad_variable_and_errors_name_the_
   expect_has(error_of(plan_command, with({"--recompute", "fast", "--conv-ws", "none",
                                           "--prefetch-distance", "2"})),
              "--recompute: unknown recomputation strategy 'fast'");
+}
+
+// The class templates of synthetic data: classes x image values overflowed int64 for the
+// largest --classes and --image-side, then became a bare std::bad_alloc.
+TEST(cli_hardening_test, synthetic_data_larger_than_an_address_space_is_an_error) {
+  try {
+    (void)make_data_source("synthetic", {1, 3, 1 << 20, 1 << 20}, 1 << 24, 1);
+    FAIL() << "expected invalid_argument";
+  } catch (const invalid_argument& e) {
+    expect_has(e.what(), "lower --classes or --image-side");
+  }
 }
 
 // ---- replay
