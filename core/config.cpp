@@ -128,7 +128,7 @@ bool in_choices(std::string_view choices, std::string_view value) {
 
 std::string number_text(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.15g", v);
+  std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
@@ -139,7 +139,8 @@ std::string range_text(const option_info& info) {
                     : info.form == f::bytes ? "a size"
                                             : "a number";
   if (info.form == f::bytes && r.max >= 1.8e19) {
-    out += " of at least " + number_text(r.min) + " bytes";
+    if (r.min == 1) out = "a positive size";
+    if (r.min > 1) out += " of at least " + format_bytes(static_cast<std::size_t>(r.min));
   } else {
     out += " from " + number_text(r.min) + " to " + number_text(r.max);
   }
@@ -289,7 +290,7 @@ void validate_environment() {
 std::string describe_form(const option_info& info) {
   switch (info.form) {
     case f::bytes:
-      return "a size such as 512MiB or 8GiB (" + range_text(info) + ")";
+      return range_text(info) + " such as 512MiB or 8GiB";
     case f::fraction:
       return "a fraction in (0, 1]";
     case f::number:

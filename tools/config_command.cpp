@@ -1,4 +1,5 @@
-// `memweave config`: the table of MEMWEAVE_* variables with their current values.
+// `memweave config`: the table of MEMWEAVE_* variables with their current values and the
+// values each takes.
 #include "cli_args.hpp"
 #include "commands.hpp"
 #include "memweave/core/config.hpp"
@@ -18,7 +19,8 @@ int config_command(int argc, const char* const* argv, std::ostream& out) {
     const auto raw = option_raw(o.name);
     out << o.name << " = "
         << (raw ? *raw : std::string(o.default_value.empty() ? "(unset)" : o.default_value))
-        << (raw ? "" : "  [default]") << "\n    " << o.meaning << "\n";
+        << (raw ? "" : "  [default]") << "\n    " << o.meaning << "\n    takes " << describe_form(o)
+        << "\n";
   }
   return 0;
 }

@@ -105,6 +105,7 @@ TEST(cli_test, replay_of_a_synthetic_trace_compares_fit_policies) {
 TEST(cli_test, config_lists_every_variable) {
   const auto r = run(config_command, {});
   EXPECT_NE(r.out.find("MEMWEAVE_POOL_FRACTION = 0.9  [default]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("takes 0 or a whole number from 1 to 4096"), std::string::npos) << r.out;
   const auto md = run(config_command, {"--markdown"});
   EXPECT_NE(md.out.find("| `MEMWEAVE_DEVICE` | `auto` |"), std::string::npos) << md.out;
 }
