@@ -1,9 +1,15 @@
 // Stream-ordered frees over a device heap (see stream_ordered_heap.hpp for the contract).
 //
 // Invariants: a pending block is a live allocation of the heap that its owner has freed;
-// it is in exactly one stream's list (by rounded size) and in by_ptr_, until it is either
-// handed again to an allocation on the same stream or returned to the heap once its event
-// is complete (or has been waited for). Nothing else touches a pending block.
+// it is in exactly one stream's size map and in by_ptr_ (which holds its iterator there),
+// until it is either handed again to an allocation on the same stream or returned to the
+// heap once its event is complete (or has been waited for). Nothing else touches a
+// pending block. Each stream also lists its frees in order (`order`, with a sequence
+// number per free so that entries of blocks taken back by the stream are recognised as
+// stale): events recorded on one in-order stream complete in that order, so reclaim()
+// stops at a stream's first incomplete free and costs O(blocks returned + streams), not
+// O(pending). The no_reuse_stream key gathers frees of different streams, so its frees
+// are all queried.
 //
 // Thread safety: mu_ guards the lists. Event queries run with mu_ held (they do not
 // block); waiting (drain) happens with mu_ released, on blocks already taken out of the
@@ -12,6 +18,7 @@
 // heap's own mutex).
 #include "memweave/alloc/stream_ordered_heap.hpp"
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -32,59 +39,99 @@ class stream_ordered_heap_impl {
     void* p = nullptr;
     std::size_t bytes = 0;  // rounded
     std::uintptr_t stream = 0;
+    std::uint64_t seq = 0;        // the free's number
     std::unique_ptr<event> done;  // nullptr: complete
+  };
+  using size_map = std::multimap<std::size_t, pending_block>;
+  struct stream_list {
+    size_map by_size;  // pending blocks by rounded size (equal sizes in free order)
+    std::deque<std::pair<std::uint64_t, void*>> order;  // frees in order; may hold stale
+  };
+  struct locator {
+    std::uintptr_t stream = 0;
+    std::uint64_t seq = 0;
+    size_map::iterator it;
   };
 
   device_heap& heap_;
-  mutable std::mutex mu_;  // guards by_stream_, by_ptr_, pending_bytes_
-  // Per stream: pending blocks by rounded size (several of one size are kept in free order).
-  std::unordered_map<std::uintptr_t, std::multimap<std::size_t, pending_block>> by_stream_;
-  std::unordered_map<const void*, std::uintptr_t> by_ptr_;  // pending block -> its stream
+  mutable std::mutex mu_;  // guards every member below
+  std::unordered_map<std::uintptr_t, stream_list> by_stream_;
+  std::unordered_map<const void*, locator> by_ptr_;  // pending block -> where it is
   std::size_t pending_bytes_ = 0;
+  std::uint64_t next_seq_ = 1;
+
+  // Removes the pending block `it` of stream list `sl` (mu_ held); returns it.
+  pending_block remove_locked(stream_list& sl, size_map::iterator it) {
+    pending_block b = std::move(it->second);
+    pending_bytes_ -= b.bytes;
+    by_ptr_.erase(b.p);
+    sl.by_size.erase(it);
+    return b;
+  }
 
   // Takes a block of [need, limit] bytes pending on `stream`, or nullptr. mu_ held.
   void* take_locked(std::uintptr_t stream, std::size_t need, std::size_t limit) {
     if (stream == stream_ordered_heap::no_reuse_stream) return nullptr;
     auto s = by_stream_.find(stream);
     if (s == by_stream_.end()) return nullptr;
-    auto it = s->second.lower_bound(need);
-    if (it == s->second.end() || it->first > limit) return nullptr;
-    void* p = it->second.p;
-    pending_bytes_ -= it->first;
-    by_ptr_.erase(p);
-    s->second.erase(it);  // the event (if any) is destroyed: the stream's order suffices
-    if (s->second.empty()) by_stream_.erase(s);
+    auto it = s->second.by_size.lower_bound(need);
+    if (it == s->second.by_size.end() || it->first > limit) return nullptr;
+    // The event (if any) is destroyed: the stream's own order makes the reuse safe. Its
+    // `order` entry turns stale.
+    void* p = remove_locked(s->second, it).p;
+    if (s->second.by_size.empty()) by_stream_.erase(s);
     return p;
   }
 
-  // Removes the blocks whose event is complete (all of them when `all`) from the lists.
-  // mu_ held.
+  // Whether `b`'s event is complete (a failed one counts: that work is over). mu_ held.
+  static bool complete(const pending_block& b) {
+    if (b.done == nullptr) return true;
+    try {
+      return b.done->query();
+    } catch (const std::exception& e) {
+      log(log_level::error, std::string("stream_ordered_heap: the event of a pending free "
+                                        "reports a failure; releasing the block: ") +
+                                e.what());
+      return true;
+    }
+  }
+
+  // Removes the blocks whose event is complete (all of them when `all`). mu_ held.
   std::vector<pending_block> extract_locked(bool all) {
     std::vector<pending_block> out;
     for (auto s = by_stream_.begin(); s != by_stream_.end();) {
-      for (auto it = s->second.begin(); it != s->second.end();) {
-        bool complete = all || it->second.done == nullptr;
-        if (!complete) {
-          try {
-            complete = it->second.done->query();
-          } catch (const std::exception& e) {
-            // A failed stream: the work will never use the block again; release it.
-            log(log_level::error, std::string("stream_ordered_heap: the event of a pending "
-                                              "free reports a failure; releasing the block: ") +
-                                      e.what());
-            complete = true;
-          }
+      stream_list& sl = s->second;
+      if (all) {
+        for (auto it = sl.by_size.begin(); it != sl.by_size.end();) {
+          auto next = std::next(it);
+          out.push_back(remove_locked(sl, it));
+          it = next;
         }
-        if (complete) {
-          pending_bytes_ -= it->first;
-          by_ptr_.erase(it->second.p);
-          out.push_back(std::move(it->second));
-          it = s->second.erase(it);
-        } else {
-          ++it;
+        sl.order.clear();
+      } else if (s->first == stream_ordered_heap::no_reuse_stream) {
+        for (auto it = sl.by_size.begin(); it != sl.by_size.end();) {
+          auto next = std::next(it);
+          if (complete(it->second)) out.push_back(remove_locked(sl, it));
+          it = next;
+        }
+      } else {
+        while (!sl.order.empty()) {
+          const auto [seq, p] = sl.order.front();
+          auto found = by_ptr_.find(p);
+          if (found == by_ptr_.end() || found->second.seq != seq) {
+            sl.order.pop_front();  // stale: taken back by the stream
+            continue;
+          }
+          if (!complete(found->second.it->second)) break;  // the later ones are not either
+          out.push_back(remove_locked(sl, found->second.it));
+          sl.order.pop_front();
         }
       }
-      s = s->second.empty() ? by_stream_.erase(s) : std::next(s);
+      if (sl.by_size.empty()) {
+        s = by_stream_.erase(s);
+      } else {
+        ++s;
+      }
     }
     return out;
   }
@@ -163,13 +210,15 @@ void* stream_ordered_heap::try_allocate(std::size_t bytes, std::uintptr_t stream
 
 status stream_ordered_heap::deallocate(void* p, std::uintptr_t stream, std::unique_ptr<event> done,
                                        std::string* why) noexcept {
-  stream_ordered_heap_impl& m = *impl_;
+  using impl = stream_ordered_heap_impl;
+  impl& m = *impl_;
   if (p == nullptr) return status::success;
+  impl::pending_block b{p, 0, stream, 0, std::move(done)};
   try {
     std::lock_guard lock(m.mu_);
-    const std::size_t bytes = m.heap_.allocation_size(p);
+    b.bytes = m.heap_.allocation_size(p);
     const bool pending = m.by_ptr_.count(p) != 0;
-    if (bytes == 0 || pending) {
+    if (b.bytes == 0 || pending) {
       if (why != nullptr) {
         *why = pending ? "freed already (its stream-ordered free is still pending)"
                : m.heap_.owns(p)
@@ -179,21 +228,30 @@ status stream_ordered_heap::deallocate(void* p, std::uintptr_t stream, std::uniq
       }
       return status::invalid_device_pointer;
     }
-    if (done == nullptr) {
-      // Complete already: straight back to the heap for every stream (below, without mu_).
-    } else {
-      stream_ordered_heap_impl::pending_block b{p, bytes, stream, std::move(done)};
-      m.by_stream_[stream].emplace(bytes, std::move(b));
-      m.by_ptr_.emplace(p, stream);
-      m.pending_bytes_ += bytes;
+    if (b.done != nullptr) {
+      // Each container step either succeeds or leaves `b` and the others as they were
+      // (node allocation fails before anything is moved); a failure is undone below.
+      b.seq = m.next_seq_++;
+      auto [loc, inserted] = m.by_ptr_.emplace(p, impl::locator{stream, b.seq, {}});
+      try {
+        impl::stream_list& sl = m.by_stream_[stream];
+        sl.order.emplace_back(b.seq, p);
+        const std::size_t bytes = b.bytes;
+        loc->second.it = sl.by_size.emplace(bytes, std::move(b));
+      } catch (...) {
+        m.by_ptr_.erase(loc);
+        throw;
+      }
+      m.pending_bytes_ += loc->second.it->second.bytes;
       return status::success;
     }
+    // Complete already: straight back to the heap for every stream (below, without mu_).
   } catch (...) {
     // No host memory for the bookkeeping: wait for the event and free at once (correct,
     // only slower).
-    if (done != nullptr) {
+    if (b.done != nullptr) {
       try {
-        done->synchronize();
+        b.done->synchronize();
       } catch (...) {
       }
     }

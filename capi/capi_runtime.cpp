@@ -2,10 +2,15 @@
 // the caller's streams and cudaDeviceSynchronize for `cuda`; trivial ones for `host` and
 // `null`, whose devices have no streams a caller can enqueue on.
 //
-// Thread safety: stateless; every CUDA call made here is per thread or thread-safe in the
-// runtime. Calls go to the CUDA runtime by their plain names; the interposer passes them
-// through (it replaces none of these), so nothing here re-enters memweave.
+// Thread safety: the only state is the cuda runtime's pool of spare events (a mutex);
+// every CUDA call made here is per thread or thread-safe in the runtime. Calls go to the CUDA
+// runtime by their plain names; the interposer passes them through (it replaces none of these), so
+// nothing here re-enters memweave.
 #include "capi/capi_runtime.hpp"
+
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "memweave/alloc/stream_ordered_heap.hpp"
 #include "memweave/core/error.hpp"
@@ -36,15 +41,61 @@ class simulated_runtime final : public runtime {
   throw device_error(call + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
-/// An event recorded on a caller's stream; destroyed with the object.
+/// Events kept for reuse, by device (cudaEventCreate/Destroy on every free would cost more
+/// than the free itself). Thread-safe.
+class event_pool {
+ public:
+  ~event_pool() {
+    for (const auto& [ordinal, e] : free_) {
+      if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+    }
+  }
+  /// An unrecorded event of device `ordinal`, which must be current. Throws device_error.
+  cudaEvent_t get(int ordinal) {
+    {
+      std::lock_guard lock(mu_);
+      for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+        if (it->first == ordinal) {
+          const cudaEvent_t e = it->second;
+          free_.erase(std::next(it).base());
+          return e;
+        }
+      }
+    }
+    cudaEvent_t e = nullptr;
+    const cudaError_t rc =
+        cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync);
+    if (rc != cudaSuccess) throw_cuda(rc, "cudaEventCreateWithFlags");
+    return e;
+  }
+  void put(int ordinal, cudaEvent_t e) noexcept {
+    try {
+      std::lock_guard lock(mu_);
+      if (free_.size() < k_keep) {
+        free_.emplace_back(ordinal, e);
+        return;
+      }
+    } catch (...) {
+    }
+    if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+ private:
+  static constexpr std::size_t k_keep = 4096;
+  std::mutex mu_;  // guards free_
+  std::vector<std::pair<int, cudaEvent_t>> free_;
+};
+
+/// An event recorded on a caller's stream; back to the pool with the object.
 class caller_event final : public event {
  public:
-  explicit caller_event(cudaEvent_t e) noexcept : event_(e) {}
-  ~caller_event() override {
-    if (cudaEventDestroy(event_) != cudaSuccess) (void)cudaGetLastError();
-  }
+  caller_event(event_pool& pool, int ordinal, cudaEvent_t e) noexcept
+      : pool_(pool), ordinal_(ordinal), event_(e) {}
+  ~caller_event() override { pool_.put(ordinal_, event_); }
   caller_event(const caller_event&) = delete;
   caller_event& operator=(const caller_event&) = delete;
+
+  cudaEvent_t handle() const noexcept { return event_; }
 
   bool query() override {
     const cudaError_t e = cudaEventQuery(event_);
@@ -61,6 +112,8 @@ class caller_event final : public event {
   }
 
  private:
+  event_pool& pool_;
+  const int ordinal_;
   cudaEvent_t event_;
 };
 
@@ -97,11 +150,8 @@ class cuda_runtime final : public runtime {
         if (on && cudaSetDevice(ordinal) != cudaSuccess) (void)cudaGetLastError();
       }
     } restorer{restore, previous};
-    cudaEvent_t ev = nullptr;
-    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventBlockingSync);
-    if (e != cudaSuccess) throw_cuda(e, "cudaEventCreateWithFlags");
-    auto out = std::make_unique<caller_event>(ev);
-    e = cudaEventRecord(ev, stream);
+    auto out = std::make_unique<caller_event>(events_, ordinal, events_.get(ordinal));
+    const cudaError_t e = cudaEventRecord(out->handle(), stream);
     if (e != cudaSuccess) throw_cuda(e, "cudaEventRecord on the freeing stream");
     return out;
   }
@@ -128,6 +178,9 @@ class cuda_runtime final : public runtime {
     if (stream == cudaStreamLegacy) return 0;  // the same stream as NULL
     return reinterpret_cast<std::uintptr_t>(stream);
   }
+
+ private:
+  event_pool events_;  // outlives every caller_event: the pools are destroyed first
 };
 
 #endif  // MEMWEAVE_HAVE_CUDA

@@ -87,6 +87,32 @@ TEST_F(stream_ordered_heap_test, another_stream_gets_the_block_only_after_the_ev
   heap_.check_invariants();
 }
 
+TEST_F(stream_ordered_heap_test, reclaim_follows_each_streams_order_and_skips_blocks_taken_back) {
+  void* a = ordered_.try_allocate(k_mib, s1);
+  void* b = ordered_.try_allocate(k_mib, s1);
+  void* c = ordered_.try_allocate(k_mib / 2, s1);
+  auto first = std::make_shared<manual_state>();
+  auto second = std::make_shared<manual_state>();
+  second->complete();
+  ASSERT_EQ(ordered_.deallocate(a, s1, std::make_unique<manual_event>(first)), status::success);
+  ASSERT_EQ(ordered_.deallocate(b, s1, std::make_unique<manual_event>(second)), status::success);
+  // A stream's events complete in order: b's cannot be seen before a's.
+  EXPECT_EQ(ordered_.reclaim(), 0u);
+  first->complete();
+  EXPECT_EQ(ordered_.reclaim(), 2 * k_mib);
+  // A block the stream took back leaves a stale entry that reclaim passes over.
+  auto third = std::make_shared<manual_state>();
+  ASSERT_EQ(ordered_.deallocate(c, s1, std::make_unique<manual_event>(third)), status::success);
+  EXPECT_EQ(ordered_.try_allocate(k_mib / 2, s1), c);
+  auto fourth = std::make_shared<manual_state>();
+  fourth->complete();
+  ASSERT_EQ(ordered_.deallocate(c, s1, std::make_unique<manual_event>(fourth)), status::success);
+  EXPECT_EQ(ordered_.reclaim(), k_mib / 2);
+  EXPECT_EQ(ordered_.pending().blocks, 0u);
+  EXPECT_EQ(heap_.stats().live_allocations, 0u);
+  heap_.check_invariants();
+}
+
 TEST_F(stream_ordered_heap_test, a_full_pool_waits_for_pending_frees_before_failing) {
   std::vector<void*> blocks;
   for (int i = 0; i < 4; ++i) blocks.push_back(ordered_.try_allocate(k_mib, s1));
