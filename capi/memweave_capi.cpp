@@ -121,7 +121,8 @@ pool* make_pool_locked(context& ctx, int ordinal) {
   return raw;
 }
 
-std::string describe(const context& c) {
+std::string describe(context& c) {
+  std::lock_guard<std::mutex> lock(c.pools_mutex);
   std::string pools;
   for (const auto& p : c.owned_pools) {
     pools += (pools.empty() ? "" : ", ") + std::string(to_string(p->dev->kind())) + ":" +
@@ -130,8 +131,8 @@ std::string describe(const context& c) {
   return c.device_settings.kind + " device, pools: " + (pools.empty() ? "none yet" : pools);
 }
 
-// The request's pool and an allocation from it (`stream_key` as stream_ordered_heap takes
-// it); fills *ptr or fails with the numbers. Caller holds a busy_scope.
+// An allocation from the current device's pool, for `stream` when `stream_ordered`; fills
+// *ptr or fails with the numbers. Caller holds a busy_scope.
 memweave_status allocate(const char* what_call, void** ptr, std::size_t bytes, CUstream_st* stream,
                          bool stream_ordered) {
   if (ptr == nullptr) {
