@@ -10,15 +10,15 @@
 #include "memweave/core/config.hpp"
 #include "memweave/device/device.hpp"
 
-#define MEMWEAVE_GPU_OR_SKIP(what)                                                             \
-  do {                                                                                         \
-    const std::string memweave_no_gpu_ = ::memweave::cuda_unavailable_reason();                \
-    if (!memweave_no_gpu_.empty()) {                                                           \
-      if (::memweave::option_bool("MEMWEAVE_REQUIRE_GPU")) {                                   \
-        GTEST_FAIL() << "MEMWEAVE_REQUIRE_GPU=1 but no CUDA device can be used: "              \
-                     << memweave_no_gpu_ << " (" << (what) << ")";                             \
-      }                                                                                        \
-      GTEST_SKIP() << "no CUDA device: " << memweave_no_gpu_ << " (" << (what)                 \
-                   << "; set MEMWEAVE_REQUIRE_GPU=1 to make this a failure)";                  \
-    }                                                                                          \
+#define MEMWEAVE_GPU_OR_SKIP(what)                                                \
+  do {                                                                            \
+    const std::string memweave_no_gpu_ = ::memweave::cuda_unavailable_reason();   \
+    if (!memweave_no_gpu_.empty()) {                                              \
+      if (::memweave::option_bool("MEMWEAVE_REQUIRE_GPU")) {                      \
+        GTEST_FAIL() << "MEMWEAVE_REQUIRE_GPU=1 but no CUDA device can be used: " \
+                     << memweave_no_gpu_ << " (" << (what) << ")";                \
+      }                                                                           \
+      GTEST_SKIP() << "no CUDA device: " << memweave_no_gpu_ << " (" << (what)    \
+                   << "; set MEMWEAVE_REQUIRE_GPU=1 to make this a failure)";     \
+    }                                                                             \
   } while (0)
