@@ -129,6 +129,11 @@ TEST(fake_cuda, the_current_device_chooses_the_pool_and_mem_get_info_answers_for
                                    "FAKE_CUDART_BYTES=256M,128M", "MEMWEAVE_POOL_FRACTION=0.5"}));
 }
 
+TEST(fake_cuda, threads_on_two_devices_get_their_devices_memory_without_sharing_a_block) {
+  expect_passes(run_probe("threads_two_devices",
+                          {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
 TEST(fake_cuda, memweave_init_with_the_interposer_preloaded_does_not_deadlock) {
   expect_passes(run_probe("init_deadlock", {k_preload, "MEMWEAVE_POOL_BYTES=16M"}, 20));
 }

@@ -268,6 +268,45 @@ void current_device() {
   CHECK(cudaFree(q) == cudaSuccess, "cudaFree");
 }
 
+// Threads on two devices at once: the pools are made concurrently on first use, and every
+// block comes from the device current on its thread.
+void threads_two_devices() {
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const int d = t % 2;
+      if (cudaSetDevice(d) != cudaSuccess) {
+        wrong.fetch_add(1);
+        return;
+      }
+      cudaStream_t s = nullptr;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      for (int i = 0; i < 200; ++i) {
+        const std::size_t n = 4096u << (i % 5);
+        void* p = nullptr;
+        const cudaError_t e = (i % 2 == 0) ? cudaMalloc(&p, n) : cudaMallocAsync(&p, n, s);
+        if (e != cudaSuccess || fake_cudart_device_of(p) != d) {
+          wrong.fetch_add(1);
+          continue;
+        }
+        const auto v = static_cast<unsigned char>(1 + t);
+        launch_write(s, p, n, v);
+        launch_read(s, p, n, v, 0);
+        if (i % 3 == 0) {
+          cudaFree(p);
+        } else {
+          cudaFreeAsync(p, s);
+        }
+      }
+      cudaStreamSynchronize(s);
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0, "%d allocations failed or came from the other device", wrong.load());
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+}
+
 // memweaveInit with the interposer preloaded: memweave's own cudaMalloc of its arena must
 // reach the runtime, not the interposer (which would wait for the init mutex held).
 void init_deadlock() {
@@ -350,6 +389,8 @@ int main(int argc, char** argv) {
     torch_oom();
   } else if (scenario == "current_device") {
     current_device();
+  } else if (scenario == "threads_two_devices") {
+    threads_two_devices();
   } else if (scenario == "init_deadlock") {
     init_deadlock();
   } else if (scenario == "torch_deadlock") {
