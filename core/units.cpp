@@ -31,7 +31,7 @@ std::string lower(std::string_view s) {
 
 std::string number_text(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
