@@ -7,29 +7,12 @@
 #include <stdexcept>
 
 #include "memweave/core/error.hpp"
+#include "support/scoped_env.hpp"
 
 namespace memweave {
 namespace {
 
-// Sets a variable for the duration of a test and restores it afterwards.
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~scoped_env() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::scoped_env;
 
 TEST(config_test, every_row_is_named_documented_and_unique) {
   std::set<std::string_view> names;

@@ -3,26 +3,27 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "memweave/core/error.hpp"
+#include "support/scoped_env.hpp"
 #include "tools/commands.hpp"
 
 namespace memweave::test {
 
 using command_fn = int (*)(int, const char* const*, std::ostream&);
 
+/// What a command returned and printed.
 struct run_result {
   int code = -1;
   std::string out;
 };
 
+/// Runs `command` with argv {"memweave", "cmd", args...}.
 inline run_result run(command_fn command, std::vector<std::string> args) {
   args.insert(args.begin(), {"memweave", "cmd"});
   std::vector<const char*> argv;
@@ -34,6 +35,7 @@ inline run_result run(command_fn command, std::vector<std::string> args) {
   return r;
 }
 
+/// The message of the memweave::error `command` throws, or "(no error)".
 inline std::string error_of(command_fn command, std::vector<std::string> args) {
   try {
     run(command, std::move(args));
@@ -43,6 +45,7 @@ inline std::string error_of(command_fn command, std::vector<std::string> args) {
   return "(no error)";
 }
 
+/// The contents of a file ("" when unreadable).
 inline std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -50,42 +53,23 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+/// A path in the temporary directory, unique to this process.
 inline std::string temp(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
           ("memweave_cli_" + std::to_string(::getpid()) + "_" + name))
       .string();
 }
 
+/// A small ResNet-50 at CIFAR size: every layer, little memory.
 inline const std::vector<std::string> k_small = {"--net",        "resnet50", "--batch", "2",
                                                  "--image-side", "32",       "--width", "0.0625",
                                                  "--classes",    "5"};
 
+/// k_small followed by `extra`.
 inline std::vector<std::string> with(std::vector<std::string> extra) {
   std::vector<std::string> a = k_small;
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
-
-/// Sets a variable for the life of the object; restores the old value after.
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~scoped_env() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace memweave::test
