@@ -46,7 +46,7 @@ constexpr std::array<option_info, 22> k_options{{
      "",
      "host backend: throttle host<->device copies to this many GB/s (0 = as fast as memcpy); "
      "null backend: the link speed of its copy-time model (0 = 16 GB/s)",
-     {0.001, 1e6, true}},
+     {1e-4, 1e6, true}},
     {"MEMWEAVE_POOL_BYTES", "", f::bytes, "",
      "size of the device heap's arena; unset = MEMWEAVE_POOL_FRACTION of free device memory"},
     {"MEMWEAVE_POOL_FRACTION", "0.9", f::fraction, "",

@@ -113,10 +113,15 @@ void check_simulated(const device_options& options) {
   MEMWEAVE_EXPECTS(options.capacity_bytes > 0,
                    "device_options::capacity_bytes is 0; expected a positive capacity for the "
                    "host and null devices (MEMWEAVE_DEVICE_BYTES, e.g. 8GiB)");
-  MEMWEAVE_EXPECTS(std::isfinite(options.host_link_gbps) && options.host_link_gbps >= 0.0,
-                   "device_options::host_link_gbps is " + std::to_string(options.host_link_gbps) +
-                       "; expected a finite number >= 0 of GB/s (0 = no throttle; "
-                       "MEMWEAVE_HOST_LINK_GBPS)");
+  // The variable's range, so that code and environment accept the same speeds. Below its
+  // 1e-4 GB/s a copy of up to 2^47 bytes would last longer than a steady_clock duration
+  // holds: the wait overflowed, which turned the throttle off.
+  const option_range& link = find_option("MEMWEAVE_HOST_LINK_GBPS")->range;
+  const double gbps = options.host_link_gbps;
+  MEMWEAVE_EXPECTS(gbps == 0.0 || (gbps >= link.min && gbps <= link.max),
+                   "device_options::host_link_gbps is " + std::to_string(gbps) +
+                       "; expected 0 (no throttle) or from " + std::to_string(link.min) + " to " +
+                       std::to_string(link.max) + " GB/s (MEMWEAVE_HOST_LINK_GBPS)");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // variables, rejection of bad values with the variable named, and backend choice.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -113,6 +114,13 @@ TEST_F(device_options_test, make_device_rejects_bad_simulated_settings) {
   o.capacity_bytes = 1 << 20;
   o.host_link_gbps = -2.0;
   EXPECT_THROW((void)make_device(o), invalid_argument);
+  // Issue 11: so slow that a copy's duration overflowed, which turned the throttle off.
+  for (double tiny : {1e-300, 1e-7, std::nan("")}) {
+    o.host_link_gbps = tiny;
+    EXPECT_THROW((void)make_device(o), invalid_argument) << tiny;
+  }
+  o.host_link_gbps = 1e-4;
+  EXPECT_EQ(make_device(o)->kind(), device_kind::host);
 }
 
 TEST_F(device_options_test, make_device_builds_each_simulated_kind) {
