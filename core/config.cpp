@@ -59,12 +59,13 @@ constexpr std::array<option_info, 22> k_options{{
      "when the arena is full, take a further arena of at least this size (0 = never grow)"},
     {"MEMWEAVE_TRACE", "", f::text, "",
      "write every heap allocation and free to this file (replay with `memweave replay`)"},
+    // The minimum is pinned_host_pool::min_bytes (tests/alloc checks they agree).
     {"MEMWEAVE_HOST_POOL_BYTES",
      "4GiB",
      f::bytes,
      "",
      "pinned host memory reserved up front for offloaded tensors",
-     {1, 1.8e19}},
+     {8 << 20, 1.8e19}},
     {"MEMWEAVE_NO_REEXEC", "", f::boolean, "",
      "set to keep memweave programs from re-executing themselves with the static TLS that "
      "jemalloc (the pinned host pool) needs (see README)"},

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "memweave/core/config.hpp"
 #include "memweave/device/device.hpp"
 #include "support/static_tls_reexec.hpp"
 
@@ -351,6 +352,13 @@ TEST_F(pinned_host_pool_test, device_that_cannot_pin_reports_out_of_memory) {
   dev_.limit_bytes = 8 * k_mib;
   EXPECT_THROW(pinned_host_pool(dev_, 16 * k_mib), out_of_memory);
   EXPECT_EQ(dev_.pinned_allocations, 0);
+}
+
+// The option table's range for MEMWEAVE_HOST_POOL_BYTES (and --host-pool) is the pool's
+// minimum, so a too-small pool is rejected naming the knob the user gave.
+TEST(pinned_host_pool_range, option_table_minimum_is_the_pools) {
+  EXPECT_EQ(find_option("MEMWEAVE_HOST_POOL_BYTES")->range.min,
+            static_cast<double>(pinned_host_pool::min_bytes));
 }
 
 TEST_F(pinned_host_pool_test, zero_bytes_reads_the_environment) {

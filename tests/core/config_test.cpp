@@ -123,7 +123,16 @@ TEST(config_test, link_speed_too_small_to_throttle_is_rejected_and_zero_means_of
 TEST(config_test, zero_pinned_host_pool_is_rejected) {
   scoped_env env("MEMWEAVE_HOST_POOL_BYTES", "0");
   EXPECT_THROW((void)option_bytes("MEMWEAVE_HOST_POOL_BYTES"), invalid_argument);
-  EXPECT_EQ(parse_option_bytes("MEMWEAVE_HOST_POOL_BYTES", "1M", "--host-pool"), 1u << 20);
+  EXPECT_EQ(parse_option_bytes("MEMWEAVE_HOST_POOL_BYTES", "8M", "--host-pool"), 8u << 20);
+  try {
+    (void)parse_option_bytes("MEMWEAVE_HOST_POOL_BYTES", "1K", "--host-pool");
+    FAIL();
+  } catch (const invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--host-pool '1K' is out of range: expected a size of at least 8.00 MiB"),
+              std::string::npos)
+        << what;
+  }
   EXPECT_THROW((void)parse_option_bytes("MEMWEAVE_HOST_POOL_BYTES", "0", "--host-pool"),
                invalid_argument);
 }
