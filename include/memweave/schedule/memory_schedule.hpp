@@ -1,0 +1,133 @@
+// The memory schedule: one training iteration repeats exactly, so what happens to every
+// tensor under a budget is planned once, ahead of time (TFLMS/LDFG's graph rewriting,
+// Capuchin's cost choice), instead of being decided by LRU when the heap cannot serve.
+//
+// The planner sees an iteration as steps (the route) with a modelled time each, and tensors
+// known only by key: their bytes (heap-rounded), the steps that use them, and, for those a
+// cheap layer can rebuild, what rebuilding costs and reads. Between two consecutive uses of a
+// tensor lies a gap; for each gap the schedule says one of
+//   keep      it stays on the device;
+//   swap      offloaded after the gap's first use, its memory released at step `release`
+//             (the compute stream first waits for the copy), prefetched after step
+//             `prefetch` into fresh memory, ready for the gap's last use;
+//   drop      freed after the gap's first use and rebuilt (its producer's forward replayed)
+//             right before the gap's last use; the replay's reads become uses of theirs.
+// It picks gaps greedily at the step most over budget: the action that removes the most
+// overflow per second it adds to the iteration (a swap whose copies hide under compute adds
+// nothing), timing each swap by slack (LDFG: the offload starts once its writer is done and
+// the link is free, the release waits for the copy's arrival, the prefetch is issued as late
+// as lets it land before the step that needs it). Copies run in issue order on one stream per
+// direction, both directions overlapping compute and each other, as on the device.
+//
+// Pure arithmetic on plain data: knows no engine type. Thread-compatible.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace memweave {
+
+/// One use of a tensor by a step.
+struct schedule_use {
+  std::uint32_t step = 0;
+  bool writes = false;  ///< the step writes the tensor (an offload after it waits for it)
+};
+
+/// A tensor as the planner sees it.
+struct schedule_tensor {
+  std::size_t bytes = 0;  ///< device bytes it holds (heap-rounded)
+  /// Persistent tensors (parameters, momenta) are resident before their first use and after
+  /// their last; transient ones live from their first use to their last.
+  bool persistent = false;
+  /// Never swapped or dropped by the schedule (it stays where it is).
+  bool pinned = false;
+  std::vector<schedule_use> uses;  ///< ascending by step, one entry per step
+  /// Whether a replay of its producer's forward can rebuild it (a cheap layer's output).
+  bool rebuildable = false;
+  double rebuild_seconds = 0.0;  ///< the replay's modelled time
+  /// Every other tensor the replay touches (its inputs, parameters, auxiliary outputs):
+  /// each must be resident, or rebuilt first, at the step of the rebuild.
+  std::vector<std::uint32_t> rebuild_touches;
+};
+
+/// The planner's input.
+struct schedule_problem {
+  std::vector<double> step_seconds;  ///< modelled time of each step's kernel
+  /// Bytes a step takes besides its tensors (a convolution's workspace); empty = none.
+  std::vector<std::size_t> step_extra_bytes;
+  std::vector<schedule_tensor> tensors;
+  std::size_t budget_bytes = 0;    ///< what the tensors may hold at any step
+  double link_bytes_per_s = 16e9;  ///< host link, each direction
+};
+
+/// Controls (TFLMS's and LDFG's, where they make sense here).
+struct schedule_options {
+  /// Leave this fraction of the budget unplanned, for heap fragmentation (the reactive cache
+  /// is the safety net for it). 0.08: at 0.04, DenseNet-121's many concatenated tensors
+  /// fragment the heap enough at 0.9 x liveness's peak to make the cache evict 1.5k times.
+  double headroom = 0.08;
+  /// Gaps shorter than this many steps are never swapped (LDFG's lower bound on distance).
+  std::uint32_t min_swap_distance = 2;
+  /// Tensors smaller than this are never swapped or dropped (LDFG's size threshold).
+  std::size_t min_bytes = 0;
+  /// At most this many gaps get an action (TFLMS's n_tensors); 0 = no limit.
+  std::size_t max_actions = 0;
+  /// The share of a swap's link time (both directions) charged as added time even when its
+  /// copies hide under compute: the link they take is then unavailable to later swaps, so a
+  /// cheap rebuild is preferred to a hidden round trip.
+  double link_charge = 0.1;
+  bool allow_swap = true;
+  bool allow_drop = true;
+  /// Throws invalid_argument naming the field when a value is out of range.
+  void validate() const;
+};
+
+enum class gap_action : std::uint8_t { keep, swap, drop };
+/// "keep", "swap", "drop".
+const char* to_string(gap_action a) noexcept;
+
+/// What the executor does at fixed points of the step loop.
+struct scheduled_step {
+  std::vector<std::uint32_t> release;   ///< before the step: wait for the offload, free
+  std::vector<std::uint32_t> drop;      ///< after the kernel: free, to be rebuilt
+  std::vector<std::uint32_t> offload;   ///< after the kernel: start copying out
+  std::vector<std::uint32_t> prefetch;  ///< after the kernel: allocate and start copying in
+  std::vector<std::uint32_t> rebuild;   ///< before the kernel: rebuilt (informational)
+};
+
+/// One planned gap with an action other than keep.
+struct scheduled_gap {
+  std::uint32_t tensor = 0;
+  gap_action action = gap_action::keep;
+  std::uint32_t after = 0;     ///< the use that opens the gap
+  std::uint32_t before = 0;    ///< the use that closes it
+  std::uint32_t release = 0;   ///< swap: the step before which its memory is freed
+  std::uint32_t prefetch = 0;  ///< swap: the step after which the copy back is issued
+};
+
+/// The plan for one iteration.
+struct memory_schedule {
+  std::vector<scheduled_step> steps;
+  std::vector<scheduled_gap> gaps;          ///< in the order they were chosen
+  std::vector<std::size_t> bytes_per_step;  ///< predicted device bytes at each step
+  std::size_t predicted_peak_bytes = 0;
+  double predicted_seconds = 0.0;   ///< the iteration with the schedule's stalls and replays
+  double baseline_seconds = 0.0;    ///< the same with no action (Σ step_seconds)
+  std::uint64_t bytes_swapped = 0;  ///< one direction
+  std::uint64_t rebuilds = 0;       ///< replays the schedule adds
+  bool fits = true;                 ///< predicted_peak_bytes <= the planning budget
+};
+
+/// Plans `problem` under `options`. Throws invalid_argument on malformed input (a use out
+/// of range or out of order, a rebuild touching an unknown tensor).
+memory_schedule plan_memory_schedule(const schedule_problem& problem,
+                                     const schedule_options& options = {});
+
+/// Replays `schedule` on `problem`'s timing model: the iteration's seconds with the
+/// schedule's stalls and replays (what plan_memory_schedule reports as predicted_seconds).
+double simulate_memory_schedule(const schedule_problem& problem, const memory_schedule& schedule);
+
+}  // namespace memweave

@@ -1,0 +1,549 @@
+// The memory schedule planner. One greedy round: simulate the current schedule (memory per
+// step, and the timeline of compute and of the two copy streams), take the step most over
+// the planning budget, weigh every tensor idle there (inside a gap that is still `keep`) as
+// a swap and as a drop, and commit the action with the least added time per byte of
+// overflow it removes. Rounds repeat until every step fits, or until the step most over
+// budget has no idle tensor left: then the schedule does not fit (later actions could only
+// add uses there), and planning stops.
+//
+// Invariants: a tensor's uses are ascending and unique; gaps_[t][i] is the gap between
+// uses[i] and uses[i + 1]; a swap's window [release, prefetch] lies strictly inside its gap
+// and a step inside a swap's window never becomes a use (a rebuild may not read a tensor
+// that is away on the host: such a drop is not a candidate). Splitting a gap at a new use
+// keeps its action on both sides, so a dropped tensor that a rebuild reads is rebuilt first
+// (a chain), and dropped again after that step.
+//
+// Cost: each round is O(tensors · log uses + steps + actions); rounds are bounded by the
+// number of gaps.
+#include "memweave/schedule/memory_schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+namespace {
+
+constexpr std::uint32_t k_none = std::numeric_limits<std::uint32_t>::max();
+
+struct gap {
+  gap_action action = gap_action::keep;
+  std::uint32_t release = 0, prefetch = 0;
+};
+
+// Per-step times of one simulated iteration.
+struct timeline {
+  std::vector<double> start, end;  // compute: each step's kernel
+  // The time the device-to-host (host-to-device) stream is done with every copy issued after
+  // steps <= s.
+  std::vector<double> d2h_done, h2d_done;
+  // The least slack (time between a copy's arrival and the moment it is needed) over the
+  // offloads (prefetches) issued after steps > s; +inf when none.
+  std::vector<double> d2h_slack_after, h2d_slack_after;
+  // Per step: (tensor, arrival time) of each offload (prefetch) issued after it.
+  std::vector<std::vector<std::pair<std::uint32_t, double>>> offloaded, prefetched;
+  double total = 0;
+
+  static double arrival(const std::vector<std::pair<std::uint32_t, double>>& issued,
+                        std::uint32_t t) {
+    for (const auto& [key, at] : issued) {
+      if (key == t) return at;
+    }
+    return 0.0;
+  }
+};
+
+class planner {
+ public:
+  planner(const schedule_problem& p, const schedule_options& o) : p_(p), o_(o) {
+    const std::size_t steps = p.step_seconds.size();
+    uses_.resize(p.tensors.size());
+    gaps_.resize(p.tensors.size());
+    for (std::uint32_t t = 0; t < p.tensors.size(); ++t) {
+      const schedule_tensor& x = p.tensors[t];
+      std::uint32_t previous = k_none;
+      for (const schedule_use& u : x.uses) {
+        if (u.step >= steps) {
+          throw invalid_argument("schedule: tensor " + std::to_string(t) + " is used at step " +
+                                 std::to_string(u.step) + ", but the iteration has " +
+                                 std::to_string(steps) + " steps");
+        }
+        if (previous != k_none && u.step <= previous) {
+          throw invalid_argument("schedule: the uses of tensor " + std::to_string(t) +
+                                 " are not ascending and unique (step " + std::to_string(u.step) +
+                                 " after " + std::to_string(previous) + ")");
+        }
+        previous = u.step;
+      }
+      for (std::uint32_t y : x.rebuild_touches) {
+        if (y >= p.tensors.size() || y == t) {
+          throw invalid_argument("schedule: the rebuild of tensor " + std::to_string(t) +
+                                 " touches tensor " + std::to_string(y) +
+                                 ", which is not another tensor of the problem");
+        }
+      }
+      uses_[t] = x.uses;
+      if (!x.uses.empty()) gaps_[t].resize(x.uses.size() - 1);
+    }
+    chain_.resize(steps);
+    planning_budget_ =
+        static_cast<std::size_t>(static_cast<double>(p.budget_bytes) * (1.0 - o.headroom));
+  }
+
+  memory_schedule run() {
+    std::size_t actions = 0;
+    // What liveness alone holds fits: nothing to do (workspaces take what is free).
+    const std::vector<std::size_t> plain = memory_curve(false);
+    const bool fits_plain = std::all_of(plain.begin(), plain.end(),
+                                        [&](std::size_t b) { return b <= p_.budget_bytes; });
+    std::size_t rounds = fits_plain ? 0 : 2 * p_.step_seconds.size() + 16;
+    // Each round commits one gap (or marks a step stuck): bounded by gaps + steps, with room
+    // for gaps that splits create.
+    for (const auto& u : uses_) rounds += fits_plain ? 0 : 4 * u.size();
+    while (rounds-- > 0) {
+      if (o_.max_actions != 0 && actions >= o_.max_actions) break;
+      const std::vector<std::size_t> bytes = memory_curve();
+      std::uint32_t worst = k_none;
+      std::size_t worst_over = 0;
+      for (std::uint32_t s = 0; s < bytes.size(); ++s) {
+        if (bytes[s] > planning_budget_ && bytes[s] - planning_budget_ > worst_over) {
+          worst = s, worst_over = bytes[s] - planning_budget_;
+        }
+      }
+      if (worst == k_none) break;
+      const memory_schedule current = emit(bytes);
+      const timeline tl = simulate(current);
+      // A step with no idle tensor left can never come under the budget (later actions only
+      // add uses): the schedule does not fit, and planning stops.
+      if (!commit_best(worst, bytes, tl)) break;
+      ++actions;
+    }
+    const std::vector<std::size_t> bytes = memory_curve();
+    memory_schedule s = emit(bytes);
+    s.predicted_seconds = simulate(s).total;
+    for (double x : p_.step_seconds) s.baseline_seconds += x;
+    s.fits = s.predicted_peak_bytes <= planning_budget_;
+    return s;
+  }
+
+  // The iteration's timeline under `s`, mirroring the executor: before a step, releases
+  // (the compute stream waits for the offload) and the inputs' prefetches (it waits for the
+  // copy) and rebuilds (replays run on the compute stream); after it, offloads (after the
+  // tensor's last writer, in issue order on their stream) and prefetches (after the step, in
+  // issue order on theirs).
+  timeline simulate(const memory_schedule& s) const {
+    const std::size_t steps = p_.step_seconds.size();
+    timeline tl;
+    tl.start.assign(steps, 0), tl.end.assign(steps, 0);
+    tl.d2h_done.assign(steps, 0), tl.h2d_done.assign(steps, 0);
+    tl.offloaded.resize(steps), tl.prefetched.resize(steps);
+    const std::size_t n = p_.tensors.size();
+    std::vector<double> offload_end(n, 0), prefetch_end(n, 0);
+    std::vector<double> offload_arrival, prefetch_arrival;  // per issued copy
+    std::vector<std::uint32_t> offload_issue, prefetch_issue, offload_tensor, prefetch_tensor;
+    std::vector<std::uint32_t> needed_at(n, k_none);  // swap: the step its prefetch serves
+    std::vector<std::uint32_t> released_at(n, k_none);
+    std::vector<std::vector<std::uint32_t>> ready_before(steps);
+    for (const scheduled_gap& g : s.gaps) {
+      if (g.action != gap_action::swap) continue;
+      ready_before[g.before].push_back(g.tensor);
+    }
+    double now = 0, d2h = 0, h2d = 0;
+    for (std::uint32_t st = 0; st < steps; ++st) {
+      const scheduled_step& ss = s.steps[st];
+      for (std::uint32_t t : ss.release) now = std::max(now, offload_end[t]);
+      for (std::uint32_t t : ready_before[st]) now = std::max(now, prefetch_end[t]);
+      for (std::uint32_t t : ss.rebuild) now += p_.tensors[t].rebuild_seconds;
+      tl.start[st] = now;
+      now += p_.step_seconds[st];
+      tl.end[st] = now;
+      for (std::uint32_t t : ss.offload) {
+        const std::uint32_t w = last_write_at_or_before(t, st);
+        const double ready = w == k_none ? 0.0 : tl.end[w];
+        d2h = std::max(d2h, ready) + copy_seconds(t);
+        offload_end[t] = d2h;
+        tl.offloaded[st].emplace_back(t, d2h);
+        offload_arrival.push_back(d2h), offload_issue.push_back(st), offload_tensor.push_back(t);
+      }
+      for (std::uint32_t t : ss.prefetch) {
+        h2d = std::max(h2d, tl.end[st]) + copy_seconds(t);
+        prefetch_end[t] = h2d;
+        tl.prefetched[st].emplace_back(t, h2d);
+        prefetch_arrival.push_back(h2d), prefetch_issue.push_back(st), prefetch_tensor.push_back(t);
+      }
+      tl.d2h_done[st] = d2h;
+      tl.h2d_done[st] = h2d;
+    }
+    tl.total = now;
+    // Slack of each copy against the step that waits for it.
+    for (const scheduled_gap& g : s.gaps) {
+      if (g.action != gap_action::swap) continue;
+      released_at[g.tensor] = g.release;
+      needed_at[g.tensor] = g.before;
+    }
+    auto suffix_min = [steps](const std::vector<std::uint32_t>& issue,
+                              const std::vector<double>& slack) {
+      std::vector<double> after(steps, std::numeric_limits<double>::infinity());
+      std::vector<double> at(steps, std::numeric_limits<double>::infinity());
+      for (std::size_t i = 0; i < issue.size(); ++i)
+        at[issue[i]] = std::min(at[issue[i]], slack[i]);
+      double m = std::numeric_limits<double>::infinity();
+      for (std::size_t s = steps; s-- > 0;) {
+        after[s] = m;
+        m = std::min(m, at[s]);
+      }
+      return after;
+    };
+    std::vector<double> slack(offload_arrival.size());
+    for (std::size_t i = 0; i < slack.size(); ++i) {
+      slack[i] = tl.start[released_at[offload_tensor[i]]] - offload_arrival[i];
+    }
+    tl.d2h_slack_after = suffix_min(offload_issue, slack);
+    slack.assign(prefetch_arrival.size(), 0);
+    for (std::size_t i = 0; i < slack.size(); ++i) {
+      slack[i] = tl.start[needed_at[prefetch_tensor[i]]] - prefetch_arrival[i];
+    }
+    tl.h2d_slack_after = suffix_min(prefetch_issue, slack);
+    return tl;
+  }
+
+ private:
+  double copy_seconds(std::uint32_t t) const {
+    return static_cast<double>(p_.tensors[t].bytes) / p_.link_bytes_per_s;
+  }
+
+  std::uint32_t last_write_at_or_before(std::uint32_t t, std::uint32_t step) const {
+    std::uint32_t w = k_none;
+    for (const schedule_use& u : uses_[t]) {
+      if (u.step > step) break;
+      if (u.writes) w = u.step;
+    }
+    return w;
+  }
+
+  // The index i of the gap of `t` strictly containing `step` (uses[i] < step < uses[i+1]);
+  // k_none when `step` is a use or outside the first..last use.
+  std::uint32_t gap_containing(std::uint32_t t, std::uint32_t step) const {
+    const auto& u = uses_[t];
+    const auto it =
+        std::lower_bound(u.begin(), u.end(), step,
+                         [](const schedule_use& x, std::uint32_t s) { return x.step < s; });
+    if (it == u.begin() || it == u.end() || it->step == step) return k_none;
+    return static_cast<std::uint32_t>(it - u.begin() - 1);
+  }
+
+  bool is_use(std::uint32_t t, std::uint32_t step) const {
+    const auto& u = uses_[t];
+    const auto it =
+        std::lower_bound(u.begin(), u.end(), step,
+                         [](const schedule_use& x, std::uint32_t s) { return x.step < s; });
+    return it != u.end() && it->step == step;
+  }
+
+  bool alive_at(std::uint32_t t, std::uint32_t step) const {
+    if (p_.tensors[t].persistent) return true;
+    const auto& u = uses_[t];
+    return !u.empty() && u.front().step <= step && step <= u.back().step;
+  }
+
+  // Device bytes at each step under the current gaps.
+  std::vector<std::size_t> memory_curve(bool with_extras = true) const {
+    const std::size_t steps = p_.step_seconds.size();
+    std::vector<std::int64_t> delta(steps + 1, 0);
+    auto add = [&](std::uint32_t from, std::uint32_t to_inclusive, std::size_t b) {
+      if (from > to_inclusive) return;
+      delta[from] += static_cast<std::int64_t>(b);
+      delta[to_inclusive + 1] -= static_cast<std::int64_t>(b);
+    };
+    for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
+      const auto& u = uses_[t];
+      const std::size_t b = p_.tensors[t].bytes;
+      if (u.empty()) {
+        if (p_.tensors[t].persistent && steps != 0)
+          add(0, static_cast<std::uint32_t>(steps - 1), b);
+        continue;
+      }
+      if (p_.tensors[t].persistent) {
+        if (u.front().step > 0) add(0, u.front().step - 1, b);
+        add(u.back().step + 1, static_cast<std::uint32_t>(steps - 1), b);
+      }
+      for (std::size_t i = 0; i < u.size(); ++i) {
+        add(u[i].step, u[i].step, b);
+        if (i + 1 == u.size()) break;
+        const std::uint32_t a = u[i].step, c = u[i + 1].step;
+        const gap& g = gaps_[t][i];
+        switch (g.action) {
+          case gap_action::keep:
+            add(a + 1, c - 1, b);
+            break;
+          case gap_action::swap:
+            add(a + 1, g.release - 1, b);
+            add(g.prefetch + 1, c - 1, b);
+            break;
+          case gap_action::drop:
+            break;
+        }
+      }
+    }
+    std::vector<std::size_t> bytes(steps);
+    std::int64_t run = 0;
+    for (std::size_t s = 0; s < steps; ++s) {
+      bytes[s] = static_cast<std::size_t>(run += delta[s]);
+      if (!with_extras) continue;
+      if (s < p_.step_extra_bytes.size()) bytes[s] += p_.step_extra_bytes[s];
+      for (std::uint32_t y : chain_[s]) bytes[s] += p_.tensors[y].bytes;
+    }
+    return bytes;
+  }
+
+  // The schedule the gaps describe (lists in tensor order within a step).
+  memory_schedule emit(const std::vector<std::size_t>& bytes) const {
+    memory_schedule s;
+    s.steps.resize(p_.step_seconds.size());
+    for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
+      const auto& u = uses_[t];
+      for (std::size_t i = 0; i + 1 < u.size(); ++i) {
+        const gap& g = gaps_[t][i];
+        if (g.action == gap_action::keep) continue;
+        scheduled_gap sg{t, g.action, u[i].step, u[i + 1].step, g.release, g.prefetch};
+        if (g.action == gap_action::swap) {
+          s.steps[g.release].release.push_back(t);
+          s.steps[sg.after].offload.push_back(t);
+          s.steps[g.prefetch].prefetch.push_back(t);
+          s.bytes_swapped += p_.tensors[t].bytes;
+        } else {
+          s.steps[sg.after].drop.push_back(t);
+          s.steps[sg.before].rebuild.push_back(t);
+          ++s.rebuilds;
+        }
+        s.gaps.push_back(sg);
+      }
+    }
+    for (std::size_t st = 0; st < chain_.size(); ++st) {
+      for (std::uint32_t y : chain_[st]) s.steps[st].rebuild.push_back(y), ++s.rebuilds;
+    }
+    s.bytes_per_step = bytes;
+    for (std::size_t b : bytes) s.predicted_peak_bytes = std::max(s.predicted_peak_bytes, b);
+    return s;
+  }
+
+  // Overflow removed if `b` bytes leave the device over steps [from, to].
+  double value(const std::vector<std::size_t>& bytes, std::uint32_t from, std::uint32_t to,
+               std::size_t b) const {
+    double v = 0;
+    for (std::uint32_t s = from; s <= to; ++s) {
+      if (bytes[s] > planning_budget_) {
+        v += static_cast<double>(std::min(b, bytes[s] - planning_budget_));
+      }
+    }
+    return v;
+  }
+
+  // A drop of `t`'s gap closing at `c`: the seconds of its rebuild chain (its replay, and the
+  // replays of dropped tensors the replay touches, which are rebuilt first at `c`), or a
+  // negative number when a touched tensor cannot be had at `c` (dead, or away on the host).
+  double rebuild_chain_seconds(std::uint32_t t, std::uint32_t c,
+                               std::vector<std::uint32_t>& visited) const {
+    if (std::find(visited.begin(), visited.end(), t) != visited.end()) return 0.0;
+    visited.push_back(t);
+    const schedule_tensor& x = p_.tensors[t];
+    if (!x.rebuildable) return -1.0;
+    double seconds = x.rebuild_seconds;
+    for (std::uint32_t y : x.rebuild_touches) {
+      if (!alive_at(y, c)) {
+        // Dead by then (read by no later step): rebuilt for this replay and freed after it.
+        if (std::find(chain_[c].begin(), chain_[c].end(), y) != chain_[c].end()) continue;
+        const double chain = rebuild_chain_seconds(y, c, visited);
+        if (chain < 0) return -1.0;
+        seconds += chain;
+        continue;
+      }
+      if (is_use(y, c)) continue;
+      const std::uint32_t gi = gap_containing(y, c);
+      if (gi == k_none) continue;  // persistent, outside its uses: resident
+      const gap& g = gaps_[y][gi];
+      if (g.action == gap_action::keep) continue;
+      if (g.action == gap_action::swap) return -1.0;
+      const double chain = rebuild_chain_seconds(y, c, visited);
+      if (chain < 0) return -1.0;
+      seconds += chain;
+    }
+    return seconds;
+  }
+
+  // Makes `step` a use of `t` (a rebuild touches it there), splitting its gap; a dropped
+  // part closing at `step` is rebuilt there, so its own touches become uses too.
+  void add_use(std::uint32_t t, std::uint32_t step) {
+    if (is_use(t, step)) return;
+    const std::uint32_t gi = gap_containing(t, step);
+    if (gi == k_none) return;  // persistent outside its uses: resident
+    const gap g = gaps_[t][gi];
+    uses_[t].insert(uses_[t].begin() + gi + 1, schedule_use{step, false});
+    gaps_[t].insert(gaps_[t].begin() + gi + 1, g);
+    if (g.action == gap_action::drop) rebuild_at(t, step);
+  }
+
+  // `t` is rebuilt before step `step`: what its replay touches is had there, as a use, or
+  // (dead by then) rebuilt there too and held for the step (chain_).
+  void rebuild_at(std::uint32_t t, std::uint32_t step) {
+    for (std::uint32_t y : p_.tensors[t].rebuild_touches) {
+      if (alive_at(y, step)) {
+        add_use(y, step);
+      } else if (std::find(chain_[step].begin(), chain_[step].end(), y) == chain_[step].end()) {
+        chain_[step].push_back(y);
+        rebuild_at(y, step);
+      }
+    }
+  }
+
+  // Weighs every tensor idle at `worst` and commits the best action; false when none.
+  bool commit_best(std::uint32_t worst, const std::vector<std::size_t>& bytes, const timeline& tl) {
+    struct choice {
+      std::uint32_t tensor = k_none, gap = 0;
+      gap_action action = gap_action::keep;
+      std::uint32_t release = 0, prefetch = 0;
+      double score = std::numeric_limits<double>::infinity();
+    } best;
+    const std::size_t steps = p_.step_seconds.size();
+    std::vector<std::uint32_t> visited;
+    for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
+      const schedule_tensor& x = p_.tensors[t];
+      if (x.pinned || x.bytes == 0 || x.bytes < o_.min_bytes) continue;
+      const std::uint32_t gi = gap_containing(t, worst);
+      if (gi == k_none || gaps_[t][gi].action == gap_action::drop) continue;
+      const std::uint32_t a = uses_[t][gi].step, c = uses_[t][gi + 1].step;
+      if (gaps_[t][gi].action == gap_action::swap) {
+        // Swapped, but `worst` lies outside the window: widen it to `worst`, paying the wait
+        // for a copy that has not landed by then (the part not already paid).
+        const gap& g = gaps_[t][gi];
+        double cost = 0;
+        std::uint32_t from = 0, to = 0, release = g.release, prefetch = g.prefetch;
+        if (worst < g.release) {
+          const double landed = timeline::arrival(tl.offloaded[a], t);
+          cost =
+              std::max(0.0, landed - tl.start[worst]) - std::max(0.0, landed - tl.start[g.release]);
+          from = worst, to = g.release - 1, release = worst;
+        } else if (worst > g.prefetch) {
+          const double old_end = timeline::arrival(tl.prefetched[g.prefetch], t);
+          const double d = copy_seconds(t);
+          const double new_end = std::max(tl.h2d_done[worst], tl.end[worst]) + d;
+          cost = std::max(0.0, new_end - tl.start[c]) - std::max(0.0, old_end - tl.start[c]);
+          from = g.prefetch + 1, to = worst, prefetch = worst;
+        } else {
+          continue;
+        }
+        const double v = value(bytes, from, to, x.bytes);
+        if (v <= 0) continue;
+        const double score = cost > 0 ? cost / v : -v;
+        if (score < best.score) best = {t, gi, gap_action::swap, release, prefetch, score};
+        continue;
+      }
+      auto consider = [&](gap_action action, std::uint32_t r, std::uint32_t b, double cost) {
+        const double v = value(bytes, r, b, x.bytes);
+        if (v <= 0) return;
+        // Least added time per byte-step of overflow removed; among free actions, the most
+        // overflow removed.
+        const double score = cost > 0 ? cost / v : -v;
+        if (score < best.score) best = {t, gi, action, r, b, score};
+      };
+      if (o_.allow_drop && x.rebuildable) {
+        visited.clear();
+        const double chain = rebuild_chain_seconds(t, c, visited);
+        if (chain >= 0) consider(gap_action::drop, a + 1, c - 1, chain);
+      }
+      if (!o_.allow_swap || c - a < o_.min_swap_distance) continue;
+      const double d = copy_seconds(t);
+      // Offload: issued after step a, behind the copies issued up to a, once the writer is done.
+      const std::uint32_t w = last_write_at_or_before(t, a);
+      const double off_end = std::max(tl.d2h_done[a], w == k_none ? 0.0 : tl.end[w]) + d;
+      // Release: the first step starting after the copy arrives; or `worst`, waiting for it.
+      const auto rit = std::lower_bound(tl.start.begin() + a + 1, tl.start.begin() + c, off_end);
+      std::uint32_t r = static_cast<std::uint32_t>(rit - tl.start.begin());
+      double stall = 0;
+      if (r > worst) {
+        r = worst;
+        stall += off_end - tl.start[worst];
+      }
+      // Prefetch: the latest step after which the copy lands before step c starts; or
+      // `worst`, step c then waiting for it.
+      auto pre_end = [&](std::uint32_t b) { return std::max(tl.h2d_done[b], tl.end[b]) + d; };
+      std::uint32_t b = c - 1;
+      while (b > worst && pre_end(b) > tl.start[c]) --b;
+      if (pre_end(b) > tl.start[c]) stall += pre_end(b) - tl.start[c];
+      // The copies issued later on each stream are pushed back by d, as far as their slack
+      // does not absorb it.
+      stall += std::max(0.0, d - tl.d2h_slack_after[a]);
+      stall += std::max(0.0, d - tl.h2d_slack_after[b]);
+      // A hidden copy still takes the link from later swaps: part of its time is charged.
+      stall += o_.link_charge * 2.0 * d;
+      if (r <= b && b < steps) consider(gap_action::swap, r, b, stall);
+    }
+    if (best.tensor == k_none) return false;
+    const std::uint32_t t = best.tensor;
+    gap& g = gaps_[t][best.gap];
+    g.action = best.action;
+    g.release = best.release;
+    g.prefetch = best.prefetch;
+    if (best.action == gap_action::drop) rebuild_at(t, uses_[t][best.gap + 1].step);
+    return true;
+  }
+
+  const schedule_problem& p_;
+  const schedule_options& o_;
+  std::vector<std::vector<schedule_use>> uses_;
+  std::vector<std::vector<gap>> gaps_;
+  std::vector<std::vector<std::uint32_t>> chain_;  // per step: dead tensors rebuilt for replays
+  std::size_t planning_budget_ = 0;
+};
+
+}  // namespace
+
+const char* to_string(gap_action a) noexcept {
+  switch (a) {
+    case gap_action::keep:
+      return "keep";
+    case gap_action::swap:
+      return "swap";
+    case gap_action::drop:
+      return "drop";
+  }
+  return "?";
+}
+
+void schedule_options::validate() const {
+  if (!(headroom >= 0.0 && headroom < 1.0)) {
+    throw invalid_argument("schedule headroom " + std::to_string(headroom) +
+                           " is out of range: expected a fraction of the budget in [0, 1)");
+  }
+  if (!(link_charge >= 0.0) || !std::isfinite(link_charge)) {
+    throw invalid_argument("schedule link charge " + std::to_string(link_charge) +
+                           " is out of range: expected a finite share >= 0 of a swap's link time");
+  }
+  if (min_swap_distance < 2) {
+    throw invalid_argument("schedule minimum swap distance " + std::to_string(min_swap_distance) +
+                           " is out of range: a swap needs at least 2 steps between two uses");
+  }
+}
+
+memory_schedule plan_memory_schedule(const schedule_problem& problem,
+                                     const schedule_options& options) {
+  options.validate();
+  if (!(problem.link_bytes_per_s > 0.0) || !std::isfinite(problem.link_bytes_per_s)) {
+    throw invalid_argument("schedule: link speed " + std::to_string(problem.link_bytes_per_s) +
+                           " bytes/s is not a positive finite number");
+  }
+  return planner(problem, options).run();
+}
+
+double simulate_memory_schedule(const schedule_problem& problem, const memory_schedule& schedule) {
+  const schedule_options defaults;
+  MEMWEAVE_EXPECTS(schedule.steps.size() == problem.step_seconds.size(),
+                   "the schedule has " + std::to_string(schedule.steps.size()) +
+                       " steps, the problem " + std::to_string(problem.step_seconds.size()));
+  return planner(problem, defaults).simulate(schedule).total;
+}
+
+}  // namespace memweave

@@ -1,0 +1,283 @@
+// The memory schedule planner on small hand-made iterations (what it chooses and when) and on
+// random ones (the properties every schedule keeps: copies issued in order and before the
+// step that needs them, windows inside their gaps, the memory it predicts, its timeline).
+#include "memweave/schedule/memory_schedule.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+namespace {
+
+constexpr std::size_t k_mib = std::size_t{1} << 20;
+
+schedule_tensor tensor(std::size_t bytes, std::vector<std::uint32_t> steps) {
+  schedule_tensor t;
+  t.bytes = bytes;
+  for (std::uint32_t s : steps) t.uses.push_back({s, t.uses.empty()});
+  return t;
+}
+
+// `steps` steps of `seconds` each; a tensor A of 100 MiB used at the first and last step,
+// and a tensor B of 100 MiB used at steps busy_from..busy_to (every step by default), so that
+// both are on the device there.
+schedule_problem long_gap(std::size_t steps, double seconds, std::uint32_t busy_from = 0,
+                          std::uint32_t busy_to = 1000) {
+  schedule_problem p;
+  p.step_seconds.assign(steps, seconds);
+  p.tensors.push_back(tensor(100 * k_mib, {0, static_cast<std::uint32_t>(steps - 1)}));
+  std::vector<std::uint32_t> busy;
+  for (std::uint32_t s = busy_from; s < steps && s <= busy_to; ++s) busy.push_back(s);
+  p.tensors.push_back(tensor(100 * k_mib, busy));
+  p.link_bytes_per_s = 16e9;
+  return p;
+}
+
+schedule_options no_headroom() {
+  schedule_options o;
+  o.headroom = 0;
+  return o;
+}
+
+TEST(memory_schedule_test, a_budget_that_holds_everything_schedules_nothing) {
+  schedule_problem p = long_gap(10, 1e-3);
+  p.budget_bytes = 200 * k_mib;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.gaps.empty());
+  EXPECT_TRUE(s.fits);
+  EXPECT_EQ(s.predicted_peak_bytes, 200 * k_mib);
+  EXPECT_DOUBLE_EQ(s.predicted_seconds, s.baseline_seconds);
+}
+
+TEST(memory_schedule_test, a_long_idle_tensor_is_swapped_with_its_copies_hidden_under_compute) {
+  // 10 ms steps; a 100 MiB copy takes 6.6 ms at 16 GB/s: both directions hide when B needs
+  // the room only over steps 2..7.
+  schedule_problem p = long_gap(10, 10e-3, 2, 7);
+  p.budget_bytes = 150 * k_mib;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(s.gaps.size(), 1u);
+  const scheduled_gap& g = s.gaps[0];
+  EXPECT_EQ(g.tensor, 0u);
+  EXPECT_EQ(g.action, gap_action::swap);
+  EXPECT_EQ(g.after, 0u);
+  EXPECT_EQ(g.before, 9u);
+  // Released at the first step that starts after the copy out lands (step 1 starts at 10 ms,
+  // the copy lands at 16.6 ms); prefetched after the last step that lets the copy in land
+  // before step 9 starts (after step 7: 80 + 6.6 ms <= 90 ms).
+  EXPECT_EQ(g.release, 2u);
+  EXPECT_EQ(g.prefetch, 7u);
+  EXPECT_TRUE(s.fits);
+  EXPECT_EQ(s.predicted_peak_bytes, 100 * k_mib);
+  EXPECT_EQ(s.bytes_per_step[4], 100 * k_mib);
+  EXPECT_DOUBLE_EQ(s.predicted_seconds, s.baseline_seconds);
+  EXPECT_EQ(s.bytes_swapped, 100 * k_mib);
+  EXPECT_EQ(s.steps[0].offload, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.steps[2].release, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.steps[7].prefetch, std::vector<std::uint32_t>{0});
+}
+
+TEST(memory_schedule_test, a_copy_that_cannot_hide_stalls_and_the_timeline_says_by_how_much) {
+  // 1 ms steps: the 6.6 ms copies cannot hide; the planner still fits the budget, widening
+  // the window to the steps that need it and waiting for the copies.
+  schedule_problem p = long_gap(6, 1e-3, 1, 4);
+  p.budget_bytes = 150 * k_mib;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(s.gaps.size(), 1u);
+  EXPECT_EQ(s.gaps[0].action, gap_action::swap);
+  EXPECT_TRUE(s.fits);
+  EXPECT_EQ(s.gaps[0].release, 1u);
+  EXPECT_EQ(s.gaps[0].prefetch, 4u);
+  EXPECT_GT(s.predicted_seconds, s.baseline_seconds + 5e-3);
+  EXPECT_DOUBLE_EQ(simulate_memory_schedule(p, s), s.predicted_seconds);
+}
+
+TEST(memory_schedule_test, a_cheap_rebuild_is_preferred_to_a_round_trip) {
+  schedule_problem p = long_gap(10, 10e-3, 1, 8);
+  p.budget_bytes = 150 * k_mib;
+  p.tensors[0].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 0.1e-3;  // far below the link time it would take
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(s.gaps.size(), 1u);
+  EXPECT_EQ(s.gaps[0].action, gap_action::drop);
+  EXPECT_EQ(s.steps[0].drop, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.steps[9].rebuild, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.rebuilds, 1u);
+  EXPECT_EQ(s.bytes_swapped, 0u);
+  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + 0.1e-3, 1e-12);
+}
+
+TEST(memory_schedule_test, an_expensive_rebuild_loses_to_a_hidden_swap) {
+  schedule_problem p = long_gap(10, 10e-3, 2, 7);
+  p.budget_bytes = 150 * k_mib;
+  p.tensors[0].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 20e-3;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(s.gaps.size(), 1u);
+  EXPECT_EQ(s.gaps[0].action, gap_action::swap);
+}
+
+TEST(memory_schedule_test, a_rebuild_that_reads_a_dropped_tensor_rebuilds_it_first) {
+  // x (used at 0, 1, 9), y = f(x) used at 1, 2, 9, z = g(y) used at 2, 3, 8, 9; a big tensor
+  // w used at 4..6 forces both y and z off the device there (x could only be swapped, and
+  // the link is hopeless).
+  schedule_problem p;
+  p.step_seconds.assign(10, 10e-3);
+  p.link_bytes_per_s = 1e6;  // swaps are hopeless: everything must be rebuilt
+  p.tensors.push_back(tensor(10 * k_mib, {0, 1, 9}));     // x
+  p.tensors.push_back(tensor(10 * k_mib, {1, 2, 9}));     // y
+  p.tensors.push_back(tensor(10 * k_mib, {2, 3, 8, 9}));  // z
+  p.tensors.push_back(tensor(100 * k_mib, {4, 5, 6}));    // w
+  p.tensors[1].rebuildable = true;
+  p.tensors[1].rebuild_seconds = 1e-3;
+  p.tensors[1].rebuild_touches = {0};
+  p.tensors[2].rebuildable = true;
+  p.tensors[2].rebuild_seconds = 1e-3;
+  p.tensors[2].rebuild_touches = {1};
+  p.budget_bytes = 110 * k_mib;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.fits) << s.predicted_peak_bytes;
+  EXPECT_EQ(s.bytes_swapped, 0u);
+  // z is dropped across 4..7 and rebuilt at 8; that rebuild reads y, which is dropped there
+  // too: y is rebuilt at 8 first (a chain).
+  bool y_rebuilt_at_8 = false, z_rebuilt_at_8 = false;
+  for (std::uint32_t t : s.steps[8].rebuild) {
+    y_rebuilt_at_8 = y_rebuilt_at_8 || t == 1;
+    z_rebuilt_at_8 = z_rebuilt_at_8 || t == 2;
+  }
+  EXPECT_TRUE(z_rebuilt_at_8);
+  EXPECT_TRUE(y_rebuilt_at_8);
+  EXPECT_EQ(s.bytes_per_step[5], 110 * k_mib);  // x and w
+  EXPECT_EQ(s.bytes_per_step[8], 30 * k_mib);   // x, and y and z rebuilt
+}
+
+TEST(memory_schedule_test, a_step_whose_own_tensors_exceed_the_budget_does_not_fit) {
+  schedule_problem p = long_gap(4, 1e-3);
+  p.budget_bytes = 150 * k_mib;  // steps 0 and 3 use both tensors: 200 MiB
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  EXPECT_FALSE(s.fits);
+  EXPECT_EQ(s.predicted_peak_bytes, 200 * k_mib);
+}
+
+TEST(memory_schedule_test, pinned_tensors_and_the_thresholds_are_respected) {
+  schedule_problem p = long_gap(10, 10e-3, 2, 7);
+  p.budget_bytes = 150 * k_mib;
+  p.tensors[0].pinned = true;
+  EXPECT_TRUE(plan_memory_schedule(p, no_headroom()).gaps.empty());
+  p.tensors[0].pinned = false;
+  schedule_options o = no_headroom();
+  o.min_bytes = 200 * k_mib;
+  EXPECT_TRUE(plan_memory_schedule(p, o).gaps.empty());
+  o = no_headroom();
+  o.min_swap_distance = 10;
+  EXPECT_TRUE(plan_memory_schedule(p, o).gaps.empty());
+  o = no_headroom();
+  o.allow_swap = false;
+  EXPECT_TRUE(plan_memory_schedule(p, o).gaps.empty());
+}
+
+TEST(memory_schedule_test, impossible_controls_and_malformed_problems_are_errors_naming_them) {
+  schedule_problem p = long_gap(4, 1e-3);
+  schedule_options o;
+  o.headroom = 1.5;
+  EXPECT_THROW(
+      try { (void)plan_memory_schedule(p, o); } catch (const invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("headroom"), std::string::npos) << e.what();
+        throw;
+      },
+      invalid_argument);
+  o = {};
+  o.min_swap_distance = 1;
+  EXPECT_THROW((void)plan_memory_schedule(p, o), invalid_argument);
+  o = {};
+  o.link_charge = -1;
+  EXPECT_THROW((void)plan_memory_schedule(p, o), invalid_argument);
+  schedule_problem bad = p;
+  bad.tensors[0].uses = {{3, true}, {1, false}};
+  EXPECT_THROW((void)plan_memory_schedule(bad), invalid_argument);
+  bad = p;
+  bad.tensors[0].uses = {{0, true}, {7, false}};
+  EXPECT_THROW((void)plan_memory_schedule(bad), invalid_argument);
+  bad = p;
+  bad.tensors[0].rebuild_touches = {5};
+  EXPECT_THROW((void)plan_memory_schedule(bad), invalid_argument);
+  bad = p;
+  bad.link_bytes_per_s = 0;
+  EXPECT_THROW((void)plan_memory_schedule(bad), invalid_argument);
+}
+
+// A random iteration shaped like training: a forward pass producing activations read again
+// in a mirrored backward pass, some of them rebuildable from the previous one.
+schedule_problem random_training(std::mt19937& rng, std::uint32_t layers) {
+  schedule_problem p;
+  const std::uint32_t steps = 2 * layers;
+  std::uniform_real_distribution<double> secs(0.1e-3, 5e-3);
+  for (std::uint32_t s = 0; s < steps; ++s) p.step_seconds.push_back(secs(rng));
+  std::uniform_int_distribution<std::size_t> mib(1, 64);
+  std::bernoulli_distribution coin(0.5);
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    schedule_tensor t;
+    t.bytes = mib(rng) * k_mib;
+    t.uses.push_back({l, true});
+    if (l + 1 < layers) t.uses.push_back({l + 1, false});
+    const std::uint32_t back = steps - 1 - l;
+    if (back > t.uses.back().step) t.uses.push_back({back, false});
+    if (l > 0 && coin(rng)) {
+      t.rebuildable = true;
+      t.rebuild_seconds = p.step_seconds[l];
+      t.rebuild_touches = {l - 1};
+    }
+    p.tensors.push_back(std::move(t));
+  }
+  schedule_tensor weights = tensor(8 * k_mib, {0, steps - 1});
+  weights.persistent = weights.pinned = true;
+  p.tensors.push_back(weights);
+  p.link_bytes_per_s = 16e9;
+  return p;
+}
+
+TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_in_time) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    schedule_problem p = random_training(rng, 4 + trial % 40);
+    // The peak with nothing done, then a budget between the largest step and that.
+    p.budget_bytes = std::size_t{1} << 50;
+    const memory_schedule none = plan_memory_schedule(p, no_headroom());
+    std::size_t largest_step = 0;
+    for (std::uint32_t s = 0; s < p.step_seconds.size(); ++s) {
+      std::size_t b = 0;
+      for (const schedule_tensor& t : p.tensors) {
+        for (const schedule_use& u : t.uses) b += u.step == s ? t.bytes : 0;
+      }
+      largest_step = std::max(largest_step, b);
+    }
+    std::uniform_real_distribution<double> f(0.0, 1.0);
+    p.budget_bytes =
+        largest_step + static_cast<std::size_t>(
+                           f(rng) * static_cast<double>(none.predicted_peak_bytes - largest_step));
+    const memory_schedule s = plan_memory_schedule(p, no_headroom());
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    for (const scheduled_gap& g : s.gaps) {
+      ASSERT_LT(g.after, g.before);
+      EXPECT_FALSE(p.tensors[g.tensor].pinned);
+      if (g.action == gap_action::swap) {
+        // Offloaded after its use, released later, prefetched no earlier than released and
+        // strictly before the step that needs it.
+        EXPECT_LT(g.after, g.release);
+        EXPECT_LE(g.release, g.prefetch);
+        EXPECT_LT(g.prefetch, g.before);
+      }
+      EXPECT_TRUE(g.action != gap_action::drop || p.tensors[g.tensor].rebuildable);
+    }
+    EXPECT_TRUE(!s.fits || s.predicted_peak_bytes <= p.budget_bytes);
+    for (std::size_t b : s.bytes_per_step) EXPECT_LE(b, s.predicted_peak_bytes);
+    EXPECT_GE(s.predicted_seconds, s.baseline_seconds - 1e-12);
+    EXPECT_DOUBLE_EQ(simulate_memory_schedule(p, s), s.predicted_seconds);
+  }
+}
+
+}  // namespace
+}  // namespace memweave
