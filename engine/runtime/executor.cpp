@@ -228,7 +228,7 @@ executor_policy executor_policy::parse(const std::string& name) {
   } else if (name == "recompute") {
     p.recompute = p.drop_after_forward = true;
   } else if (name == "all") {
-    p.evict_to_host = p.recompute = true;
+    p.evict_to_host = p.recompute = p.planned = true;
   } else {
     throw invalid_argument("unknown memory policy '" + name +
                            "': expected baseline, liveness, offload, utp, recompute or all");
@@ -502,6 +502,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     if (free_step_[t] < route_.step_count()) free_after_[free_step_[t]].push_back(t);
   }
   initialize_persistent();
+  if (options.policy.planned && options.budget_bytes != 0) plan_schedule();
 }
 
 executor::~executor() {
@@ -729,16 +730,21 @@ void executor::start_offload(tensor_id t) {
   state_[t] = residency::offloading;
 }
 
+// An offload in flight lands: its device copy, held aside, goes back to the heap. With
+// `compute`, that stream waits for the copy first (the memory's next user runs there).
+void executor::finish_offload(tensor_id t, stream* compute) {
+  transfers_->engine.wait_offloaded(t, compute);
+  (void)heap_->deallocate(aside_ptr_[t]);
+  aside_ptr_[t] = nullptr;
+  state_[t] = residency::on_host;
+  bytes_live_ -= table_[t].bytes;
+  --tensors_live_;
+}
+
 void executor::reap_offloads(std::size_t step, bool all) {
   if (!transfers_) return;
   auto reap = [this](tensor_id t) {
-    if (state_[t] != residency::offloading) return;  // died, or brought back meanwhile
-    transfers_->engine.wait_offloaded(t);
-    (void)heap_->deallocate(aside_ptr_[t]);
-    aside_ptr_[t] = nullptr;
-    state_[t] = residency::on_host;
-    bytes_live_ -= table_[t].bytes;
-    --tensors_live_;
+    if (state_[t] == residency::offloading) finish_offload(t, nullptr);  // else died or back
   };
   // Offloads are due exactly at the step they were scheduled for, so each list is reaped
   // once, when its step comes (or all of them at the end of the iteration).
@@ -859,6 +865,180 @@ void executor::initialize_persistent() {
   persistent_moved_ = false;
 }
 
+// The null device's time for layer `l`'s forward or backward kernel: the larger of its
+// compute (flops at the model's rate, or `compute_s` when given: a CONV's chosen
+// algorithms) and its memory traffic.
+double executor::model_seconds(const layer& l, bool forward, double compute_s) const {
+  if (compute_s < 0) {
+    std::vector<shape4> in;
+    for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
+    compute_s =
+        (forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in)) / k_model_flops;
+  }
+  const auto& row = layer_memory_->of(l.id);
+  const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
+  return std::max(compute_s, bytes / k_model_bytes_per_s);
+}
+
+// all: whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the
+// batch read by DATA, nor SOFTMAX's, whose replay would touch the loss) written by its
+// forward step.
+bool executor::rebuildable(tensor_id t) const {
+  const tensor_info& i = table_[t];
+  if (i.persistent || i.role != tensor_role::data || i.owner == invalid_layer) return false;
+  const layer& l = net_[i.owner];
+  return l.type != layer_type::data && l.type != layer_type::softmax_loss &&
+         table_.of(l.id).output == t;
+}
+
+// all: plans the iteration's memory schedule under the budget (memweave/schedule). The
+// planner sees every cached tensor by id with its heap-rounded bytes and the steps using it;
+// persistent tensors stay pinned (moving them would change where the next iteration finds
+// them; the reactive cache still may). A layer's output can be rebuilt by replaying its
+// layer's forward (a CONV too: its replay runs the algorithm its forward step ran, so the
+// bits are the same), touching what that forward touches. Times are the
+// null device's model; a CONV step is charged the fastest of the model's algorithms whose
+// workspace fits a sixteenth of the budget, and that workspace is reserved at the step.
+void executor::plan_schedule() {
+  const std::size_t steps = route_.step_count();
+  const std::size_t layers = route_.layer_count();
+  schedule_problem p;
+  p.budget_bytes = options_.budget_bytes;
+  double link = options_.link_gbps;
+  if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
+  if (link <= 0) link = k_model_link_bytes_per_s / 1e9;
+  p.link_bytes_per_s = link * 1e9;
+  p.step_seconds.assign(steps, 0.0);
+  p.step_extra_bytes.assign(steps, 0);
+  const std::size_t workspace_cap = options_.budget_bytes / 16;
+  for (std::size_t s = 0; s < steps; ++s) {
+    if (!table_.has_work(s)) continue;
+    const route_step rs = route_.at(s);
+    const layer& l = net_[rs.layer];
+    const bool forward = rs.direction == pass::forward;
+    double seconds = model_seconds(l, forward);
+    if (l.type == layer_type::conv) {
+      const auto& cp = std::get<conv_params>(l.params);
+      const shape4& in = net_[l.inputs[0]].output_shape;
+      std::vector<k::conv_pass> passes{k::conv_pass::forward};
+      if (!forward) {
+        passes = {k::conv_pass::backward_filter};
+        if (table_.of(l.inputs[0]).output_grad != invalid_tensor) {
+          passes.push_back(k::conv_pass::backward_data);
+        }
+      }
+      double compute = 0;
+      std::size_t workspace = 0;
+      for (k::conv_pass pass : passes) {
+        const conv_candidate* best = nullptr;
+        for (const conv_candidate& c : model_host_conv(pass, in, cp, k_model_flops)) {
+          if (c.workspace_bytes <= workspace_cap && (!best || c.seconds < best->seconds)) best = &c;
+        }
+        if (best == nullptr) continue;
+        compute += best->seconds;
+        workspace = std::max(workspace, best->workspace_bytes);
+      }
+      seconds = model_seconds(l, forward, compute);
+      p.step_extra_bytes[s] = heap_->round_up(workspace);
+    }
+    p.step_seconds[s] = seconds;
+  }
+  const std::size_t n = table_.size();
+  p.tensors.resize(n);
+  for (std::size_t s = 0; s < steps; ++s) {
+    for (const auto& a : table_.accesses(s)) {
+      if (!in_cache(a.tensor)) continue;
+      auto& uses = p.tensors[a.tensor].uses;
+      const bool writes = a.mode != access_mode::read;
+      if (!uses.empty() && uses.back().step == s) {
+        uses.back().writes = uses.back().writes || writes;
+      } else {
+        uses.push_back({static_cast<std::uint32_t>(s), writes});
+      }
+    }
+  }
+  for (tensor_id t = 0; t < n; ++t) {
+    schedule_tensor& x = p.tensors[t];
+    if (!in_cache(t)) continue;
+    x.bytes = heap_->round_up(table_[t].bytes);
+    x.persistent = table_[t].persistent;
+    x.pinned = x.persistent;
+    if (!rebuildable(t)) continue;
+    const std::size_t producer = route_.position(table_[t].owner);
+    x.rebuildable = true;
+    x.rebuild_seconds = p.step_seconds[producer];
+    for (const auto& a : table_.accesses(producer)) {
+      if (a.tensor != t && in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);
+    }
+  }
+  memory_schedule planned = plan_memory_schedule(p, options_.schedule);
+  if (!planned.fits) {
+    // Near max(l_i) a step's own tensors fill the budget: plan again without reserving
+    // workspaces or headroom (dynamic selection then takes what is free).
+    schedule_options tight = options_.schedule;
+    tight.headroom = 0;
+    p.step_extra_bytes.assign(steps, 0);
+    planned = plan_memory_schedule(p, tight);
+  }
+  // A schedule that still cannot bring every step under the budget would leave the reactive
+  // cache to work around a half-done plan: there the cache alone does better, as the floor
+  // tests hold it to.
+  if (!planned.fits) return;
+  schedule_ = std::make_unique<memory_schedule>(std::move(planned));
+  forward_conv_.assign(layers, conv_step{});
+}
+
+// all: before step `step`, the memory of tensors whose scheduled offload has had time to land
+// goes back to the heap; the compute stream waits for the copy (it does not wait at all when
+// the copy is done, as the schedule timed it).
+void executor::apply_releases(std::size_t step) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  for (std::uint32_t t : schedule_->steps[step].release) {
+    if (state_[t] != residency::offloading) {
+      ++schedule_misses_;  // evicted or dropped by the safety net meanwhile
+      continue;
+    }
+    finish_offload(t, &compute);
+  }
+}
+
+// all: after step `step`'s kernel, the schedule's drops, offloads and prefetches. A prefetch
+// takes memory straight from the heap (never evicting: what it would push out is needed
+// sooner); when none is free, the tensor is fetched when needed, counted as a miss.
+void executor::apply_scheduled(std::size_t step) {
+  const scheduled_step& ss = schedule_->steps[step];
+  for (std::uint32_t t : ss.drop) {
+    if (state_[t] == residency::resident) drop(t);
+  }
+  for (std::uint32_t t : ss.offload) {
+    if (state_[t] != residency::resident) {
+      ++schedule_misses_;
+      continue;
+    }
+    transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
+    start_offload(t);
+  }
+  bool recorded = false;
+  for (std::uint32_t t : ss.prefetch) {
+    if (state_[t] != residency::on_host) {
+      ++schedule_misses_;
+      continue;
+    }
+    void* p = heap_->try_allocate(table_[t].bytes);
+    if (p == nullptr) {
+      ++schedule_misses_;
+      continue;
+    }
+    if (!recorded)
+      dev_.get_stream(stream_role::compute).record(*transfers_->ready), recorded = true;
+    transfers_->engine.prefetch(t, p, transfers_->ready.get());
+    aside_ptr_[t] = p;
+    state_[t] = residency::prefetching;
+    bytes_live_ += table_[t].bytes;
+    ++tensors_live_;
+  }
+}
+
 // utp/all, after an iteration that moved persistent tensors: put them back where the
 // constructor left them (all to host memory, then allocated again in the same order into
 // the then empty arena, evicting as it did, and filled from their host copies; the host
@@ -973,6 +1153,20 @@ void executor::drop(tensor_id t) noexcept {
   --tensors_live_;
 }
 
+// A convolution workspace of `bytes` from the heap; with `may_evict` (under utp/all),
+// unlocked tensors leave from the LRU end until a free run holds it. nullptr when it cannot.
+void* executor::take_workspace(std::size_t bytes, bool may_evict) {
+  void* p = heap_->try_allocate(bytes);
+  const std::size_t need = heap_->round_up(bytes);
+  while (p == nullptr && may_evict && options_.policy.evict_to_host) {
+    const std::vector<tensor_key> victim = cache_->lru_tail(1);
+    if (victim.empty()) break;
+    (void)cache_->evict(victim[0]);
+    if (heap_->largest_free_run() >= need) p = heap_->try_allocate(bytes);
+  }
+  return p;
+}
+
 // Re-runs the forward of the layer at route position `position` (a cheap layer), making
 // what it reads resident and what it writes resident again. The running statistics of BN
 // are not updated a second time; DROPOUT's mask comes out identical (same seed).
@@ -988,31 +1182,92 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
       for (tensor_id t : keys) cache.unlock(t);
     }
   } locked{*cache_, {}};
-  for (const auto& a : accesses) {
-    const tensor_id t = a.tensor;
-    if (!in_cache(t)) continue;
-    // Parameters and running statistics are only read (a replay updates nothing).
-    if (a.mode == access_mode::read || table_[t].persistent) {
-      ensure_resident(t, step);
-    } else if (state_[t] != residency::resident) {
-      // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
-      free_transient(t);
-      allocate_transient(t, step);
-      ++tensors_allocated_;
-      rebuilt_.push_back(t);
-      last_write_[t] = step;
+  // What it allocates anew holds no value until its kernel is enqueued: should anything
+  // fail before that, those tensors go back to what they were (dropped, or dead), so that
+  // nothing is ever taken for rebuilt that was not.
+  std::vector<std::pair<tensor_id, residency>> born;
+  conv_step conv;
+  void* workspace = nullptr;
+  try {
+    for (const auto& a : accesses) {
+      const tensor_id t = a.tensor;
+      if (!in_cache(t)) continue;
+      // Parameters and running statistics are only read (a replay updates nothing).
+      if (a.mode == access_mode::read || table_[t].persistent) {
+        ensure_resident(t, step);
+      } else if (state_[t] != residency::resident) {
+        // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
+        const residency before = state_[t];
+        free_transient(t);
+        born.emplace_back(t, before == residency::dropped ? before : residency::absent);
+        allocate_transient(t, step);
+        ++tensors_allocated_;
+        rebuilt_.push_back(t);
+        last_write_[t] = step;
+      }
+      cache_->lock(t);
+      locked.keys.push_back(t);
     }
-    cache_->lock(t);
-    locked.keys.push_back(t);
+    // A CONV replays the algorithm its forward step ran (another would round differently), with
+    // that algorithm's workspace.
+    if (l.type == layer_type::conv && position < forward_conv_.size()) {
+      conv = forward_conv_[position];
+      if (conv.workspace_bytes != 0) {
+        workspace = take_workspace(conv.workspace_bytes, true);
+        if (workspace == nullptr) {
+          throw_out_of_budget(step, "the replay of " + l.name + ": the workspace of " + conv.name,
+                              conv.workspace_bytes);
+        }
+        bytes_live_ += conv.workspace_bytes;
+      }
+    }
+    note_peak();
+    launch_layer(l, true, accesses, conv, workspace, nullptr, true);
+  } catch (...) {
+    if (workspace != nullptr) {
+      (void)heap_->deallocate(workspace);
+      bytes_live_ -= conv.workspace_bytes;
+    }
+    for (tensor_id t : locked.keys) cache_->unlock(t);
+    locked.keys.clear();
+    for (const auto& [t, before] : born) {
+      if (state_[t] != residency::resident) continue;  // never allocated
+      free_transient(t);
+      state_[t] = before;
+      rebuilt_.erase(std::remove(rebuilt_.begin(), rebuilt_.end(), t), rebuilt_.end());
+    }
+    throw;
   }
-  note_peak();
-  launch_layer(l, true, accesses, conv_step{}, nullptr, nullptr, true);
+  if (workspace != nullptr) {
+    (void)heap_->deallocate(workspace);  // stream order: later kernels run after this one
+    bytes_live_ -= conv.workspace_bytes;
+  }
   ++recomputations_;
 }
 
 // Makes a dropped tensor resident again by replaying the layers the plan says (its
 // producer, and any dropped tensors that one reads, in route order).
 void executor::rebuild(tensor_id t, std::size_t step) {
+  if (schedule_) {
+    // The schedule's rebuilds: replay `t`'s layer after rebuilding what it reads that is
+    // dropped, or dead by now (a chain that the schedule planned and priced).
+    const layer& l = net_[table_[t].owner];
+    const std::size_t position = route_.position(l.id);
+    for (const auto& a : table_.accesses(position)) {
+      const tensor_id y = a.tensor;
+      if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
+      if (state_[y] == residency::dropped || (state_[y] == residency::absent && rebuildable(y))) {
+        rebuild(y, step);
+      }
+    }
+    replay_forward(position, step);
+    if (state_[t] != residency::resident) {
+      throw std::logic_error("executor: replaying " + l.name + " at step " +
+                             std::to_string(step + 1) + " did not make " + table_[t].name +
+                             " resident");
+    }
+    return;
+  }
   const recompute_key wanted[] = {t};
   const auto order = recompute_->rebuild_order(
       wanted, [this](recompute_key k) { return state_[k] == residency::resident; });
@@ -1034,6 +1289,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   step_peak_live_ = 0;
   step_peak_heap_ = 0;
   reap_offloads(s, false);
+  if (schedule_) apply_releases(s);
 
   // 0. recompute: the plan's replays before this backward step.
   const std::size_t position = route_.position(l.id);
@@ -1071,19 +1327,11 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     const bool data_grad = table_.of(l.inputs[0]).output_grad != invalid_tensor;
     conv = choose_conv(l, forward, data_grad, heap_->largest_free_run());
     if (conv.workspace_bytes != 0) {
-      workspace = heap_->try_allocate(conv.workspace_bytes);
       const bool promised = options_.conv_ws.mode == conv_ws_mode::max ||
                             options_.conv_ws.mode == conv_ws_mode::fixed;
       // max and fixed name an algorithm rather than fit one to what is free: under utp/all
       // its workspace may push unlocked tensors out, as a tensor would.
-      const std::size_t need = heap_->round_up(conv.workspace_bytes);
-      while (workspace == nullptr && promised && options_.policy.evict_to_host) {
-        const std::vector<tensor_key> victim = cache_->lru_tail(1);
-        if (victim.empty()) break;
-        (void)cache_->evict(victim[0]);
-        if (heap_->largest_free_run() >= need)
-          workspace = heap_->try_allocate(conv.workspace_bytes);
-      }
+      workspace = take_workspace(conv.workspace_bytes, promised);
       if (workspace == nullptr) {
         // max and fixed promise an algorithm: falling back would silently change it (and
         // with it the results' last bits, which the oracle compares).
@@ -1103,6 +1351,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       }
     }
     bytes_live_ += conv.workspace_bytes;
+    if (forward && schedule_) forward_conv_[s] = conv;  // what a replay of it runs
   }
   note_peak();
   step_record rec;
@@ -1164,8 +1413,12 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       }
     }
   }
-  if (options_.policy.evict_to_host) write_back();
-  if (!forward) prefetch_ahead(s);
+  if (schedule_) {
+    apply_scheduled(s);
+  } else {
+    if (options_.policy.evict_to_host) write_back();
+    if (!forward) prefetch_ahead(s);
+  }
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
@@ -1224,9 +1477,15 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
       free_transient(t);
     }
   }
+  stream& compute = dev_.get_stream(stream_role::compute);
   for (tensor_id t = 0; t < state_.size(); ++t) {
+    if (state_[t] == residency::offloading) {
+      // A scheduled offload holds its device copy aside until its release: release it now.
+      finish_offload(t, &compute);
+      continue;
+    }
     if (state_[t] != residency::prefetching) continue;
-    transfers_->engine.make_ready(t, dev_.get_stream(stream_role::compute));
+    transfers_->engine.make_ready(t, compute);
     cache_->insert(t, aside_ptr_[t], table_[t].bytes);
     aside_ptr_[t] = nullptr;
     state_[t] = residency::resident;
@@ -1256,12 +1515,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   in_shapes.reserve(l.inputs.size());
   for (layer_id i : l.inputs) in_shapes.push_back(net_[i].output_shape);
   if (!dev_.touches_memory()) {
-    const double flops =
-        forward ? layers::forward_flops(l, in_shapes) : layers::backward_flops(l, in_shapes);
-    const auto& row = layer_memory_->of(l.id);
-    const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
-    const double compute_s = l.type == layer_type::conv ? conv.seconds : flops / k_model_flops;
-    compute.launch({}, std::max(compute_s, bytes / k_model_bytes_per_s));
+    compute.launch({}, model_seconds(l, forward, l.type == layer_type::conv ? conv.seconds : -1));
     return;
   }
   if (l.type == layer_type::data) {
@@ -1432,6 +1686,13 @@ policy_report executor::report() const {
   r.cache_misses = cs.misses;
   r.evictions = cs.evictions;
   if (!dev_.touches_memory()) r.seconds_per_iteration = simulated_s_;
+  if (schedule_) {
+    for (const scheduled_gap& g : schedule_->gaps) {
+      (g.action == gap_action::swap ? r.scheduled_swaps : r.scheduled_drops) += 1;
+    }
+    r.predicted_seconds = schedule_->predicted_seconds;
+    r.schedule_misses = schedule_misses_;
+  }
   r.steps = steps_;
   return r;
 }

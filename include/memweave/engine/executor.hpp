@@ -32,6 +32,7 @@
 #include "memweave/engine/run_report.hpp"
 #include "memweave/engine/tensor_table.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
+#include "memweave/schedule/memory_schedule.hpp"
 #include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
@@ -47,9 +48,13 @@ namespace memweave {
 ///   recompute liveness + cost-aware recomputation (§3.4): the outputs of cheap layers are
 ///             dropped after their last forward use and rebuilt in backward from the
 ///             nearest kept tensors (speed- or memory-centric per segment).
-///   all       utp + recomputation that engages only as far as the budget requires: nothing
-///             is dropped or moved while everything fits; when the heap cannot serve, the
-///             cache evicts, dropping a recomputable tensor (cheaper) or offloading it.
+///   all       a memory schedule planned ahead (memweave/schedule): nothing is dropped or
+///             moved while everything fits; under a budget that liveness exceeds, each
+///             tensor idle across an over-budget step is swapped (copies timed to hide under
+///             compute) or dropped and rebuilt, whichever adds the least time. The executor
+///             carries the schedule out at fixed points of the step loop; what the plan did
+///             not foresee (fragmentation, workspaces) falls to utp's reactive cache, which
+///             drops a recomputable tensor or offloads it.
 struct executor_policy {
   std::string name = "liveness";
   memory_policy plan = memory_policy::liveness;  ///< when transient tensors are born and die
@@ -57,6 +62,7 @@ struct executor_policy {
   bool evict_to_host = false;        ///< the tensor cache may evict to host memory (utp)
   bool recompute = false;            ///< dropped tensors are rebuilt (recompute, all)
   bool drop_after_forward = false;   ///< drop cheap outputs after their last forward use
+  bool planned = false;              ///< carry out a memory schedule planned ahead (all)
   /// Parses a policy name; invalid_argument listing the known ones otherwise.
   static executor_policy parse(const std::string& name);
   /// Whether tensors may move to host memory (a transfer engine and host pool are needed).
@@ -98,6 +104,11 @@ struct executor_options {
   /// recompute/all: how segments are rebuilt (MEMWEAVE_RECOMPUTE): cost_aware (the paper's
   /// rule), speed_centric or memory_centric.
   std::string recompute_strategy = "cost_aware";
+  /// all: the memory schedule's controls (headroom, thresholds, what it may do).
+  schedule_options schedule = {};
+  /// The host link the schedule's timing assumes, GB/s (0: MEMWEAVE_HOST_LINK_GBPS, or
+  /// 16 GB/s, PCIe 3.0 x16, when that is 0).
+  double link_gbps = 0.0;
 };
 
 class executor {
@@ -130,6 +141,8 @@ class executor {
   const device_heap& heap() const noexcept { return *heap_; }
   const conv_workspace_selector& workspace_selector() const noexcept { return *selector_; }
   const tensor_cache& cache() const noexcept { return *cache_; }
+  /// all under a budget liveness exceeds: the schedule carried out; nullptr otherwise.
+  const memory_schedule* schedule() const noexcept { return schedule_.get(); }
 
   /// A copy of tensor `t` (resident persistent tensors: parameters, momenta, running stats).
   /// Throws invalid_argument when it is not resident or the device touches no memory.
@@ -174,16 +187,23 @@ class executor {
   bool drop_on_evict(tensor_id t) const;
   void forget_host(tensor_id t) noexcept;
   void write_back();
+  void finish_offload(tensor_id t, stream* compute);
   void reap_offloads(std::size_t step, bool all);
   void prefetch_ahead(std::size_t step);
   void drop(tensor_id t) noexcept;
   void rebuild(tensor_id t, std::size_t step);
   void replay_forward(std::size_t position, std::size_t step);
+  void* take_workspace(std::size_t bytes, bool may_evict);
   void launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
                     const conv_step& conv, void* workspace, data_source* data, bool replay);
   void note_peak() noexcept;
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
+  void plan_schedule();
+  bool rebuildable(tensor_id t) const;
+  double model_seconds(const layer& l, bool forward, double compute_s = -1) const;
+  void apply_releases(std::size_t step);
+  void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
   conv_step choose_conv(const layer& l, bool forward, bool input_has_gradient,
@@ -206,6 +226,9 @@ class executor {
   std::unique_ptr<tensor_cache> cache_;        // transient tensors' device memory
   std::unique_ptr<transfers> transfers_;       // offload/utp only
   std::unique_ptr<recompute_plan> recompute_;  // recompute/all only
+  std::unique_ptr<memory_schedule> schedule_;  // all, when liveness exceeds the budget
+  std::uint64_t schedule_misses_ = 0;          // scheduled actions that could not be done
+  std::vector<conv_step> forward_conv_;        // all: per forward CONV step, what it ran
 
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
   bool host_exhausted_ = false;        // an eviction found host memory exhausted
