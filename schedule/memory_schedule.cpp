@@ -89,6 +89,16 @@ class planner {
       if (!x.uses.empty()) gaps_[t].resize(x.uses.size() - 1);
     }
     chain_.resize(steps);
+    choice_.assign(steps, 0);
+    for (std::size_t st = 0; st < p.step_options.size() && st < steps; ++st) {
+      const auto& o = p.step_options[st];
+      for (std::size_t i = 0; i + 1 < o.size(); ++i) {
+        if (!(o[i].seconds <= o[i + 1].seconds)) {
+          throw invalid_argument("schedule: the options of step " + std::to_string(st) +
+                                 " are not fastest first");
+        }
+      }
+    }
     planning_budget_ =
         static_cast<std::size_t>(static_cast<double>(p.budget_bytes) * (1.0 - o.headroom));
   }
@@ -103,6 +113,7 @@ class planner {
     // Each round commits one gap (or marks a step stuck): bounded by gaps + steps, with room
     // for gaps that splits create.
     for (const auto& u : uses_) rounds += fits_plain ? 0 : 4 * u.size();
+    for (const auto& o : p_.step_options) rounds += fits_plain ? 0 : o.size();
     while (rounds-- > 0) {
       if (o_.max_actions != 0 && actions >= o_.max_actions) break;
       const std::vector<std::size_t> bytes = memory_curve();
@@ -124,7 +135,9 @@ class planner {
     const std::vector<std::size_t> bytes = memory_curve();
     memory_schedule s = emit(bytes);
     s.predicted_seconds = simulate(s).total;
-    for (double x : p_.step_seconds) s.baseline_seconds += x;
+    for (std::size_t st = 0; st < p_.step_seconds.size(); ++st) {
+      s.baseline_seconds += has_options(st) ? p_.step_options[st][0].seconds : p_.step_seconds[st];
+    }
     s.fits = s.predicted_peak_bytes <= planning_budget_;
     return s;
   }
@@ -158,7 +171,7 @@ class planner {
       for (std::uint32_t t : ready_before[st]) now = std::max(now, prefetch_end[t]);
       for (std::uint32_t t : ss.rebuild) now += p_.tensors[t].rebuild_seconds;
       tl.start[st] = now;
-      now += p_.step_seconds[st];
+      now += step_seconds(st);
       tl.end[st] = now;
       for (std::uint32_t t : ss.offload) {
         const std::uint32_t w = last_write_at_or_before(t, st);
@@ -211,6 +224,17 @@ class planner {
   }
 
  private:
+  bool has_options(std::size_t s) const {
+    return s < p_.step_options.size() && !p_.step_options[s].empty();
+  }
+  double step_seconds(std::size_t s) const {
+    return has_options(s) ? p_.step_options[s][choice_[s]].seconds : p_.step_seconds[s];
+  }
+  std::size_t step_extra(std::size_t s) const {
+    if (has_options(s)) return p_.step_options[s][choice_[s]].extra_bytes;
+    return s < p_.step_extra_bytes.size() ? p_.step_extra_bytes[s] : 0;
+  }
+
   double copy_seconds(std::uint32_t t) const {
     return static_cast<double>(p_.tensors[t].bytes) / p_.link_bytes_per_s;
   }
@@ -293,7 +317,7 @@ class planner {
     for (std::size_t s = 0; s < steps; ++s) {
       bytes[s] = static_cast<std::size_t>(run += delta[s]);
       if (!with_extras) continue;
-      if (s < p_.step_extra_bytes.size()) bytes[s] += p_.step_extra_bytes[s];
+      bytes[s] += step_extra(s);
       for (std::uint32_t y : chain_[s]) bytes[s] += p_.tensors[y].bytes;
     }
     return bytes;
@@ -326,6 +350,7 @@ class planner {
       for (std::uint32_t y : chain_[st]) s.steps[st].rebuild.push_back(y), ++s.rebuilds;
     }
     s.bytes_per_step = bytes;
+    s.step_choice = choice_;
     for (std::size_t b : bytes) s.predicted_peak_bytes = std::max(s.predicted_peak_bytes, b);
     return s;
   }
@@ -481,6 +506,24 @@ class planner {
       stall += o_.link_charge * 2.0 * d;
       if (r <= b && b < steps) consider(gap_action::swap, r, b, stall);
     }
+    // A slower way to run `worst` itself, with less workspace.
+    std::uint32_t option = k_none;
+    if (has_options(worst)) {
+      const auto& o = p_.step_options[worst];
+      const step_option& now = o[choice_[worst]];
+      const std::size_t over = bytes[worst] - std::min(bytes[worst], planning_budget_);
+      for (std::uint32_t j = choice_[worst] + 1; j < o.size(); ++j) {
+        if (o[j].extra_bytes >= now.extra_bytes) continue;
+        const double v = static_cast<double>(std::min(now.extra_bytes - o[j].extra_bytes, over));
+        const double cost = o[j].seconds - now.seconds;
+        const double score = cost > 0 ? cost / v : -v;
+        if (score < best.score) best.score = score, option = j;
+      }
+    }
+    if (option != k_none) {
+      choice_[worst] = option;
+      return true;
+    }
     if (best.tensor == k_none) return false;
     const std::uint32_t t = best.tensor;
     gap& g = gaps_[t][best.gap];
@@ -496,6 +539,7 @@ class planner {
   std::vector<std::vector<schedule_use>> uses_;
   std::vector<std::vector<gap>> gaps_;
   std::vector<std::vector<std::uint32_t>> chain_;  // per step: dead tensors rebuilt for replays
+  std::vector<std::uint32_t> choice_;              // per step: the option taken
   std::size_t planning_budget_ = 0;
 };
 

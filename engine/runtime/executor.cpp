@@ -909,39 +909,54 @@ void executor::plan_schedule() {
   if (link <= 0) link = k_model_link_bytes_per_s / 1e9;
   p.link_bytes_per_s = link * 1e9;
   p.step_seconds.assign(steps, 0.0);
-  p.step_extra_bytes.assign(steps, 0);
-  const std::size_t workspace_cap = options_.budget_bytes / 16;
+  p.step_options.resize(steps);
   for (std::size_t s = 0; s < steps; ++s) {
     if (!table_.has_work(s)) continue;
     const route_step rs = route_.at(s);
     const layer& l = net_[rs.layer];
     const bool forward = rs.direction == pass::forward;
-    double seconds = model_seconds(l, forward);
-    if (l.type == layer_type::conv) {
-      const auto& cp = std::get<conv_params>(l.params);
-      const shape4& in = net_[l.inputs[0]].output_shape;
-      std::vector<k::conv_pass> passes{k::conv_pass::forward};
-      if (!forward) {
-        passes = {k::conv_pass::backward_filter};
-        if (table_.of(l.inputs[0]).output_grad != invalid_tensor) {
-          passes.push_back(k::conv_pass::backward_data);
-        }
-      }
+    p.step_seconds[s] = model_seconds(l, forward);
+    if (l.type != layer_type::conv) continue;
+    // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
+    // of its passes within it (as workspace selection picks them with that much free).
+    const auto& cp = std::get<conv_params>(l.params);
+    const shape4& in = net_[l.inputs[0]].output_shape;
+    std::vector<std::vector<conv_candidate>> passes;
+    passes.push_back(model_host_conv(
+        forward ? k::conv_pass::forward : k::conv_pass::backward_filter, in, cp, k_model_flops));
+    if (!forward && table_.of(l.inputs[0]).output_grad != invalid_tensor) {
+      passes.push_back(model_host_conv(k::conv_pass::backward_data, in, cp, k_model_flops));
+    }
+    std::vector<std::size_t> caps;
+    for (const auto& candidates : passes) {
+      for (const conv_candidate& c : candidates) caps.push_back(c.workspace_bytes);
+    }
+    // Workspaces beyond a sixteenth of the budget are not planned for (the step still takes
+    // a larger one when that much is free).
+    std::erase_if(caps, [&](std::size_t c) { return c > options_.budget_bytes / 16; });
+    std::sort(caps.begin(), caps.end(), std::greater<>());
+    caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+    auto& options = p.step_options[s];
+    for (std::size_t cap : caps) {
       double compute = 0;
       std::size_t workspace = 0;
-      for (k::conv_pass pass : passes) {
+      for (const auto& candidates : passes) {
         const conv_candidate* best = nullptr;
-        for (const conv_candidate& c : model_host_conv(pass, in, cp, k_model_flops)) {
-          if (c.workspace_bytes <= workspace_cap && (!best || c.seconds < best->seconds)) best = &c;
+        for (const conv_candidate& c : candidates) {
+          if (c.workspace_bytes <= cap && (!best || c.seconds < best->seconds)) best = &c;
         }
         if (best == nullptr) continue;
         compute += best->seconds;
         workspace = std::max(workspace, best->workspace_bytes);
       }
-      seconds = model_seconds(l, forward, compute);
-      p.step_extra_bytes[s] = heap_->round_up(workspace);
+      const step_option o{model_seconds(l, forward, compute), heap_->round_up(workspace)};
+      // Fastest first, each one slower with less workspace than the one before.
+      if (options.empty() || o.extra_bytes < options.back().extra_bytes) {
+        if (!options.empty() && o.seconds <= options.back().seconds) options.pop_back();
+        options.push_back(o);
+      }
     }
-    p.step_seconds[s] = seconds;
+    p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
   }
   const std::size_t n = table_.size();
   p.tensors.resize(n);
@@ -966,6 +981,7 @@ void executor::plan_schedule() {
     if (!rebuildable(t)) continue;
     const std::size_t producer = route_.position(table_[t].owner);
     x.rebuildable = true;
+    // Its replay runs what the forward step ran: charged at the fastest (an estimate).
     x.rebuild_seconds = p.step_seconds[producer];
     for (const auto& a : table_.accesses(producer)) {
       if (a.tensor != t && in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);
@@ -977,7 +993,7 @@ void executor::plan_schedule() {
     // workspaces or headroom (dynamic selection then takes what is free).
     schedule_options tight = options_.schedule;
     tight.headroom = 0;
-    p.step_extra_bytes.assign(steps, 0);
+    p.step_options.clear();
     planned = plan_memory_schedule(p, tight);
   }
   // A schedule that still cannot bring every step under the budget would leave the reactive

@@ -53,11 +53,21 @@ struct schedule_tensor {
   std::vector<std::uint32_t> rebuild_touches;
 };
 
+/// One way to run a step (a CONV's algorithms): its time and the workspace it takes.
+struct step_option {
+  double seconds = 0.0;
+  std::size_t extra_bytes = 0;
+};
+
 /// The planner's input.
 struct schedule_problem {
   std::vector<double> step_seconds;  ///< modelled time of each step's kernel
   /// Bytes a step takes besides its tensors (a convolution's workspace); empty = none.
   std::vector<std::size_t> step_extra_bytes;
+  /// Per step, alternatives to (step_seconds, step_extra_bytes), fastest first: the planner
+  /// starts each step at its fastest and trades workspace for time where memory is short,
+  /// weighed against the tensors' actions. Empty (or an empty list) = the fixed values.
+  std::vector<std::vector<step_option>> step_options;
   std::vector<schedule_tensor> tensors;
   std::size_t budget_bytes = 0;    ///< what the tensors may hold at any step
   double link_bytes_per_s = 16e9;  ///< host link, each direction
@@ -113,6 +123,7 @@ struct memory_schedule {
   std::vector<scheduled_step> steps;
   std::vector<scheduled_gap> gaps;          ///< in the order they were chosen
   std::vector<std::size_t> bytes_per_step;  ///< predicted device bytes at each step
+  std::vector<std::uint32_t> step_choice;   ///< per step: the index in step_options taken
   std::size_t predicted_peak_bytes = 0;
   double predicted_seconds = 0.0;   ///< the iteration with the schedule's stalls and replays
   double baseline_seconds = 0.0;    ///< the same with no action (Σ step_seconds)
