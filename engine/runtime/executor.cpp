@@ -286,6 +286,7 @@ struct executor::transfers {
 
 executor::executor(const network& net, device& dev, const executor_options& options)
     : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
+  if (options.policy.planned) options.schedule.validate();
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
   plan_ = liveness_->plan(options.policy.plan);
@@ -776,7 +777,8 @@ void executor::ensure_resident(tensor_id t, std::size_t step) {
       state_[t] = residency::resident;
       return;
     case residency::on_host: {
-      (void)cache_->check(t);  // a miss, counted
+      (void)cache_->check(t);             // a miss, counted
+      if (schedule_) ++schedule_misses_;  // not brought back as scheduled
       void* p = allocate_transient(t, step);
       compute.record(*transfers_->ready);
       transfers_->engine.prefetch(t, p, transfers_->ready.get());
@@ -1020,7 +1022,8 @@ void executor::apply_releases(std::size_t step) {
 
 // all: after step `step`'s kernel, the schedule's drops, offloads and prefetches. A prefetch
 // takes memory straight from the heap (never evicting: what it would push out is needed
-// sooner); when none is free, the tensor is fetched when needed, counted as a miss.
+// sooner); when no free run holds it (fragmentation), it is tried again after each next
+// step, and fetched when needed should it still not fit (a miss).
 void executor::apply_scheduled(std::size_t step) {
   const scheduled_step& ss = schedule_->steps[step];
   for (std::uint32_t t : ss.drop) {
@@ -1035,14 +1038,14 @@ void executor::apply_scheduled(std::size_t step) {
     start_offload(t);
   }
   bool recorded = false;
-  for (std::uint32_t t : ss.prefetch) {
-    if (state_[t] != residency::on_host) {
-      ++schedule_misses_;
-      continue;
-    }
+  std::vector<tensor_id> wanted;
+  wanted.swap(deferred_prefetches_);
+  wanted.insert(wanted.end(), ss.prefetch.begin(), ss.prefetch.end());
+  for (tensor_id t : wanted) {
+    if (state_[t] != residency::on_host) continue;  // fetched on demand meanwhile
     void* p = heap_->try_allocate(table_[t].bytes);
     if (p == nullptr) {
-      ++schedule_misses_;
+      deferred_prefetches_.push_back(t);
       continue;
     }
     if (!recorded)
@@ -1096,6 +1099,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   steps_.reserve(route_.step_count());
   tensors_allocated_ = 0;
   recomputations_ = 0;
+  schedule_misses_ = 0;
   bookkeeping_s_ = 0;
   loss_ = 0;
   cache_->reset_stats();
@@ -1105,6 +1109,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
     if (st == residency::dropped) st = residency::absent;
   }
   ++iterations_run_;
+  deferred_prefetches_.clear();
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
   current_step_ = route_.step_count();
   reap_offloads(0, true);

@@ -222,13 +222,14 @@ class executor {
   std::unique_ptr<device_heap> heap_;
   std::unique_ptr<conv_workspace_selector> selector_;
   std::unique_ptr<kernel_state> kernels_;
-  std::unique_ptr<cuda_state> cuda_;           // cuda only: cuDNN/cuBLAS on the compute stream
-  std::unique_ptr<tensor_cache> cache_;        // transient tensors' device memory
-  std::unique_ptr<transfers> transfers_;       // offload/utp only
-  std::unique_ptr<recompute_plan> recompute_;  // recompute/all only
-  std::unique_ptr<memory_schedule> schedule_;  // all, when liveness exceeds the budget
-  std::uint64_t schedule_misses_ = 0;          // scheduled actions that could not be done
-  std::vector<conv_step> forward_conv_;        // all: per forward CONV step, what it ran
+  std::unique_ptr<cuda_state> cuda_;            // cuda only: cuDNN/cuBLAS on the compute stream
+  std::unique_ptr<tensor_cache> cache_;         // transient tensors' device memory
+  std::unique_ptr<transfers> transfers_;        // offload/utp only
+  std::unique_ptr<recompute_plan> recompute_;   // recompute/all only
+  std::unique_ptr<memory_schedule> schedule_;   // all, when liveness exceeds the budget
+  std::uint64_t schedule_misses_ = 0;           // tensors not where the schedule put them
+  std::vector<tensor_id> deferred_prefetches_;  // scheduled prefetches no free run held yet
+  std::vector<conv_step> forward_conv_;         // all: per forward CONV step, what it ran
 
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
   bool host_exhausted_ = false;        // an eviction found host memory exhausted
