@@ -98,6 +98,10 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"cache_hits\": " << p.cache_hits
         << ",\n      \"cache_misses\": " << p.cache_misses
         << ",\n      \"evictions\": " << p.evictions
+        << ",\n      \"scheduled_swaps\": " << p.scheduled_swaps
+        << ",\n      \"scheduled_drops\": " << p.scheduled_drops
+        << ",\n      \"schedule_misses\": " << p.schedule_misses
+        << ",\n      \"predicted_seconds\": " << json_number(p.predicted_seconds)
         << ",\n      \"transfer_wait_s\": " << json_number(p.transfer_wait_s)
         << ",\n      \"images_per_s\": " << json_number(p.images_per_s)
         << ",\n      \"seconds_per_iteration\": " << json_number(p.seconds_per_iteration)
@@ -222,6 +226,7 @@ void write_summary(std::ostream& out, const run_report& r) {
       << std::setw(13) << "persistent" << std::setw(10) << "tensors" << std::setw(13) << "offloaded"
       << std::setw(13) << "prefetched" << std::setw(8) << "recomp";
   if (r.command == "train") out << std::setw(10) << "img/s" << std::setw(12) << "last loss";
+  if (r.command == "plan") out << std::setw(10) << "ms/iter";
   out << "\n";
   for (const auto& p : r.policies) {
     out << std::left << std::setw(12) << p.policy << std::setw(6)
@@ -238,8 +243,20 @@ void write_summary(std::ostream& out, const run_report& r) {
           << std::setprecision(5) << (p.losses.empty() ? 0.0 : p.losses.back());
       out.unsetf(std::ios::fixed);
     }
+    if (r.command == "plan" && !p.fits) out << std::setw(10) << "-";
+    if (r.command == "plan" && p.fits) {
+      out << std::setw(10) << std::fixed << std::setprecision(1) << 1e3 * p.seconds_per_iteration;
+      out.unsetf(std::ios::fixed);
+    }
     out << "\n";
     if (!p.fits) out << "  " << p.policy << ": " << p.failure << "\n";
+    if (p.scheduled_swaps + p.scheduled_drops != 0) {
+      out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "
+          << p.scheduled_drops << " drops (rebuilt by replays), predicted " << std::setprecision(4)
+          << 1e3 * p.predicted_seconds << " ms per iteration in the plan's model; "
+          << p.schedule_misses << " tensors not where it put them, " << p.evictions
+          << " safety-net evictions\n";
+    }
   }
 }
 
