@@ -166,13 +166,7 @@ void check_output_paths(const network_run_options& o) {
 }
 
 bool does_not_fit(const std::exception& e) noexcept {
-  if (dynamic_cast<const out_of_memory*>(&e) || dynamic_cast<const budget_too_small*>(&e)) {
-    return true;
-  }
-  // The executor's floor check throws a plain invalid_argument with this wording until it
-  // throws budget_too_small (engine/runtime/executor.cpp, executor::executor).
-  return dynamic_cast<const invalid_argument*>(&e) &&
-         std::strstr(e.what(), " is below what policy ") != nullptr;
+  return dynamic_cast<const out_of_memory*>(&e) || dynamic_cast<const budget_too_small*>(&e);
 }
 
 policy_report run_policy(const network& net, const network_run_options& o,

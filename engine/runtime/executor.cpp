@@ -44,6 +44,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_device.hpp"
 #include "engine/kernels/cuda/cuda_kernels.hpp"
 #endif
 #include "engine/kernels/host/host_kernels.hpp"
@@ -99,8 +100,11 @@ class current_device {
   explicit current_device(int ordinal) {
     MEMWEAVE_CUDA_CHECK(cudaGetDevice(&previous_));
     if (previous_ != ordinal) {
+      // cudaGetDevice says 0 on a thread that never chose a device: setting 0 back would
+      // create a context on GPU 0. Restore only where a context was current.
+      const bool had_context = cuda_backend::context_current();
       MEMWEAVE_CUDA_CHECK(cudaSetDevice(ordinal));
-      restore_ = true;
+      restore_ = had_context;
     }
   }
   ~current_device() {
@@ -286,6 +290,24 @@ struct executor::transfers {
 
 executor::executor(const network& net, device& dev, const executor_options& options)
     : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
+  // Callers in code bypass the command line's checks: the numbers are checked here too.
+  MEMWEAVE_EXPECTS(std::isfinite(options.learning_rate) && options.learning_rate > 0 &&
+                       options.learning_rate <= 1e3,
+                   "executor_options.learning_rate = " + std::to_string(options.learning_rate) +
+                       ": expected a finite number in (0, 1000]");
+  MEMWEAVE_EXPECTS(std::isfinite(options.momentum) && std::isfinite(options.weight_decay),
+                   "executor_options.momentum = " + std::to_string(options.momentum) +
+                       ", weight_decay = " + std::to_string(options.weight_decay) +
+                       ": expected finite numbers");
+  MEMWEAVE_EXPECTS(options.prefetch_distance >= 1, "executor_options.prefetch_distance = " +
+                                                       std::to_string(options.prefetch_distance) +
+                                                       ": expected at least 1");
+  MEMWEAVE_EXPECTS(options.offload_lag >= 1,
+                   "executor_options.offload_lag = " + std::to_string(options.offload_lag) +
+                       ": expected at least 1");
+  MEMWEAVE_EXPECTS(std::isfinite(options.link_gbps) && options.link_gbps >= 0,
+                   "executor_options.link_gbps = " + std::to_string(options.link_gbps) +
+                       ": expected a finite number >= 0 (0: MEMWEAVE_HOST_LINK_GBPS)");
   if (options.policy.planned) options.schedule.validate();
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
@@ -321,7 +343,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
       const route_step rs = route_.at(worst_index);
       const std::string step = "the tensors of step " + std::to_string(worst_index + 1) + " (" +
                                net[rs.layer].name + " " + to_string(rs.direction) + ") ";
-      throw invalid_argument(
+      throw budget_too_small(
           "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
           options.policy.name + " can run " + net.name() + " at batch " +
           std::to_string(net.batch()) + " with: " +
