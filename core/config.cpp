@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 22> k_options{{
+constexpr std::array<option_info, 28> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -99,6 +99,41 @@ constexpr std::array<option_info, 22> k_options{{
      {1, 1 << 20}},
     {"MEMWEAVE_RECOMPUTE", "cost_aware", f::choice, "cost_aware|speed_centric|memory_centric",
      "recompute/all: how a segment of cheap layers is rebuilt in backward"},
+    {"MEMWEAVE_SCHEDULE", "swap,drop", f::choice, "swap,drop|swap|drop",
+     "all: what the memory schedule may do to a tensor idle across an over-budget step"},
+    {"MEMWEAVE_SCHEDULE_HEADROOM",
+     "0.08",
+     f::number,
+     "",
+     "all: fraction of the budget the memory schedule leaves unplanned, for heap fragmentation",
+     {0, 0.9, true}},
+    {"MEMWEAVE_SCHEDULE_MIN_BYTES",
+     "0",
+     f::bytes,
+     "",
+     "all: tensors smaller than this are never swapped or dropped by the schedule (LDFG's size "
+     "threshold)",
+     {0, 1.8e19, true}},
+    {"MEMWEAVE_SCHEDULE_MIN_DISTANCE",
+     "2",
+     f::integer,
+     "",
+     "all: gaps between two uses shorter than this many steps are never swapped (LDFG's "
+     "distance bound)",
+     {2, 2147483647}},
+    {"MEMWEAVE_SCHEDULE_MAX_ACTIONS",
+     "0",
+     f::integer,
+     "",
+     "all: at most this many gaps get an action (TFLMS's n_tensors; 0 = no limit)",
+     {1, 2147483647, true}},
+    {"MEMWEAVE_SCHEDULE_LINK_CHARGE",
+     "0.1",
+     f::number,
+     "",
+     "all: share of a swap's link time counted as added time even when its copies hide (the "
+     "link is then taken from later swaps)",
+     {0, 100, true}},
 }};
 
 const option_info& row(std::string_view name) {

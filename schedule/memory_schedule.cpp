@@ -22,6 +22,7 @@
 #include <functional>
 #include <string>
 
+#include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 
 namespace memweave {
@@ -570,6 +571,19 @@ void schedule_options::validate() const {
     throw invalid_argument("schedule minimum swap distance " + std::to_string(min_swap_distance) +
                            " is out of range: a swap needs at least 2 steps between two uses");
   }
+}
+
+schedule_options schedule_options::from_environment() {
+  schedule_options o;
+  const std::string what = option_string("MEMWEAVE_SCHEDULE");
+  o.allow_swap = what != "drop";
+  o.allow_drop = what != "swap";
+  o.headroom = *option_double("MEMWEAVE_SCHEDULE_HEADROOM");
+  o.min_bytes = *option_bytes("MEMWEAVE_SCHEDULE_MIN_BYTES");
+  o.min_swap_distance = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_MIN_DISTANCE"));
+  o.max_actions = static_cast<std::size_t>(*option_int("MEMWEAVE_SCHEDULE_MAX_ACTIONS"));
+  o.link_charge = *option_double("MEMWEAVE_SCHEDULE_LINK_CHARGE");
+  return o;
 }
 
 memory_schedule plan_memory_schedule(const schedule_problem& problem,

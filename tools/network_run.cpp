@@ -132,6 +132,7 @@ network_run_options read_network_run_options(cli_args& args) {
   o.executor.recompute_strategy = recompute ? *recompute : option_string("MEMWEAVE_RECOMPUTE");
   (void)from_knob(recompute ? "--recompute" : "MEMWEAVE_RECOMPUTE",
                   [&] { return parse_recompute_strategy(o.executor.recompute_strategy); });
+  o.executor.schedule = schedule_options::from_environment();
   o.executor.seed = static_cast<std::uint64_t>(
       args.get_int("seed", 0, std::numeric_limits<std::int64_t>::max()).value_or(1));
   o.executor.learning_rate = static_cast<float>(

@@ -93,6 +93,9 @@ struct schedule_options {
   bool allow_drop = true;
   /// Throws invalid_argument naming the field when a value is out of range.
   void validate() const;
+  /// The MEMWEAVE_SCHEDULE* variables (defaults as above); invalid_argument naming the
+  /// variable when one is malformed or out of range.
+  static schedule_options from_environment();
 };
 
 enum class gap_action : std::uint8_t { keep, swap, drop };
