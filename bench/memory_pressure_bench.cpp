@@ -37,6 +37,7 @@ planned plan_once(const network& net, const std::string& policy, std::size_t bud
   o.policy = executor_policy::parse(policy);
   o.budget_bytes = budget;
   o.host_pool_bytes = std::size_t{256} << 30;
+  o.schedule = schedule_options::from_environment();  // MEMWEAVE_SCHEDULE* apply
   planned r;
   try {
     executor ex(net, *dev, o);

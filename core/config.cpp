@@ -128,7 +128,7 @@ constexpr std::array<option_info, 28> k_options{{
      "all: at most this many gaps get an action (TFLMS's n_tensors; 0 = no limit)",
      {1, 2147483647, true}},
     {"MEMWEAVE_SCHEDULE_LINK_CHARGE",
-     "0.1",
+     "0.5",
      f::number,
      "",
      "all: share of a swap's link time counted as added time even when its copies hide (the "

@@ -1013,6 +1013,13 @@ void executor::plan_schedule() {
   }
   memory_schedule planned = plan_memory_schedule(p, options_.schedule);
   if (!planned.fits) {
+    // The greedy choice can corner itself (a step left with nothing idle): plan again with
+    // swaps charged only for their stalls, which moves more and drops less.
+    schedule_options free_link = options_.schedule;
+    free_link.link_charge = 0;
+    planned = plan_memory_schedule(p, free_link);
+  }
+  if (!planned.fits) {
     // Near max(l_i) a step's own tensors fill the budget: plan again without reserving
     // workspaces or headroom (dynamic selection then takes what is free).
     schedule_options tight = options_.schedule;

@@ -88,7 +88,7 @@ struct schedule_options {
   /// The share of a swap's link time (both directions) charged as added time even when its
   /// copies hide under compute: the link they take is then unavailable to later swaps, so a
   /// cheap rebuild is preferred to a hidden round trip.
-  double link_charge = 0.1;
+  double link_charge = 0.5;
   bool allow_swap = true;
   bool allow_drop = true;
   /// Throws invalid_argument naming the field when a value is out of range.
