@@ -100,7 +100,9 @@ TEST(schedule_test, the_planners_prediction_is_what_the_null_device_measures_at_
     return o;
   };
   const std::size_t peak = plan_run(net, options("liveness", 0)).report.peak_bytes;
-  for (double fraction : {0.75, 0.5, 0.33}) {
+  // (At a third of the peak the heap's fragmentation, which the planner does not model, can
+  // still call on the safety net: docs/PERFORMANCE.md.)
+  for (double fraction : {0.75, 0.5}) {
     const planned_run plan =
         plan_run(net, options("all", static_cast<std::size_t>(fraction * peak)));
     SCOPED_TRACE(fraction);
