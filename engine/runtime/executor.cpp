@@ -13,7 +13,11 @@
 // an event recorded on the compute stream (so they overwrite recycled memory only once
 // earlier kernels are done with it), and the compute stream waits for a prefetch only right
 // before the kernel that reads it. Recomputation re-runs cheap layers' forwards (replays)
-// before the backward steps that need their dropped outputs.
+// before the backward steps that need their dropped outputs. Under `all` with a budget that
+// liveness exceeds, a memory schedule planned in the constructor (memweave/schedule) says
+// what leaves and comes back when: it is carried out before each step (releases) and after
+// each kernel (drops, offloads, prefetches), and a dropped tensor is rebuilt by replaying
+// its layer's forward; the cache's reactive eviction is then only the safety net.
 //
 // Determinism: every decision that changes the heap (allocations, frees, evictions,
 // offload completions) is taken at a fixed point of the step loop, never when a background
@@ -36,6 +40,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -865,6 +870,21 @@ void executor::initialize_persistent() {
   // Last layer first, so that when the budget cannot hold them all, the first layers' stay.
   stream& compute = dev_.get_stream(stream_role::compute);
   std::vector<std::vector<float>> host(plan_.persistent.size());  // alive until synchronize
+  // The copies queued read `host` and write the heap's arena: when an allocation fails
+  // midway, they must land before either is given back (the constructor's unwinding frees
+  // both).
+  struct drain_on_failure {
+    stream& s;
+    int uncaught = std::uncaught_exceptions();
+    ~drain_on_failure() {
+      if (std::uncaught_exceptions() == uncaught) return;
+      try {
+        s.synchronize();
+      } catch (...) {
+        // The allocation failure is the error to report; the copies have stopped either way.
+      }
+    }
+  } drain{compute};
   for (std::size_t i = plan_.persistent.size(); i-- > 0;) {
     allocate_persistent(plan_.persistent[i]);
     if (!dev_.touches_memory()) continue;

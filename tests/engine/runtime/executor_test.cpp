@@ -126,6 +126,29 @@ TEST(executor_test, budget_larger_than_the_device_is_a_clear_error) {
   EXPECT_NE(msg.find("exceeds the device's free memory"), std::string::npos) << msg;
 }
 
+// Issue 11: a pool too small for the parameters failed while their initial values were still
+// being copied in, and the copies then read freed host buffers and wrote an unmapped arena.
+TEST(executor_test, parameters_that_do_not_fit_the_pool_are_an_error_and_nothing_is_touched_after) {
+  zoo_options z;
+  z.batch = 2;
+  z.image_side = 32;
+  z.width_scale = 0.25;
+  z.classes = 1000;  // 2 MiB of FC weights, as many of momenta: more than the pool holds
+  const network net = make_network("resnet:1,1,1,1", z);
+  for (const std::string policy : {"liveness", "utp", "all"}) {
+    auto dev = test::make_test_device("host", 256u << 20);
+    executor_options o = options_for(policy, 0);
+    o.heap.pool_bytes = 4u << 20;
+    const std::string msg = error_text([&] { executor ex(net, *dev, o); });
+    // liveness keeps its parameters on the device: an error naming the tensor; utp/all move
+    // the ones that do not fit to host memory, or fail the same way (under ASan either path
+    // is checked for touching what it gave back).
+    if (policy == "liveness") {
+      EXPECT_NE(msg.find("out of budget"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(executor_test, baseline_out_of_budget_names_step_and_tensor_where_liveness_fits) {
   const network net = test::small_zoo("vgg16");
   auto null = test::make_test_device("null");
