@@ -156,13 +156,13 @@ TEST(memory_schedule_test, a_rebuild_that_reads_a_dropped_tensor_rebuilds_it_fir
 
 TEST(memory_schedule_test, a_step_gives_up_workspace_where_that_costs_less_than_moving_tensors) {
   // A (idle over 1..8) and B (always used) as above, D of 50 MiB used at steps 4 and 6; step 5
-  // runs in 10 ms with a 60 MiB workspace or in 11 ms with none. 310 MiB at step 5 against
-  // 230: over a slow link no copy hides, so step 5 gives up its workspace (1 ms) and A goes
+  // runs in 10 ms with a 60 MiB workspace or in 30 ms with none. 310 MiB at step 5 against
+  // 230: over a slow link no copy hides, so step 5 gives up its workspace (20 ms) and A goes
   // for the rest; over a fast one A's hidden swap is cheaper and the step keeps it.
   schedule_problem p = long_gap(10, 10e-3);
   p.tensors.push_back(tensor(50 * k_mib, {4, 6}));
   p.step_options.resize(10);
-  p.step_options[5] = {{10e-3, 60 * k_mib}, {11e-3, 0}};
+  p.step_options[5] = {{10e-3, 60 * k_mib}, {30e-3, 0}};
   p.budget_bytes = 230 * k_mib;
   p.link_bytes_per_s = 1e9;  // 105 ms per copy
   const memory_schedule slow = plan_memory_schedule(p, no_headroom());
