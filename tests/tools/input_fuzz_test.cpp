@@ -168,12 +168,6 @@ class quiet_log {
   ~quiet_log() { set_log_level(log_level::warn); }
 };
 
-std::string write_temp(const std::string& name, const std::string& bytes) {
-  const std::string path = test::temp(name);
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
-
 // ---- the command line
 
 const std::vector<std::string> k_options = {
