@@ -531,6 +531,8 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   }
   initialize_persistent();
   if (options.policy.planned && options.budget_bytes != 0) plan_schedule();
+  // host: the CPU kernels' GEMMs would hang, not fail, where OpenBLAS cannot get its buffers.
+  if (dev.touches_memory() && !cuda_) kernels_->context.check_blas_address_space();
 }
 
 executor::~executor() {

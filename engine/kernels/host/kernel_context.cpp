@@ -13,6 +13,8 @@
 #include "engine/kernels/host/kernel_context.hpp"
 
 #include <cblas.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +26,7 @@
 
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
 
 namespace memweave::kernels::host {
 
@@ -70,6 +73,29 @@ kernel_context::~kernel_context() = default;
 
 void kernel_context::execute(const std::function<void()>& f) const {
   impl_->arena.execute(f);
+}
+
+void kernel_context::check_blas_address_space() const {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  // OpenBLAS's BUFFER_SIZE (128 MiB on x86-64) plus its page of bookkeeping, per thread.
+  constexpr std::size_t per_thread = (std::size_t{128} << 20) + 4096;
+  const std::size_t threads = static_cast<std::size_t>(threads_) + 2;
+  const std::size_t need = threads * per_thread;
+  // A reservation that commits nothing: it fails exactly when the limit leaves no room.
+  void* p = mmap(nullptr, need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p != MAP_FAILED) {
+    munmap(p, need);
+    return;
+  }
+  throw out_of_memory(
+      "the address-space limit (ulimit -v: " + std::to_string(limit.rlim_cur / 1024) +
+          " KiB) leaves too little for OpenBLAS, which takes " + format_bytes(per_thread) +
+          " per thread that calls it (" + std::to_string(threads) +
+          " threads: " + format_bytes(need) +
+          "); it would retry forever. Raise `ulimit -v`, or lower --threads / MEMWEAVE_THREADS, "
+          "MEMWEAVE_DEVICE_BYTES or MEMWEAVE_HOST_POOL_BYTES",
+      need, 0, 0);
 }
 
 }  // namespace memweave::kernels::host

@@ -38,6 +38,13 @@ class kernel_context {
   /// Runs `f` inside this context's arena: TBB algorithms called from `f` use its threads.
   void execute(const std::function<void()>& f) const;
 
+  /// OpenBLAS takes a 128 MiB buffer for each thread that first calls it, and when the
+  /// address space cannot hold one (a `ulimit -v` limit) it retries forever. Throws
+  /// out_of_memory, naming the limit and what to change, when the address space left now
+  /// cannot hold one for each of this context's threads and the two that call kernels
+  /// from outside it; call it once the process's other large mappings are made.
+  void check_blas_address_space() const;
+
  private:
   struct impl;
   int threads_ = 1;

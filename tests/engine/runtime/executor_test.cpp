@@ -1,5 +1,10 @@
 // The executor's memory accounting, budgets and training behaviour.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
 
 #include "engine/runtime/conv_selection.hpp"
 #include "engine_test_util.hpp"
@@ -147,6 +152,44 @@ TEST(executor_test, parameters_that_do_not_fit_the_pool_are_an_error_and_nothing
       EXPECT_NE(msg.find("out of budget"), std::string::npos) << msg;
     }
   }
+}
+
+// Issue 11: under `ulimit -v`, OpenBLAS retried a failed buffer allocation forever inside the
+// first convolution. A child process runs with an address-space limit that leaves no room
+// for its buffers: it must end with an error naming the limit, not hang (an alarm kills it).
+TEST(executor_test, an_address_space_limit_too_small_for_blas_is_an_error_not_a_hang) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers reserve terabytes of address space: no limit can be set";
+#else
+  const network net = test::small_zoo("resnet50");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(30);
+    auto dev = test::make_test_device("host", 64u << 20);
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    // What the process holds now, plus 200 MiB: room for one of OpenBLAS's buffers, not two.
+    const rlim_t cap = static_cast<rlim_t>(pages) * 4096 + (rlim_t{200} << 20);
+    const rlimit limit{cap, cap};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+    try {
+      executor ex(net, *dev, options_for("liveness"));
+      auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+      ex.run_iteration(data.get(), 0);
+    } catch (const out_of_memory& e) {
+      _exit(std::string(e.what()).find("ulimit -v") != std::string::npos ? 0 : 4);
+    } catch (...) {
+      _exit(5);
+    }
+    _exit(6);  // ran: the limit was not small enough to test anything
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status)
+                                 << "): it hung or crashed";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
 }
 
 TEST(executor_test, baseline_out_of_budget_names_step_and_tensor_where_liveness_fits) {
