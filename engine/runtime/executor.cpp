@@ -123,6 +123,13 @@ class current_device {
   bool restore_ = false;
 };
 
+// "cudart 13000 cudnn 91000": the runtime's and cuDNN's versions, for cache fingerprints.
+std::string cuda_library_versions() {
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) (void)cudaGetLastError();
+  return "cudart " + std::to_string(runtime) + " cudnn " + std::to_string(cudnnGetVersion());
+}
+
 // The cuDNN enum value named `name` (conv_algo_name) for `pass`.
 int cuda_conv_algo(kc::conv_pass pass, const std::string& name) {
   for (int a = 0; a < 8; ++a) {
@@ -178,6 +185,10 @@ std::vector<conv_candidate> cuda_conv_candidates(kc::cuda_kernel_context& ctx, d
   b.x = static_cast<float*>(scratch.take(in.bytes()));
   b.w = static_cast<float*>(scratch.take(w.bytes()));
   b.y = static_cast<float*>(scratch.take(p.output(in).bytes()));
+  // The search's workspace is capped at what the heap has free (never more than the budget):
+  // the algorithms that fit it are measured, and only they are this shape's candidates.
+  const std::size_t free_run = heap.largest_free_run();
+  workspace_max = std::min(workspace_max, free_run - free_run % heap.round_up(1));
   b.workspace = scratch.take(workspace_max);
   b.workspace_bytes = workspace_max;
   if (b.x == nullptr || b.w == nullptr || b.y == nullptr ||
@@ -384,7 +395,8 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   // model.
   std::string fingerprint = "null model";
   if (cuda_) {
-    fingerprint = "cuda " + dev.name();
+    // Measured times hold for one device and one cuDNN/CUDA pair: a library upgrade re-measures.
+    fingerprint = "cuda " + dev.name() + " " + cuda_library_versions();
   } else if (dev.touches_memory()) {
     fingerprint = "host threads=" + std::to_string(kernels_->context.threads());
   }

@@ -69,10 +69,6 @@ struct conv_descs {
   }
 };
 
-bool tensor_op(cudnnMathType_t m) {
-  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-}
-
 // The workspace of `algo`, or false when cuDNN does not support it here.
 bool query_workspace(cuda_kernel_context& ctx, const conv_descs& d, conv_pass pass, int algo,
                      std::size_t& bytes) {
@@ -104,7 +100,9 @@ void collect(const Perf* perf, int returned, bool measured, std::size_t workspac
              const std::function<bool(int, std::size_t&)>& workspace_of) {
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[i];
-    if (r.status != CUDNN_STATUS_SUCCESS || tensor_op(r.mathType)) continue;
+    // Only entries run with the descriptors' FMA math: DEFAULT_MATH may use TF32 on Ampere
+    // and later, which rounds differently from the host kernels.
+    if (r.status != CUDNN_STATUS_SUCCESS || r.mathType != cuda_kernel_context::cudnn_math) continue;
     const int algo = static_cast<int>(r.algo);
     if (std::any_of(out.begin(), out.end(),
                     [&](const conv_algo_perf& e) { return e.algo == algo; }))
