@@ -89,6 +89,41 @@ TEST(schedule_test, all_at_half_of_livenesss_peak_runs_its_schedule_bit_identica
   EXPECT_EQ(scheduled, 3);
 }
 
+TEST(schedule_test, random_dags_under_their_schedules_are_bit_identical_to_baseline) {
+  int scheduled = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    random_dag_options r;
+    r.seed = seed;
+    r.layers = 30;
+    r.batch = 8;
+    r.image_side = 32;
+    r.all_types = seed % 2 == 0;  // LRN, DROPOUT (its mask must be the same when replayed)
+    const network net = make_random_dag(r);
+    const std::size_t peak =
+        plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
+    const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 2);
+    for (double fraction : {0.8, 0.65}) {
+      const executor_options o =
+          policy_options("all", static_cast<std::size_t>(fraction * peak), "fixed:direct");
+      planned_run plan;
+      try {
+        plan = plan_run(net, o);
+      } catch (const budget_too_small&) {
+        continue;  // one step alone needs more: below the floor of every policy
+      }
+      if (!plan.scheduled || plan.schedule.gaps.empty()) continue;
+      ++scheduled;
+      SCOPED_TRACE(net.name() + " at " + std::to_string(fraction));
+      expect_well_timed(plan.schedule);
+      for (double gbps : {0.0, 2.0}) {
+        test::expect_bit_identical(reference, test::train(net, o, 2, gbps),
+                                   net.name() + " link " + std::to_string(gbps));
+      }
+    }
+  }
+  EXPECT_GE(scheduled, 6);  // most of the 12 cases carry out a schedule
+}
+
 TEST(schedule_test, the_planners_prediction_is_what_the_null_device_measures_at_full_size) {
   zoo_options z;
   z.batch = 16;
