@@ -155,11 +155,7 @@ class planner {
     tl.d2h_done.assign(steps, 0), tl.h2d_done.assign(steps, 0);
     tl.offloaded.resize(steps), tl.prefetched.resize(steps);
     const std::size_t n = p_.tensors.size();
-    std::vector<double> offload_end(n, 0), prefetch_end(n, 0);
-    std::vector<double> offload_arrival, prefetch_arrival;  // per issued copy
-    std::vector<std::uint32_t> offload_issue, prefetch_issue, offload_tensor, prefetch_tensor;
-    std::vector<std::uint32_t> needed_at(n, k_none);  // swap: the step its prefetch serves
-    std::vector<std::uint32_t> released_at(n, k_none);
+    std::vector<double> offload_end(n, 0), prefetch_end(n, 0);  // per tensor, its latest copy
     std::vector<std::vector<std::uint32_t>> ready_before(steps);
     for (const scheduled_gap& g : s.gaps) {
       if (g.action != gap_action::swap) continue;
@@ -180,47 +176,38 @@ class planner {
         d2h = std::max(d2h, ready) + copy_seconds(t);
         offload_end[t] = d2h;
         tl.offloaded[st].emplace_back(t, d2h);
-        offload_arrival.push_back(d2h), offload_issue.push_back(st), offload_tensor.push_back(t);
       }
       for (std::uint32_t t : ss.prefetch) {
         h2d = std::max(h2d, tl.end[st]) + copy_seconds(t);
         prefetch_end[t] = h2d;
         tl.prefetched[st].emplace_back(t, h2d);
-        prefetch_arrival.push_back(h2d), prefetch_issue.push_back(st), prefetch_tensor.push_back(t);
       }
       tl.d2h_done[st] = d2h;
       tl.h2d_done[st] = h2d;
     }
     tl.total = now;
-    // Slack of each copy against the step that waits for it.
+    // Slack of each swap's copies against the step that waits for them (its release, the use
+    // that closes its gap), as the least over the copies issued after each step.
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> d2h_at(steps, inf), h2d_at(steps, inf);
     for (const scheduled_gap& g : s.gaps) {
       if (g.action != gap_action::swap) continue;
-      released_at[g.tensor] = g.release;
-      needed_at[g.tensor] = g.before;
+      const double out = tl.start[g.release] - timeline::arrival(tl.offloaded[g.after], g.tensor);
+      const double in = tl.start[g.before] - timeline::arrival(tl.prefetched[g.prefetch], g.tensor);
+      d2h_at[g.after] = std::min(d2h_at[g.after], out);
+      h2d_at[g.prefetch] = std::min(h2d_at[g.prefetch], in);
     }
-    auto suffix_min = [steps](const std::vector<std::uint32_t>& issue,
-                              const std::vector<double>& slack) {
-      std::vector<double> after(steps, std::numeric_limits<double>::infinity());
-      std::vector<double> at(steps, std::numeric_limits<double>::infinity());
-      for (std::size_t i = 0; i < issue.size(); ++i)
-        at[issue[i]] = std::min(at[issue[i]], slack[i]);
-      double m = std::numeric_limits<double>::infinity();
-      for (std::size_t s = steps; s-- > 0;) {
-        after[s] = m;
-        m = std::min(m, at[s]);
+    auto suffix_min = [steps, inf](const std::vector<double>& at) {
+      std::vector<double> after(steps, inf);
+      double m = inf;
+      for (std::size_t st = steps; st-- > 0;) {
+        after[st] = m;
+        m = std::min(m, at[st]);
       }
       return after;
     };
-    std::vector<double> slack(offload_arrival.size());
-    for (std::size_t i = 0; i < slack.size(); ++i) {
-      slack[i] = tl.start[released_at[offload_tensor[i]]] - offload_arrival[i];
-    }
-    tl.d2h_slack_after = suffix_min(offload_issue, slack);
-    slack.assign(prefetch_arrival.size(), 0);
-    for (std::size_t i = 0; i < slack.size(); ++i) {
-      slack[i] = tl.start[needed_at[prefetch_tensor[i]]] - prefetch_arrival[i];
-    }
-    tl.h2d_slack_after = suffix_min(prefetch_issue, slack);
+    tl.d2h_slack_after = suffix_min(d2h_at);
+    tl.h2d_slack_after = suffix_min(h2d_at);
     return tl;
   }
 
