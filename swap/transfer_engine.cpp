@@ -26,6 +26,7 @@
 // - failure_box::mu guards the failures found off the calling threads (by the watcher, or
 //   by verification work on the host-to-device stream).
 #include "memweave/swap/transfer_engine.hpp"
+#include "memweave/device/stream_timeline.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -42,6 +43,7 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/device/stream_timeline.hpp"
 
 namespace memweave {
 namespace {
@@ -210,11 +212,25 @@ struct transfer_engine::impl {
   std::uint64_t prefetch_failures_base_ = 0;  // box_->prefetch_failures at reset_stats
   std::size_t host_bytes_ = 0;                // host memory held (all buffers)
   offloaded_callback on_offloaded_;
+  stream_timeline* timeline_ = nullptr;  // copies are recorded here when set
   std::uint64_t next_id_ = 1;
   bool stopping_ = false;
   std::thread watcher_;  // last: starts once everything above is built
 
   // ---- helpers (the _locked ones need mu_ held) ----------------------------------------------
+
+  // A tensor's copy, inside a timeline span when a timeline is set.
+  void copy(stream& s, const char* category, std::uint32_t key, void* dst, const void* src,
+            std::size_t bytes, copy_kind kind) {
+    if (timeline_ == nullptr) {
+      s.copy_async(dst, src, bytes, kind);
+      return;
+    }
+    std::string name = options_.name_fn ? options_.name_fn(key) : "";
+    if (name.empty()) name = "tensor " + std::to_string(key);
+    timeline_->span(s, std::move(name), category, bytes, -1,
+                    [&] { s.copy_async(dst, src, bytes, kind); });
+  }
 
   std::string label(std::uint32_t key, std::size_t bytes) const {
     std::string name;
@@ -401,7 +417,7 @@ struct transfer_engine::impl {
           fail();  // `null` runs no work: the fault shows at once
         }
       } else {
-        h2d_.copy_async(device_ptr, en.host, en.bytes, copy_kind::host_to_device);
+        copy(h2d_, "prefetch", key, device_ptr, en.host, en.bytes, copy_kind::host_to_device);
       }
       if (inject_corrupt) h2d_.launch([device_ptr, b = en.bytes] { flip_byte(device_ptr, b); });
       if (verifying_ && !inject_fail) {
@@ -556,6 +572,11 @@ void transfer_engine::set_on_offloaded(offloaded_callback callback) {
   impl_->on_offloaded_ = std::move(callback);
 }
 
+void transfer_engine::set_timeline(stream_timeline* timeline) {
+  std::lock_guard lock(impl_->mu_);
+  impl_->timeline_ = timeline;
+}
+
 void transfer_engine::set_faults(const transfer_faults& faults) {
   std::lock_guard lock(impl_->mu_);
   impl_->faults_ = faults;
@@ -640,7 +661,7 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
         m.d2h_.launch([msg = rec->injected] { throw device_error(msg); });
       }
     } else {
-      m.d2h_.copy_async(target, device_ptr, bytes, copy_kind::device_to_host);
+      m.copy(m.d2h_, "offload", key, target, device_ptr, bytes, copy_kind::device_to_host);
     }
     if (inject_corrupt) m.d2h_.launch([target, bytes] { flip_byte(target, bytes); });
     if (m.copy_back_) {

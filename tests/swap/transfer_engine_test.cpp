@@ -23,6 +23,7 @@
 #include "memweave/alloc/pinned_host_pool.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
+#include "memweave/device/stream_timeline.hpp"
 #include "memweave/swap/direct_pinned_memory.hpp"
 #include "memweave/swap/pinned_pool_host_memory.hpp"
 #include "memweave/swap/transfer_engine.hpp"
@@ -299,6 +300,31 @@ TEST(transfer_engine, offload_overlaps_compute) {
   r.engine->wait_offloaded(1);
   EXPECT_EQ(r.offloaded_count(1), 1);
   EXPECT_TRUE(r.engine->has_host_copy(1));
+}
+
+TEST(transfer_engine, copies_are_recorded_in_the_timeline_by_tensor_name) {
+  rig r("host", 2.0);  // 2 GB/s: 8 MiB take about 4 ms each way
+  stream_timeline timeline(*r.dev);
+  r.engine->set_timeline(&timeline);
+  device_buffer a(*r.dev, 8 * MiB);
+  r.produce_and_offload(3, a, 1);
+  r.engine->wait_offloaded(3);
+  r.engine->prefetch(3, a.get());
+  r.engine->make_ready(3, r.compute);
+  r.dev->synchronize();
+  r.engine->set_timeline(nullptr);
+  const std::vector<timeline_span> spans = timeline.spans();
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].name, "conv3 output");
+  EXPECT_EQ(spans[0].category, "offload");
+  EXPECT_EQ(spans[0].stream, stream_role::device_to_host);
+  EXPECT_EQ(spans[1].category, "prefetch");
+  EXPECT_EQ(spans[1].stream, stream_role::host_to_device);
+  for (const timeline_span& s : spans) {
+    EXPECT_EQ(s.bytes, 8 * MiB);
+    EXPECT_GE(s.end_s - s.begin_s, 0.9 * 8 * MiB / 2e9) << s.category;  // throttled copies
+  }
+  EXPECT_GE(spans[1].begin_s, spans[0].end_s);  // the prefetch reads the landed host copy
 }
 
 TEST(transfer_engine, on_offloaded_is_called_once_per_offload_and_only_after_the_copy) {

@@ -1,5 +1,6 @@
 // The report formats on a hand-made report.
 #include "tools/report_writers.hpp"
+#include "tools/timeline_writer.hpp"
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,28 @@ TEST(report_writers_test, svg_draws_one_curve_per_policy_and_panel) {
   EXPECT_EQ(curves, 6u);  // 2 policies x (memory, tensors, workspace)
   EXPECT_NE(s.find("liveness (peak 3.00 KiB)"), std::string::npos) << s;
   EXPECT_NE(s.find("baseline (peak 3.00 KiB)"), std::string::npos) << s;
+}
+
+TEST(report_writers_test, timeline_trace_has_a_track_per_stream_and_marks_hidden_copies) {
+  std::vector<timeline_span> spans = {
+      {stream_role::compute, "conv1 F", "kernel", 0.0, 0.002, 0, 1},
+      {stream_role::device_to_host, "conv1 \"out\"", "offload", 0.001, 0.003, 4096, -1},
+      {stream_role::compute, "relu1 F", "kernel", 0.004, 0.005, 0, 2},
+      {stream_role::host_to_device, "conv1 out", "prefetch", 0.004, 0.005, 4096, -1}};
+  EXPECT_DOUBLE_EQ(overlap_with_compute(spans[1], spans), 0.5);
+  EXPECT_DOUBLE_EQ(overlap_with_compute(spans[3], spans), 1.0);
+  std::ostringstream out;
+  write_timeline_trace(out, spans, "resnet50 b64 all");
+  const std::string j = out.str();
+  EXPECT_NE(j.find("\"traceEvents\": ["), std::string::npos) << j;
+  EXPECT_NE(j.find("\"args\": {\"name\": \"device_to_host\"}"), std::string::npos) << j;
+  EXPECT_NE(j.find("{\"name\": \"conv1 F\", \"cat\": \"kernel\", \"ph\": \"X\", \"pid\": 1, "
+                   "\"tid\": 1, \"ts\": 0, \"dur\": 2000, \"args\": {\"step\": 1}}"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"name\": \"conv1 \\\"out\\\"\", \"cat\": \"offload\""), std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"bytes\": 4096, \"overlap_with_compute\": 0.5}"), std::string::npos) << j;
 }
 
 }  // namespace

@@ -39,6 +39,8 @@
 
 namespace memweave {
 
+class stream_timeline;
+
 /// How a transfer engine behaves. from_environment() reads the MEMWEAVE_* variables; fields
 /// set in code override them.
 struct transfer_options {
@@ -117,6 +119,10 @@ class transfer_engine {
   /// would wait for the watcher itself: invalid_argument). An exception from it is reported
   /// like a failed offload (the host copy is kept).
   void set_on_offloaded(offloaded_callback callback);
+
+  /// Records every tensor copy (offload, prefetch) in `timeline` from now on (nullptr: stop);
+  /// it must outlive the engine or be unset first.
+  void set_timeline(stream_timeline* timeline);
 
   /// Replaces the fault settings and restarts their counts. Faults also turn on make_ready's
   /// compute-stream check.
