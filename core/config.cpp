@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 28> k_options{{
+constexpr std::array<option_info, 31> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -134,6 +134,26 @@ constexpr std::array<option_info, 28> k_options{{
      "all: share of a swap's link time counted as added time even when its copies hide (the "
      "link is then taken from later swaps)",
      {0, 100, true}},
+    {"MEMWEAVE_SCHEDULE_SLACK_MS",
+     "0",
+     f::number,
+     "",
+     "all: a scheduled prefetch is placed to land at least this many milliseconds before the "
+     "step that needs it (LDFG's slack threshold)",
+     {0, 1e6, true}},
+    {"MEMWEAVE_SCHEDULE_PREFETCH_LB",
+     "0",
+     f::integer,
+     "",
+     "all: a scheduled prefetch is issued at least this many steps before its use (TFLMS's lb)",
+     {1, 2147483647, true}},
+    {"MEMWEAVE_SCHEDULE_PREFETCH_UB",
+     "0",
+     f::integer,
+     "",
+     "all: a scheduled prefetch is issued at most this many steps before its use (TFLMS's ub; 0 = "
+     "no bound; below MEMWEAVE_SCHEDULE_PREFETCH_LB is an error)",
+     {1, 2147483647, true}},
 }};
 
 const option_info& row(std::string_view name) {

@@ -439,7 +439,7 @@ class planner {
           cost =
               std::max(0.0, landed - tl.start[worst]) - std::max(0.0, landed - tl.start[g.release]);
           from = worst, to = g.release - 1, release = worst;
-        } else if (worst > g.prefetch) {
+        } else if (worst > g.prefetch && c >= worst + std::max<std::uint32_t>(o_.prefetch_lb, 1)) {
           const double old_end = timeline::arrival(tl.prefetched[g.prefetch], t);
           const double d = copy_seconds(t);
           const double new_end = std::max(tl.h2d_done[worst], tl.end[worst]) + d;
@@ -482,9 +482,15 @@ class planner {
       }
       // Prefetch: the latest step after which the copy lands before step c starts; or
       // `worst`, step c then waiting for it.
+      // The prefetch bounds (TFLMS's lb/ub) narrow the steps it may be issued after; the
+      // slack threshold (LDFG's) asks it to land that long before step c starts.
       auto pre_end = [&](std::uint32_t b) { return std::max(tl.h2d_done[b], tl.end[b]) + d; };
-      std::uint32_t b = c - 1;
-      while (b > worst && pre_end(b) > tl.start[c]) --b;
+      const std::uint32_t lb = std::max<std::uint32_t>(o_.prefetch_lb, 1);
+      if (c < worst + lb) continue;
+      const std::uint32_t earliest =
+          o_.prefetch_ub != 0 && c > worst + o_.prefetch_ub ? c - o_.prefetch_ub : worst;
+      std::uint32_t b = c - lb;
+      while (b > earliest && pre_end(b) + o_.slack_seconds > tl.start[c]) --b;
       if (pre_end(b) > tl.start[c]) stall += pre_end(b) - tl.start[c];
       // The copies issued later on each stream are pushed back by d, as far as their slack
       // does not absorb it.
@@ -554,6 +560,17 @@ void schedule_options::validate() const {
     throw invalid_argument("schedule link charge " + std::to_string(link_charge) +
                            " is out of range: expected a finite share >= 0 of a swap's link time");
   }
+  if (!(slack_seconds >= 0.0) || !std::isfinite(slack_seconds)) {
+    throw invalid_argument("schedule slack " + std::to_string(slack_seconds) +
+                           " s is out of range: expected a finite time >= 0 that a prefetch "
+                           "must land before its step");
+  }
+  if (prefetch_ub != 0 && prefetch_lb > prefetch_ub) {
+    throw invalid_argument("schedule prefetch lower bound " + std::to_string(prefetch_lb) +
+                           " is greater than its upper bound " + std::to_string(prefetch_ub) +
+                           ": expected lb <= ub (steps between a prefetch and its use), or "
+                           "ub = 0 for no upper bound");
+  }
   if (min_swap_distance < 2) {
     throw invalid_argument("schedule minimum swap distance " + std::to_string(min_swap_distance) +
                            " is out of range: a swap needs at least 2 steps between two uses");
@@ -570,6 +587,16 @@ schedule_options schedule_options::from_environment() {
   o.min_swap_distance = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_MIN_DISTANCE"));
   o.max_actions = static_cast<std::size_t>(*option_int("MEMWEAVE_SCHEDULE_MAX_ACTIONS"));
   o.link_charge = *option_double("MEMWEAVE_SCHEDULE_LINK_CHARGE");
+  o.slack_seconds = *option_double("MEMWEAVE_SCHEDULE_SLACK_MS") / 1e3;
+  o.prefetch_lb = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_LB"));
+  o.prefetch_ub = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_UB"));
+  if (o.prefetch_ub != 0 && o.prefetch_lb > o.prefetch_ub) {
+    throw invalid_argument(
+        "MEMWEAVE_SCHEDULE_PREFETCH_LB=" + std::to_string(o.prefetch_lb) +
+        " is greater than MEMWEAVE_SCHEDULE_PREFETCH_UB=" + std::to_string(o.prefetch_ub) +
+        ": expected lb <= ub, or MEMWEAVE_SCHEDULE_PREFETCH_UB=0 for no "
+        "upper bound");
+  }
   return o;
 }
 

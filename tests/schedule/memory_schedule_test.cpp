@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 
 #include "memweave/core/error.hpp"
@@ -200,6 +201,78 @@ TEST(memory_schedule_test, pinned_tensors_and_the_thresholds_are_respected) {
   o = no_headroom();
   o.allow_swap = false;
   EXPECT_TRUE(plan_memory_schedule(p, o).gaps.empty());
+}
+
+// The prefetch of A (long_gap with B busy over steps 2..6) under the prefetch controls.
+scheduled_gap swap_under(const schedule_options& o) {
+  schedule_problem p = long_gap(10, 10e-3, 2, 6);
+  p.budget_bytes = 150 * k_mib;
+  const memory_schedule s = plan_memory_schedule(p, o);
+  EXPECT_EQ(s.gaps.size(), 1u);
+  return s.gaps.empty() ? scheduled_gap{} : s.gaps[0];
+}
+
+TEST(memory_schedule_test, prefetches_keep_the_slack_threshold_and_the_lb_ub_bounds) {
+  schedule_options o = no_headroom();
+  // Step 9 starts at 90 ms; the 6.6 ms copy issued after step 7 lands at 86.6 ms.
+  EXPECT_EQ(swap_under(o).prefetch, 7u);
+  o.slack_seconds = 5e-3;  // 86.6 + 5 > 90: one step earlier
+  EXPECT_EQ(swap_under(o).prefetch, 6u);
+  o = no_headroom();
+  o.prefetch_lb = 4;  // at least 4 steps before step 9
+  EXPECT_EQ(swap_under(o).prefetch, 5u);
+  o = no_headroom();
+  o.prefetch_ub = 1;  // right before step 9: the copy cannot hide, step 9 waits for it
+  schedule_problem p = long_gap(10, 10e-3, 2, 6);
+  p.budget_bytes = 150 * k_mib;
+  const memory_schedule s = plan_memory_schedule(p, o);
+  ASSERT_EQ(s.gaps.size(), 1u);
+  EXPECT_EQ(s.gaps[0].prefetch, 8u);
+  EXPECT_NEAR(s.predicted_seconds - s.baseline_seconds, 100.0 * k_mib / 16e9, 1e-9);
+}
+
+TEST(memory_schedule_test, prefetch_bounds_and_slack_out_of_range_are_errors_naming_them) {
+  schedule_problem p = long_gap(4, 1e-3);
+  schedule_options o;
+  o.prefetch_lb = 5;
+  o.prefetch_ub = 3;
+  try {
+    (void)plan_memory_schedule(p, o);
+    ADD_FAILURE() << "lb > ub accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("lower bound 5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("upper bound 3"), std::string::npos) << e.what();
+  }
+  o = {};
+  o.slack_seconds = -1e-3;
+  try {
+    (void)plan_memory_schedule(p, o);
+    ADD_FAILURE() << "negative slack accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("slack -0.001"), std::string::npos) << e.what();
+  }
+  ::setenv("MEMWEAVE_SCHEDULE_PREFETCH_LB", "6", 1);
+  ::setenv("MEMWEAVE_SCHEDULE_PREFETCH_UB", "2", 1);
+  try {
+    (void)schedule_options::from_environment();
+    ADD_FAILURE() << "MEMWEAVE_SCHEDULE_PREFETCH_LB > _UB accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_PREFETCH_LB=6"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_PREFETCH_UB=2"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MEMWEAVE_SCHEDULE_PREFETCH_LB");
+  ::unsetenv("MEMWEAVE_SCHEDULE_PREFETCH_UB");
+  ::setenv("MEMWEAVE_SCHEDULE_SLACK_MS", "-2", 1);
+  try {
+    (void)schedule_options::from_environment();
+    ADD_FAILURE() << "a negative MEMWEAVE_SCHEDULE_SLACK_MS accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_SLACK_MS"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MEMWEAVE_SCHEDULE_SLACK_MS");
 }
 
 TEST(memory_schedule_test, impossible_controls_and_malformed_problems_are_errors_naming_them) {

@@ -89,6 +89,15 @@ struct schedule_options {
   /// copies hide under compute: the link they take is then unavailable to later swaps, so a
   /// cheap rebuild is preferred to a hidden round trip.
   double link_charge = 0.5;
+  /// A prefetch is issued at least this many steps before the step that needs it (TFLMS's
+  /// lb; 0 or 1 = right before it at the latest).
+  std::uint32_t prefetch_lb = 0;
+  /// ... and at most this many steps before it (TFLMS's ub; 0 = no bound): a copy that needs
+  /// longer to hide then stalls instead of holding memory for longer.
+  std::uint32_t prefetch_ub = 0;
+  /// A prefetch is placed to land at least this long before its step (LDFG's slack
+  /// threshold): a margin for a device slower than the model.
+  double slack_seconds = 0.0;
   bool allow_swap = true;
   bool allow_drop = true;
   /// Throws invalid_argument naming the field when a value is out of range.
