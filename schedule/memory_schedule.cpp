@@ -133,6 +133,7 @@ class planner {
       if (!commit_best(worst, bytes, tl)) break;
       ++actions;
     }
+    if (o_.allow_swap && !fits_plain) refine();
     const std::vector<std::size_t> bytes = memory_curve();
     memory_schedule s = emit(bytes);
     s.predicted_seconds = simulate(s).total;
@@ -410,6 +411,73 @@ class planner {
         rebuild_at(y, step);
       }
     }
+  }
+
+  // After the greedy rounds: the link is often idle where drops were chosen (a drop was
+  // cheaper than a round trip charged its share of the link). Each dropped gap, costliest
+  // rebuild first, becomes a swap timed by slack on the current timeline when the schedule
+  // still fits and the iteration gets shorter; else it stays dropped.
+  void refine() {
+    if (!all_fit(memory_curve())) return;
+    struct candidate {
+      std::uint32_t tensor, gap;
+      double seconds;
+    };
+    std::vector<candidate> drops;
+    for (std::uint32_t t = 0; t < gaps_.size(); ++t) {
+      for (std::uint32_t i = 0; i < gaps_[t].size(); ++i) {
+        if (gaps_[t][i].action != gap_action::drop) continue;
+        const std::uint32_t a = uses_[t][i].step, c = uses_[t][i + 1].step;
+        if (c - a < o_.min_swap_distance) continue;
+        // Only from a step that really uses it: a use a rebuild added may be a touch the
+        // replay does not need resident (an output it rewrites), so the tensor need not be
+        // on the device there to be copied out.
+        const auto& own = p_.tensors[t].uses;
+        if (!std::binary_search(
+                own.begin(), own.end(), schedule_use{a, false},
+                [](const schedule_use& x, const schedule_use& y) { return x.step < y.step; })) {
+          continue;
+        }
+        drops.push_back({t, i, p_.tensors[t].rebuild_seconds});
+      }
+    }
+    std::stable_sort(drops.begin(), drops.end(),
+                     [](const candidate& x, const candidate& y) { return x.seconds > y.seconds; });
+    memory_schedule current = emit(memory_curve());
+    timeline tl = simulate(current);
+    for (const candidate& k : drops) {
+      const std::uint32_t t = k.tensor, a = uses_[t][k.gap].step, c = uses_[t][k.gap + 1].step;
+      const double d = copy_seconds(t);
+      const std::uint32_t w = last_write_at_or_before(t, a);
+      const double off_end = std::max(tl.d2h_done[a], w == k_none ? 0.0 : tl.end[w]) + d;
+      const auto rit = std::lower_bound(tl.start.begin() + a + 1, tl.start.begin() + c, off_end);
+      const auto r = static_cast<std::uint32_t>(rit - tl.start.begin());
+      const std::uint32_t lb = std::max<std::uint32_t>(o_.prefetch_lb, 1);
+      if (r >= c || c < r + lb) continue;
+      const std::uint32_t earliest =
+          o_.prefetch_ub != 0 && c > r + o_.prefetch_ub ? c - o_.prefetch_ub : r;
+      std::uint32_t b = c - lb;
+      auto pre_end = [&](std::uint32_t x) { return std::max(tl.h2d_done[x], tl.end[x]) + d; };
+      while (b > earliest && pre_end(b) + o_.slack_seconds > tl.start[c]) --b;
+      gap& g = gaps_[t][k.gap];
+      const gap before = g;
+      g = gap{gap_action::swap, r, b};
+      const std::vector<std::size_t> bytes = memory_curve();
+      if (all_fit(bytes)) {
+        memory_schedule trial = emit(bytes);
+        timeline trial_tl = simulate(trial);
+        if (trial_tl.total < tl.total - 1e-12) {
+          tl = std::move(trial_tl);
+          continue;
+        }
+      }
+      g = before;
+    }
+  }
+
+  bool all_fit(const std::vector<std::size_t>& bytes) const {
+    return std::all_of(bytes.begin(), bytes.end(),
+                       [&](std::size_t b) { return b <= planning_budget_; });
   }
 
   // Weighs every tensor idle at `worst` and commits the best action; false when none.

@@ -111,6 +111,30 @@ TEST(memory_schedule_test, a_cheap_rebuild_is_preferred_to_a_round_trip) {
   EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + 0.1e-3, 1e-12);
 }
 
+TEST(memory_schedule_test, a_drop_becomes_a_swap_where_the_link_is_idle_and_the_copies_hide) {
+  // B needs the room over steps 2..6 only: the round trip hides (release 2, prefetch 7), but
+  // the greedy round charges a hidden swap half its link time (6.6 ms), more than the 2 ms
+  // rebuild, and drops. The link stays idle all iteration, so the refinement makes it a swap
+  // and the iteration loses nothing.
+  schedule_problem p = long_gap(10, 10e-3, 2, 6);
+  p.budget_bytes = 150 * k_mib;
+  p.tensors[0].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 2e-3;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(s.gaps.size(), 1u);
+  EXPECT_EQ(s.gaps[0].action, gap_action::swap);
+  EXPECT_EQ(s.gaps[0].release, 2u);
+  EXPECT_EQ(s.gaps[0].prefetch, 7u);
+  EXPECT_EQ(s.rebuilds, 0u);
+  EXPECT_DOUBLE_EQ(s.predicted_seconds, s.baseline_seconds);
+  schedule_options drop_only = no_headroom();
+  drop_only.allow_swap = false;
+  const memory_schedule d = plan_memory_schedule(p, drop_only);
+  ASSERT_EQ(d.gaps.size(), 1u);
+  EXPECT_EQ(d.gaps[0].action, gap_action::drop);
+  EXPECT_NEAR(d.predicted_seconds, d.baseline_seconds + 2e-3, 1e-12);
+}
+
 TEST(memory_schedule_test, an_expensive_rebuild_loses_to_a_hidden_swap) {
   schedule_problem p = long_gap(10, 10e-3, 2, 7);
   p.budget_bytes = 150 * k_mib;
