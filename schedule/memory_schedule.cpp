@@ -106,8 +106,8 @@ class planner {
 
   memory_schedule run() {
     std::size_t actions = 0;
-    // What liveness alone holds fits: nothing to do (workspaces take what is free).
-    const std::vector<std::size_t> plain = memory_curve(false);
+    // What liveness holds, with every step at its fastest option, fits: nothing to do.
+    const std::vector<std::size_t> plain = memory_curve();
     const bool fits_plain = std::all_of(plain.begin(), plain.end(),
                                         [&](std::size_t b) { return b <= p_.budget_bytes; });
     std::size_t rounds = fits_plain ? 0 : 2 * p_.step_seconds.size() + 16;
@@ -263,7 +263,7 @@ class planner {
   }
 
   // Device bytes at each step under the current gaps.
-  std::vector<std::size_t> memory_curve(bool with_extras = true) const {
+  std::vector<std::size_t> memory_curve() const {
     const std::size_t steps = p_.step_seconds.size();
     std::vector<std::int64_t> delta(steps + 1, 0);
     auto add = [&](std::uint32_t from, std::uint32_t to_inclusive, std::size_t b) {
@@ -305,7 +305,6 @@ class planner {
     std::int64_t run = 0;
     for (std::size_t s = 0; s < steps; ++s) {
       bytes[s] = static_cast<std::size_t>(run += delta[s]);
-      if (!with_extras) continue;
       bytes[s] += step_extra(s);
       for (std::uint32_t y : chain_[s]) bytes[s] += p_.tensors[y].bytes;
     }
