@@ -346,7 +346,7 @@ class address_only_device final : public device {
   void deallocate_pinned(void*, std::size_t) noexcept override {}
   memory_info memory() const override { return {0, 0}; }
   stream& get_stream(stream_role) override { throw unsupported("streams"); }
-  std::unique_ptr<event> create_event() override { throw unsupported("events"); }
+  std::unique_ptr<event> make_event(const event_options&) override { throw unsupported("events"); }
   void synchronize() override {}
   bool touches_memory() const noexcept override { return false; }
 

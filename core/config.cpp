@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 31> k_options{{
+constexpr std::array<option_info, 32> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -84,6 +84,9 @@ constexpr std::array<option_info, 31> k_options{{
      "at each step), none, max, or fixed:<algorithm>"},
     {"MEMWEAVE_CONV_WS_RESERVE", "0", f::bytes, "",
      "bytes left free when sizing a convolution workspace"},
+    {"MEMWEAVE_CUDNN_DETERMINISTIC", "0", f::boolean, "",
+     "cuda: only cuDNN convolution algorithms that cuDNN reports deterministic (bit-identical "
+     "runs; backward ones may be slower or need more workspace)"},
     {"MEMWEAVE_CONV_CACHE", "", f::text, "",
      "file keeping measured convolution algorithm times across runs (re-measured if corrupt "
      "or foreign)"},

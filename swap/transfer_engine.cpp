@@ -4,7 +4,9 @@
 // Invariants:
 // - Offloads complete in the order they were enqueued (one in-order device-to-host stream),
 //   and queue_ holds them in that order: the watcher blocks on the front one's event (no
-//   polling), so "the first offload to complete" is always queue_.front().
+//   polling; offload events are made with event_options::blocking_sync, so on cuda the
+//   watcher sleeps rather than spins), so "the first offload to complete" is always
+//   queue_.front().
 // - A host buffer is given back only when no copy can still read or write it: an offload's
 //   buffer after its event completed (the watcher); a buffer a prefetch may read after that
 //   prefetch's event completed (deferred_ keeps it until then, re-checked without blocking
@@ -623,7 +625,9 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
       m.throw_host_oom(lock, "offload", key, bytes, "the verify scratch copy");
     }
   }
-  if (!en.offload_done) en.offload_done = m.dev_.create_event();
+  // The watcher sleeps on this event (blocking sync) rather than spin a core for the
+  // whole copy; the compute stream's waits on it are unaffected.
+  if (!en.offload_done) en.offload_done = m.dev_.create_event(event_options{.blocking_sync = true});
 
   auto rec = std::make_shared<offload_record>();
   rec->id = m.next_id_++;

@@ -13,7 +13,9 @@
 //   failure state; synchronize() and events recorded after the failing launch report it.
 //   A per-stream mutex keeps launch numbering in the same order as the stream's queue.
 // - The three streams are non-blocking (they do not synchronize with the legacy default
-//   stream); events are created without timing, which makes record/wait cheapest.
+//   stream); events are created without timing, which makes record/wait cheapest, and
+//   with blocking sync when asked (event_options::blocking_sync), so that a thread waiting
+//   in synchronize() sleeps instead of spinning on a core.
 #include "device/cuda/cuda_device.hpp"
 #include "device/run_work.hpp"
 
@@ -123,9 +125,11 @@ void run_host_work(void* data) noexcept {
 
 class cuda_event final : public event {
  public:
-  explicit cuda_event(int ordinal) : ordinal_(ordinal) {
+  cuda_event(int ordinal, const event_options& options) : ordinal_(ordinal) {
     device_scope scope(ordinal_);
-    MEMWEAVE_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    const unsigned flags =
+        cudaEventDisableTiming | (options.blocking_sync ? cudaEventBlockingSync : 0u);
+    MEMWEAVE_CUDA_CHECK(cudaEventCreateWithFlags(&event_, flags));
   }
   ~cuda_event() override {
     device_scope scope(ordinal_, std::nothrow);
@@ -370,7 +374,9 @@ class cuda_device final : public device {
     return *streams_[i];
   }
 
-  std::unique_ptr<event> create_event() override { return std::make_unique<cuda_event>(ordinal_); }
+  std::unique_ptr<event> make_event(const event_options& options) override {
+    return std::make_unique<cuda_event>(ordinal_, options);
+  }
 
   void synchronize() override {
     std::exception_ptr first;

@@ -318,7 +318,8 @@ stream& host_device::get_stream(stream_role role) {
   return *streams_[i];
 }
 
-std::unique_ptr<event> host_device::create_event() {
+std::unique_ptr<event> host_device::make_event(const event_options& options) {
+  (void)options;  // host events already wait on a condition variable
   return std::make_unique<host_event>();
 }
 

@@ -77,7 +77,7 @@ class null_device final : public device {
   void deallocate_pinned(void* p, std::size_t bytes) noexcept override;
   memory_info memory() const override;
   stream& get_stream(stream_role role) override;
-  std::unique_ptr<event> create_event() override;
+  std::unique_ptr<event> make_event(const event_options&) override;
   void synchronize() override {}
   bool touches_memory() const noexcept override { return false; }
 

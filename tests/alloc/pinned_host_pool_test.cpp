@@ -58,7 +58,9 @@ class pinned_only_device final : public device {
   }
   memory_info memory() const override { return {}; }
   stream& get_stream(stream_role) override { throw device_error("test double: no streams"); }
-  std::unique_ptr<event> create_event() override { throw device_error("test double: no events"); }
+  std::unique_ptr<event> make_event(const event_options&) override {
+    throw device_error("test double: no events");
+  }
   void synchronize() override {}
 
   std::size_t limit_bytes = std::size_t{1} << 30;

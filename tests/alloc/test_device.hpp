@@ -84,7 +84,7 @@ class test_device final : public device {
     return {capacity_ - used_, capacity_};
   }
   stream& get_stream(stream_role) override { throw unsupported("streams"); }
-  std::unique_ptr<event> create_event() override { throw unsupported("events"); }
+  std::unique_ptr<event> make_event(const event_options&) override { throw unsupported("events"); }
   void synchronize() override {}
   bool touches_memory() const noexcept override { return backing_ == backing::host; }
 

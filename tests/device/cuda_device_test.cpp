@@ -3,6 +3,7 @@
 // with MEMWEAVE_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
+#include <time.h>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -199,6 +200,35 @@ TEST(cuda_device, bad_ordinal_is_refused) {
   } catch (const no_device_error& e) {
     EXPECT_NE(std::string(e.what()).find("MEMWEAVE_CUDA_DEVICE"), std::string::npos);
   }
+}
+
+// Issue 12: an event made with blocking_sync lets the waiting thread sleep (the transfer
+// engine's watcher waits on such events for whole copies): while the stream is busy for
+// 300 ms, synchronize() costs the waiting thread far less CPU time than wall time. A
+// spinning wait (cudaEventDefault under the default schedule, one context on many cores)
+// would burn about all of it.
+TEST(cuda_device, blocking_sync_event_sleeps_while_it_waits) {
+  MEMWEAVE_NEED_GPU();
+  auto dev = make_cuda();
+  stream& s = dev->get_stream(stream_role::compute);
+  auto done = dev->create_event(event_options{.blocking_sync = true});
+  s.launch([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
+  s.record(*done);
+  const auto cpu_now = [] {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  const auto wall0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_now();
+  done->synchronize();
+  const double cpu = cpu_now() - cpu0;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  ASSERT_GE(wall, 0.2) << "the wait did not cover the stream's sleep";
+  EXPECT_LT(cpu, 0.25 * wall) << "the waiting thread spent " << cpu << " s of CPU in " << wall
+                              << " s: the event spins instead of blocking";
+  EXPECT_TRUE(done->query());
 }
 
 }  // namespace

@@ -980,5 +980,66 @@ TEST(transfer_engine, concurrent_offloads_and_prefetches_of_distinct_keys) {
   r.engine->check();
 }
 
+// ---- events the watcher waits on ---------------------------------------------------------
+
+// A device that forwards to another and records the options of every event made through it.
+class recording_device final : public device {
+ public:
+  explicit recording_device(device& inner) : inner_(inner) {}
+  device_kind kind() const noexcept override { return inner_.kind(); }
+  std::string name() const override { return inner_.name(); }
+  void* allocate(std::size_t bytes) override { return inner_.allocate(bytes); }
+  void deallocate(void* p, std::size_t bytes) noexcept override { inner_.deallocate(p, bytes); }
+  void* allocate_pinned(std::size_t bytes) override { return inner_.allocate_pinned(bytes); }
+  void deallocate_pinned(void* p, std::size_t bytes) noexcept override {
+    inner_.deallocate_pinned(p, bytes);
+  }
+  memory_info memory() const override { return inner_.memory(); }
+  stream& get_stream(stream_role role) override { return inner_.get_stream(role); }
+  void synchronize() override { inner_.synchronize(); }
+  std::vector<bool> blocking() const {
+    std::lock_guard lock(mu_);
+    return blocking_;
+  }
+
+ protected:
+  std::unique_ptr<event> make_event(const event_options& options) override {
+    std::lock_guard lock(mu_);
+    blocking_.push_back(options.blocking_sync);
+    return inner_.create_event(options);
+  }
+
+ private:
+  device& inner_;
+  mutable std::mutex mu_;
+  std::vector<bool> blocking_;  // per event made, in order
+};
+
+// Issue 12: the watcher blocks on each offload's event, so those are made with blocking sync
+// (on cuda it sleeps instead of spinning a core for the whole copy); the prefetch events,
+// which a compute thread may wait on, keep the default.
+TEST(transfer_engine, offload_events_are_blocking_sync_and_prefetch_events_are_not) {
+  auto inner = make_dev("host");
+  recording_device dev(*inner);
+  direct_pinned_memory host(dev, 64 * MiB);
+  transfer_engine engine(dev, host, rig::with_names({}));
+  stream& compute = dev.get_stream(stream_role::compute);
+  device_buffer a(dev, MiB), b(dev, MiB);
+  auto ready = inner->create_event();
+  produce(compute, a, 7, *ready);
+  const std::size_t before_offload = dev.blocking().size();
+  engine.offload(7, a.get(), a.size(), *ready);
+  const std::size_t before_prefetch = dev.blocking().size();
+  ASSERT_EQ(before_prefetch, before_offload + 1) << "one event per offloaded key";
+  EXPECT_TRUE(dev.blocking()[before_offload]) << "the watcher's offload event";
+  engine.wait_offloaded(7);
+  engine.fetch_now(7, b.get(), compute);
+  compute.synchronize();
+  EXPECT_TRUE(b.holds(7));
+  const std::vector<bool> made = dev.blocking();
+  ASSERT_EQ(made.size(), before_prefetch + 1) << "one event per prefetched key";
+  EXPECT_FALSE(made.back()) << "a prefetch event keeps the default (spin) wait";
+}
+
 }  // namespace
 }  // namespace memweave

@@ -4,10 +4,11 @@
 // Invariants: every descriptor is made from checked geometry (the host kernels' checks);
 // the convolution descriptor is cross-correlation, FP32 compute, the layer's group count,
 // and cuda_kernel_context::cudnn_math (FMA: no TF32); listings keep only algorithms whose
-// status is success, whose math is not tensor-op, and whose workspace cuDNN can size, each
-// algorithm once. A computation checks its workspace against the algorithm's need before
-// it enqueues anything. Thread safety: none of its own (the context's cache is per
-// context, one thread at a time).
+// status is success, whose math is FMA, whose workspace cuDNN can size, and (in a
+// deterministic context) whose determinism cuDNN reports, each algorithm once; a
+// deterministic context's fallback is deterministic too. A computation checks its workspace against
+// the algorithm's need before it enqueues anything. Thread safety: none of its own (the context's
+// cache is per context, one thread at a time).
 #include "engine/kernels/cuda/conv.hpp"
 
 #include <algorithm>
@@ -94,15 +95,17 @@ bool query_workspace(cuda_kernel_context& ctx, const conv_descs& d, conv_pass pa
 }
 
 // Appends the usable entries of a cuDNN perf array (any of the three perf structs).
+// `deterministic_only`: drop entries cuDNN does not report deterministic for this shape.
 template <class Perf>
 void collect(const Perf* perf, int returned, bool measured, std::size_t workspace_limit,
-             std::vector<conv_algo_perf>& out,
+             bool deterministic_only, std::vector<conv_algo_perf>& out,
              const std::function<bool(int, std::size_t&)>& workspace_of) {
   for (int i = 0; i < returned; ++i) {
     const Perf& r = perf[i];
     // Only entries run with the descriptors' FMA math: DEFAULT_MATH may use TF32 on Ampere
     // and later, which rounds differently from the host kernels.
     if (r.status != CUDNN_STATUS_SUCCESS || r.mathType != cuda_kernel_context::cudnn_math) continue;
+    if (deterministic_only && r.determinism != CUDNN_DETERMINISTIC) continue;
     const int algo = static_cast<int>(r.algo);
     if (std::any_of(out.begin(), out.end(),
                     [&](const conv_algo_perf& e) { return e.algo == algo; }))
@@ -135,7 +138,7 @@ std::vector<conv_algo_perf> heuristics(cuda_kernel_context& ctx, const conv_desc
       MEMWEAVE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn(), d.x.get(), d.w.get(),
                                                                   d.conv.get(), d.y.get(), count,
                                                                   &returned, perf.data()));
-      collect(perf.data(), returned, false, 0, out, workspace_of);
+      collect(perf.data(), returned, false, 0, ctx.deterministic(), out, workspace_of);
       break;
     }
     case conv_pass::backward_data: {
@@ -144,7 +147,7 @@ std::vector<conv_algo_perf> heuristics(cuda_kernel_context& ctx, const conv_desc
       MEMWEAVE_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           ctx.cudnn(), d.w.get(), d.y.get(), d.conv.get(), d.x.get(), count, &returned,
           perf.data()));
-      collect(perf.data(), returned, false, 0, out, workspace_of);
+      collect(perf.data(), returned, false, 0, ctx.deterministic(), out, workspace_of);
       break;
     }
     case conv_pass::backward_filter: {
@@ -153,23 +156,11 @@ std::vector<conv_algo_perf> heuristics(cuda_kernel_context& ctx, const conv_desc
       MEMWEAVE_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           ctx.cudnn(), d.x.get(), d.y.get(), d.conv.get(), d.w.get(), count, &returned,
           perf.data()));
-      collect(perf.data(), returned, false, 0, out, workspace_of);
+      collect(perf.data(), returned, false, 0, ctx.deterministic(), out, workspace_of);
       break;
     }
   }
   return out;
-}
-
-int fallback_algo(conv_pass pass) {
-  switch (pass) {
-    case conv_pass::forward:
-      return CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    case conv_pass::backward_data:
-      return CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-    case conv_pass::backward_filter:
-      return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
-  }
-  return 0;
 }
 
 // The workspace `algo` needs: from the context's cached listing when it holds the
@@ -232,6 +223,32 @@ const char* conv_algo_name(conv_pass pass, int algo) noexcept {
   return "?";
 }
 
+int conv_fallback_algorithm(conv_pass pass, bool deterministic) noexcept {
+  switch (pass) {
+    case conv_pass::forward:
+      return CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    case conv_pass::backward_data:
+      return deterministic ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 : CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+    case conv_pass::backward_filter:
+      return deterministic ? CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1
+                           : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0;
+  }
+  return 0;
+}
+
+bool conv_algo_documented_deterministic(conv_pass pass, int algo) noexcept {
+  switch (pass) {
+    case conv_pass::forward:
+      return true;
+    case conv_pass::backward_data:
+      return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
+    case conv_pass::backward_filter:
+      return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 &&
+             algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+  }
+  return false;
+}
+
 const std::vector<conv_algo_perf>& conv_algorithms(cuda_kernel_context& ctx, conv_pass pass,
                                                    const shape4& in, const conv_params& p) {
   const auto key = detail::conv_algo_cache::make_key(pass, in, p);
@@ -272,7 +289,7 @@ std::vector<conv_algo_perf> measure_conv_algorithms(cuda_kernel_context& ctx, co
       MEMWEAVE_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
           ctx.cudnn(), d.x.get(), b.x, d.w.get(), b.w, d.conv.get(), d.y.get(), b.y, count,
           &returned, perf.data(), b.workspace, ws_bytes));
-      collect(perf.data(), returned, true, ws_bytes, out, unused);
+      collect(perf.data(), returned, true, ws_bytes, ctx.deterministic(), out, unused);
       break;
     }
     case conv_pass::backward_data: {
@@ -281,7 +298,7 @@ std::vector<conv_algo_perf> measure_conv_algorithms(cuda_kernel_context& ctx, co
       MEMWEAVE_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
           ctx.cudnn(), d.w.get(), b.w, d.y.get(), b.y, d.conv.get(), d.x.get(), b.x, count,
           &returned, perf.data(), b.workspace, ws_bytes));
-      collect(perf.data(), returned, true, ws_bytes, out, unused);
+      collect(perf.data(), returned, true, ws_bytes, ctx.deterministic(), out, unused);
       break;
     }
     case conv_pass::backward_filter: {
@@ -290,7 +307,7 @@ std::vector<conv_algo_perf> measure_conv_algorithms(cuda_kernel_context& ctx, co
       MEMWEAVE_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
           ctx.cudnn(), d.x.get(), b.x, d.y.get(), b.y, d.conv.get(), d.w.get(), b.w, count,
           &returned, perf.data(), b.workspace, ws_bytes));
-      collect(perf.data(), returned, true, ws_bytes, out, unused);
+      collect(perf.data(), returned, true, ws_bytes, ctx.deterministic(), out, unused);
       break;
     }
   }
@@ -307,18 +324,20 @@ int choose_conv_algorithm(cuda_kernel_context& ctx, conv_pass pass, const shape4
   for (const conv_algo_perf& e : list) {
     if (e.workspace_bytes <= workspace_bytes) return e.algo;
   }
-  // The heuristics offered nothing that fits: the no-workspace algorithm, when cuDNN
-  // supports it for this shape.
+  // The heuristics offered nothing that fits: the fixed fallback (no workspace, or a
+  // deterministic one in a deterministic context), when cuDNN supports it for this shape.
   const char* kernel = "choose_conv_algorithm";
   const conv_descs d(kernel, in, p);
-  const int fallback = fallback_algo(pass);
+  const int fallback = conv_fallback_algorithm(pass, ctx.deterministic());
   std::size_t need = 0;
   const bool fallback_ok = query_workspace(ctx, d, pass, fallback, need);
   if (fallback_ok && need <= workspace_bytes) return fallback;
   if (!fallback_ok && list.empty()) {
-    throw device_error(std::string(kernel) + ": cuDNN supports no " + to_string(pass) +
+    throw device_error(std::string(kernel) + ": cuDNN supports no " +
+                       (ctx.deterministic() ? "deterministic " : "") + to_string(pass) +
                        " algorithm in FP32 FMA math for input " + detail::shape_text(in) +
-                       " and this convolution; change the layer's parameters");
+                       " and this convolution; change the layer's parameters" +
+                       (ctx.deterministic() ? " or unset MEMWEAVE_CUDNN_DETERMINISTIC" : ""));
   }
   std::size_t smallest = fallback_ok ? need : list.front().workspace_bytes;
   for (const conv_algo_perf& e : list) smallest = std::min(smallest, e.workspace_bytes);

@@ -7,8 +7,10 @@
 // (out_channels, c/groups, kernel_h, kernel_w); b (out_channels); y (n, out_channels, oh, ow).
 // Cross-correlation (no kernel flip), groups, dilation, stride and zero padding; FP32 in
 // cuda_kernel_context::cudnn_math (no TF32). Results agree with the host kernels to float
-// rounding (~1e-5 relative); some cuDNN algorithms (backward *_ALGO_0) are not
-// deterministic, see conv_algo_perf::deterministic.
+// rounding (~1e-5 relative); some cuDNN algorithms (backward data ALGO_0, backward filter
+// ALGO_0 and ALGO_3: they sum with atomic adds) are not deterministic, see
+// conv_algo_perf::deterministic; a context made with cuda_kernel_options::deterministic lists
+// and chooses none of them.
 #pragma once
 
 #include <cstddef>
@@ -45,10 +47,22 @@ struct conv_algos {
 /// cuDNN's name of algorithm `algo` of `pass` ("IMPLICIT_GEMM", "WINOGRAD_NONFUSED", "1", ...).
 const char* conv_algo_name(conv_pass pass, int algo) noexcept;
 
+/// The algorithm chosen for `pass` when no listed one fits the workspace: forward
+/// IMPLICIT_GEMM; backward data and filter ALGO_0, or with `deterministic` their ALGO_1
+/// (ALGO_0 sums with atomic adds, ALGO_1 is cuDNN's deterministic matrix-product variant).
+int conv_fallback_algorithm(conv_pass pass, bool deterministic) noexcept;
+
+/// Whether cuDNN documents `algo` of `pass` as deterministic for every shape: every forward
+/// algorithm; backward data all but ALGO_0; backward filter all but ALGO_0 and ALGO_3.
+/// Listings go by what cuDNN reports per shape (conv_algo_perf::deterministic); this is
+/// the documented table, for the fixed fallbacks and for checks.
+bool conv_algo_documented_deterministic(conv_pass pass, int algo) noexcept;
+
 /// The algorithms cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7) offer for `pass`, in
 /// their order of expected speed (fastest first), keeping only those cuDNN supports for
-/// this shape in FP32 FMA math, each with its workspace size. Cached in `ctx` per (pass,
-/// shape, parameters). Throws invalid_argument for a bad shape or parameters.
+/// this shape in FP32 FMA math, each with its workspace size, and when ctx.deterministic()
+/// only those cuDNN reports CUDNN_DETERMINISTIC. Cached in `ctx` per (pass, shape,
+/// parameters). Throws invalid_argument for a bad shape or parameters.
 const std::vector<conv_algo_perf>& conv_algorithms(cuda_kernel_context& ctx, conv_pass pass,
                                                    const shape4& in, const conv_params& p);
 
@@ -70,15 +84,16 @@ struct conv_measure_buffers {
 
 /// Runs every algorithm of `pass` that fits the given workspace (cudnnFind*AlgorithmEx,
 /// which synchronizes the stream) and returns those that succeeded, fastest first, with
-/// their measured times. Throws invalid_argument for a bad shape or a null buffer.
+/// their measured times (only deterministic ones when ctx.deterministic()). Throws invalid_argument
+/// for a bad shape or a null buffer.
 std::vector<conv_algo_perf> measure_conv_algorithms(cuda_kernel_context& ctx, conv_pass pass,
                                                     const shape4& in, const conv_params& p,
                                                     const conv_measure_buffers& buffers);
 
 /// The fastest heuristic algorithm of `pass` (conv_algorithms order) whose workspace fits in
-/// `workspace_bytes`; when none fits, the no-workspace fallback (forward IMPLICIT_GEMM,
-/// backward data and filter ALGO_0) if cuDNN supports it here within the bytes. Throws
-/// device_error naming the smallest workspace that would do when nothing fits.
+/// `workspace_bytes`; when none fits, conv_fallback_algorithm(pass, ctx.deterministic()) if
+/// cuDNN supports it here within the bytes. Throws device_error naming the smallest
+/// workspace that would do when nothing fits.
 int choose_conv_algorithm(cuda_kernel_context& ctx, conv_pass pass, const shape4& in,
                           const conv_params& p, std::size_t workspace_bytes);
 

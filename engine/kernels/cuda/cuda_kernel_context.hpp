@@ -8,6 +8,13 @@
 // cuDNN convolutions use CUDNN_FMA_MATH: CUDNN_DEFAULT_MATH would allow TF32 tensor-core
 // kernels for FP32 on Ampere and later, FMA_MATH restricts them to FP32 FMA kernels, so
 // the results stay comparable with the host kernels (and between GPU generations).
+//
+// Determinism: with cuda_kernel_options::deterministic (MEMWEAVE_CUDNN_DETERMINISTIC) the
+// convolution listings keep only algorithms cuDNN reports deterministic, and the fixed
+// fallbacks are deterministic ones (conv.hpp). cuBLAS needs no switch: its routines give the
+// same bits on every run on one GPU model and toolkit as long as one stream uses the handle
+// (multi-stream use of one handle is what CUBLAS_WORKSPACE_CONFIG works around), and this
+// context binds its handle to one stream for life and never enables atomics mode.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +24,35 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+namespace memweave {
+class device_heap;
+}  // namespace memweave
+
 namespace memweave::kernels::cuda {
 
 namespace detail {
 class conv_algo_cache;
+
+// Gives a block back to the heap it came from (the cuBLAS workspace's deleter).
+struct heap_return {
+  device_heap* heap = nullptr;
+  void operator()(void* p) const noexcept;
+};
 }  // namespace detail
+
+/// How a context chooses among cuDNN's algorithms. Settings made in code override the
+/// environment.
+struct cuda_kernel_options {
+  /// Only algorithms cuDNN reports CUDNN_DETERMINISTIC (MEMWEAVE_CUDNN_DETERMINISTIC).
+  bool deterministic = false;
+  /// Reads MEMWEAVE_CUDNN_DETERMINISTIC; throws invalid_argument naming it when malformed.
+  static cuda_kernel_options from_environment();
+};
+
+/// The cuBLAS workspace NVIDIA recommends for device `ordinal` (cublasSetWorkspace): 32 MiB
+/// on Hopper (compute capability 9) and later, 4 MiB before. Throws device_error when the
+/// device cannot be queried.
+std::size_t recommended_cublas_workspace_bytes(int ordinal);
 
 /// cuDNN and cuBLAS handles bound to one stream. Every kernel of this library enqueues its
 /// work on stream() from the calling thread and returns without waiting (the softmax loss
@@ -35,13 +66,19 @@ class cuda_kernel_context {
   static constexpr cublasMath_t cublas_math = CUBLAS_DEFAULT_MATH;
 
   /// Creates the handles and binds them to `stream` (cudaStream_t; may be the legacy
-  /// default stream 0). `cublas_workspace`, when non-null, is a caller-owned device buffer
-  /// of `cublas_workspace_bytes` bytes (256-byte aligned) that cuBLAS uses instead of the
-  /// workspace it would otherwise allocate itself outside any memweave pool. Allocates 16
-  /// bytes of device scratch (cudaMalloc). Throws device_error when a handle cannot be made
-  /// (no device, driver too old, out of memory).
-  explicit cuda_kernel_context(cudaStream_t stream, void* cublas_workspace = nullptr,
-                               std::size_t cublas_workspace_bytes = 0);
+  /// default stream 0). cuBLAS keeps its own workspace (outside any memweave heap) until
+  /// take_cublas_workspace. Allocates 16 bytes of device scratch (cudaMalloc). Throws
+  /// device_error when a handle cannot be made (no device, driver too old, out of memory),
+  /// invalid_argument when MEMWEAVE_CUDNN_DETERMINISTIC is malformed (default options).
+  explicit cuda_kernel_context(cudaStream_t stream, const cuda_kernel_options& options =
+                                                        cuda_kernel_options::from_environment());
+
+  /// Takes cuBLAS's workspace (recommended_cublas_workspace_bytes of the context's device)
+  /// from `heap` and gives it to the handle, so that the heap's budget holds cuBLAS's
+  /// scratch too; the block goes back to `heap` when the context is destroyed, so `heap`
+  /// must outlive the context. At most once per context (invalid_argument after). Throws
+  /// out_of_memory naming cuBLAS when the heap cannot give the block.
+  void take_cublas_workspace(device_heap& heap);
 
   /// Destroys the handles and frees the scratch; waits for nothing (the caller synchronizes
   /// the stream first if work may still run). Never throws.
@@ -56,6 +93,15 @@ class cuda_kernel_context {
   /// The cuBLAS handle, bound to stream(), in cublas_math.
   cublasHandle_t cublas() const noexcept { return cublas_; }
 
+  /// Whether only deterministic cuDNN algorithms are listed and chosen.
+  bool deterministic() const noexcept { return options_.deterministic; }
+  /// The device the context was made on.
+  int ordinal() const noexcept { return ordinal_; }
+  /// The cuBLAS workspace taken from a heap (take_cublas_workspace), or null.
+  const void* cublas_workspace() const noexcept { return cublas_workspace_.get(); }
+  /// Its size in bytes (what cuBLAS was told), or 0.
+  std::size_t cublas_workspace_bytes() const noexcept { return cublas_workspace_bytes_; }
+
   /// Device scratch: the softmax loss of the latest forward (one double).
   double* loss_scratch() const noexcept { return loss_; }
   /// Device scratch: non-zero when a softmax kernel met a label out of range (one int).
@@ -67,6 +113,8 @@ class cuda_kernel_context {
  private:
   void release() noexcept;
 
+  cuda_kernel_options options_;
+  int ordinal_ = 0;
   cudaStream_t stream_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -74,6 +122,8 @@ class cuda_kernel_context {
   double* loss_ = nullptr;      // into scratch_
   int* label_error_ = nullptr;  // into scratch_
   std::unique_ptr<detail::conv_algo_cache> conv_cache_;
+  std::unique_ptr<void, detail::heap_return> cublas_workspace_;  // from take_cublas_workspace
+  std::size_t cublas_workspace_bytes_ = 0;
 };
 
 }  // namespace memweave::kernels::cuda

@@ -50,6 +50,17 @@ class event {
   virtual void synchronize() = 0;
 };
 
+/// How an event is made. Backends without a use for an option ignore it.
+struct event_options {
+  /// synchronize() puts the waiting thread to sleep until the event completes instead of
+  /// spinning on it (cuda: cudaEventBlockingSync). For a thread that waits long and off the
+  /// critical path, such as the transfer engine's watcher: it frees its core for the
+  /// kernels' host work, at the price of a wake-up latency. `host` and `null` events
+  /// already wait on a condition variable (they ignore it). Stream waits (stream::wait) are
+  /// unaffected.
+  bool blocking_sync = false;
+};
+
 /// An in-order queue of work. All methods may be called from any thread.
 class stream {
  public:
@@ -102,11 +113,18 @@ class device {
   /// One of the device's three streams; lives as long as the device. Destroying the
   /// device runs (host) or waits for (cuda) all enqueued work first.
   virtual stream& get_stream(stream_role role) = 0;
-  virtual std::unique_ptr<event> create_event() = 0;
+  /// A new event on this device, never recorded.
+  std::unique_ptr<event> create_event(const event_options& options = {}) {
+    return make_event(options);
+  }
   /// Waits for all three streams; then throws the first stream failure, if any.
   virtual void synchronize() = 0;
   /// False on `null`: memory has addresses but must never be read or written.
   virtual bool touches_memory() const noexcept { return true; }
+
+ protected:
+  /// create_event's backend part (one virtual, so that no override hides an overload).
+  virtual std::unique_ptr<event> make_event(const event_options& options) = 0;
 };
 
 /// How to make a device. Defaults come from the MEMWEAVE_* variables
