@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 32> k_options{{
+constexpr std::array<option_info, 33> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -157,6 +157,9 @@ constexpr std::array<option_info, 32> k_options{{
      "all: a scheduled prefetch is issued at most this many steps before its use (TFLMS's ub; 0 = "
      "no bound; below MEMWEAVE_SCHEDULE_PREFETCH_LB is an error)",
      {1, 2147483647, true}},
+    {"MEMWEAVE_SCHEDULE_COMPRESS", "none", f::choice, "none|fp16",
+     "all: fp16 = scheduled swaps of fp32 tensors cross the link as FP16, half the bytes (LDFG; "
+     "lossy: results are no longer bit-identical, the round-trip error is reported)"},
 }};
 
 const option_info& row(std::string_view name) {

@@ -63,6 +63,7 @@ class planner {
     const std::size_t steps = p.step_seconds.size();
     uses_.resize(p.tensors.size());
     gaps_.resize(p.tensors.size());
+    halve_.assign(p.tensors.size(), false);
     for (std::uint32_t t = 0; t < p.tensors.size(); ++t) {
       const schedule_tensor& x = p.tensors[t];
       std::uint32_t previous = k_none;
@@ -87,6 +88,7 @@ class planner {
         }
       }
       uses_[t] = x.uses;
+      halve_[t] = o.compress && x.compressible;
       if (!x.uses.empty()) gaps_[t].resize(x.uses.size() - 1);
     }
     chain_.resize(steps);
@@ -212,6 +214,13 @@ class planner {
     return tl;
   }
 
+  // Replays a given schedule: its swaps' copies are halved as it marks them.
+  void take_compression_from(const memory_schedule& s) {
+    for (const scheduled_gap& g : s.gaps) {
+      if (g.tensor < halve_.size() && g.action == gap_action::swap) halve_[g.tensor] = g.compressed;
+    }
+  }
+
  private:
   bool has_options(std::size_t s) const {
     return s < p_.step_options.size() && !p_.step_options[s].empty();
@@ -224,8 +233,10 @@ class planner {
     return s < p_.step_extra_bytes.size() ? p_.step_extra_bytes[s] : 0;
   }
 
+  // One direction of a swap of `t`: half the bytes when it travels as fp16.
   double copy_seconds(std::uint32_t t) const {
-    return static_cast<double>(p_.tensors[t].bytes) / p_.link_bytes_per_s;
+    const double bytes = static_cast<double>(p_.tensors[t].bytes);
+    return (halve_[t] ? bytes / 2 : bytes) / p_.link_bytes_per_s;
   }
 
   std::uint32_t last_write_at_or_before(std::uint32_t t, std::uint32_t step) const {
@@ -326,6 +337,8 @@ class planner {
           s.steps[sg.after].offload.push_back(t);
           s.steps[g.prefetch].prefetch.push_back(t);
           s.bytes_swapped += p_.tensors[t].bytes;
+          sg.compressed = halve_[t];
+          if (sg.compressed) s.bytes_compressed += p_.tensors[t].bytes;
         } else {
           s.steps[sg.after].drop.push_back(t);
           s.steps[sg.before].rebuild.push_back(t);
@@ -597,6 +610,7 @@ class planner {
 
   const schedule_problem& p_;
   const schedule_options& o_;
+  std::vector<bool> halve_;  // per tensor: its swaps move fp16 (compress, and compressible)
   std::vector<std::vector<schedule_use>> uses_;
   std::vector<std::vector<gap>> gaps_;
   std::vector<std::vector<std::uint32_t>> chain_;  // per step: dead tensors rebuilt for replays
@@ -657,6 +671,7 @@ schedule_options schedule_options::from_environment() {
   o.slack_seconds = *option_double("MEMWEAVE_SCHEDULE_SLACK_MS") / 1e3;
   o.prefetch_lb = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_LB"));
   o.prefetch_ub = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_UB"));
+  o.compress = option_string("MEMWEAVE_SCHEDULE_COMPRESS") == "fp16";
   if (o.prefetch_ub != 0 && o.prefetch_lb > o.prefetch_ub) {
     throw invalid_argument(
         "MEMWEAVE_SCHEDULE_PREFETCH_LB=" + std::to_string(o.prefetch_lb) +
@@ -682,7 +697,19 @@ double simulate_memory_schedule(const schedule_problem& problem, const memory_sc
   MEMWEAVE_EXPECTS(schedule.steps.size() == problem.step_seconds.size(),
                    "the schedule has " + std::to_string(schedule.steps.size()) +
                        " steps, the problem " + std::to_string(problem.step_seconds.size()));
-  return planner(problem, defaults).simulate(schedule).total;
+  planner replay(problem, defaults);
+  replay.take_compression_from(schedule);
+  return replay.simulate(schedule).total;
+}
+
+void require_exact(const schedule_options& options, const std::string& context) {
+  if (!options.compress) return;
+  throw invalid_argument(
+      context +
+      ": FP16 compression of swapped tensors (MEMWEAVE_SCHEDULE_COMPRESS=fp16) "
+      "is lossy: results are not bit-identical to baseline; unset "
+      "MEMWEAVE_SCHEDULE_COMPRESS (or set it to none, schedule_options::compress "
+      "= false) for an exact run");
 }
 
 }  // namespace memweave

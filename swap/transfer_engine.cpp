@@ -12,6 +12,12 @@
 //   prefetch's event completed (deferred_ keeps it until then, re-checked without blocking
 //   on every call, and waited for in the destructor). A new offload into an existing host
 //   copy first makes the device-to-host stream wait for the key's last prefetch.
+// - A compressed (fp16) key's host copy is half its device bytes: entry::bytes and the
+//   records' host_bytes are host sizes, entry::device_bytes and the records' bytes device
+//   sizes (the verify scratch buffers hold device bytes). Its checksums are of the fp16
+//   bytes: at offload from the device data encoded on the host (fp16_checksum), against the
+//   host copy as it landed; at prefetch from the device data re-encoded, which is exact
+//   (fp16 -> fp32 -> fp16 is the identity, NaN payloads included).
 // - A key's host copy is valid (prefetchable) only once its offload landed and passed
 //   verification; on_offloaded(key) is called only then, so the caller never frees a device
 //   copy whose host copy is not known good.
@@ -46,6 +52,7 @@
 #include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/device/stream_timeline.hpp"
+#include "memweave/swap/fp16.hpp"
 
 namespace memweave {
 namespace {
@@ -64,6 +71,19 @@ void flip_byte(void* p, std::size_t bytes) noexcept {
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// The checksum of `count` fp32 values as fp16 bytes: what verify mode compares for a
+// compressed copy (the link and the host copy carry only those bytes).
+std::uint64_t fp16_checksum(const void* fp32, std::size_t count) {
+  std::vector<std::uint16_t> half(count);
+  (void)fp16_encode(half.data(), static_cast<const float*>(fp32), count);
+  return transfer_checksum(half.data(), half.size() * sizeof(std::uint16_t));
+}
+
+// The verify checksum of `bytes` device bytes: of their fp16 encoding when compressed.
+std::uint64_t device_checksum(const void* data, std::size_t bytes, bool compressed) {
+  return compressed ? fp16_checksum(data, bytes / 4) : transfer_checksum(data, bytes);
 }
 
 // Whether an event is complete; a failed event counts as complete (nothing more will run
@@ -119,7 +139,10 @@ struct failure_box {
 struct offload_record {
   std::uint64_t id = 0;
   std::uint32_t key = 0;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;       // device bytes (and the scratch's)
+  std::size_t host_bytes = 0;  // of the host copy: bytes, or bytes / 2 when compressed
+  bool compressed = false;
+  std::atomic<double> max_error{0.0};  // compressed: written by the encode's stream work
   const void* device = nullptr;
   void* host = nullptr;
   void* scratch = nullptr;  // verify by copy-back: a second copy of the device bytes
@@ -134,7 +157,8 @@ struct offload_record {
 struct prefetch_record {
   std::uint64_t id = 0;
   std::uint32_t key = 0;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;           // device bytes
+  bool compressed = false;         // expanded from fp16: checked on its fp16 encoding
   std::string label;               // for messages built on stream threads
   std::uint64_t expected_sum = 0;  // checksum of the device bytes at the offload
   std::atomic<bool> failed{false};
@@ -148,7 +172,9 @@ struct prefetch_record {
 
 // A key's state.
 struct entry {
-  std::size_t bytes = 0;                        // of the host copy (and of prefetch_scratch)
+  std::size_t bytes = 0;                        // of the host copy
+  std::size_t device_bytes = 0;                 // of the tensor (and of prefetch_scratch)
+  bool compressed = false;                      // the host copy holds fp16
   void* host = nullptr;                         // host buffer, or null
   void* prefetch_scratch = nullptr;             // verify by copy-back: reused by every prefetch
   bool host_valid = false;                      // the host copy landed and passed verification
@@ -186,7 +212,14 @@ struct transfer_engine::impl {
         verifying_(options_.verify && moves_data_),
         copy_back_(verifying_ && (options_.verify_by_copy_back || d.kind() == device_kind::cuda)),
         device_addressable_(d.kind() == device_kind::host),
+        codec_(make_codec(d, options_)),
         watcher_([this] { watch(); }) {}
+
+  static std::unique_ptr<fp16_codec> make_codec(device& d, const transfer_options& o) {
+    if (o.fp16_codec_factory) return o.fp16_codec_factory(d);
+    if (d.kind() == device_kind::cuda) return nullptr;
+    return make_host_fp16_codec(d);
+  }
 
   device& dev_;
   host_memory& host_;
@@ -217,21 +250,25 @@ struct transfer_engine::impl {
   stream_timeline* timeline_ = nullptr;  // copies are recorded here when set
   std::uint64_t next_id_ = 1;
   bool stopping_ = false;
+  // Compressed copies; null when the device has none (`cuda` for now). Stream work uses it
+  // until the last copy ran: it outlives the watcher (which waits for every offload) and the
+  // destructor's waits for prefetches.
+  const std::unique_ptr<fp16_codec> codec_;
   std::thread watcher_;  // last: starts once everything above is built
 
   // ---- helpers (the _locked ones need mu_ held) ----------------------------------------------
 
-  // A tensor's copy, inside a timeline span when a timeline is set.
-  void copy(stream& s, const char* category, std::uint32_t key, void* dst, const void* src,
-            std::size_t bytes, copy_kind kind) {
+  // A tensor's copy (`enqueue` puts it on `s`), inside a timeline span when a timeline is
+  // set; `bytes` are the link bytes.
+  void traced(stream& s, const char* category, std::uint32_t key, std::size_t bytes,
+              const std::function<void()>& enqueue) {
     if (timeline_ == nullptr) {
-      s.copy_async(dst, src, bytes, kind);
+      enqueue();
       return;
     }
     std::string name = options_.name_fn ? options_.name_fn(key) : "";
     if (name.empty()) name = "tensor " + std::to_string(key);
-    timeline_->span(s, std::move(name), category, bytes, -1,
-                    [&] { s.copy_async(dst, src, bytes, kind); });
+    timeline_->span(s, std::move(name), category, bytes, -1, enqueue);
   }
 
   std::string label(std::uint32_t key, std::size_t bytes) const {
@@ -287,7 +324,9 @@ struct transfer_engine::impl {
   void release_buffers_locked(entry& en) {
     deferred_free d;
     if (en.host != nullptr) d.buffers.emplace_back(en.host, en.bytes);
-    if (en.prefetch_scratch != nullptr) d.buffers.emplace_back(en.prefetch_scratch, en.bytes);
+    if (en.prefetch_scratch != nullptr) {
+      d.buffers.emplace_back(en.prefetch_scratch, en.device_bytes);
+    }
     en.host = nullptr;
     en.prefetch_scratch = nullptr;
     en.host_valid = false;
@@ -373,13 +412,13 @@ struct transfer_engine::impl {
     if (device_ptr == nullptr) {
       lock.unlock();
       throw invalid_argument(std::string("transfer_engine::") + what + " of " +
-                             label(key, en.bytes) +
+                             label(key, en.device_bytes) +
                              " into a null device pointer; pass memory of at least its bytes");
     }
     if (copy_back_ && en.prefetch_scratch == nullptr) {
-      en.prefetch_scratch = allocate_locked(en.bytes);
+      en.prefetch_scratch = allocate_locked(en.device_bytes);
       if (en.prefetch_scratch == nullptr) {
-        throw_host_oom(lock, what, key, en.bytes, "the verify scratch copy");
+        throw_host_oom(lock, what, key, en.device_bytes, "the verify scratch copy");
       }
     }
     if (!en.prefetch_done) en.prefetch_done = dev_.create_event();
@@ -387,10 +426,11 @@ struct transfer_engine::impl {
     auto rec = std::make_shared<prefetch_record>();
     rec->id = next_id_++;
     rec->key = key;
-    rec->bytes = en.bytes;
+    rec->bytes = en.device_bytes;
+    rec->compressed = en.compressed;
     rec->expected_sum = en.checksum;
     const bool checked = verifying_ || faults_set_;
-    if (checked) rec->label = label(key, en.bytes);
+    if (checked) rec->label = label(key, en.device_bytes);
     const std::uint64_t n = ++copies_seen_;
     const bool inject_fail = faults_.fail_copy != 0 && faults_.fail_copy == n;
     const bool inject_corrupt =
@@ -418,18 +458,25 @@ struct transfer_engine::impl {
         } else {
           fail();  // `null` runs no work: the fault shows at once
         }
+      } else if (en.compressed) {
+        traced(h2d_, "prefetch", key, en.bytes,
+               [&] { codec_->decode(h2d_, device_ptr, en.host, en.device_bytes / 4); });
       } else {
-        copy(h2d_, "prefetch", key, device_ptr, en.host, en.bytes, copy_kind::host_to_device);
+        traced(h2d_, "prefetch", key, en.bytes,
+               [&] { h2d_.copy_async(device_ptr, en.host, en.bytes, copy_kind::host_to_device); });
       }
-      if (inject_corrupt) h2d_.launch([device_ptr, b = en.bytes] { flip_byte(device_ptr, b); });
+      if (inject_corrupt) {
+        h2d_.launch([device_ptr, b = en.device_bytes] { flip_byte(device_ptr, b); });
+      }
       if (verifying_ && !inject_fail) {
         const void* src = device_ptr;
         if (copy_back_) {
-          h2d_.copy_async(en.prefetch_scratch, device_ptr, en.bytes, copy_kind::device_to_host);
+          h2d_.copy_async(en.prefetch_scratch, device_ptr, en.device_bytes,
+                          copy_kind::device_to_host);
           src = en.prefetch_scratch;
         }
         h2d_.launch([rec, box = box_, src] {
-          const std::uint64_t sum = transfer_checksum(src, rec->bytes);
+          const std::uint64_t sum = device_checksum(src, rec->bytes, rec->compressed);
           if (sum == rec->expected_sum) return;
           std::string msg = "transfer_engine: prefetch of " + rec->label +
                             " delivered corrupt data (verify mode): checksum at offload " +
@@ -488,7 +535,7 @@ struct transfer_engine::impl {
                 "host copy was discarded; a failed device-to-host stream stays failed, so "
                 "recreate the device before offloading again";
       } else if (verifying_) {
-        const std::uint64_t host_sum = transfer_checksum(rec->host, rec->bytes);
+        const std::uint64_t host_sum = transfer_checksum(rec->host, rec->host_bytes);
         const std::uint64_t device_sum = rec->device_sum.load(std::memory_order_acquire);
         if (host_sum != device_sum) {
           error = "transfer_engine: offload of " + label(rec->key, rec->bytes) +
@@ -498,7 +545,7 @@ struct transfer_engine::impl {
                   "its host copy was discarded; check the host memory and the link";
         }
       }
-      if (error.empty() && rec->corrupt_host_after) flip_byte(rec->host, rec->bytes);
+      if (error.empty() && rec->corrupt_host_after) flip_byte(rec->host, rec->host_bytes);
 
       lock.lock();
       entry& en = entries_.at(rec->key);
@@ -512,6 +559,11 @@ struct transfer_engine::impl {
         en.host_valid = true;
         en.checksum = rec->device_sum.load(std::memory_order_acquire);
         ++counters_.offloads_completed;
+        if (rec->compressed) {
+          // After the offload's event: the encode's stream work has stored it.
+          counters_.max_compression_error = std::max(
+              counters_.max_compression_error, rec->max_error.load(std::memory_order_relaxed));
+        }
         notify = static_cast<bool>(on_offloaded_) && !stopping_;
       } else {
         ++counters_.failed_offloads;
@@ -589,7 +641,7 @@ void transfer_engine::set_faults(const transfer_faults& faults) {
 }
 
 void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::size_t bytes,
-                              event& ready) {
+                              event& ready, transfer_encoding encoding) {
   impl& m = *impl_;
   if (device_ptr == nullptr || bytes == 0) {
     throw invalid_argument("transfer_engine::offload of tensor " + std::to_string(key) +
@@ -597,6 +649,19 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
                            " and " + std::to_string(bytes) +
                            " bytes; pass the tensor's device memory and its size (> 0)");
   }
+  const bool compress = encoding == transfer_encoding::fp16;
+  if (compress && m.codec_ == nullptr) {
+    throw invalid_argument("transfer_engine::offload of " + m.label(key, bytes) +
+                           " compressed to fp16 (MEMWEAVE_SCHEDULE_COMPRESS=fp16): FP16 "
+                           "compression is not built for cuda yet (no fp16 codec for this "
+                           "device); unset MEMWEAVE_SCHEDULE_COMPRESS or set it to none");
+  }
+  if (compress && bytes % 4 != 0) {
+    throw invalid_argument("transfer_engine::offload of " + m.label(key, bytes) +
+                           " compressed to fp16: its size is not a whole number of fp32 "
+                           "values (a multiple of 4 bytes); offload it uncompressed");
+  }
+  const std::size_t host_bytes = compress ? bytes / 2 : bytes;
   m.throw_failures();
   std::unique_lock lock(m.mu_);
   m.sweep_locked();
@@ -610,17 +675,18 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   }
   // The host buffer: reuse the old one when the size matches (its prefetches are waited
   // for on the stream below), else a new one.
-  const bool reuse = en.host != nullptr && en.bytes == bytes;
-  void* target = reuse ? en.host : m.allocate_locked(bytes);
+  // (The verify scratch buffers hold device bytes: reused only when those match too.)
+  const bool reuse = en.host != nullptr && en.bytes == host_bytes && en.device_bytes == bytes;
+  void* target = reuse ? en.host : m.allocate_locked(host_bytes);
   if (target == nullptr) {
     if (!existed) m.entries_.erase(key);
-    m.throw_host_oom(lock, "offload", key, bytes, "its host copy");
+    m.throw_host_oom(lock, "offload", key, host_bytes, "its host copy");
   }
   void* scratch = nullptr;
   if (m.copy_back_) {
     scratch = m.allocate_locked(bytes);
     if (scratch == nullptr) {
-      if (!reuse) m.free_locked(target, bytes);
+      if (!reuse) m.free_locked(target, host_bytes);
       if (!existed) m.entries_.erase(key);
       m.throw_host_oom(lock, "offload", key, bytes, "the verify scratch copy");
     }
@@ -633,6 +699,8 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   rec->id = m.next_id_++;
   rec->key = key;
   rec->bytes = bytes;
+  rec->host_bytes = host_bytes;
+  rec->compressed = compress;
   rec->device = device_ptr;
   rec->host = target;
   rec->scratch = scratch;
@@ -656,7 +724,7 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
     if (en.prefetch_recorded) m.d2h_.wait(*en.prefetch_done);
     if (m.verifying_ && !m.copy_back_) {
       m.d2h_.launch([rec] {
-        rec->device_sum.store(transfer_checksum(rec->device, rec->bytes),
+        rec->device_sum.store(device_checksum(rec->device, rec->bytes, rec->compressed),
                               std::memory_order_release);
       });
     }
@@ -664,14 +732,18 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
       if (m.moves_data_) {
         m.d2h_.launch([msg = rec->injected] { throw device_error(msg); });
       }
+    } else if (compress) {
+      m.traced(m.d2h_, "offload", key, host_bytes,
+               [&] { m.codec_->encode(m.d2h_, target, device_ptr, bytes / 4, rec->max_error); });
     } else {
-      m.copy(m.d2h_, "offload", key, target, device_ptr, bytes, copy_kind::device_to_host);
+      m.traced(m.d2h_, "offload", key, bytes,
+               [&] { m.d2h_.copy_async(target, device_ptr, bytes, copy_kind::device_to_host); });
     }
-    if (inject_corrupt) m.d2h_.launch([target, bytes] { flip_byte(target, bytes); });
+    if (inject_corrupt) m.d2h_.launch([target, host_bytes] { flip_byte(target, host_bytes); });
     if (m.copy_back_) {
       m.d2h_.copy_async(scratch, device_ptr, bytes, copy_kind::device_to_host);
       m.d2h_.launch([rec] {
-        rec->device_sum.store(transfer_checksum(rec->scratch, rec->bytes),
+        rec->device_sum.store(device_checksum(rec->scratch, rec->bytes, rec->compressed),
                               std::memory_order_release);
       });
     }
@@ -691,7 +763,7 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
     if (reuse) {
       m.release_buffers_locked(en);  // partly overwritten: no longer a valid host copy
     } else {
-      m.free_locked(target, bytes);
+      m.free_locked(target, host_bytes);
     }
     if (!existed && en.host == nullptr) m.entries_.erase(key);
     throw;
@@ -700,14 +772,20 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   // The old buffer, when a new one replaced it (a prefetch may still read it).
   if (!reuse && en.host != nullptr) m.release_buffers_locked(en);
   en.host = target;
-  en.bytes = bytes;
+  en.bytes = host_bytes;
+  en.device_bytes = bytes;
+  en.compressed = compress;
   en.host_valid = false;
   en.dropped = false;
   en.prefetched.reset();
   en.offloading = rec;
   m.queue_.push_back(rec);
   ++m.counters_.offloads;
-  m.counters_.bytes_offloaded += bytes;
+  m.counters_.bytes_offloaded += host_bytes;
+  if (compress) {
+    ++m.counters_.compressed_offloads;
+    m.counters_.bytes_compressed += bytes;
+  }
   lock.unlock();
   m.work_cv_.notify_one();
 }

@@ -331,6 +331,70 @@ TEST(memory_schedule_test, impossible_controls_and_malformed_problems_are_errors
 
 // A random iteration shaped like training: a forward pass producing activations read again
 // in a mirrored backward pass, some of them rebuildable from the previous one.
+TEST(memory_schedule_test, a_swap_that_stalls_uncompressed_hides_compressed_to_fp16) {
+  // 4 ms steps, B needs the room over steps 2..7: A's 6.6 ms copies land 2.6 ms late each
+  // way; as fp16 (3.3 ms) both hide.
+  schedule_problem p = long_gap(10, 4e-3, 2, 7);
+  p.budget_bytes = 150 * k_mib;
+  p.tensors[0].compressible = true;
+  const memory_schedule plain = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(plain.gaps.size(), 1u);
+  EXPECT_FALSE(plain.gaps[0].compressed) << "compression is opt-in";
+  EXPECT_EQ(plain.bytes_compressed, 0u);
+  EXPECT_NEAR(plain.predicted_seconds - plain.baseline_seconds, 2 * 2.6e-3, 0.1e-3);
+  schedule_options o = no_headroom();
+  o.compress = true;
+  const memory_schedule half = plan_memory_schedule(p, o);
+  ASSERT_EQ(half.gaps.size(), 1u);
+  EXPECT_EQ(half.gaps[0].action, gap_action::swap);
+  EXPECT_TRUE(half.gaps[0].compressed);
+  EXPECT_TRUE(half.fits);
+  EXPECT_EQ(half.bytes_swapped, 100 * k_mib);
+  EXPECT_EQ(half.bytes_compressed, 100 * k_mib);
+  EXPECT_DOUBLE_EQ(half.predicted_seconds, half.baseline_seconds) << "both copies hide";
+  EXPECT_DOUBLE_EQ(simulate_memory_schedule(p, half), half.predicted_seconds);
+  EXPECT_DOUBLE_EQ(simulate_memory_schedule(p, plain), plain.predicted_seconds);
+  // A tensor not marked compressible travels whole even with compress on.
+  p.tensors[0].compressible = false;
+  const memory_schedule whole = plan_memory_schedule(p, o);
+  ASSERT_EQ(whole.gaps.size(), 1u);
+  EXPECT_FALSE(whole.gaps[0].compressed);
+  EXPECT_DOUBLE_EQ(whole.predicted_seconds, plain.predicted_seconds);
+}
+
+TEST(memory_schedule_test, exact_mode_refuses_fp16_compression_naming_the_variable) {
+  EXPECT_NO_THROW(require_exact(schedule_options{}, "the oracle's bit-identity mode"));
+  schedule_options o;
+  o.compress = true;
+  try {
+    require_exact(o, "the oracle's bit-identity mode");
+    ADD_FAILURE() << "a lossy option was accepted where results must be bit-identical";
+  } catch (const invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the oracle's bit-identity mode"), std::string::npos) << m;
+    EXPECT_NE(m.find("MEMWEAVE_SCHEDULE_COMPRESS=fp16"), std::string::npos) << m;
+    EXPECT_NE(m.find("lossy"), std::string::npos) << m;
+    EXPECT_NE(m.find("not bit-identical"), std::string::npos) << m;
+  }
+}
+
+TEST(memory_schedule_test, memweave_schedule_compress_is_read_and_checked) {
+  EXPECT_FALSE(schedule_options::from_environment().compress) << "off by default";
+  ::setenv("MEMWEAVE_SCHEDULE_COMPRESS", "fp16", 1);
+  EXPECT_TRUE(schedule_options::from_environment().compress);
+  ::setenv("MEMWEAVE_SCHEDULE_COMPRESS", "none", 1);
+  EXPECT_FALSE(schedule_options::from_environment().compress);
+  ::setenv("MEMWEAVE_SCHEDULE_COMPRESS", "bf16", 1);
+  try {
+    (void)schedule_options::from_environment();
+    ADD_FAILURE() << "an unknown compression was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_COMPRESS"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MEMWEAVE_SCHEDULE_COMPRESS");
+}
+
 schedule_problem random_training(std::mt19937& rng, std::uint32_t layers) {
   schedule_problem p;
   const std::uint32_t steps = 2 * layers;
@@ -350,6 +414,7 @@ schedule_problem random_training(std::mt19937& rng, std::uint32_t layers) {
       t.rebuild_seconds = p.step_seconds[l];
       t.rebuild_touches = {l - 1};
     }
+    t.compressible = coin(rng);
     p.tensors.push_back(std::move(t));
   }
   schedule_tensor weights = tensor(8 * k_mib, {0, steps - 1});
@@ -378,24 +443,35 @@ TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_
     p.budget_bytes =
         largest_step + static_cast<std::size_t>(
                            f(rng) * static_cast<double>(none.predicted_peak_bytes - largest_step));
-    const memory_schedule s = plan_memory_schedule(p, no_headroom());
     SCOPED_TRACE("trial " + std::to_string(trial));
-    for (const scheduled_gap& g : s.gaps) {
-      ASSERT_LT(g.after, g.before);
-      EXPECT_FALSE(p.tensors[g.tensor].pinned);
-      if (g.action == gap_action::swap) {
-        // Offloaded after its use, released later, prefetched no earlier than released and
-        // strictly before the step that needs it.
-        EXPECT_LT(g.after, g.release);
-        EXPECT_LE(g.release, g.prefetch);
-        EXPECT_LT(g.prefetch, g.before);
+    // With and without FP16 compression (half the copy time for compressible tensors).
+    for (const bool compress : {false, true}) {
+      SCOPED_TRACE(compress ? "compressed" : "uncompressed");
+      schedule_options o = no_headroom();
+      o.compress = compress;
+      const memory_schedule s = plan_memory_schedule(p, o);
+      std::uint64_t compressed = 0;
+      for (const scheduled_gap& g : s.gaps) {
+        EXPECT_TRUE(!g.compressed ||
+                    (compress && g.action == gap_action::swap && p.tensors[g.tensor].compressible));
+        compressed += g.compressed ? p.tensors[g.tensor].bytes : 0;
+        ASSERT_LT(g.after, g.before);
+        EXPECT_FALSE(p.tensors[g.tensor].pinned);
+        if (g.action == gap_action::swap) {
+          // Offloaded after its use, released later, prefetched no earlier than released and
+          // strictly before the step that needs it.
+          EXPECT_LT(g.after, g.release);
+          EXPECT_LE(g.release, g.prefetch);
+          EXPECT_LT(g.prefetch, g.before);
+        }
+        EXPECT_TRUE(g.action != gap_action::drop || p.tensors[g.tensor].rebuildable);
       }
-      EXPECT_TRUE(g.action != gap_action::drop || p.tensors[g.tensor].rebuildable);
+      EXPECT_TRUE(!s.fits || s.predicted_peak_bytes <= p.budget_bytes);
+      for (std::size_t b : s.bytes_per_step) EXPECT_LE(b, s.predicted_peak_bytes);
+      EXPECT_GE(s.predicted_seconds, s.baseline_seconds - 1e-12);
+      EXPECT_DOUBLE_EQ(simulate_memory_schedule(p, s), s.predicted_seconds);
+      EXPECT_EQ(s.bytes_compressed, compressed);
     }
-    EXPECT_TRUE(!s.fits || s.predicted_peak_bytes <= p.budget_bytes);
-    for (std::size_t b : s.bytes_per_step) EXPECT_LE(b, s.predicted_peak_bytes);
-    EXPECT_GE(s.predicted_seconds, s.baseline_seconds - 1e-12);
-    EXPECT_DOUBLE_EQ(simulate_memory_schedule(p, s), s.predicted_seconds);
   }
 }
 

@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -25,6 +27,7 @@
 #include "memweave/device/device.hpp"
 #include "memweave/device/stream_timeline.hpp"
 #include "memweave/swap/direct_pinned_memory.hpp"
+#include "memweave/swap/fp16.hpp"
 #include "memweave/swap/pinned_pool_host_memory.hpp"
 #include "memweave/swap/transfer_engine.hpp"
 #include "support/static_tls_reexec.hpp"
@@ -187,6 +190,11 @@ struct round_trip_case {
   bool copy_back;
 };
 
+std::string round_trip_name(const ::testing::TestParamInfo<round_trip_case>& info) {
+  return std::string(info.param.gbps > 0 ? "throttled" : "memcpy") +
+         (info.param.verify ? "_verify" : "") + (info.param.copy_back ? "_copy_back" : "");
+}
+
 class round_trip_test : public ::testing::TestWithParam<round_trip_case> {};
 
 TEST_P(round_trip_test, offload_then_prefetch_is_byte_identical) {
@@ -230,11 +238,7 @@ INSTANTIATE_TEST_SUITE_P(links, round_trip_test,
                                            round_trip_case{0.0, true, false},
                                            round_trip_case{2.0, true, false},
                                            round_trip_case{0.0, true, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.gbps > 0 ? "throttled" : "memcpy") +
-                                  (info.param.verify ? "_verify" : "") +
-                                  (info.param.copy_back ? "_copy_back" : "");
-                         });
+                         round_trip_name);
 
 TEST(transfer_engine, round_trip_through_the_pinned_host_pool) {
   std::string why;
@@ -1039,6 +1043,203 @@ TEST(transfer_engine, offload_events_are_blocking_sync_and_prefetch_events_are_n
   const std::vector<bool> made = dev.blocking();
   ASSERT_EQ(made.size(), before_prefetch + 1) << "one event per prefetched key";
   EXPECT_FALSE(made.back()) << "a prefetch event keeps the default (spin) wait";
+}
+
+// ---- fp16 compression --------------------------------------------------------------------
+
+// fp32 values over fp16's whole range, both signs, some below its smallest normal.
+std::vector<float> varied_floats(std::size_t n, std::uint32_t seed) {
+  std::vector<float> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const float mantissa = 1.0f + static_cast<float>(x >> 9) / static_cast<float>(1u << 23);
+    const int exponent = static_cast<int>((x >> 3) % 39) - 24;  // 2^-24 .. 2^14
+    v[i] = std::ldexp((x & 1u) != 0 ? -mantissa : mantissa, exponent);
+  }
+  return v;
+}
+
+// A device buffer produced with `values` (on the compute stream), and `ready` recorded.
+void produce_floats(stream& compute, device_buffer& buf, const std::vector<float>& values,
+                    event& ready) {
+  compute.launch(
+      [p = buf.get(), &values] { std::memcpy(p, values.data(), values.size() * sizeof(float)); });
+  compute.record(ready);
+}
+
+class compressed_round_trip_test : public ::testing::TestWithParam<round_trip_case> {};
+
+TEST_P(compressed_round_trip_test, returns_every_value_within_fp16_rounding) {
+  const auto c = GetParam();
+  transfer_options o;
+  o.verify = c.verify;
+  o.verify_by_copy_back = c.copy_back;
+  rig r("host", c.gbps, o);
+  constexpr std::size_t count = 300'001;  // not a whole number of codec chunks
+  const auto values = varied_floats(count, 3);
+  device_buffer src(*r.dev, count * 4), dst(*r.dev, count * 4);
+  auto ready = r.dev->create_event();
+  produce_floats(r.compute, src, values, *ready);
+  r.engine->offload(1, src.get(), src.size(), *ready, transfer_encoding::fp16);
+  r.engine->wait_offloaded(1);
+  ASSERT_TRUE(r.engine->has_host_copy(1));
+  r.engine->prefetch(1, dst.get());
+  r.engine->make_ready(1, r.compute);
+  r.compute.synchronize();
+  r.engine->check();
+  const auto* out = static_cast<const float*>(dst.get());
+  for (std::size_t i = 0; i < count; ++i) {
+    const float x = values[i];
+    ASSERT_EQ(out[i], float_from_fp16(fp16_from_float(x))) << "value " << i;
+    ASSERT_LE(std::fabs(out[i] - x),
+              fp16_max_relative_error * std::max(std::fabs(x), fp16_error_floor))
+        << "value " << i << ": " << x << " came back as " << out[i];
+  }
+  EXPECT_EQ(std::memcmp(src.get(), values.data(), src.size()), 0) << "the device copy is intact";
+  const auto s = r.engine->stats();
+  EXPECT_EQ(s.compressed_offloads, 1u);
+  EXPECT_EQ(s.bytes_compressed, count * 4);
+  EXPECT_EQ(s.bytes_offloaded, count * 2) << "half the bytes cross the link";
+  EXPECT_EQ(s.bytes_prefetched, count * 2);
+  EXPECT_EQ(s.host_bytes, count * 2 + (c.copy_back ? count * 4 : 0));  // + the prefetch scratch
+  EXPECT_GT(s.max_compression_error, 0.0) << "the error is measured";
+  EXPECT_LE(s.max_compression_error, fp16_max_relative_error);
+}
+
+INSTANTIATE_TEST_SUITE_P(links, compressed_round_trip_test,
+                         ::testing::Values(round_trip_case{0.0, false, false},
+                                           round_trip_case{2.0, false, false},
+                                           round_trip_case{0.0, true, false},
+                                           round_trip_case{0.0, true, true}),
+                         round_trip_name);
+
+TEST(transfer_engine, a_compressed_value_beyond_fp16_range_comes_back_inf_and_is_reported) {
+  rig r;
+  const std::vector<float> values{1.0f, 65504.0f, 65519.0f, 1e6f, -1e6f, 0.0f};
+  device_buffer src(*r.dev, values.size() * 4), dst(*r.dev, values.size() * 4);
+  auto ready = r.dev->create_event();
+  produce_floats(r.compute, src, values, *ready);
+  r.engine->offload(7, src.get(), src.size(), *ready, transfer_encoding::fp16);
+  r.engine->wait_offloaded(7);
+  r.engine->fetch_now(7, dst.get(), r.compute);
+  r.compute.synchronize();
+  const auto* out = static_cast<const float*>(dst.get());
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 65504.0f);
+  EXPECT_EQ(out[2], 65504.0f) << "below 65520 rounds to the largest finite fp16";
+  EXPECT_EQ(out[3], std::numeric_limits<float>::infinity()) << "overflow is inf, not saturated";
+  EXPECT_EQ(out[4], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(out[5], 0.0f);
+  EXPECT_EQ(r.engine->stats().max_compression_error, std::numeric_limits<double>::infinity());
+}
+
+TEST(transfer_engine, verify_mode_catches_a_compressed_copy_corrupted_in_transit) {
+  transfer_options o;
+  o.verify = true;
+  rig r("host", 0.0, o);
+  const auto values = varied_floats(4096, 5);
+  device_buffer src(*r.dev, values.size() * 4);
+  r.engine->set_faults({.corrupt_copy = 1});
+  auto ready = r.dev->create_event();
+  produce_floats(r.compute, src, values, *ready);
+  r.engine->offload(2, src.get(), src.size(), *ready, transfer_encoding::fp16);
+  EXPECT_THROW(r.engine->wait_offloaded(2), device_error);
+  EXPECT_FALSE(r.engine->has_host_copy(2));
+  EXPECT_EQ(r.offloaded_count(2), 0);
+}
+
+// Wall seconds of one offload of `bytes` (waited for), exact or compressed.
+double timed_offload(rig& r, std::uint32_t key, device_buffer& buf, transfer_encoding e) {
+  auto ready = r.dev->create_event();
+  r.compute.record(*ready);
+  r.compute.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  r.engine->offload(key, buf.get(), buf.size(), *ready, e);
+  r.engine->wait_offloaded(key);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(transfer_engine, a_compressed_offload_takes_half_the_link_time_on_a_throttled_link) {
+  // A slow link next to the conversion's cost (about 1 ms for these 256 Ki values): 1 MiB
+  // take 33.6 ms at 31.25 MB/s, as fp16 16.8 ms.
+  constexpr double gbps = 0.03125;
+  rig r("host", gbps);
+  device_buffer buf(*r.dev, MiB);
+  std::memset(buf.get(), 0, buf.size());
+  const double exact = timed_offload(r, 1, buf, transfer_encoding::exact);
+  const double half = timed_offload(r, 2, buf, transfer_encoding::fp16);
+  const double link = static_cast<double>(buf.size()) / (gbps * 1e9);
+  EXPECT_GE(exact, link * 0.99);
+  EXPECT_GE(half, link / 2 * 0.99) << "the fp16 bytes still cross the throttled link";
+  EXPECT_LT(half, exact * 0.8) << "exact " << exact << " s, compressed " << half << " s";
+}
+
+TEST(transfer_engine, on_the_null_device_a_compressed_copy_costs_half) {
+  rig r("null", 8.0);                   // 8e9 bytes/s
+  constexpr std::size_t n = 8'000'000;  // 1 ms exact, 0.5 ms as fp16
+  void* a = r.dev->allocate(n);         // PROT_NONE: the codec must not touch it
+  void* b = r.dev->allocate(n);
+  auto ready = r.dev->create_event();
+  r.compute.record(*ready);
+  r.engine->offload(1, a, n, *ready, transfer_encoding::fp16);
+  EXPECT_DOUBLE_EQ(r.d2h.simulated_time_s(), 0.0005);
+  r.engine->wait_offloaded(1);
+  r.engine->prefetch(1, b);
+  EXPECT_DOUBLE_EQ(r.h2d.simulated_time_s(), 0.0005);
+  const auto s = r.engine->stats();
+  EXPECT_EQ(s.bytes_offloaded, n / 2);
+  EXPECT_EQ(s.bytes_prefetched, n / 2);
+  EXPECT_EQ(s.bytes_compressed, n);
+  EXPECT_EQ(s.max_compression_error, 0.0) << "no data on null: nothing measured";
+  r.engine->drop_host(1);
+  r.dev->deallocate(a, n);
+  r.dev->deallocate(b, n);
+}
+
+TEST(transfer_engine, a_compressed_offload_without_a_codec_is_refused_naming_the_variable) {
+  transfer_options o;
+  o.fp16_codec_factory = [](device&) { return std::unique_ptr<fp16_codec>(); };  // as on cuda
+  rig r("host", 0.0, o);
+  device_buffer a(*r.dev, MiB);
+  auto ready = r.dev->create_event();
+  try {
+    r.engine->offload(1, a.get(), a.size(), *ready, transfer_encoding::fp16);
+    FAIL() << "a compressed offload with no codec was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_COMPRESS"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not built for cuda"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(r.host.bytes_in_use(), 0u);
+}
+
+TEST(transfer_engine, a_compressed_offload_of_a_size_not_a_multiple_of_4_is_refused) {
+  rig r;
+  device_buffer a(*r.dev, 4097);
+  auto ready = r.dev->create_event();
+  EXPECT_THROW(r.engine->offload(1, a.get(), a.size(), *ready, transfer_encoding::fp16),
+               invalid_argument);
+  EXPECT_EQ(r.host.bytes_in_use(), 0u);
+}
+
+TEST(transfer_engine, a_key_offloaded_exact_then_compressed_gets_a_host_copy_of_the_new_size) {
+  rig r;
+  const auto values = varied_floats(1024, 9);
+  device_buffer src(*r.dev, values.size() * 4), dst(*r.dev, values.size() * 4);
+  auto ready = r.dev->create_event();
+  produce_floats(r.compute, src, values, *ready);
+  r.engine->offload(1, src.get(), src.size(), *ready);
+  r.engine->wait_offloaded(1);
+  r.engine->offload(1, src.get(), src.size(), *ready, transfer_encoding::fp16);
+  r.engine->wait_offloaded(1);
+  EXPECT_EQ(r.engine->stats().host_bytes, values.size() * 2);
+  r.engine->fetch_now(1, dst.get(), r.compute);
+  r.compute.synchronize();
+  const auto* out = static_cast<const float*>(dst.get());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(out[i], float_from_fp16(fp16_from_float(values[i]))) << i;
+  }
 }
 
 }  // namespace

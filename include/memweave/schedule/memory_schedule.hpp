@@ -47,6 +47,9 @@ struct schedule_tensor {
   std::vector<schedule_use> uses;  ///< ascending by step, one entry per step
   /// Whether a replay of its producer's forward can rebuild it (a cheap layer's output).
   bool rebuildable = false;
+  /// An fp32 tensor that may cross the link as fp16 (half the bytes each way) when
+  /// schedule_options::compress is on; the caller decides which (values, not indices).
+  bool compressible = false;
   double rebuild_seconds = 0.0;  ///< the replay's modelled time
   /// Every other tensor the replay touches (its inputs, parameters, auxiliary outputs):
   /// each must be resident, or rebuilt first, at the step of the rebuild.
@@ -100,6 +103,10 @@ struct schedule_options {
   double slack_seconds = 0.0;
   bool allow_swap = true;
   bool allow_drop = true;
+  /// Swaps of compressible tensors move fp16, half the bytes (LDFG): copies take half the
+  /// time, so more of them hide. Lossy, never the default (MEMWEAVE_SCHEDULE_COMPRESS=fp16);
+  /// refused where results must be bit-identical (require_exact).
+  bool compress = false;
   /// Throws invalid_argument naming the field when a value is out of range.
   void validate() const;
   /// The MEMWEAVE_SCHEDULE* variables (defaults as above); invalid_argument naming the
@@ -128,6 +135,7 @@ struct scheduled_gap {
   std::uint32_t before = 0;    ///< the use that closes it
   std::uint32_t release = 0;   ///< swap: the step before which its memory is freed
   std::uint32_t prefetch = 0;  ///< swap: the step after which the copy back is issued
+  bool compressed = false;     ///< swap: both copies move fp16 (transfer_encoding::fp16)
 };
 
 /// The plan for one iteration.
@@ -139,9 +147,11 @@ struct memory_schedule {
   std::size_t predicted_peak_bytes = 0;
   double predicted_seconds = 0.0;   ///< the iteration with the schedule's stalls and replays
   double baseline_seconds = 0.0;    ///< the same with no action (Σ step_seconds)
-  std::uint64_t bytes_swapped = 0;  ///< one direction
-  std::uint64_t rebuilds = 0;       ///< replays the schedule adds
-  bool fits = true;                 ///< predicted_peak_bytes <= the planning budget
+  std::uint64_t bytes_swapped = 0;  ///< one direction, device bytes
+  /// Of bytes_swapped, the fp32 bytes that travel as fp16 (half of them cross the link).
+  std::uint64_t bytes_compressed = 0;
+  std::uint64_t rebuilds = 0;  ///< replays the schedule adds
+  bool fits = true;            ///< predicted_peak_bytes <= the planning budget
 };
 
 /// Plans `problem` under `options`. Throws invalid_argument on malformed input (a use out
@@ -149,8 +159,14 @@ struct memory_schedule {
 memory_schedule plan_memory_schedule(const schedule_problem& problem,
                                      const schedule_options& options = {});
 
+/// Throws invalid_argument when `options` would make results differ from a run with no
+/// memory technique (FP16 compression is lossy); `context` names who needs exact results
+/// ("the oracle's bit-identity mode"). What an exact mode calls before planning.
+void require_exact(const schedule_options& options, const std::string& context);
+
 /// Replays `schedule` on `problem`'s timing model: the iteration's seconds with the
-/// schedule's stalls and replays (what plan_memory_schedule reports as predicted_seconds).
+/// schedule's stalls and replays (what plan_memory_schedule reports as predicted_seconds);
+/// its swaps marked compressed copy half the bytes.
 double simulate_memory_schedule(const schedule_problem& problem, const memory_schedule& schedule);
 
 }  // namespace memweave

@@ -35,6 +35,7 @@
 #include <string>
 
 #include "memweave/device/device.hpp"
+#include "memweave/swap/fp16_codec.hpp"
 #include "memweave/swap/host_memory.hpp"
 
 namespace memweave {
@@ -57,8 +58,21 @@ struct transfer_options {
   /// Names a key in error messages ("conv3 output"); optional. Called from any thread,
   /// sometimes with the engine's lock held: it must not call into the engine.
   std::function<std::string(std::uint32_t key)> name_fn;
+  /// Makes the codec of compressed (fp16) offloads, once, for the engine's device; empty =
+  /// make_host_fp16_codec on `host` and `null`, none on `cuda` (a compressed offload there is
+  /// then an invalid_argument). The engine owns what it returns.
+  std::function<std::unique_ptr<fp16_codec>(device&)> fp16_codec_factory;
   /// Reads MEMWEAVE_VERIFY_TRANSFERS; throws invalid_argument naming it when malformed.
   static transfer_options from_environment();
+};
+
+/// How a tensor crosses the link.
+enum class transfer_encoding : std::uint8_t {
+  exact,  ///< byte for byte
+  /// An fp32 tensor travels as fp16 (half the bytes each way) and comes back as
+  /// fp32(fp16(x)): lossy (relative error <= 2^-11 within range, +-inf from 65520 on; see
+  /// fp16.hpp), opt-in (MEMWEAVE_SCHEDULE_COMPRESS=fp16). Verify mode checks the fp16 bytes.
+  fp16,
 };
 
 /// Fault injection for tests. Copies and allocations are numbered from 1, counted since the
@@ -82,14 +96,21 @@ struct transfer_faults {
 /// What an engine has done. Counters cover the period since construction or reset_stats();
 /// the fields marked "now" are the current state.
 struct transfer_stats {
-  std::uint64_t offloads = 0;            ///< offload copies enqueued
-  std::uint64_t prefetches = 0;          ///< host-to-device copies enqueued (prefetch + fetch_now)
-  std::uint64_t on_demand_fetches = 0;   ///< of those, by fetch_now
-  std::uint64_t bytes_offloaded = 0;     ///< bytes of the offload copies enqueued
-  std::uint64_t bytes_prefetched = 0;    ///< bytes of the host-to-device copies enqueued
-  std::uint64_t offloads_completed = 0;  ///< offloads whose host copy landed good
-  std::uint64_t failed_offloads = 0;     ///< offloads that failed (copy, verification)
-  std::uint64_t failed_prefetches = 0;   ///< prefetches/fetches that failed
+  std::uint64_t offloads = 0;             ///< offload copies enqueued
+  std::uint64_t prefetches = 0;           ///< host-to-device copies enqueued (prefetch + fetch_now)
+  std::uint64_t on_demand_fetches = 0;    ///< of those, by fetch_now
+  std::uint64_t bytes_offloaded = 0;      ///< bytes of the offload copies enqueued (link bytes)
+  std::uint64_t bytes_prefetched = 0;     ///< bytes of the host-to-device copies enqueued (link)
+  std::uint64_t compressed_offloads = 0;  ///< of the offloads, those enqueued as fp16
+  /// Device (fp32) bytes of those: each moved half of them over the link, each way.
+  std::uint64_t bytes_compressed = 0;
+  /// The largest relative round-trip error max |x - fp32(fp16(x))| / max(|x|, 2^-14) over the
+  /// values of the compressed offloads completed (measured by the conversion itself, from the
+  /// device data); +inf when a value overflowed fp16. 0 on `null` (no data) or with none.
+  double max_compression_error = 0.0;
+  std::uint64_t offloads_completed = 0;        ///< offloads whose host copy landed good
+  std::uint64_t failed_offloads = 0;           ///< offloads that failed (copy, verification)
+  std::uint64_t failed_prefetches = 0;         ///< prefetches/fetches that failed
   std::uint64_t host_allocation_failures = 0;  ///< offloads refused for lack of host memory
   std::uint64_t waits = 0;           ///< calls that blocked their thread (wait_*, fetch_now)
   double wait_seconds = 0.0;         ///< seconds those calls blocked their thread
@@ -136,7 +157,12 @@ class transfer_engine {
   /// comment); throws out_of_memory when host memory is exhausted; invalid_argument for a
   /// null pointer, 0 bytes, an offload of `key` still in flight, or an event of another
   /// device. When it throws, no offload was started and the tensor stays on the device.
-  void offload(std::uint32_t key, const void* device_ptr, std::size_t bytes, event& ready);
+  /// With transfer_encoding::fp16 the tensor is fp32 (`bytes` a multiple of 4) and its host
+  /// copy holds fp16 (bytes / 2); the device bytes are left unchanged; later prefetches of
+  /// the key expand it back to fp32. invalid_argument when `bytes` is not a multiple of 4 or
+  /// the engine has no fp16 codec (`cuda` for now).
+  void offload(std::uint32_t key, const void* device_ptr, std::size_t bytes, event& ready,
+               transfer_encoding encoding = transfer_encoding::exact);
 
   /// Blocks until the offload of `key` in flight has completed and on_offloaded(key) has
   /// returned (at once when none is in flight); returns the seconds blocked. With `compute`,
@@ -151,8 +177,9 @@ class transfer_engine {
   /// Offloads started and not yet handled.
   std::size_t pending_offloads() const;
 
-  /// Enqueues the copy of `key`'s host copy into `device_ptr` (which must hold its bytes)
-  /// on the host-to-device stream and records an event. With `writable`, the copy first
+  /// Enqueues the copy of `key`'s host copy into `device_ptr` (which must hold the bytes
+  /// offloaded) on the host-to-device stream and records an event; a host copy offloaded as
+  /// fp16 is expanded back to fp32 there, in stream order. With `writable`, the copy first
   /// waits for it (e.g. the compute stream's last use of recycled memory). Throws pending
   /// failures; invalid_argument when `key` has no host copy (never offloaded, dropped, its
   /// offload failed, or still in flight: its device copy is then still resident).
@@ -169,7 +196,8 @@ class transfer_engine {
   /// Whether `key` has a complete host copy (valid until drop_host or a new offload; it
   /// stays valid after prefetches).
   bool has_host_copy(std::uint32_t key) const;
-  /// The host copy of `key`, or nullptr when it has none.
+  /// The host copy of `key`, or nullptr when it has none (fp16 values when it was offloaded
+  /// with transfer_encoding::fp16).
   const void* host_copy(std::uint32_t key) const;
   /// Forgets `key`'s host copy and frees its memory (once any copy still reading or
   /// writing it is done). A no-op for an unknown key. An offload of `key` in flight is
