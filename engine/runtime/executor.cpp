@@ -70,14 +70,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// The null device's throughput model (a Pascal-class GPU, as the paper's TITAN Xp): fp32
-// flops per second and device-memory bytes per second. A step costs the larger of its
-// compute and memory time.
-constexpr double k_model_flops = 12e12;
-constexpr double k_model_bytes_per_s = 500e9;
-// The host link the eviction rule assumes when it weighs a rebuild against a round trip
-// (PCIe 3.0 x16, the paper's).
-constexpr double k_model_link_bytes_per_s = 16e9;
 // Write-back skips tensors whose life ends within this many steps.
 constexpr std::size_t k_write_back_horizon = 8;
 
@@ -324,6 +316,14 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   MEMWEAVE_EXPECTS(std::isfinite(options.link_gbps) && options.link_gbps >= 0,
                    "executor_options.link_gbps = " + std::to_string(options.link_gbps) +
                        ": expected a finite number >= 0 (0: MEMWEAVE_HOST_LINK_GBPS)");
+  for (const double rate :
+       {options.model.flops, options.model.memory_bytes_per_s, options.model.link_bytes_per_s}) {
+    MEMWEAVE_EXPECTS(std::isfinite(rate) && rate > 0,
+                     "executor_options.model = {" + std::to_string(options.model.flops) + ", " +
+                         std::to_string(options.model.memory_bytes_per_s) + ", " +
+                         std::to_string(options.model.link_bytes_per_s) +
+                         "}: expected finite throughputs > 0");
+  }
   if (options.policy.planned) options.schedule.validate();
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
@@ -684,8 +684,9 @@ bool executor::drop_on_evict(tensor_id t) const {
   const layer& l = net_[table_[t].owner];
   std::vector<shape4> in;
   for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
-  const double rebuild_s = layers::forward_flops(l, in) / k_model_flops;
-  const double move_s = 2.0 * static_cast<double>(table_[t].bytes) / k_model_link_bytes_per_s;
+  const double rebuild_s = layers::forward_flops(l, in) / options_.model.flops;
+  const double move_s =
+      2.0 * static_cast<double>(table_[t].bytes) / options_.model.link_bytes_per_s;
   return rebuild_s <= move_s;
 }
 
@@ -923,19 +924,19 @@ void executor::initialize_persistent() {
   persistent_moved_ = false;
 }
 
-// The null device's time for layer `l`'s forward or backward kernel: the larger of its
+// The cost model's time for layer `l`'s forward or backward kernel: the larger of its
 // compute (flops at the model's rate, or `compute_s` when given: a CONV's chosen
 // algorithms) and its memory traffic.
 double executor::model_seconds(const layer& l, bool forward, double compute_s) const {
   if (compute_s < 0) {
     std::vector<shape4> in;
     for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
-    compute_s =
-        (forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in)) / k_model_flops;
+    compute_s = (forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in)) /
+                options_.model.flops;
   }
   const auto& row = layer_memory_->of(l.id);
   const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
-  return std::max(compute_s, bytes / k_model_bytes_per_s);
+  return std::max(compute_s, bytes / options_.model.memory_bytes_per_s);
 }
 
 // all: whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the
@@ -964,7 +965,7 @@ void executor::plan_schedule() {
   p.budget_bytes = options_.budget_bytes;
   double link = options_.link_gbps;
   if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
-  if (link <= 0) link = k_model_link_bytes_per_s / 1e9;
+  if (link <= 0) link = options_.model.link_bytes_per_s / 1e9;
   p.link_bytes_per_s = link * 1e9;
   p.step_seconds.assign(steps, 0.0);
   p.step_options.resize(steps);
@@ -980,10 +981,11 @@ void executor::plan_schedule() {
     const auto& cp = std::get<conv_params>(l.params);
     const shape4& in = net_[l.inputs[0]].output_shape;
     std::vector<std::vector<conv_candidate>> passes;
-    passes.push_back(model_host_conv(
-        forward ? k::conv_pass::forward : k::conv_pass::backward_filter, in, cp, k_model_flops));
+    passes.push_back(
+        model_host_conv(forward ? k::conv_pass::forward : k::conv_pass::backward_filter, in, cp,
+                        options_.model.flops));
     if (!forward && table_.of(l.inputs[0]).output_grad != invalid_tensor) {
-      passes.push_back(model_host_conv(k::conv_pass::backward_data, in, cp, k_model_flops));
+      passes.push_back(model_host_conv(k::conv_pass::backward_data, in, cp, options_.model.flops));
     }
     std::vector<std::size_t> caps;
     for (const auto& candidates : passes) {
@@ -1702,7 +1704,7 @@ executor::conv_step executor::choose_conv(const layer& l, bool forward, bool inp
 #if MEMWEAVE_HAVE_CUDA
       if (cuda_) return cuda_conv_candidates(*cuda_->context, *heap_, to_cuda(pass), in, p);
 #endif
-      if (!touches) return model_host_conv(pass, in, p, k_model_flops);
+      if (!touches) return model_host_conv(pass, in, p, options_.model.flops);
       // Measure alone: kernels still queued would share the cores and skew the times.
       dev_.get_stream(stream_role::compute).synchronize();
       return measure_host_conv(kernels_->context, pass, in, p);

@@ -24,6 +24,7 @@
 #include "memweave/cache/tensor_cache.hpp"
 #include "memweave/conv_workspace/conv_workspace_selector.hpp"
 #include "memweave/device/device.hpp"
+#include "memweave/engine/cost_model.hpp"
 #include "memweave/engine/data_source.hpp"
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/liveness.hpp"
@@ -107,8 +108,11 @@ struct executor_options {
   /// all: the memory schedule's controls (headroom, thresholds, what it may do).
   schedule_options schedule = {};
   /// The host link the schedule's timing assumes, GB/s (0: MEMWEAVE_HOST_LINK_GBPS, or
-  /// 16 GB/s, PCIe 3.0 x16, when that is 0).
+  /// model.link_bytes_per_s when that is 0).
   double link_gbps = 0.0;
+  /// The device the timings model: the null device's kernel times, the schedule's step
+  /// times, and the eviction rule's rebuild-or-move weighing (each throughput > 0).
+  cost_model model = {};
 };
 
 class executor {
