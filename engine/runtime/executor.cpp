@@ -31,9 +31,9 @@
 // waits for the stream to hand back the loss. CONV runs the algorithms workspace selection
 // chose among cuDNN's, measured once per shape on scratch memory from the heap.
 //
-// Invariants: state_[t] says where a transient tensor is; device memory of a resident one
-// is cache_->ptr(t), of an offloading or prefetching one aside_ptr_[t]; bytes_live_ and
-// tensors_live_ sum the tensors holding device memory (persistent ones included).
+// Invariants: residency_ says where each tensor the cache manages is, and counts what holds
+// device memory (engine/runtime/residency_table.hpp); every move of a tensor is recorded
+// there right after the executor makes it.
 #include "memweave/engine/executor.hpp"
 
 #include <algorithm>
@@ -56,6 +56,7 @@
 #include "engine/layers/layer_step.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime/conv_selection.hpp"
+#include "engine/runtime/residency_table.hpp"
 #include "engine/solver/sgd.hpp"
 #include "memweave/alloc/pinned_host_pool.hpp"
 #include "memweave/core/config.hpp"
@@ -416,8 +417,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
 
   const std::size_t n = table_.size();
   persistent_ptr_.assign(n, nullptr);
-  state_.assign(n, residency::absent);
-  aside_ptr_.assign(n, nullptr);
+  residency_ = std::make_unique<residency_table>(table_);
   // The last forward step touching each tensor: after it, a tensor needed again only in
   // backward can leave the device.
   last_forward_use_.assign(n, 0);
@@ -524,7 +524,6 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     }
   }
   last_write_.assign(n, 0);
-  copied_.assign(n, false);
   // Write-back starts below twice the most any step allocates anew.
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
     std::size_t fresh = 0;
@@ -560,8 +559,8 @@ executor::~executor() {
       // Reported by the call that saw it; the device copies are still ours to free.
     }
   }
-  for (tensor_id t = 0; t < state_.size(); ++t) {
-    if (aside_ptr_[t] != nullptr) (void)heap_->deallocate(aside_ptr_[t]);
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    if (residency_->aside(t) != nullptr) (void)heap_->deallocate(residency_->aside(t));
     if (persistent_ptr_[t] != nullptr) (void)heap_->deallocate(persistent_ptr_[t]);
   }
   transfers_.reset();
@@ -601,7 +600,7 @@ void executor::allocate_persistent(tensor_id t) {
                           "tensor " + info.name + " (" + to_string(info.role) + "): " + e.what(),
                           info.bytes);
     }
-    state_[t] = residency::resident;
+    residency_->allocated(t);
   } else {
     void* p = heap_->try_allocate(info.bytes);
     if (p == nullptr) {
@@ -609,9 +608,8 @@ void executor::allocate_persistent(tensor_id t) {
                           "tensor " + info.name + " (" + to_string(info.role) + ")", info.bytes);
     }
     persistent_ptr_[t] = p;
+    residency_->persistent_allocated(t);
   }
-  bytes_live_ += info.bytes;
-  ++tensors_live_;
 }
 
 void* executor::allocate_transient(tensor_id t, std::size_t step) {
@@ -626,24 +624,20 @@ void* executor::allocate_transient(tensor_id t, std::size_t step) {
                             info.name + " (" + to_string(info.role) + "): " + e.what(),
                         e.requested(), e.free_bytes(), e.largest_free_run());
   }
-  state_[t] = residency::resident;
-  bytes_live_ += info.bytes;
-  ++tensors_live_;
+  residency_->allocated(t);
   return p;
 }
 
 void executor::free_transient(tensor_id t) noexcept {
-  switch (state_[t]) {
+  switch (residency_->state(t)) {
     case residency::resident:
       cache_->release(t);
-      bytes_live_ -= table_[t].bytes;
-      --tensors_live_;
       break;
     case residency::offloading:
     case residency::prefetching:
       // A copy may still touch the memory: let it finish before the bytes are reused.
       try {
-        if (state_[t] == residency::offloading) {
+        if (residency_->state(t) == residency::offloading) {
           transfers_->engine.wait_offloaded(t);
         } else {
           transfers_->engine.make_ready(t, dev_.get_stream(stream_role::compute));
@@ -651,10 +645,7 @@ void executor::free_transient(tensor_id t) noexcept {
       } catch (...) {
         // The failure stays pending in the engine and is thrown by its next call.
       }
-      (void)heap_->deallocate(aside_ptr_[t]);
-      aside_ptr_[t] = nullptr;
-      bytes_live_ -= table_[t].bytes;
-      --tensors_live_;
+      (void)heap_->deallocate(residency_->aside(t));
       break;
     case residency::on_host:
     case residency::dropped:
@@ -662,13 +653,13 @@ void executor::free_transient(tensor_id t) noexcept {
       break;
   }
   forget_host(t);
-  state_[t] = residency::absent;
+  residency_->freed(t);
 }
 
 void* executor::device_ptr(tensor_id t) const {
   if (t == invalid_tensor) return nullptr;
   if (persistent_ptr_[t] != nullptr) return persistent_ptr_[t];
-  return state_[t] == residency::resident ? cache_->ptr(t) : nullptr;
+  return residency_->state(t) == residency::resident ? cache_->ptr(t) : nullptr;
 }
 
 // The cache needs room: move `t` to host memory. A tensor whose host copy is still valid
@@ -701,7 +692,7 @@ bool executor::read_by_running_step(tensor_id t) const {
 void executor::forget_host(tensor_id t) noexcept {
   if (!transfers_) return;
   transfers_->engine.drop_host(t);
-  copied_[t] = false;
+  residency_->set_copied(t, false);
 }
 
 // utp/all: when free memory runs below the watermark, start copying out the next victims
@@ -715,25 +706,24 @@ void executor::write_back() {
     if (covered >= watermark_) break;
     covered += table_[t].bytes;
     // Gradients may still be accumulated into: copying them early is likely wasted.
-    if (copied_[t] || drop_on_evict(t) || table_[t].role == tensor_role::gradient) continue;
+    if (residency_->copied(t) || drop_on_evict(t) || table_[t].role == tensor_role::gradient)
+      continue;
     // A tensor about to die would be copied for nothing.
     if (free_step_[t] <= current_step_ + k_write_back_horizon) continue;
     transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
-    copied_[t] = true;
+    residency_->set_copied(t, true);
   }
 }
 
 bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
   if (drop_on_evict(t)) {
     forget_host(t);
-    state_[t] = residency::dropped;
-    bytes_live_ -= bytes;
-    --tensors_live_;
+    residency_->left_device(t, residency::dropped);
     return true;
   }
   transfer_engine& engine = transfers_->engine;
-  if (!copied_[t]) {
+  if (!residency_->copied(t)) {
     engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     try {
       engine.offload(t, ptr, bytes, written(t));
@@ -741,13 +731,11 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
       host_exhausted_ = true;  // not a matter of packing device memory: no repack
       throw;
     }
-    copied_[t] = true;
+    residency_->set_copied(t, true);
   }
   engine.wait_offloaded(t);  // at once when written back ahead and already landed
-  state_[t] = residency::on_host;
+  residency_->left_device(t, residency::on_host);
   if (table_[t].persistent) persistent_moved_ = true;
-  bytes_live_ -= bytes;
-  --tensors_live_;
   return true;
 }
 
@@ -768,26 +756,22 @@ event& executor::written(tensor_id t) {
 void executor::start_offload(tensor_id t) {
   void* p = cache_->ptr(t);
   transfers_->engine.offload(t, p, table_[t].bytes, written(t));
-  copied_[t] = true;
-  aside_ptr_[t] = cache_->forget(t);
-  state_[t] = residency::offloading;
+  residency_->set_copied(t, true);
+  residency_->offload_started(t, cache_->forget(t));
 }
 
 // An offload in flight lands: its device copy, held aside, goes back to the heap. With
 // `compute`, that stream waits for the copy first (the memory's next user runs there).
 void executor::finish_offload(tensor_id t, stream* compute) {
   transfers_->engine.wait_offloaded(t, compute);
-  (void)heap_->deallocate(aside_ptr_[t]);
-  aside_ptr_[t] = nullptr;
-  state_[t] = residency::on_host;
-  bytes_live_ -= table_[t].bytes;
-  --tensors_live_;
+  (void)heap_->deallocate(residency_->aside(t));
+  residency_->offload_landed(t);
 }
 
 void executor::reap_offloads(std::size_t step, bool all) {
   if (!transfers_) return;
   auto reap = [this](tensor_id t) {
-    if (state_[t] == residency::offloading) finish_offload(t, nullptr);  // else died or back
+    if (residency_->state(t) == residency::offloading) finish_offload(t, nullptr);  // else gone
   };
   // Offloads are due exactly at the step they were scheduled for, so each list is reaped
   // once, when its step comes (or all of them at the end of the iteration).
@@ -801,22 +785,20 @@ void executor::reap_offloads(std::size_t step, bool all) {
 // Brings `t` back onto the device before the step that reads it.
 void executor::ensure_resident(tensor_id t, std::size_t step) {
   stream& compute = dev_.get_stream(stream_role::compute);
-  switch (state_[t]) {
+  switch (residency_->state(t)) {
     case residency::resident:
       (void)cache_->check(t);
       return;
     case residency::offloading:
       // Its device copy is intact: keep it (and the host copy, now valid and clean).
       transfers_->engine.wait_offloaded(t);
-      cache_->insert(t, aside_ptr_[t], table_[t].bytes);
-      aside_ptr_[t] = nullptr;
-      state_[t] = residency::resident;
+      cache_->insert(t, residency_->aside(t), table_[t].bytes);
+      residency_->back_in_cache(t);
       return;
     case residency::prefetching:
       transfers_->engine.make_ready(t, compute);
-      cache_->insert(t, aside_ptr_[t], table_[t].bytes);
-      aside_ptr_[t] = nullptr;
-      state_[t] = residency::resident;
+      cache_->insert(t, residency_->aside(t), table_[t].bytes);
+      residency_->back_in_cache(t);
       return;
     case residency::on_host: {
       (void)cache_->check(t);             // a miss, counted
@@ -860,16 +842,13 @@ void executor::prefetch_ahead(std::size_t step) {
     const layer& l = net_[route_.at(s).layer];
     for (const auto& a : table_.accesses(s)) {
       const tensor_id t = a.tensor;
-      if (state_[t] != residency::on_host) continue;
+      if (residency_->state(t) != residency::on_host) continue;
       if (heap_->largest_free_run() < heap_->round_up(table_[t].bytes) + next_needs) return;
       void* p = heap_->try_allocate(table_[t].bytes);
       if (p == nullptr) return;  // no room now; ensure_resident fetches it when needed
       if (!recorded) compute.record(*transfers_->ready), recorded = true;
       transfers_->engine.prefetch(t, p, transfers_->ready.get());
-      aside_ptr_[t] = p;
-      state_[t] = residency::prefetching;
-      bytes_live_ += table_[t].bytes;
-      ++tensors_live_;
+      residency_->prefetch_started(t, p);
     }
     if (l.cost == cost_class::checkpoint && l.type != layer_type::data &&
         ++checkpoints >= options_.prefetch_distance) {
@@ -1077,7 +1056,7 @@ void executor::plan_schedule() {
 void executor::apply_releases(std::size_t step) {
   stream& compute = dev_.get_stream(stream_role::compute);
   for (std::uint32_t t : schedule_->steps[step].release) {
-    if (state_[t] != residency::offloading) {
+    if (residency_->state(t) != residency::offloading) {
       ++schedule_misses_;  // evicted or dropped by the safety net meanwhile
       continue;
     }
@@ -1092,10 +1071,10 @@ void executor::apply_releases(std::size_t step) {
 void executor::apply_scheduled(std::size_t step) {
   const scheduled_step& ss = schedule_->steps[step];
   for (std::uint32_t t : ss.drop) {
-    if (state_[t] == residency::resident) drop(t);
+    if (residency_->state(t) == residency::resident) drop(t);
   }
   for (std::uint32_t t : ss.offload) {
-    if (state_[t] != residency::resident) {
+    if (residency_->state(t) != residency::resident) {
       ++schedule_misses_;
       continue;
     }
@@ -1107,7 +1086,7 @@ void executor::apply_scheduled(std::size_t step) {
   wanted.swap(deferred_prefetches_);
   wanted.insert(wanted.end(), ss.prefetch.begin(), ss.prefetch.end());
   for (tensor_id t : wanted) {
-    if (state_[t] != residency::on_host) continue;  // fetched on demand meanwhile
+    if (residency_->state(t) != residency::on_host) continue;  // fetched on demand meanwhile
     void* p = heap_->try_allocate(table_[t].bytes);
     if (p == nullptr) {
       deferred_prefetches_.push_back(t);
@@ -1116,10 +1095,7 @@ void executor::apply_scheduled(std::size_t step) {
     if (!recorded)
       dev_.get_stream(stream_role::compute).record(*transfers_->ready), recorded = true;
     transfers_->engine.prefetch(t, p, transfers_->ready.get());
-    aside_ptr_[t] = p;
-    state_[t] = residency::prefetching;
-    bytes_live_ += table_[t].bytes;
-    ++tensors_live_;
+    residency_->prefetch_started(t, p);
   }
 }
 
@@ -1133,7 +1109,7 @@ void executor::apply_scheduled(std::size_t step) {
 void executor::restore_persistent_placement() {
   if (!persistent_moved_) return;
   for (tensor_id t : plan_.persistent) {
-    if (state_[t] == residency::resident) (void)cache_->evict(t);
+    if (residency_->state(t) == residency::resident) (void)cache_->evict(t);
   }
   stream& compute = dev_.get_stream(stream_role::compute);
   compute.record(*transfers_->ready);
@@ -1144,7 +1120,7 @@ void executor::restore_persistent_placement() {
     transfers_->engine.make_ready(t, compute);
   }
   for (tensor_id t : plan_.persistent) {
-    if (state_[t] == residency::resident) forget_host(t);
+    if (residency_->state(t) == residency::resident) forget_host(t);
   }
   persistent_moved_ = false;
 }
@@ -1170,9 +1146,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   cache_->reset_stats();
   if (transfers_) transfers_->engine.reset_stats();
   // A tensor a replay rebuilt and dropped again after its last use holds nothing.
-  for (auto& st : state_) {
-    if (st == residency::dropped) st = residency::absent;
-  }
+  residency_->forget_dropped();
   ++iterations_run_;
   deferred_prefetches_.clear();
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
@@ -1189,28 +1163,31 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   // or host memory now is a leak of the step loop.
   std::size_t persistent_resident = 0, persistent_bytes = 0, persistent_copies = 0;
   for (tensor_id t : plan_.persistent) {
-    if (state_[t] == residency::resident) ++persistent_resident;
+    if (residency_->state(t) == residency::resident) ++persistent_resident;
     if (device_ptr(t) != nullptr) persistent_bytes += table_[t].bytes;
-    if (copied_[t]) ++persistent_copies;
+    if (residency_->copied(t)) ++persistent_copies;
   }
-  for (tensor_id t = 0; t < state_.size(); ++t) {
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    const residency st = residency_->state(t);
     if (table_[t].persistent) continue;
-    if (state_[t] != residency::absent && state_[t] != residency::dropped) {
+    if (st != residency::absent && st != residency::dropped) {
       throw std::logic_error("executor: " + table_[t].name + " outlived the iteration (state " +
-                             std::to_string(static_cast<int>(state_[t])) + ", freed after step " +
+                             std::to_string(static_cast<int>(st)) + ", freed after step " +
                              std::to_string(free_step_[t] + 1) + ")");
     }
   }
-  for (tensor_id t = 0; t < state_.size(); ++t) {
-    if (aside_ptr_[t] != nullptr) {
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    if (residency_->aside(t) != nullptr) {
       throw std::logic_error("executor: " + table_[t].name + " holds device memory aside (state " +
-                             std::to_string(static_cast<int>(state_[t])) + ") after the iteration");
+                             std::to_string(static_cast<int>(residency_->state(t))) +
+                             ") after the iteration");
     }
   }
-  if (cache_->resident_count() != persistent_resident || bytes_live_ != persistent_bytes) {
+  const std::size_t bytes_live = residency_->bytes_live();
+  if (cache_->resident_count() != persistent_resident || bytes_live != persistent_bytes) {
     throw std::logic_error(
         "executor: " + std::to_string(cache_->resident_count() - persistent_resident) +
-        " transient tensors (" + format_bytes(bytes_live_ - persistent_bytes) +
+        " transient tensors (" + format_bytes(bytes_live - persistent_bytes) +
         ") still hold device memory after the iteration");
   }
   // Host copies that may stay: those of persistent tensors (utp/all).
@@ -1224,19 +1201,16 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
 }
 
 void executor::note_peak() noexcept {
-  step_peak_live_ = std::max(step_peak_live_, bytes_live_);
-  step_peak_heap_ = std::max(step_peak_heap_, heap_->stats().bytes_in_use);
+  residency_->note_peak(heap_->stats().bytes_in_use);
 }
 
 // recompute/all: give back the device memory of a tensor that can be rebuilt.
 void executor::drop(tensor_id t) noexcept {
-  if (state_[t] != residency::resident) return;
+  if (residency_->state(t) != residency::resident) return;
   // A host copy made before is not kept for a tensor that will be rebuilt instead.
   forget_host(t);
   cache_->release(t);
-  state_[t] = residency::dropped;
-  bytes_live_ -= table_[t].bytes;
-  --tensors_live_;
+  residency_->left_device(t, residency::dropped);
 }
 
 // A convolution workspace of `bytes` from the heap; with `may_evict` (under utp/all),
@@ -1281,9 +1255,9 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
       // Parameters and running statistics are only read (a replay updates nothing).
       if (a.mode == access_mode::read || table_[t].persistent) {
         ensure_resident(t, step);
-      } else if (state_[t] != residency::resident) {
+      } else if (residency_->state(t) != residency::resident) {
         // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
-        const residency before = state_[t];
+        const residency before = residency_->state(t);
         free_transient(t);
         born.emplace_back(t, before == residency::dropped ? before : residency::absent);
         allocate_transient(t, step);
@@ -1304,7 +1278,7 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
           throw_out_of_budget(step, "the replay of " + l.name + ": the workspace of " + conv.name,
                               conv.workspace_bytes);
         }
-        bytes_live_ += conv.workspace_bytes;
+        residency_->workspace_taken(conv.workspace_bytes);
       }
     }
     note_peak();
@@ -1312,21 +1286,21 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
   } catch (...) {
     if (workspace != nullptr) {
       (void)heap_->deallocate(workspace);
-      bytes_live_ -= conv.workspace_bytes;
+      residency_->workspace_returned(conv.workspace_bytes);
     }
     for (tensor_id t : locked.keys) cache_->unlock(t);
     locked.keys.clear();
     for (const auto& [t, before] : born) {
-      if (state_[t] != residency::resident) continue;  // never allocated
+      if (residency_->state(t) != residency::resident) continue;  // never allocated
       free_transient(t);
-      state_[t] = before;
+      residency_->unborn(t, before);
       rebuilt_.erase(std::remove(rebuilt_.begin(), rebuilt_.end(), t), rebuilt_.end());
     }
     throw;
   }
   if (workspace != nullptr) {
     (void)heap_->deallocate(workspace);  // stream order: later kernels run after this one
-    bytes_live_ -= conv.workspace_bytes;
+    residency_->workspace_returned(conv.workspace_bytes);
   }
   ++recomputations_;
 }
@@ -1342,12 +1316,13 @@ void executor::rebuild(tensor_id t, std::size_t step) {
     for (const auto& a : table_.accesses(position)) {
       const tensor_id y = a.tensor;
       if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
-      if (state_[y] == residency::dropped || (state_[y] == residency::absent && rebuildable(y))) {
+      const residency ry = residency_->state(y);
+      if (ry == residency::dropped || (ry == residency::absent && rebuildable(y))) {
         rebuild(y, step);
       }
     }
     replay_forward(position, step);
-    if (state_[t] != residency::resident) {
+    if (residency_->state(t) != residency::resident) {
       throw std::logic_error("executor: replaying " + l.name + " at step " +
                              std::to_string(step + 1) + " did not make " + table_[t].name +
                              " resident");
@@ -1356,9 +1331,9 @@ void executor::rebuild(tensor_id t, std::size_t step) {
   }
   const recompute_key wanted[] = {t};
   const auto order = recompute_->rebuild_order(
-      wanted, [this](recompute_key k) { return state_[k] == residency::resident; });
+      wanted, [this](recompute_key k) { return residency_->state(k) == residency::resident; });
   for (recompute_pos p : order) replay_forward(p, step);
-  if (state_[t] != residency::resident) {
+  if (residency_->state(t) != residency::resident) {
     throw std::logic_error("executor: rebuilding " + table_[t].name + " at step " +
                            std::to_string(step + 1) + " did not make it resident");
   }
@@ -1372,8 +1347,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   const bool forward = rs.direction == pass::forward;
   iteration_ = iteration;
   current_step_ = s;
-  step_peak_live_ = 0;
-  step_peak_heap_ = 0;
+  residency_->begin_step();
   reap_offloads(s, false);
   if (schedule_) apply_releases(s);
 
@@ -1403,7 +1377,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   }
   // Under baseline, everything of the iteration is born at the first step.
   for (tensor_id t : sp.allocate) {
-    if (state_[t] == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
+    if (residency_->state(t) == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
   }
 
   // 2. Functional tensors first; then the convolution's workspace from what is left.
@@ -1436,7 +1410,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
         }
       }
     }
-    bytes_live_ += conv.workspace_bytes;
+    residency_->workspace_taken(conv.workspace_bytes);
     if (forward && schedule_) forward_conv_[s] = conv;  // what a replay of it runs
   }
   note_peak();
@@ -1444,9 +1418,9 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.step = static_cast<int>(s + 1);
   rec.layer = l.name;
   rec.pass = forward ? 'F' : 'B';
-  rec.bytes_live = step_peak_live_;
-  rec.heap_bytes = step_peak_heap_;
-  rec.tensors_live = static_cast<int>(tensors_live_);
+  rec.bytes_live = residency_->step_peak_live();
+  rec.heap_bytes = residency_->step_peak_heap();
+  rec.tensors_live = static_cast<int>(residency_->tensors_live());
   rec.workspace_bytes = conv.workspace_bytes;
   rec.algorithm = conv.name;
   steps_.push_back(std::move(rec));
@@ -1462,15 +1436,15 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   // 4. Unlock; give back the workspace and what dies here (stream order keeps it safe).
   for (tensor_id t : locked) cache_->unlock(t);
   if (workspace != nullptr) (void)heap_->deallocate(workspace);
-  bytes_live_ -= conv.workspace_bytes;
+  residency_->workspace_returned(conv.workspace_bytes);
   for (tensor_id t : free_after_[s]) free_transient(t);
   // A rebuild may have re-created intermediates whose life was already over (inputs of the
   // replay that was wanted): they go again now.
   for (tensor_id t : rebuilt_) {
     if (free_step_[t] > s) continue;
-    if (state_[t] == residency::resident) {
+    if (residency_->state(t) == residency::resident) {
       drop(t);
-    } else if (state_[t] != residency::dropped) {
+    } else if (residency_->state(t) != residency::dropped) {
       free_transient(t);  // evicted meanwhile: its host copy goes too
     }
   }
@@ -1491,7 +1465,8 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   if (options_.policy.offload_checkpoints && forward) {
     for (const auto& a : accesses) {
       const tensor_id t = a.tensor;
-      if (offload_candidate_[t] && last_forward_use_[t] == s && state_[t] == residency::resident) {
+      if (offload_candidate_[t] && last_forward_use_[t] == s &&
+          residency_->state(t) == residency::resident) {
         start_offload(t);
         offloads_due_[std::min(s + static_cast<std::size_t>(std::max(1, options_.offload_lag)),
                                offloads_due_.size() - 1)]
@@ -1517,8 +1492,8 @@ void executor::acquire(std::size_t step, std::span<const tensor_access> accesses
     const tensor_id t = a.tensor;
     if (!in_cache(t)) return;
     if (!table_[t].persistent &&
-        (state_[t] == residency::absent ||
-         (a.mode == access_mode::write && state_[t] != residency::resident))) {
+        (residency_->state(t) == residency::absent ||
+         (a.mode == access_mode::write && residency_->state(t) != residency::resident))) {
       // Born here (a tensor this step writes anew needs no rebuilding or fetching).
       free_transient(t);
       allocate_transient(t, step);
@@ -1559,22 +1534,21 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
   for (const auto& a : accesses) {
     const tensor_id t = a.tensor;
     if (in_cache(t) && !table_[t].persistent && a.mode == access_mode::write &&
-        state_[t] == residency::resident) {
+        residency_->state(t) == residency::resident) {
       free_transient(t);
     }
   }
   stream& compute = dev_.get_stream(stream_role::compute);
-  for (tensor_id t = 0; t < state_.size(); ++t) {
-    if (state_[t] == residency::offloading) {
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    if (residency_->state(t) == residency::offloading) {
       // A scheduled offload holds its device copy aside until its release: release it now.
       finish_offload(t, &compute);
       continue;
     }
-    if (state_[t] != residency::prefetching) continue;
+    if (residency_->state(t) != residency::prefetching) continue;
     transfers_->engine.make_ready(t, compute);
-    cache_->insert(t, aside_ptr_[t], table_[t].bytes);
-    aside_ptr_[t] = nullptr;
-    state_[t] = residency::resident;
+    cache_->insert(t, residency_->aside(t), table_[t].bytes);
+    residency_->back_in_cache(t);
   }
   auto evict_all = [this] {
     for (tensor_key t : cache_->lru_order()) (void)cache_->evict(t);
@@ -1582,7 +1556,7 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
   evict_all();
   bool rebuilt = false;
   for (const auto& a : accesses) {
-    if (in_cache(a.tensor) && state_[a.tensor] == residency::dropped) {
+    if (in_cache(a.tensor) && residency_->state(a.tensor) == residency::dropped) {
       rebuild(a.tensor, step);
       rebuilt = true;
     }
@@ -1790,11 +1764,11 @@ void executor::set_transfer_faults(const transfer_faults& faults) {
 }
 
 std::vector<float> executor::read_tensor(tensor_id t) const {
-  MEMWEAVE_EXPECTS(t < state_.size(), "tensor id " + std::to_string(t) + " is out of range");
+  MEMWEAVE_EXPECTS(t < residency_->size(), "tensor id " + std::to_string(t) + " is out of range");
   MEMWEAVE_EXPECTS(dev_.touches_memory(), "the " + std::string(to_string(dev_.kind())) +
                                               " device holds no values to read");
   std::vector<float> out(table_[t].bytes / sizeof(float));
-  if (state_[t] == residency::on_host) {
+  if (residency_->state(t) == residency::on_host) {
     // Evicted (a persistent tensor under utp/all between iterations): its host copy is it.
     const void* h = transfers_->engine.host_copy(t);
     MEMWEAVE_EXPECTS(h != nullptr, "tensor " + table_[t].name + " has no host copy");

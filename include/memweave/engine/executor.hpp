@@ -38,6 +38,8 @@
 
 namespace memweave {
 
+class residency_table;
+
 /// Which memory techniques a run uses (`--policy`, MEMWEAVE_POLICY):
 ///   baseline  every transient tensor lives for the whole iteration (the paper's baseline);
 ///   liveness  each lives from its first to its last use (§3.2);
@@ -158,15 +160,6 @@ class executor {
   std::vector<std::vector<float>> read_persistent() const;
 
  private:
-  /// Where a transient tensor is now.
-  enum class residency : std::uint8_t {
-    absent,       ///< not born yet, or dead
-    resident,     ///< in the tensor cache (device memory)
-    offloading,   ///< offload policy: copy to host in flight, device memory held aside
-    on_host,      ///< only the host copy exists
-    prefetching,  ///< copy back in flight into device memory held aside
-    dropped,      ///< recompute/all: freed, to be rebuilt by re-running its layer's forward
-  };
   struct conv_step;
   struct kernel_state;
   struct transfers;
@@ -238,8 +231,7 @@ class executor {
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
   bool host_exhausted_ = false;        // an eviction found host memory exhausted
   std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats
-  std::vector<residency> state_;       // per tensor (transient ones; persistent ones when cached)
-  std::vector<void*> aside_ptr_;       // device memory held outside the cache
+  std::unique_ptr<residency_table> residency_;        // where each cached tensor is; live counters
   std::vector<std::size_t> last_forward_use_;         // per tensor: last forward step touching it
   std::vector<bool> offload_candidate_;               // offload policy: checkpoint outputs
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
@@ -252,14 +244,9 @@ class executor {
   std::vector<std::uint64_t> step_done_iteration_;  // per step: the iteration it was recorded in
   std::uint64_t iterations_run_ = 0;                // iterations started (tags step_done_ records)
   std::size_t current_step_ = 0;                    // the step being run
-  std::vector<bool> copied_;             // per tensor: a host copy exists or is on its way
   std::size_t watermark_ = 0;            // utp/all: write back below this many free bytes
   std::uint64_t recomputations_ = 0;     // layer forwards re-run in the last iteration
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
-  std::size_t step_peak_live_ = 0;       // max bytes_live_ within the current step
-  std::size_t step_peak_heap_ = 0;       // max heap bytes in use within the current step
-  std::size_t bytes_live_ = 0;           // exact bytes of device memory held for tensors
-  std::size_t tensors_live_ = 0;         // tensors holding device memory
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
   double bookkeeping_s_ = 0;    // host time outside kernels, last iteration
