@@ -24,12 +24,10 @@
 // copy happens to finish, so the heap sees the same sequence on every run and on every
 // device: `plan` (null) and `train` (host) agree step by step.
 //
-// cuda: the same loop and the same memory logic; only the kernels differ. The layers'
-// cuDNN/cuBLAS steps (and the solver's updates) are enqueued on the compute stream directly
-// from the step loop's thread, which holds the device current for the iteration, instead of
-// running as stream::launch host work (a host function may not call CUDA). The SOFTMAX step
-// waits for the stream to hand back the loss. CONV runs the algorithms workspace selection
-// chose among cuDNN's, measured once per shape on scratch memory from the heap.
+// Kernels: the loop decides what runs and where its memory is; a kernel_launcher (one per
+// backend: host, null, cuda; engine/runtime/kernel_launcher.hpp) enqueues it and chooses
+// among its backend's CONV algorithms. The loop and the memory logic are the same on every
+// device.
 //
 // Invariants: residency_ says where each tensor the cache manages is, and counts what holds
 // device memory (engine/runtime/residency_table.hpp); every move of a tensor is recorded
@@ -41,21 +39,15 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
-#include <optional>
 #include <string>
 #include <vector>
 
-#if MEMWEAVE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "device/cuda/cuda_check.hpp"
-#include "device/cuda/cuda_device.hpp"
-#include "engine/kernels/cuda/cuda_kernels.hpp"
-#endif
 #include "engine/kernels/host/host_kernels.hpp"
 #include "engine/layers/layer_step.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime/conv_selection.hpp"
+#include "engine/runtime/kernel_launcher.hpp"
+#include "engine/runtime/model_time.hpp"
 #include "engine/runtime/residency_table.hpp"
 #include "engine/solver/sgd.hpp"
 #include "memweave/alloc/pinned_host_pool.hpp"
@@ -75,156 +67,6 @@ using clock_type = std::chrono::steady_clock;
 constexpr std::size_t k_write_back_horizon = 8;
 
 using detail::mix64;
-
-#if MEMWEAVE_HAVE_CUDA
-namespace kc = kernels::cuda;
-
-// The host and cuda pass enums list the passes in the same order.
-static_assert(static_cast<int>(k::conv_pass::forward) == static_cast<int>(kc::conv_pass::forward) &&
-              static_cast<int>(k::conv_pass::backward_data) ==
-                  static_cast<int>(kc::conv_pass::backward_data) &&
-              static_cast<int>(k::conv_pass::backward_filter) ==
-                  static_cast<int>(kc::conv_pass::backward_filter));
-
-kc::conv_pass to_cuda(k::conv_pass pass) noexcept {
-  return static_cast<kc::conv_pass>(pass);
-}
-
-// Makes `ordinal` the calling thread's current device for the scope, then restores the
-// previous one (the cuda device does the same around each of its own calls; the kernels
-// called here need it current too).
-class current_device {
- public:
-  explicit current_device(int ordinal) {
-    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != ordinal) {
-      // cudaGetDevice says 0 on a thread that never chose a device: setting 0 back would
-      // create a context on GPU 0. Restore only where a context was current.
-      const bool had_context = cuda_backend::context_current();
-      MEMWEAVE_CUDA_CHECK(cudaSetDevice(ordinal));
-      restore_ = had_context;
-    }
-  }
-  ~current_device() {
-    if (restore_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
-  }
-  current_device(const current_device&) = delete;
-  current_device& operator=(const current_device&) = delete;
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
-
-// "cudart 13000 cudnn 91000": the runtime's and cuDNN's versions, for cache fingerprints.
-std::string cuda_library_versions() {
-  int runtime = 0;
-  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) (void)cudaGetLastError();
-  return "cudart " + std::to_string(runtime) + " cudnn " + std::to_string(cudnnGetVersion());
-}
-
-// The cuDNN enum value named `name` (conv_algo_name) for `pass`.
-int cuda_conv_algo(kc::conv_pass pass, const std::string& name) {
-  for (int a = 0; a < 8; ++a) {
-    if (name == kc::conv_algo_name(pass, a)) return a;
-  }
-  throw invalid_argument("'" + name + "' is not a cuDNN " + kc::to_string(pass) +
-                         " convolution algorithm; use a name that workspace selection listed");
-}
-
-// Heap memory taken for a measurement, given back on scope exit. Only what a free run
-// already holds is taken: the heap must not grow for scratch.
-class heap_scratch {
- public:
-  explicit heap_scratch(device_heap& heap) : heap_(heap) {}
-  ~heap_scratch() {
-    for (void* p : taken_) (void)heap_.deallocate(p);
-  }
-  heap_scratch(const heap_scratch&) = delete;
-  heap_scratch& operator=(const heap_scratch&) = delete;
-  // nullptr when 0 bytes or no free run holds them.
-  void* take(std::size_t bytes) {
-    if (bytes == 0 || bytes > heap_.largest_free_run()) return nullptr;
-    void* p = heap_.try_allocate(bytes);
-    if (p != nullptr) taken_.push_back(p);
-    return p;
-  }
-
- private:
-  device_heap& heap_;
-  std::vector<void*> taken_;
-};
-
-// cuDNN's candidates for one pass: the algorithms its heuristics list for the shape (cuDNN's
-// names and workspace sizes), timed with cudnnFind*Ex on scratch buffers from the heap. The
-// scratch is free heap memory: the measurement runs on the compute stream (the context's),
-// after every kernel that used it before, and Find waits for it before it goes back. When
-// the heap cannot give the scratch, the heuristics' order stands in for time (seconds =
-// rank).
-std::vector<conv_candidate> cuda_conv_candidates(kc::cuda_kernel_context& ctx, device_heap& heap,
-                                                 kc::conv_pass pass, const shape4& in,
-                                                 const conv_params& p) {
-  const std::vector<kc::conv_algo_perf>& listed = kc::conv_algorithms(ctx, pass, in, p);
-  std::vector<conv_candidate> ranked;
-  std::size_t workspace_max = 0;
-  for (std::size_t i = 0; i < listed.size(); ++i) {
-    ranked.push_back({kc::conv_algo_name(pass, listed[i].algo), listed[i].workspace_bytes,
-                      static_cast<double>(i)});
-    workspace_max = std::max(workspace_max, listed[i].workspace_bytes);
-  }
-  heap_scratch scratch(heap);
-  const shape4 w{p.out_channels, in.c / p.groups, p.kernel_h, p.kernel_w};
-  kc::conv_measure_buffers b;
-  b.x = static_cast<float*>(scratch.take(in.bytes()));
-  b.w = static_cast<float*>(scratch.take(w.bytes()));
-  b.y = static_cast<float*>(scratch.take(p.output(in).bytes()));
-  // The search's workspace is capped at what the heap has free (never more than the budget):
-  // the algorithms that fit it are measured, and only they are this shape's candidates.
-  const std::size_t free_run = heap.largest_free_run();
-  workspace_max = std::min(workspace_max, free_run - free_run % heap.round_up(1));
-  b.workspace = scratch.take(workspace_max);
-  b.workspace_bytes = workspace_max;
-  if (b.x == nullptr || b.w == nullptr || b.y == nullptr ||
-      (workspace_max != 0 && b.workspace == nullptr)) {
-    return ranked;
-  }
-  const std::vector<kc::conv_algo_perf> measured = kc::measure_conv_algorithms(ctx, pass, in, p, b);
-  std::vector<conv_candidate> timed;
-  bool has_zero = false;
-  for (const kc::conv_algo_perf& e : listed) {
-    for (const kc::conv_algo_perf& m : measured) {
-      if (m.algo != e.algo) continue;
-      const std::size_t bytes = std::max(e.workspace_bytes, m.workspace_bytes);
-      timed.push_back({kc::conv_algo_name(pass, e.algo), bytes, 1e-3 * m.time_ms});
-      has_zero = has_zero || bytes == 0;
-    }
-  }
-  // Selection needs an algorithm without workspace; should Find have failed it, rank.
-  return has_zero ? timed : ranked;
-}
-
-// CONV on cuda with the algorithms workspace selection chose (the cuda layer step would
-// choose its own from cuDNN's heuristics); the same step_io fields as the conv steps.
-void cuda_conv(kc::cuda_kernel_context& ctx, const layers::step_io& io, bool forward,
-               int forward_algo, int data_algo, int filter_algo) {
-  const auto& p = std::get<conv_params>(io.l->params);
-  const shape4& in = io.input_shapes[0];
-  const std::size_t bytes = io.workspace == nullptr ? 0 : io.workspace_bytes;
-  if (forward) {
-    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(forward_algo), io.workspace, bytes,
-                     in, p, io.inputs[0], io.params[0], p.bias ? io.params[1] : nullptr, io.output);
-    return;
-  }
-  if (io.input_grads[0].data != nullptr) {
-    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo), io.workspace,
-                           bytes, in, p, io.params[0], io.output_grad, io.input_grads[0].data,
-                           io.input_grads[0].accumulate);
-  }
-  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo),
-                           io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
-                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
-}
-#endif
 
 }  // namespace
 
@@ -249,44 +91,6 @@ executor_policy executor_policy::parse(const std::string& name) {
   return p;
 }
 
-struct executor::kernel_state {
-  k::kernel_context context;
-  sgd_options sgd;
-  kernel_state(int threads, sgd_options s) : context(threads), sgd(s) {}
-};
-
-// What workspace selection decided for one CONV step.
-struct executor::conv_step {
-  host_conv_choice forward, data, filter;
-  // cuda: the cuDNN enum values; 0 is each pass's no-workspace algorithm (forward
-  // IMPLICIT_GEMM, backward ALGO_0).
-  int cuda_forward = 0, cuda_data = 0, cuda_filter = 0;
-  std::size_t workspace_bytes = 0;
-  std::string name;      // for the step record
-  double seconds = 0.0;  // measured or modelled time of the chosen algorithms
-};
-
-// cuda: the kernels' context, bound to the compute stream of device `ordinal`; made and
-// destroyed with that device current.
-struct executor::cuda_state {
-#if MEMWEAVE_HAVE_CUDA
-  int ordinal = 0;
-  std::unique_ptr<kc::cuda_kernel_context> context;
-  cuda_state(int o, cudaStream_t stream) : ordinal(o) {
-    const current_device scope(ordinal);
-    context = std::make_unique<kc::cuda_kernel_context>(stream);
-  }
-  ~cuda_state() {
-    try {
-      const current_device scope(ordinal);
-      context.reset();
-    } catch (...) {
-      context.reset();  // the device cannot be made current: release the handles anyway
-    }
-  }
-#endif
-};
-
 // The host side of moving tensors (offload, utp): pinned host memory and the engine.
 struct executor::transfers {
   pinned_host_pool pool;
@@ -308,6 +112,10 @@ executor::executor(const network& net, device& dev, const executor_options& opti
                    "executor_options.momentum = " + std::to_string(options.momentum) +
                        ", weight_decay = " + std::to_string(options.weight_decay) +
                        ": expected finite numbers");
+  // Checked for every device, though only host kernels use it.
+  MEMWEAVE_EXPECTS(options.threads >= 0 && options.threads <= 4096,
+                   "executor_options.threads = " + std::to_string(options.threads) +
+                       ": expected 0 (every core) to 4096");
   MEMWEAVE_EXPECTS(options.prefetch_distance >= 1, "executor_options.prefetch_distance = " +
                                                        std::to_string(options.prefetch_distance) +
                                                        ": expected at least 1");
@@ -376,32 +184,22 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   heap_options h = options.heap;
   if (options.budget_bytes != 0) h.pool_bytes = options.budget_bytes;
   heap_ = std::make_unique<device_heap>(dev, h);
-  kernels_ = std::make_unique<kernel_state>(
-      options.threads, sgd_options{options.learning_rate, options.momentum, options.weight_decay});
-  if (dev.kind() == device_kind::cuda) {
-#if MEMWEAVE_HAVE_CUDA
-    auto* stream = static_cast<cudaStream_t>(dev.get_stream(stream_role::compute).native_handle());
-    int ordinal = 0;
-#if CUDART_VERSION >= 12080
-    MEMWEAVE_CUDA_CHECK(cudaStreamGetDevice(stream, &ordinal));
-#else
-    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&ordinal));  // older runtimes: the current device
-#endif
-    cuda_ = std::make_unique<cuda_state>(ordinal, stream);
-#else
-    throw invalid_argument("the executor was built without CUDA: run on --device host");
-#endif
-  }
+  launcher_context lc;
+  lc.net = &net;
+  lc.table = &table_;
+  lc.memory = layer_memory_.get();
+  lc.dev = &dev;
+  lc.heap = heap_.get();
+  lc.model = options.model;
+  lc.threads = options.threads;
+  lc.sgd = sgd_options{options.learning_rate, options.momentum, options.weight_decay};
+  lc.seed = options.seed;
+  lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
+  lc.loss = &loss_;
+  launcher_ = make_kernel_launcher(lc);
   // Timings are valid for one backend and device or thread count; the null device uses its
   // model.
-  std::string fingerprint = "null model";
-  if (cuda_) {
-    // Measured times hold for one device and one cuDNN/CUDA pair: a library upgrade re-measures.
-    fingerprint = "cuda " + dev.name() + " " + cuda_library_versions();
-  } else if (dev.touches_memory()) {
-    fingerprint = "host threads=" + std::to_string(kernels_->context.threads());
-  }
-  selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, std::move(fingerprint));
+  selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, launcher_->fingerprint());
   auto name_of = [this](tensor_key t) { return table_[t].name; };
   tensor_cache::eviction_callback evict_fn;
   if (options.policy.evict_to_host) {
@@ -542,8 +340,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   }
   initialize_persistent();
   if (options.policy.planned && options.budget_bytes != 0) plan_schedule();
-  // host: the CPU kernels' GEMMs would hang, not fail, where OpenBLAS cannot get its buffers.
-  if (dev.touches_memory() && !cuda_) kernels_->context.check_blas_address_space();
+  launcher_->check_ready();
 }
 
 executor::~executor() {
@@ -903,21 +700,6 @@ void executor::initialize_persistent() {
   persistent_moved_ = false;
 }
 
-// The cost model's time for layer `l`'s forward or backward kernel: the larger of its
-// compute (flops at the model's rate, or `compute_s` when given: a CONV's chosen
-// algorithms) and its memory traffic.
-double executor::model_seconds(const layer& l, bool forward, double compute_s) const {
-  if (compute_s < 0) {
-    std::vector<shape4> in;
-    for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
-    compute_s = (forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in)) /
-                options_.model.flops;
-  }
-  const auto& row = layer_memory_->of(l.id);
-  const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
-  return std::max(compute_s, bytes / options_.model.memory_bytes_per_s);
-}
-
 // all: whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the
 // batch read by DATA, nor SOFTMAX's, whose replay would touch the loss) written by its
 // forward step.
@@ -953,7 +735,7 @@ void executor::plan_schedule() {
     const route_step rs = route_.at(s);
     const layer& l = net_[rs.layer];
     const bool forward = rs.direction == pass::forward;
-    p.step_seconds[s] = model_seconds(l, forward);
+    p.step_seconds[s] = model_seconds(options_.model, net_, *layer_memory_, l, forward);
     if (l.type != layer_type::conv) continue;
     // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
     // of its passes within it (as workspace selection picks them with that much free).
@@ -988,7 +770,8 @@ void executor::plan_schedule() {
         compute += best->seconds;
         workspace = std::max(workspace, best->workspace_bytes);
       }
-      const step_option o{model_seconds(l, forward, compute), heap_->round_up(workspace)};
+      const step_option o{model_seconds(options_.model, net_, *layer_memory_, l, forward, compute),
+                          heap_->round_up(workspace)};
       // Fastest first, each one slower with less workspace than the one before.
       if (options.empty() || o.extra_bytes < options.back().extra_bytes) {
         if (!options.empty() && o.seconds <= options.back().seconds) options.pop_back();
@@ -1129,11 +912,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const bool touches = dev_.touches_memory();
   MEMWEAVE_EXPECTS(!touches || data != nullptr,
                    "run_iteration needs a data source on a device that computes");
-#if MEMWEAVE_HAVE_CUDA
-  // The kernels are enqueued from this thread: their device is current for the iteration.
-  std::optional<current_device> scope;
-  if (cuda_) scope.emplace(cuda_->ordinal);
-#endif
+  const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();
   steps_.clear();
@@ -1385,7 +1164,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   void* workspace = nullptr;
   if (l.type == layer_type::conv && table_.has_work(s)) {
     const bool data_grad = table_.of(l.inputs[0]).output_grad != invalid_tensor;
-    conv = choose_conv(l, forward, data_grad, heap_->largest_free_run());
+    conv = launcher_->choose_conv(*selector_, l, forward, data_grad, heap_->largest_free_run());
     if (conv.workspace_bytes != 0) {
       const bool promised = options_.conv_ws.mode == conv_ws_mode::max ||
                             options_.conv_ws.mode == conv_ws_mode::fixed;
@@ -1401,13 +1180,8 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
                                   ": the workspace of " + conv.name,
                               conv.workspace_bytes);
         }
-        // A no-workspace algorithm always runs: on cuda the fastest of cuDNN's.
-        if (cuda_) {
-          conv = choose_conv(l, forward, data_grad, 0);
-        } else {
-          conv = conv_step{};
-          conv.name = forward ? "direct" : "direct/direct";
-        }
+        // A no-workspace algorithm always runs.
+        conv = launcher_->no_workspace_conv(*selector_, l, forward, data_grad);
       }
     }
     residency_->workspace_taken(conv.workspace_bytes);
@@ -1569,156 +1343,16 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
 void executor::launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
                             const conv_step& conv, void* workspace, data_source* data,
                             bool replay) {
-  stream& compute = dev_.get_stream(stream_role::compute);
-  const layer_tensors& lt = table_.of(l.id);
-  std::vector<shape4> in_shapes;
-  in_shapes.reserve(l.inputs.size());
-  for (layer_id i : l.inputs) in_shapes.push_back(net_[i].output_shape);
-  if (!dev_.touches_memory()) {
-    compute.launch({}, model_seconds(l, forward, l.type == layer_type::conv ? conv.seconds : -1));
-    return;
-  }
-  if (l.type == layer_type::data) {
-    // The batch is made on the host and copied in on the compute stream; staging_ stays
-    // untouched until the iteration's final synchronize.
-    const shape4 img = l.output_shape;
-    staging_.resize(static_cast<std::size_t>(img.count() + img.n));
-    data->fill(iteration_, img.n, staging_.data(), staging_.data() + img.count());
-    compute.copy_async(device_ptr(lt.output), staging_.data(), img.bytes(),
-                       copy_kind::host_to_device);
-    compute.copy_async(device_ptr(lt.labels), staging_.data() + img.count(),
-                       static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
-    return;
-  }
-  auto f = [this](tensor_id t) { return static_cast<float*>(device_ptr(t)); };
-  layers::step_io io;
-  io.l = &l;
-  io.input_shapes = std::move(in_shapes);
-  for (layer_id i : l.inputs) io.inputs.push_back(f(table_.of(i).output));
-  io.output = f(lt.output);
-  for (tensor_id t : lt.params) io.params.push_back(f(t));
-  for (tensor_id t : lt.aux) io.aux.push_back(f(t));
-  if (l.type == layer_type::softmax_loss) io.labels = f(table_.labels());
-  io.workspace = workspace;
-  io.workspace_bytes = conv.workspace_bytes;
-  io.algo = conv.forward.algo;
-  io.chunk = conv.forward.chunk;
-  io.data_algo = conv.data.algo;
-  io.data_chunk = conv.data.chunk;
-  io.filter_algo = conv.filter.algo;
-  io.filter_chunk = conv.filter.chunk;
-  io.seed = mix64(mix64(options_.seed * 1000003u + l.id) + static_cast<std::uint64_t>(iteration_));
-  io.update_running_stats = !replay;
-  std::vector<std::pair<float*, float*>> updates;  // (gradient, weight) for the solver
-  std::vector<float*> momenta;
-  std::vector<std::size_t> counts;
-  if (forward) {
-    // A replayed loss layer would rewrite the loss with the same value; keep it single.
-    if (l.type == layer_type::softmax_loss && !replay) io.loss = &loss_;
-  } else {
-    io.output_grad = f(lt.output_grad);
-    for (layer_id i : l.inputs) {
-      const tensor_id g = table_.of(i).output_grad;
-      bool accumulate = false;
-      for (const auto& a : accesses) {
-        if (a.tensor == g) accumulate = a.mode == access_mode::accumulate;
-      }
-      io.input_grads.push_back({f(g), accumulate});
-    }
-    for (tensor_id t : lt.param_grads) io.param_grads.push_back(f(t));
-    std::size_t trained = 0;
-    for (std::size_t p = 0; p < l.param_tensors.size(); ++p) {
-      if (!l.param_tensors[p].trained) continue;
-      updates.emplace_back(f(lt.param_grads[trained]), f(lt.params[p]));
-      momenta.push_back(f(lt.momenta[trained]));
-      counts.push_back(table_[lt.params[p]].bytes / sizeof(float));
-      ++trained;
-    }
-  }
-#if MEMWEAVE_HAVE_CUDA
-  if (cuda_) {
-    // Enqueued from this thread, in the stream's order (the loss read back by SOFTMAX).
-    kc::cuda_kernel_context& ctx = *cuda_->context;
-    if (l.type == layer_type::conv) {
-      cuda_conv(ctx, io, forward, conv.cuda_forward, conv.cuda_data, conv.cuda_filter);
-    } else {
-      const layers::cuda_layer_steps& steps = layers::cuda_layer_steps_for(l.type);
-      (forward ? steps.forward : steps.backward)(ctx, io);
-    }
-    const sgd_options& o = kernels_->sgd;
-    for (std::size_t i = 0; i < updates.size(); ++i) {
-      kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, counts[i], updates[i].first,
-                     updates[i].second, momenta[i]);
-    }
-    return;
-  }
-#endif
-  const layers::step_fn fn =
-      forward ? layers::layer_steps_for(l.type).forward : layers::layer_steps_for(l.type).backward;
-  kernel_state* ks = kernels_.get();
-  compute.launch([fn, ks, io = std::move(io), updates = std::move(updates),
-                  momenta = std::move(momenta), counts = std::move(counts)] {
-    fn(ks->context, io);
-    for (std::size_t i = 0; i < updates.size(); ++i) {
-      sgd_update(ks->context, ks->sgd, counts[i], updates[i].first, updates[i].second, momenta[i]);
-    }
-  });
-}
-
-// The algorithms of a CONV step when `available` bytes can be handed out for its
-// workspace: host candidates (measured on `host`, modelled on `null`) or cuDNN's (cuda).
-executor::conv_step executor::choose_conv(const layer& l, bool forward, bool input_has_gradient,
-                                          std::size_t available) {
-  const auto& p = std::get<conv_params>(l.params);
-  const shape4& in = net_[l.inputs[0]].output_shape;
-  const bool touches = dev_.touches_memory();
-  const std::string backend = cuda_ ? "cuda" : touches ? "host" : "model";
-  auto pick = [&](k::conv_pass pass) -> const conv_candidate& {
-    const auto& candidates = selector_->candidates(conv_key(backend, pass, in, p), [&] {
-#if MEMWEAVE_HAVE_CUDA
-      if (cuda_) return cuda_conv_candidates(*cuda_->context, *heap_, to_cuda(pass), in, p);
-#endif
-      if (!touches) return model_host_conv(pass, in, p, options_.model.flops);
-      // Measure alone: kernels still queued would share the cores and skew the times.
-      dev_.get_stream(stream_role::compute).synchronize();
-      return measure_host_conv(kernels_->context, pass, in, p);
-    });
-    return selector_->choose(candidates, available);
-  };
-  // Records the algorithm `c` names for `pass` in the backend's form.
-  auto take = [&](k::conv_pass pass, const conv_candidate& c, host_conv_choice& host,
-                  int& cuda_algo) {
-#if MEMWEAVE_HAVE_CUDA
-    if (cuda_) {
-      cuda_algo = cuda_conv_algo(to_cuda(pass), c.algorithm);
-      return;
-    }
-#endif
-    (void)cuda_algo;
-    host = parse_conv_candidate(c.algorithm);
-  };
-  conv_step c;
-  if (forward) {
-    const conv_candidate& f = pick(k::conv_pass::forward);
-    take(k::conv_pass::forward, f, c.forward, c.cuda_forward);
-    c.workspace_bytes = f.workspace_bytes;
-    c.name = f.algorithm;
-    c.seconds = f.seconds;
-    return c;
-  }
-  const conv_candidate& f = pick(k::conv_pass::backward_filter);
-  take(k::conv_pass::backward_filter, f, c.filter, c.cuda_filter);
-  c.workspace_bytes = f.workspace_bytes;
-  c.seconds = f.seconds;
-  c.name = f.algorithm;
-  if (input_has_gradient) {
-    const conv_candidate& d = pick(k::conv_pass::backward_data);
-    take(k::conv_pass::backward_data, d, c.data, c.cuda_data);
-    c.workspace_bytes = std::max(c.workspace_bytes, d.workspace_bytes);
-    c.seconds += d.seconds;
-    c.name = d.algorithm + "/" + f.algorithm;
-  }
-  return c;
+  layer_launch step;
+  step.l = &l;
+  step.forward = forward;
+  step.accesses = accesses;
+  step.conv = &conv;
+  step.workspace = workspace;
+  step.data = data;
+  step.iteration = iteration_;
+  step.replay = replay;
+  launcher_->launch(step);
 }
 
 policy_report executor::report() const {

@@ -39,6 +39,8 @@
 namespace memweave {
 
 class residency_table;
+class kernel_launcher;
+struct conv_step;
 
 /// Which memory techniques a run uses (`--policy`, MEMWEAVE_POLICY):
 ///   baseline  every transient tensor lives for the whole iteration (the paper's baseline);
@@ -160,10 +162,7 @@ class executor {
   std::vector<std::vector<float>> read_persistent() const;
 
  private:
-  struct conv_step;
-  struct kernel_state;
   struct transfers;
-  struct cuda_state;
 
   /// utp/all: persistent tensors live in the tensor cache too (and may leave for host
   /// memory); otherwise they come from the heap once and persistent_ptr_ holds them.
@@ -198,13 +197,10 @@ class executor {
   void initialize_persistent();
   void plan_schedule();
   bool rebuildable(tensor_id t) const;
-  double model_seconds(const layer& l, bool forward, double compute_s = -1) const;
   void apply_releases(std::size_t step);
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
-  conv_step choose_conv(const layer& l, bool forward, bool input_has_gradient,
-                        std::size_t available);
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
                                         std::size_t bytes) const;
 
@@ -218,8 +214,7 @@ class executor {
   memory_plan plan_;
   std::unique_ptr<device_heap> heap_;
   std::unique_ptr<conv_workspace_selector> selector_;
-  std::unique_ptr<kernel_state> kernels_;
-  std::unique_ptr<cuda_state> cuda_;            // cuda only: cuDNN/cuBLAS on the compute stream
+  std::unique_ptr<kernel_launcher> launcher_;   // the backend's kernels
   std::unique_ptr<tensor_cache> cache_;         // transient tensors' device memory
   std::unique_ptr<transfers> transfers_;        // offload/utp only
   std::unique_ptr<recompute_plan> recompute_;   // recompute/all only
@@ -249,10 +244,9 @@ class executor {
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
-  double bookkeeping_s_ = 0;    // host time outside kernels, last iteration
-  double simulated_s_ = 0;      // null device: simulated seconds, last iteration
-  double loss_ = 0;             // written by the SOFTMAX forward kernel
-  std::vector<float> staging_;  // host images + labels of the current batch
+  double bookkeeping_s_ = 0;  // host time outside kernels, last iteration
+  double simulated_s_ = 0;    // null device: simulated seconds, last iteration
+  double loss_ = 0;           // written by the SOFTMAX forward kernel
 };
 
 }  // namespace memweave
