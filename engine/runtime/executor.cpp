@@ -39,16 +39,16 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "engine/kernels/host/host_kernels.hpp"
 #include "engine/layers/layer_step.hpp"
 #include "engine/random.hpp"
-#include "engine/runtime/conv_selection.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
-#include "engine/runtime/model_time.hpp"
+#include "engine/runtime/recompute_inputs.hpp"
 #include "engine/runtime/residency_table.hpp"
+#include "engine/runtime/schedule_inputs.hpp"
 #include "engine/solver/sgd.hpp"
 #include "memweave/alloc/pinned_host_pool.hpp"
 #include "memweave/core/config.hpp"
@@ -57,7 +57,6 @@
 #include "memweave/swap/pinned_pool_host_memory.hpp"
 
 namespace memweave {
-namespace k = kernels::host;
 
 namespace {
 
@@ -243,47 +242,10 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   }
   droppable_.assign(n, false);
   if (options.policy.recompute) {
-    recompute_graph g;
-    for (std::size_t p = 0; p < layers; ++p) {
-      const layer& l = net[route_.order()[p]];
-      recompute_layer rl;
-      rl.id = l.id;
-      rl.name = l.name;
-      rl.checkpoint = l.cost == cost_class::checkpoint;
-      // Forward tensors only: layer outputs, labels, auxiliary tensors.
-      auto forward_tensor = [this](tensor_id t) {
-        const tensor_info& i = table_[t];
-        return !i.persistent && i.bytes != 0 &&
-               (i.role == tensor_role::data || i.role == tensor_role::auxiliary);
-      };
-      for (const auto& a : table_.accesses(p)) {
-        if (!forward_tensor(a.tensor)) continue;
-        if (a.mode == access_mode::read) {
-          rl.forward_reads.push_back(a.tensor);
-        } else {
-          // Small auxiliary tensors are kept: BN's saved statistics, and DROPOUT's mask,
-          // which the backward reuses rather than a regenerated one.
-          rl.produces.push_back(
-              {a.tensor, table_[a.tensor].bytes, table_[a.tensor].role == tensor_role::auxiliary});
-        }
-      }
-      const std::size_t b = route_.backward_step(l.id);
-      for (const auto& a : table_.accesses(b)) {
-        if (forward_tensor(a.tensor) && a.mode == access_mode::read) {
-          rl.backward_reads.push_back(a.tensor);
-        }
-      }
-      const auto& row = layer_memory_->of(l.id);
-      rl.forward_bytes = row.forward_bytes;
-      rl.backward_bytes = row.backward_bytes;
-      std::vector<shape4> in;
-      for (layer_id i : l.inputs) in.push_back(net[i].output_shape);
-      rl.forward_cost = layers::forward_flops(l, in);
-      g.layers.push_back(std::move(rl));
-    }
     recompute_options ro;
     ro.strategy = parse_recompute_strategy(options.recompute_strategy);
-    recompute_ = std::make_unique<recompute_plan>(g, ro);
+    recompute_ = std::make_unique<recompute_plan>(
+        make_recompute_graph(net, route_, table_, *layer_memory_), ro);
     auto extend = [&](tensor_id t, std::size_t until) {
       free_step_[t] = std::max(free_step_[t], until);
     };
@@ -700,137 +662,26 @@ void executor::initialize_persistent() {
   persistent_moved_ = false;
 }
 
-// all: whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the
-// batch read by DATA, nor SOFTMAX's, whose replay would touch the loss) written by its
-// forward step.
-bool executor::rebuildable(tensor_id t) const {
-  const tensor_info& i = table_[t];
-  if (i.persistent || i.role != tensor_role::data || i.owner == invalid_layer) return false;
-  const layer& l = net_[i.owner];
-  return l.type != layer_type::data && l.type != layer_type::softmax_loss &&
-         table_.of(l.id).output == t;
-}
-
-// all: plans the iteration's memory schedule under the budget (memweave/schedule). The
-// planner sees every cached tensor by id with its heap-rounded bytes and the steps using it;
-// persistent tensors stay pinned (moving them would change where the next iteration finds
-// them; the reactive cache still may). A layer's output can be rebuilt by replaying its
-// layer's forward (a CONV too: its replay runs the algorithm its forward step ran, so the
-// bits are the same), touching what that forward touches. Times are the
-// null device's model; a CONV step is charged the fastest of the model's algorithms whose
-// workspace fits a sixteenth of the budget, and that workspace is reserved at the step.
+// all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
+// memweave/schedule); none when no plan fits.
 void executor::plan_schedule() {
-  const std::size_t steps = route_.step_count();
-  const std::size_t layers = route_.layer_count();
-  schedule_problem p;
-  p.budget_bytes = options_.budget_bytes;
+  schedule_inputs in;
+  in.net = &net_;
+  in.steps = &route_;
+  in.table = &table_;
+  in.memory = layer_memory_.get();
+  in.heap = heap_.get();
+  in.model = options_.model;
   double link = options_.link_gbps;
   if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
   if (link <= 0) link = options_.model.link_bytes_per_s / 1e9;
-  p.link_bytes_per_s = link * 1e9;
-  p.step_seconds.assign(steps, 0.0);
-  p.step_options.resize(steps);
-  for (std::size_t s = 0; s < steps; ++s) {
-    if (!table_.has_work(s)) continue;
-    const route_step rs = route_.at(s);
-    const layer& l = net_[rs.layer];
-    const bool forward = rs.direction == pass::forward;
-    p.step_seconds[s] = model_seconds(options_.model, net_, *layer_memory_, l, forward);
-    if (l.type != layer_type::conv) continue;
-    // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
-    // of its passes within it (as workspace selection picks them with that much free).
-    const auto& cp = std::get<conv_params>(l.params);
-    const shape4& in = net_[l.inputs[0]].output_shape;
-    std::vector<std::vector<conv_candidate>> passes;
-    passes.push_back(
-        model_host_conv(forward ? k::conv_pass::forward : k::conv_pass::backward_filter, in, cp,
-                        options_.model.flops));
-    if (!forward && table_.of(l.inputs[0]).output_grad != invalid_tensor) {
-      passes.push_back(model_host_conv(k::conv_pass::backward_data, in, cp, options_.model.flops));
-    }
-    std::vector<std::size_t> caps;
-    for (const auto& candidates : passes) {
-      for (const conv_candidate& c : candidates) caps.push_back(c.workspace_bytes);
-    }
-    // Workspaces beyond a sixteenth of the budget are not planned for (the step still takes
-    // a larger one when that much is free).
-    std::erase_if(caps, [&](std::size_t c) { return c > options_.budget_bytes / 16; });
-    std::sort(caps.begin(), caps.end(), std::greater<>());
-    caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
-    auto& options = p.step_options[s];
-    for (std::size_t cap : caps) {
-      double compute = 0;
-      std::size_t workspace = 0;
-      for (const auto& candidates : passes) {
-        const conv_candidate* best = nullptr;
-        for (const conv_candidate& c : candidates) {
-          if (c.workspace_bytes <= cap && (!best || c.seconds < best->seconds)) best = &c;
-        }
-        if (best == nullptr) continue;
-        compute += best->seconds;
-        workspace = std::max(workspace, best->workspace_bytes);
-      }
-      const step_option o{model_seconds(options_.model, net_, *layer_memory_, l, forward, compute),
-                          heap_->round_up(workspace)};
-      // Fastest first, each one slower with less workspace than the one before.
-      if (options.empty() || o.extra_bytes < options.back().extra_bytes) {
-        if (!options.empty() && o.seconds <= options.back().seconds) options.pop_back();
-        options.push_back(o);
-      }
-    }
-    p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
-  }
-  const std::size_t n = table_.size();
-  p.tensors.resize(n);
-  for (std::size_t s = 0; s < steps; ++s) {
-    for (const auto& a : table_.accesses(s)) {
-      if (!in_cache(a.tensor)) continue;
-      auto& uses = p.tensors[a.tensor].uses;
-      const bool writes = a.mode != access_mode::read;
-      if (!uses.empty() && uses.back().step == s) {
-        uses.back().writes = uses.back().writes || writes;
-      } else {
-        uses.push_back({static_cast<std::uint32_t>(s), writes});
-      }
-    }
-  }
-  for (tensor_id t = 0; t < n; ++t) {
-    schedule_tensor& x = p.tensors[t];
-    if (!in_cache(t)) continue;
-    x.bytes = heap_->round_up(table_[t].bytes);
-    x.persistent = table_[t].persistent;
-    x.pinned = x.persistent;
-    if (!rebuildable(t)) continue;
-    const std::size_t producer = route_.position(table_[t].owner);
-    x.rebuildable = true;
-    // Its replay runs what the forward step ran: charged at the fastest (an estimate).
-    x.rebuild_seconds = p.step_seconds[producer];
-    for (const auto& a : table_.accesses(producer)) {
-      if (a.tensor != t && in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);
-    }
-  }
-  memory_schedule planned = plan_memory_schedule(p, options_.schedule);
-  if (!planned.fits) {
-    // The greedy choice can corner itself (a step left with nothing idle): plan again with
-    // swaps charged only for their stalls, which moves more and drops less.
-    schedule_options free_link = options_.schedule;
-    free_link.link_charge = 0;
-    planned = plan_memory_schedule(p, free_link);
-  }
-  if (!planned.fits) {
-    // Near max(l_i) a step's own tensors fill the budget: plan again without reserving
-    // workspaces or headroom (dynamic selection then takes what is free).
-    schedule_options tight = options_.schedule;
-    tight.headroom = 0;
-    p.step_options.clear();
-    planned = plan_memory_schedule(p, tight);
-  }
-  // A schedule that still cannot bring every step under the budget would leave the reactive
-  // cache to work around a half-done plan: there the cache alone does better, as the floor
-  // tests hold it to.
-  if (!planned.fits) return;
-  schedule_ = std::make_unique<memory_schedule>(std::move(planned));
-  forward_conv_.assign(layers, conv_step{});
+  in.link_bytes_per_s = link * 1e9;
+  in.budget_bytes = options_.budget_bytes;
+  in.in_cache = [this](tensor_id t) { return in_cache(t); };
+  std::optional<memory_schedule> planned = plan_executor_schedule(in, options_.schedule);
+  if (!planned) return;
+  schedule_ = std::make_unique<memory_schedule>(std::move(*planned));
+  forward_conv_.assign(route_.layer_count(), conv_step{});
 }
 
 // all: before step `step`, the memory of tensors whose scheduled offload has had time to land
@@ -1096,7 +947,7 @@ void executor::rebuild(tensor_id t, std::size_t step) {
       const tensor_id y = a.tensor;
       if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
       const residency ry = residency_->state(y);
-      if (ry == residency::dropped || (ry == residency::absent && rebuildable(y))) {
+      if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
         rebuild(y, step);
       }
     }

@@ -196,7 +196,6 @@ class executor {
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
   void plan_schedule();
-  bool rebuildable(tensor_id t) const;
   void apply_releases(std::size_t step);
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
