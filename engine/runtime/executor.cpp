@@ -14,10 +14,11 @@
 // earlier kernels are done with it), and the compute stream waits for a prefetch only right
 // before the kernel that reads it. Recomputation re-runs cheap layers' forwards (replays)
 // before the backward steps that need their dropped outputs. Under `all` with a budget that
-// liveness exceeds, a memory schedule planned in the constructor (memweave/schedule) says
-// what leaves and comes back when: it is carried out before each step (releases) and after
-// each kernel (drops, offloads, prefetches), and a dropped tensor is rebuilt by replaying
-// its layer's forward; the cache's reactive eviction is then only the safety net.
+// liveness exceeds, a memory schedule planned in the constructor (schedule_inputs.cpp, then
+// memweave/schedule) says what leaves and comes back when: it is carried out before each
+// step (releases) and after each kernel (drops, offloads, prefetches), and a dropped tensor
+// is rebuilt by replaying its layer's forward; the cache's reactive eviction is then only
+// the safety net.
 //
 // Determinism: every decision that changes the heap (allocations, frees, evictions,
 // offload completions) is taken at a fixed point of the step loop, never when a background
