@@ -105,8 +105,8 @@ class kernel_launcher {
   virtual void launch(const layer_launch& step) = 0;
 
  protected:
-  /// The (gradient, weight) pairs of a backward step's solver updates, with their momenta
-  /// and element counts.
+  /// A step's kernel arguments: its step_io, and in backward the solver's updates
+  /// ((gradient, weight) pairs, with their momenta and element counts).
   struct step_kernel_args {
     layers::step_io io;
     std::vector<std::pair<float*, float*>> updates;
