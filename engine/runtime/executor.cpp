@@ -14,26 +14,25 @@
 // earlier kernels are done with it), and the compute stream waits for a prefetch only right
 // before the kernel that reads it. Recomputation re-runs cheap layers' forwards (replays)
 // before the backward steps that need their dropped outputs. Under `all` with a budget that
-// liveness exceeds, a memory schedule planned in the constructor (memweave/schedule) says
-// what leaves and comes back when: it is carried out before each step (releases) and after
-// each kernel (drops, offloads, prefetches), and a dropped tensor is rebuilt by replaying
-// its layer's forward; the cache's reactive eviction is then only the safety net.
+// liveness exceeds, a memory schedule planned in the constructor (schedule_inputs.cpp, then
+// memweave/schedule) says what leaves and comes back when: it is carried out before each
+// step (releases) and after each kernel (drops, offloads, prefetches), and a dropped tensor
+// is rebuilt by replaying its layer's forward; the cache's reactive eviction is then only
+// the safety net.
 //
 // Determinism: every decision that changes the heap (allocations, frees, evictions,
 // offload completions) is taken at a fixed point of the step loop, never when a background
 // copy happens to finish, so the heap sees the same sequence on every run and on every
 // device: `plan` (null) and `train` (host) agree step by step.
 //
-// cuda: the same loop and the same memory logic; only the kernels differ. The layers'
-// cuDNN/cuBLAS steps (and the solver's updates) are enqueued on the compute stream directly
-// from the step loop's thread, which holds the device current for the iteration, instead of
-// running as stream::launch host work (a host function may not call CUDA). The SOFTMAX step
-// waits for the stream to hand back the loss. CONV runs the algorithms workspace selection
-// chose among cuDNN's, measured once per shape on scratch memory from the heap.
+// Kernels: the loop decides what runs and where its memory is; a kernel_launcher (one per
+// backend: host, null, cuda; engine/runtime/kernel_launcher.hpp) enqueues it and chooses
+// among its backend's CONV algorithms. The loop and the memory logic are the same on every
+// device.
 //
-// Invariants: state_[t] says where a transient tensor is; device memory of a resident one
-// is cache_->ptr(t), of an offloading or prefetching one aside_ptr_[t]; bytes_live_ and
-// tensors_live_ sum the tensors holding device memory (persistent ones included).
+// Invariants: residency_ says where each tensor the cache manages is, and counts what holds
+// device memory (engine/runtime/residency_table.hpp); every move of a tensor is recorded
+// there right after the executor makes it.
 #include "memweave/engine/executor.hpp"
 
 #include <algorithm>
@@ -45,17 +44,13 @@
 #include <string>
 #include <vector>
 
-#if MEMWEAVE_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "device/cuda/cuda_check.hpp"
-#include "device/cuda/cuda_device.hpp"
-#include "engine/kernels/cuda/cuda_kernels.hpp"
-#endif
-#include "engine/kernels/host/host_kernels.hpp"
 #include "engine/layers/layer_step.hpp"
 #include "engine/random.hpp"
-#include "engine/runtime/conv_selection.hpp"
+#include "engine/runtime/executor_checks.hpp"
+#include "engine/runtime/kernel_launcher.hpp"
+#include "engine/runtime/recompute_inputs.hpp"
+#include "engine/runtime/residency_table.hpp"
+#include "engine/runtime/schedule_inputs.hpp"
 #include "engine/solver/sgd.hpp"
 #include "memweave/alloc/pinned_host_pool.hpp"
 #include "memweave/core/config.hpp"
@@ -64,174 +59,15 @@
 #include "memweave/swap/pinned_pool_host_memory.hpp"
 
 namespace memweave {
-namespace k = kernels::host;
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-// The null device's throughput model (a Pascal-class GPU, as the paper's TITAN Xp): fp32
-// flops per second and device-memory bytes per second. A step costs the larger of its
-// compute and memory time.
-constexpr double k_model_flops = 12e12;
-constexpr double k_model_bytes_per_s = 500e9;
-// The host link the eviction rule assumes when it weighs a rebuild against a round trip
-// (PCIe 3.0 x16, the paper's).
-constexpr double k_model_link_bytes_per_s = 16e9;
 // Write-back skips tensors whose life ends within this many steps.
 constexpr std::size_t k_write_back_horizon = 8;
 
 using detail::mix64;
-
-#if MEMWEAVE_HAVE_CUDA
-namespace kc = kernels::cuda;
-
-// The host and cuda pass enums list the passes in the same order.
-static_assert(static_cast<int>(k::conv_pass::forward) == static_cast<int>(kc::conv_pass::forward) &&
-              static_cast<int>(k::conv_pass::backward_data) ==
-                  static_cast<int>(kc::conv_pass::backward_data) &&
-              static_cast<int>(k::conv_pass::backward_filter) ==
-                  static_cast<int>(kc::conv_pass::backward_filter));
-
-kc::conv_pass to_cuda(k::conv_pass pass) noexcept {
-  return static_cast<kc::conv_pass>(pass);
-}
-
-// Makes `ordinal` the calling thread's current device for the scope, then restores the
-// previous one (the cuda device does the same around each of its own calls; the kernels
-// called here need it current too).
-class current_device {
- public:
-  explicit current_device(int ordinal) {
-    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != ordinal) {
-      // cudaGetDevice says 0 on a thread that never chose a device: setting 0 back would
-      // create a context on GPU 0. Restore only where a context was current.
-      const bool had_context = cuda_backend::context_current();
-      MEMWEAVE_CUDA_CHECK(cudaSetDevice(ordinal));
-      restore_ = had_context;
-    }
-  }
-  ~current_device() {
-    if (restore_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
-  }
-  current_device(const current_device&) = delete;
-  current_device& operator=(const current_device&) = delete;
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
-
-// "cudart 13000 cudnn 91000": the runtime's and cuDNN's versions, for cache fingerprints.
-std::string cuda_library_versions() {
-  int runtime = 0;
-  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) (void)cudaGetLastError();
-  return "cudart " + std::to_string(runtime) + " cudnn " + std::to_string(cudnnGetVersion());
-}
-
-// The cuDNN enum value named `name` (conv_algo_name) for `pass`.
-int cuda_conv_algo(kc::conv_pass pass, const std::string& name) {
-  for (int a = 0; a < 8; ++a) {
-    if (name == kc::conv_algo_name(pass, a)) return a;
-  }
-  throw invalid_argument("'" + name + "' is not a cuDNN " + kc::to_string(pass) +
-                         " convolution algorithm; use a name that workspace selection listed");
-}
-
-// Heap memory taken for a measurement, given back on scope exit. Only what a free run
-// already holds is taken: the heap must not grow for scratch.
-class heap_scratch {
- public:
-  explicit heap_scratch(device_heap& heap) : heap_(heap) {}
-  ~heap_scratch() {
-    for (void* p : taken_) (void)heap_.deallocate(p);
-  }
-  heap_scratch(const heap_scratch&) = delete;
-  heap_scratch& operator=(const heap_scratch&) = delete;
-  // nullptr when 0 bytes or no free run holds them.
-  void* take(std::size_t bytes) {
-    if (bytes == 0 || bytes > heap_.largest_free_run()) return nullptr;
-    void* p = heap_.try_allocate(bytes);
-    if (p != nullptr) taken_.push_back(p);
-    return p;
-  }
-
- private:
-  device_heap& heap_;
-  std::vector<void*> taken_;
-};
-
-// cuDNN's candidates for one pass: the algorithms its heuristics list for the shape (cuDNN's
-// names and workspace sizes), timed with cudnnFind*Ex on scratch buffers from the heap. The
-// scratch is free heap memory: the measurement runs on the compute stream (the context's),
-// after every kernel that used it before, and Find waits for it before it goes back. When
-// the heap cannot give the scratch, the heuristics' order stands in for time (seconds =
-// rank).
-std::vector<conv_candidate> cuda_conv_candidates(kc::cuda_kernel_context& ctx, device_heap& heap,
-                                                 kc::conv_pass pass, const shape4& in,
-                                                 const conv_params& p) {
-  const std::vector<kc::conv_algo_perf>& listed = kc::conv_algorithms(ctx, pass, in, p);
-  std::vector<conv_candidate> ranked;
-  std::size_t workspace_max = 0;
-  for (std::size_t i = 0; i < listed.size(); ++i) {
-    ranked.push_back({kc::conv_algo_name(pass, listed[i].algo), listed[i].workspace_bytes,
-                      static_cast<double>(i)});
-    workspace_max = std::max(workspace_max, listed[i].workspace_bytes);
-  }
-  heap_scratch scratch(heap);
-  const shape4 w{p.out_channels, in.c / p.groups, p.kernel_h, p.kernel_w};
-  kc::conv_measure_buffers b;
-  b.x = static_cast<float*>(scratch.take(in.bytes()));
-  b.w = static_cast<float*>(scratch.take(w.bytes()));
-  b.y = static_cast<float*>(scratch.take(p.output(in).bytes()));
-  // The search's workspace is capped at what the heap has free (never more than the budget):
-  // the algorithms that fit it are measured, and only they are this shape's candidates.
-  const std::size_t free_run = heap.largest_free_run();
-  workspace_max = std::min(workspace_max, free_run - free_run % heap.round_up(1));
-  b.workspace = scratch.take(workspace_max);
-  b.workspace_bytes = workspace_max;
-  if (b.x == nullptr || b.w == nullptr || b.y == nullptr ||
-      (workspace_max != 0 && b.workspace == nullptr)) {
-    return ranked;
-  }
-  const std::vector<kc::conv_algo_perf> measured = kc::measure_conv_algorithms(ctx, pass, in, p, b);
-  std::vector<conv_candidate> timed;
-  bool has_zero = false;
-  for (const kc::conv_algo_perf& e : listed) {
-    for (const kc::conv_algo_perf& m : measured) {
-      if (m.algo != e.algo) continue;
-      const std::size_t bytes = std::max(e.workspace_bytes, m.workspace_bytes);
-      timed.push_back({kc::conv_algo_name(pass, e.algo), bytes, 1e-3 * m.time_ms});
-      has_zero = has_zero || bytes == 0;
-    }
-  }
-  // Selection needs an algorithm without workspace; should Find have failed it, rank.
-  return has_zero ? timed : ranked;
-}
-
-// CONV on cuda with the algorithms workspace selection chose (the cuda layer step would
-// choose its own from cuDNN's heuristics); the same step_io fields as the conv steps.
-void cuda_conv(kc::cuda_kernel_context& ctx, const layers::step_io& io, bool forward,
-               int forward_algo, int data_algo, int filter_algo) {
-  const auto& p = std::get<conv_params>(io.l->params);
-  const shape4& in = io.input_shapes[0];
-  const std::size_t bytes = io.workspace == nullptr ? 0 : io.workspace_bytes;
-  if (forward) {
-    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(forward_algo), io.workspace, bytes,
-                     in, p, io.inputs[0], io.params[0], p.bias ? io.params[1] : nullptr, io.output);
-    return;
-  }
-  if (io.input_grads[0].data != nullptr) {
-    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo), io.workspace,
-                           bytes, in, p, io.params[0], io.output_grad, io.input_grads[0].data,
-                           io.input_grads[0].accumulate);
-  }
-  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo),
-                           io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
-                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
-}
-#endif
 
 }  // namespace
 
@@ -256,44 +92,6 @@ executor_policy executor_policy::parse(const std::string& name) {
   return p;
 }
 
-struct executor::kernel_state {
-  k::kernel_context context;
-  sgd_options sgd;
-  kernel_state(int threads, sgd_options s) : context(threads), sgd(s) {}
-};
-
-// What workspace selection decided for one CONV step.
-struct executor::conv_step {
-  host_conv_choice forward, data, filter;
-  // cuda: the cuDNN enum values; 0 is each pass's no-workspace algorithm (forward
-  // IMPLICIT_GEMM, backward ALGO_0).
-  int cuda_forward = 0, cuda_data = 0, cuda_filter = 0;
-  std::size_t workspace_bytes = 0;
-  std::string name;      // for the step record
-  double seconds = 0.0;  // measured or modelled time of the chosen algorithms
-};
-
-// cuda: the kernels' context, bound to the compute stream of device `ordinal`; made and
-// destroyed with that device current.
-struct executor::cuda_state {
-#if MEMWEAVE_HAVE_CUDA
-  int ordinal = 0;
-  std::unique_ptr<kc::cuda_kernel_context> context;
-  cuda_state(int o, cudaStream_t stream) : ordinal(o) {
-    const current_device scope(ordinal);
-    context = std::make_unique<kc::cuda_kernel_context>(stream);
-  }
-  ~cuda_state() {
-    try {
-      const current_device scope(ordinal);
-      context.reset();
-    } catch (...) {
-      context.reset();  // the device cannot be made current: release the handles anyway
-    }
-  }
-#endif
-};
-
 // The host side of moving tensors (offload, utp): pinned host memory and the engine.
 struct executor::transfers {
   pinned_host_pool pool;
@@ -306,101 +104,33 @@ struct executor::transfers {
 
 executor::executor(const network& net, device& dev, const executor_options& options)
     : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
-  // Callers in code bypass the command line's checks: the numbers are checked here too.
-  MEMWEAVE_EXPECTS(std::isfinite(options.learning_rate) && options.learning_rate > 0 &&
-                       options.learning_rate <= 1e3,
-                   "executor_options.learning_rate = " + std::to_string(options.learning_rate) +
-                       ": expected a finite number in (0, 1000]");
-  MEMWEAVE_EXPECTS(std::isfinite(options.momentum) && std::isfinite(options.weight_decay),
-                   "executor_options.momentum = " + std::to_string(options.momentum) +
-                       ", weight_decay = " + std::to_string(options.weight_decay) +
-                       ": expected finite numbers");
-  MEMWEAVE_EXPECTS(options.prefetch_distance >= 1, "executor_options.prefetch_distance = " +
-                                                       std::to_string(options.prefetch_distance) +
-                                                       ": expected at least 1");
-  MEMWEAVE_EXPECTS(options.offload_lag >= 1,
-                   "executor_options.offload_lag = " + std::to_string(options.offload_lag) +
-                       ": expected at least 1");
-  MEMWEAVE_EXPECTS(std::isfinite(options.link_gbps) && options.link_gbps >= 0,
-                   "executor_options.link_gbps = " + std::to_string(options.link_gbps) +
-                       ": expected a finite number >= 0 (0: MEMWEAVE_HOST_LINK_GBPS)");
+  check_executor_options(options);
   if (options.policy.planned) options.schedule.validate();
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
   plan_ = liveness_->plan(options.policy.plan);
 
-  // The least the policy needs, each tensor rounded to whole heap blocks: the tensors of the
-  // most demanding step (l_i), plus every persistent tensor where those never leave the
-  // device (under utp/all they move like the others, so a step needs only its own).
-  const std::size_t block = options.heap.block_bytes ? options.heap.block_bytes : 1024;
-  auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
-  std::size_t persistent = 0;
-  if (!cache_persistent()) {
-    for (tensor_id t : plan_.persistent) persistent += rounded(table_[t].bytes);
-  }
-  std::size_t worst_step = 0, worst_index = 0;
-  for (std::size_t s = 0; s < table_.step_count(); ++s) {
-    std::size_t b = 0;
-    for (const auto& a : table_.accesses(s)) {
-      if (cache_persistent() || !table_[a.tensor].persistent) b += rounded(table_[a.tensor].bytes);
-    }
-    if (b > worst_step) worst_step = b, worst_index = s;
-  }
-  const std::size_t minimum = persistent + worst_step;
-  const memory_info mem = dev.memory();
-  if (options.budget_bytes != 0) {
-    if (options.budget_bytes > mem.free_bytes) {
-      throw invalid_argument("budget " + format_bytes(options.budget_bytes) +
-                             " exceeds the device's free memory " + format_bytes(mem.free_bytes) +
-                             " (" + dev.name() +
-                             "); lower --budget, or raise MEMWEAVE_DEVICE_BYTES on host/null");
-    }
-    if (options.budget_bytes < minimum) {
-      const route_step rs = route_.at(worst_index);
-      const std::string step = "the tensors of step " + std::to_string(worst_index + 1) + " (" +
-                               net[rs.layer].name + " " + to_string(rs.direction) + ") ";
-      throw budget_too_small(
-          "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
-          options.policy.name + " can run " + net.name() + " at batch " +
-          std::to_string(net.batch()) + " with: " +
-          (cache_persistent()
-               ? step + "(parameters and state included) " + format_bytes(minimum)
-               : "parameters and state " + format_bytes(persistent) + " plus " + step +
-                     format_bytes(worst_step) + " = " + format_bytes(minimum)) +
-          "; raise --budget to at least that, or lower --batch" +
-          (cache_persistent() ? "" : " (utp and all also move parameters to host memory)"));
-    }
-  }
+  check_budget(net, route_, table_, plan_, dev, options);
 
   heap_options h = options.heap;
   if (options.budget_bytes != 0) h.pool_bytes = options.budget_bytes;
   heap_ = std::make_unique<device_heap>(dev, h);
-  kernels_ = std::make_unique<kernel_state>(
-      options.threads, sgd_options{options.learning_rate, options.momentum, options.weight_decay});
-  if (dev.kind() == device_kind::cuda) {
-#if MEMWEAVE_HAVE_CUDA
-    auto* stream = static_cast<cudaStream_t>(dev.get_stream(stream_role::compute).native_handle());
-    int ordinal = 0;
-#if CUDART_VERSION >= 12080
-    MEMWEAVE_CUDA_CHECK(cudaStreamGetDevice(stream, &ordinal));
-#else
-    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&ordinal));  // older runtimes: the current device
-#endif
-    cuda_ = std::make_unique<cuda_state>(ordinal, stream);
-#else
-    throw invalid_argument("the executor was built without CUDA: run on --device host");
-#endif
-  }
+  launcher_context lc;
+  lc.net = &net;
+  lc.table = &table_;
+  lc.memory = layer_memory_.get();
+  lc.dev = &dev;
+  lc.heap = heap_.get();
+  lc.model = options.model;
+  lc.threads = options.threads;
+  lc.sgd = sgd_options{options.learning_rate, options.momentum, options.weight_decay};
+  lc.seed = options.seed;
+  lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
+  lc.loss = &loss_;
+  launcher_ = make_kernel_launcher(lc);
   // Timings are valid for one backend and device or thread count; the null device uses its
   // model.
-  std::string fingerprint = "null model";
-  if (cuda_) {
-    // Measured times hold for one device and one cuDNN/CUDA pair: a library upgrade re-measures.
-    fingerprint = "cuda " + dev.name() + " " + cuda_library_versions();
-  } else if (dev.touches_memory()) {
-    fingerprint = "host threads=" + std::to_string(kernels_->context.threads());
-  }
-  selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, std::move(fingerprint));
+  selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, launcher_->fingerprint());
   auto name_of = [this](tensor_key t) { return table_[t].name; };
   tensor_cache::eviction_callback evict_fn;
   if (options.policy.evict_to_host) {
@@ -416,8 +146,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
 
   const std::size_t n = table_.size();
   persistent_ptr_.assign(n, nullptr);
-  state_.assign(n, residency::absent);
-  aside_ptr_.assign(n, nullptr);
+  residency_ = std::make_unique<residency_table>(table_);
   // The last forward step touching each tensor: after it, a tensor needed again only in
   // backward can leave the device.
   last_forward_use_.assign(n, 0);
@@ -445,47 +174,10 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   }
   droppable_.assign(n, false);
   if (options.policy.recompute) {
-    recompute_graph g;
-    for (std::size_t p = 0; p < layers; ++p) {
-      const layer& l = net[route_.order()[p]];
-      recompute_layer rl;
-      rl.id = l.id;
-      rl.name = l.name;
-      rl.checkpoint = l.cost == cost_class::checkpoint;
-      // Forward tensors only: layer outputs, labels, auxiliary tensors.
-      auto forward_tensor = [this](tensor_id t) {
-        const tensor_info& i = table_[t];
-        return !i.persistent && i.bytes != 0 &&
-               (i.role == tensor_role::data || i.role == tensor_role::auxiliary);
-      };
-      for (const auto& a : table_.accesses(p)) {
-        if (!forward_tensor(a.tensor)) continue;
-        if (a.mode == access_mode::read) {
-          rl.forward_reads.push_back(a.tensor);
-        } else {
-          // Small auxiliary tensors are kept: BN's saved statistics, and DROPOUT's mask,
-          // which the backward reuses rather than a regenerated one.
-          rl.produces.push_back(
-              {a.tensor, table_[a.tensor].bytes, table_[a.tensor].role == tensor_role::auxiliary});
-        }
-      }
-      const std::size_t b = route_.backward_step(l.id);
-      for (const auto& a : table_.accesses(b)) {
-        if (forward_tensor(a.tensor) && a.mode == access_mode::read) {
-          rl.backward_reads.push_back(a.tensor);
-        }
-      }
-      const auto& row = layer_memory_->of(l.id);
-      rl.forward_bytes = row.forward_bytes;
-      rl.backward_bytes = row.backward_bytes;
-      std::vector<shape4> in;
-      for (layer_id i : l.inputs) in.push_back(net[i].output_shape);
-      rl.forward_cost = layers::forward_flops(l, in);
-      g.layers.push_back(std::move(rl));
-    }
     recompute_options ro;
     ro.strategy = parse_recompute_strategy(options.recompute_strategy);
-    recompute_ = std::make_unique<recompute_plan>(g, ro);
+    recompute_ = std::make_unique<recompute_plan>(
+        make_recompute_graph(net, route_, table_, *layer_memory_), ro);
     auto extend = [&](tensor_id t, std::size_t until) {
       free_step_[t] = std::max(free_step_[t], until);
     };
@@ -524,7 +216,6 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     }
   }
   last_write_.assign(n, 0);
-  copied_.assign(n, false);
   // Write-back starts below twice the most any step allocates anew.
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
     std::size_t fresh = 0;
@@ -543,8 +234,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   }
   initialize_persistent();
   if (options.policy.planned && options.budget_bytes != 0) plan_schedule();
-  // host: the CPU kernels' GEMMs would hang, not fail, where OpenBLAS cannot get its buffers.
-  if (dev.touches_memory() && !cuda_) kernels_->context.check_blas_address_space();
+  launcher_->check_ready();
 }
 
 executor::~executor() {
@@ -560,8 +250,8 @@ executor::~executor() {
       // Reported by the call that saw it; the device copies are still ours to free.
     }
   }
-  for (tensor_id t = 0; t < state_.size(); ++t) {
-    if (aside_ptr_[t] != nullptr) (void)heap_->deallocate(aside_ptr_[t]);
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    if (residency_->aside(t) != nullptr) (void)heap_->deallocate(residency_->aside(t));
     if (persistent_ptr_[t] != nullptr) (void)heap_->deallocate(persistent_ptr_[t]);
   }
   transfers_.reset();
@@ -601,7 +291,7 @@ void executor::allocate_persistent(tensor_id t) {
                           "tensor " + info.name + " (" + to_string(info.role) + "): " + e.what(),
                           info.bytes);
     }
-    state_[t] = residency::resident;
+    residency_->allocated(t);
   } else {
     void* p = heap_->try_allocate(info.bytes);
     if (p == nullptr) {
@@ -609,9 +299,8 @@ void executor::allocate_persistent(tensor_id t) {
                           "tensor " + info.name + " (" + to_string(info.role) + ")", info.bytes);
     }
     persistent_ptr_[t] = p;
+    residency_->persistent_allocated(t);
   }
-  bytes_live_ += info.bytes;
-  ++tensors_live_;
 }
 
 void* executor::allocate_transient(tensor_id t, std::size_t step) {
@@ -626,24 +315,20 @@ void* executor::allocate_transient(tensor_id t, std::size_t step) {
                             info.name + " (" + to_string(info.role) + "): " + e.what(),
                         e.requested(), e.free_bytes(), e.largest_free_run());
   }
-  state_[t] = residency::resident;
-  bytes_live_ += info.bytes;
-  ++tensors_live_;
+  residency_->allocated(t);
   return p;
 }
 
 void executor::free_transient(tensor_id t) noexcept {
-  switch (state_[t]) {
+  switch (residency_->state(t)) {
     case residency::resident:
       cache_->release(t);
-      bytes_live_ -= table_[t].bytes;
-      --tensors_live_;
       break;
     case residency::offloading:
     case residency::prefetching:
       // A copy may still touch the memory: let it finish before the bytes are reused.
       try {
-        if (state_[t] == residency::offloading) {
+        if (residency_->state(t) == residency::offloading) {
           transfers_->engine.wait_offloaded(t);
         } else {
           transfers_->engine.make_ready(t, dev_.get_stream(stream_role::compute));
@@ -651,10 +336,7 @@ void executor::free_transient(tensor_id t) noexcept {
       } catch (...) {
         // The failure stays pending in the engine and is thrown by its next call.
       }
-      (void)heap_->deallocate(aside_ptr_[t]);
-      aside_ptr_[t] = nullptr;
-      bytes_live_ -= table_[t].bytes;
-      --tensors_live_;
+      (void)heap_->deallocate(residency_->aside(t));
       break;
     case residency::on_host:
     case residency::dropped:
@@ -662,13 +344,13 @@ void executor::free_transient(tensor_id t) noexcept {
       break;
   }
   forget_host(t);
-  state_[t] = residency::absent;
+  residency_->freed(t);
 }
 
 void* executor::device_ptr(tensor_id t) const {
   if (t == invalid_tensor) return nullptr;
   if (persistent_ptr_[t] != nullptr) return persistent_ptr_[t];
-  return state_[t] == residency::resident ? cache_->ptr(t) : nullptr;
+  return residency_->state(t) == residency::resident ? cache_->ptr(t) : nullptr;
 }
 
 // The cache needs room: move `t` to host memory. A tensor whose host copy is still valid
@@ -684,8 +366,9 @@ bool executor::drop_on_evict(tensor_id t) const {
   const layer& l = net_[table_[t].owner];
   std::vector<shape4> in;
   for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
-  const double rebuild_s = layers::forward_flops(l, in) / k_model_flops;
-  const double move_s = 2.0 * static_cast<double>(table_[t].bytes) / k_model_link_bytes_per_s;
+  const double rebuild_s = layers::forward_flops(l, in) / options_.model.flops;
+  const double move_s =
+      2.0 * static_cast<double>(table_[t].bytes) / options_.model.link_bytes_per_s;
   return rebuild_s <= move_s;
 }
 
@@ -700,7 +383,7 @@ bool executor::read_by_running_step(tensor_id t) const {
 void executor::forget_host(tensor_id t) noexcept {
   if (!transfers_) return;
   transfers_->engine.drop_host(t);
-  copied_[t] = false;
+  residency_->set_copied(t, false);
 }
 
 // utp/all: when free memory runs below the watermark, start copying out the next victims
@@ -714,25 +397,24 @@ void executor::write_back() {
     if (covered >= watermark_) break;
     covered += table_[t].bytes;
     // Gradients may still be accumulated into: copying them early is likely wasted.
-    if (copied_[t] || drop_on_evict(t) || table_[t].role == tensor_role::gradient) continue;
+    if (residency_->copied(t) || drop_on_evict(t) || table_[t].role == tensor_role::gradient)
+      continue;
     // A tensor about to die would be copied for nothing.
     if (free_step_[t] <= current_step_ + k_write_back_horizon) continue;
     transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
-    copied_[t] = true;
+    residency_->set_copied(t, true);
   }
 }
 
 bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
   if (drop_on_evict(t)) {
     forget_host(t);
-    state_[t] = residency::dropped;
-    bytes_live_ -= bytes;
-    --tensors_live_;
+    residency_->left_device(t, residency::dropped);
     return true;
   }
   transfer_engine& engine = transfers_->engine;
-  if (!copied_[t]) {
+  if (!residency_->copied(t)) {
     engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     try {
       engine.offload(t, ptr, bytes, written(t));
@@ -740,13 +422,11 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
       host_exhausted_ = true;  // not a matter of packing device memory: no repack
       throw;
     }
-    copied_[t] = true;
+    residency_->set_copied(t, true);
   }
   engine.wait_offloaded(t);  // at once when written back ahead and already landed
-  state_[t] = residency::on_host;
+  residency_->left_device(t, residency::on_host);
   if (table_[t].persistent) persistent_moved_ = true;
-  bytes_live_ -= bytes;
-  --tensors_live_;
   return true;
 }
 
@@ -767,26 +447,22 @@ event& executor::written(tensor_id t) {
 void executor::start_offload(tensor_id t) {
   void* p = cache_->ptr(t);
   transfers_->engine.offload(t, p, table_[t].bytes, written(t));
-  copied_[t] = true;
-  aside_ptr_[t] = cache_->forget(t);
-  state_[t] = residency::offloading;
+  residency_->set_copied(t, true);
+  residency_->offload_started(t, cache_->forget(t));
 }
 
 // An offload in flight lands: its device copy, held aside, goes back to the heap. With
 // `compute`, that stream waits for the copy first (the memory's next user runs there).
 void executor::finish_offload(tensor_id t, stream* compute) {
   transfers_->engine.wait_offloaded(t, compute);
-  (void)heap_->deallocate(aside_ptr_[t]);
-  aside_ptr_[t] = nullptr;
-  state_[t] = residency::on_host;
-  bytes_live_ -= table_[t].bytes;
-  --tensors_live_;
+  (void)heap_->deallocate(residency_->aside(t));
+  residency_->offload_landed(t);
 }
 
 void executor::reap_offloads(std::size_t step, bool all) {
   if (!transfers_) return;
   auto reap = [this](tensor_id t) {
-    if (state_[t] == residency::offloading) finish_offload(t, nullptr);  // else died or back
+    if (residency_->state(t) == residency::offloading) finish_offload(t, nullptr);  // else gone
   };
   // Offloads are due exactly at the step they were scheduled for, so each list is reaped
   // once, when its step comes (or all of them at the end of the iteration).
@@ -800,22 +476,20 @@ void executor::reap_offloads(std::size_t step, bool all) {
 // Brings `t` back onto the device before the step that reads it.
 void executor::ensure_resident(tensor_id t, std::size_t step) {
   stream& compute = dev_.get_stream(stream_role::compute);
-  switch (state_[t]) {
+  switch (residency_->state(t)) {
     case residency::resident:
       (void)cache_->check(t);
       return;
     case residency::offloading:
       // Its device copy is intact: keep it (and the host copy, now valid and clean).
       transfers_->engine.wait_offloaded(t);
-      cache_->insert(t, aside_ptr_[t], table_[t].bytes);
-      aside_ptr_[t] = nullptr;
-      state_[t] = residency::resident;
+      cache_->insert(t, residency_->aside(t), table_[t].bytes);
+      residency_->back_in_cache(t);
       return;
     case residency::prefetching:
       transfers_->engine.make_ready(t, compute);
-      cache_->insert(t, aside_ptr_[t], table_[t].bytes);
-      aside_ptr_[t] = nullptr;
-      state_[t] = residency::resident;
+      cache_->insert(t, residency_->aside(t), table_[t].bytes);
+      residency_->back_in_cache(t);
       return;
     case residency::on_host: {
       (void)cache_->check(t);             // a miss, counted
@@ -859,16 +533,13 @@ void executor::prefetch_ahead(std::size_t step) {
     const layer& l = net_[route_.at(s).layer];
     for (const auto& a : table_.accesses(s)) {
       const tensor_id t = a.tensor;
-      if (state_[t] != residency::on_host) continue;
+      if (residency_->state(t) != residency::on_host) continue;
       if (heap_->largest_free_run() < heap_->round_up(table_[t].bytes) + next_needs) return;
       void* p = heap_->try_allocate(table_[t].bytes);
       if (p == nullptr) return;  // no room now; ensure_resident fetches it when needed
       if (!recorded) compute.record(*transfers_->ready), recorded = true;
       transfers_->engine.prefetch(t, p, transfers_->ready.get());
-      aside_ptr_[t] = p;
-      state_[t] = residency::prefetching;
-      bytes_live_ += table_[t].bytes;
-      ++tensors_live_;
+      residency_->prefetch_started(t, p);
     }
     if (l.cost == cost_class::checkpoint && l.type != layer_type::data &&
         ++checkpoints >= options_.prefetch_distance) {
@@ -923,150 +594,26 @@ void executor::initialize_persistent() {
   persistent_moved_ = false;
 }
 
-// The null device's time for layer `l`'s forward or backward kernel: the larger of its
-// compute (flops at the model's rate, or `compute_s` when given: a CONV's chosen
-// algorithms) and its memory traffic.
-double executor::model_seconds(const layer& l, bool forward, double compute_s) const {
-  if (compute_s < 0) {
-    std::vector<shape4> in;
-    for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
-    compute_s =
-        (forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in)) / k_model_flops;
-  }
-  const auto& row = layer_memory_->of(l.id);
-  const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
-  return std::max(compute_s, bytes / k_model_bytes_per_s);
-}
-
-// all: whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the
-// batch read by DATA, nor SOFTMAX's, whose replay would touch the loss) written by its
-// forward step.
-bool executor::rebuildable(tensor_id t) const {
-  const tensor_info& i = table_[t];
-  if (i.persistent || i.role != tensor_role::data || i.owner == invalid_layer) return false;
-  const layer& l = net_[i.owner];
-  return l.type != layer_type::data && l.type != layer_type::softmax_loss &&
-         table_.of(l.id).output == t;
-}
-
-// all: plans the iteration's memory schedule under the budget (memweave/schedule). The
-// planner sees every cached tensor by id with its heap-rounded bytes and the steps using it;
-// persistent tensors stay pinned (moving them would change where the next iteration finds
-// them; the reactive cache still may). A layer's output can be rebuilt by replaying its
-// layer's forward (a CONV too: its replay runs the algorithm its forward step ran, so the
-// bits are the same), touching what that forward touches. Times are the
-// null device's model; a CONV step is charged the fastest of the model's algorithms whose
-// workspace fits a sixteenth of the budget, and that workspace is reserved at the step.
+// all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
+// memweave/schedule); none when no plan fits.
 void executor::plan_schedule() {
-  const std::size_t steps = route_.step_count();
-  const std::size_t layers = route_.layer_count();
-  schedule_problem p;
-  p.budget_bytes = options_.budget_bytes;
+  schedule_inputs in;
+  in.net = &net_;
+  in.steps = &route_;
+  in.table = &table_;
+  in.memory = layer_memory_.get();
+  in.heap = heap_.get();
+  in.model = options_.model;
   double link = options_.link_gbps;
   if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
-  if (link <= 0) link = k_model_link_bytes_per_s / 1e9;
-  p.link_bytes_per_s = link * 1e9;
-  p.step_seconds.assign(steps, 0.0);
-  p.step_options.resize(steps);
-  for (std::size_t s = 0; s < steps; ++s) {
-    if (!table_.has_work(s)) continue;
-    const route_step rs = route_.at(s);
-    const layer& l = net_[rs.layer];
-    const bool forward = rs.direction == pass::forward;
-    p.step_seconds[s] = model_seconds(l, forward);
-    if (l.type != layer_type::conv) continue;
-    // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
-    // of its passes within it (as workspace selection picks them with that much free).
-    const auto& cp = std::get<conv_params>(l.params);
-    const shape4& in = net_[l.inputs[0]].output_shape;
-    std::vector<std::vector<conv_candidate>> passes;
-    passes.push_back(model_host_conv(
-        forward ? k::conv_pass::forward : k::conv_pass::backward_filter, in, cp, k_model_flops));
-    if (!forward && table_.of(l.inputs[0]).output_grad != invalid_tensor) {
-      passes.push_back(model_host_conv(k::conv_pass::backward_data, in, cp, k_model_flops));
-    }
-    std::vector<std::size_t> caps;
-    for (const auto& candidates : passes) {
-      for (const conv_candidate& c : candidates) caps.push_back(c.workspace_bytes);
-    }
-    // Workspaces beyond a sixteenth of the budget are not planned for (the step still takes
-    // a larger one when that much is free).
-    std::erase_if(caps, [&](std::size_t c) { return c > options_.budget_bytes / 16; });
-    std::sort(caps.begin(), caps.end(), std::greater<>());
-    caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
-    auto& options = p.step_options[s];
-    for (std::size_t cap : caps) {
-      double compute = 0;
-      std::size_t workspace = 0;
-      for (const auto& candidates : passes) {
-        const conv_candidate* best = nullptr;
-        for (const conv_candidate& c : candidates) {
-          if (c.workspace_bytes <= cap && (!best || c.seconds < best->seconds)) best = &c;
-        }
-        if (best == nullptr) continue;
-        compute += best->seconds;
-        workspace = std::max(workspace, best->workspace_bytes);
-      }
-      const step_option o{model_seconds(l, forward, compute), heap_->round_up(workspace)};
-      // Fastest first, each one slower with less workspace than the one before.
-      if (options.empty() || o.extra_bytes < options.back().extra_bytes) {
-        if (!options.empty() && o.seconds <= options.back().seconds) options.pop_back();
-        options.push_back(o);
-      }
-    }
-    p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
-  }
-  const std::size_t n = table_.size();
-  p.tensors.resize(n);
-  for (std::size_t s = 0; s < steps; ++s) {
-    for (const auto& a : table_.accesses(s)) {
-      if (!in_cache(a.tensor)) continue;
-      auto& uses = p.tensors[a.tensor].uses;
-      const bool writes = a.mode != access_mode::read;
-      if (!uses.empty() && uses.back().step == s) {
-        uses.back().writes = uses.back().writes || writes;
-      } else {
-        uses.push_back({static_cast<std::uint32_t>(s), writes});
-      }
-    }
-  }
-  for (tensor_id t = 0; t < n; ++t) {
-    schedule_tensor& x = p.tensors[t];
-    if (!in_cache(t)) continue;
-    x.bytes = heap_->round_up(table_[t].bytes);
-    x.persistent = table_[t].persistent;
-    x.pinned = x.persistent;
-    if (!rebuildable(t)) continue;
-    const std::size_t producer = route_.position(table_[t].owner);
-    x.rebuildable = true;
-    // Its replay runs what the forward step ran: charged at the fastest (an estimate).
-    x.rebuild_seconds = p.step_seconds[producer];
-    for (const auto& a : table_.accesses(producer)) {
-      if (a.tensor != t && in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);
-    }
-  }
-  memory_schedule planned = plan_memory_schedule(p, options_.schedule);
-  if (!planned.fits) {
-    // The greedy choice can corner itself (a step left with nothing idle): plan again with
-    // swaps charged only for their stalls, which moves more and drops less.
-    schedule_options free_link = options_.schedule;
-    free_link.link_charge = 0;
-    planned = plan_memory_schedule(p, free_link);
-  }
-  if (!planned.fits) {
-    // Near max(l_i) a step's own tensors fill the budget: plan again without reserving
-    // workspaces or headroom (dynamic selection then takes what is free).
-    schedule_options tight = options_.schedule;
-    tight.headroom = 0;
-    p.step_options.clear();
-    planned = plan_memory_schedule(p, tight);
-  }
-  // A schedule that still cannot bring every step under the budget would leave the reactive
-  // cache to work around a half-done plan: there the cache alone does better, as the floor
-  // tests hold it to.
-  if (!planned.fits) return;
-  schedule_ = std::make_unique<memory_schedule>(std::move(planned));
-  forward_conv_.assign(layers, conv_step{});
+  if (link <= 0) link = options_.model.link_bytes_per_s / 1e9;
+  in.link_bytes_per_s = link * 1e9;
+  in.budget_bytes = options_.budget_bytes;
+  in.in_cache = [this](tensor_id t) { return in_cache(t); };
+  std::optional<memory_schedule> planned = plan_executor_schedule(in, options_.schedule);
+  if (!planned) return;
+  schedule_ = std::make_unique<memory_schedule>(std::move(*planned));
+  forward_conv_.assign(route_.layer_count(), conv_step{});
 }
 
 // all: before step `step`, the memory of tensors whose scheduled offload has had time to land
@@ -1075,7 +622,7 @@ void executor::plan_schedule() {
 void executor::apply_releases(std::size_t step) {
   stream& compute = dev_.get_stream(stream_role::compute);
   for (std::uint32_t t : schedule_->steps[step].release) {
-    if (state_[t] != residency::offloading) {
+    if (residency_->state(t) != residency::offloading) {
       ++schedule_misses_;  // evicted or dropped by the safety net meanwhile
       continue;
     }
@@ -1090,10 +637,10 @@ void executor::apply_releases(std::size_t step) {
 void executor::apply_scheduled(std::size_t step) {
   const scheduled_step& ss = schedule_->steps[step];
   for (std::uint32_t t : ss.drop) {
-    if (state_[t] == residency::resident) drop(t);
+    if (residency_->state(t) == residency::resident) drop(t);
   }
   for (std::uint32_t t : ss.offload) {
-    if (state_[t] != residency::resident) {
+    if (residency_->state(t) != residency::resident) {
       ++schedule_misses_;
       continue;
     }
@@ -1105,7 +652,7 @@ void executor::apply_scheduled(std::size_t step) {
   wanted.swap(deferred_prefetches_);
   wanted.insert(wanted.end(), ss.prefetch.begin(), ss.prefetch.end());
   for (tensor_id t : wanted) {
-    if (state_[t] != residency::on_host) continue;  // fetched on demand meanwhile
+    if (residency_->state(t) != residency::on_host) continue;  // fetched on demand meanwhile
     void* p = heap_->try_allocate(table_[t].bytes);
     if (p == nullptr) {
       deferred_prefetches_.push_back(t);
@@ -1114,10 +661,7 @@ void executor::apply_scheduled(std::size_t step) {
     if (!recorded)
       dev_.get_stream(stream_role::compute).record(*transfers_->ready), recorded = true;
     transfers_->engine.prefetch(t, p, transfers_->ready.get());
-    aside_ptr_[t] = p;
-    state_[t] = residency::prefetching;
-    bytes_live_ += table_[t].bytes;
-    ++tensors_live_;
+    residency_->prefetch_started(t, p);
   }
 }
 
@@ -1131,7 +675,7 @@ void executor::apply_scheduled(std::size_t step) {
 void executor::restore_persistent_placement() {
   if (!persistent_moved_) return;
   for (tensor_id t : plan_.persistent) {
-    if (state_[t] == residency::resident) (void)cache_->evict(t);
+    if (residency_->state(t) == residency::resident) (void)cache_->evict(t);
   }
   stream& compute = dev_.get_stream(stream_role::compute);
   compute.record(*transfers_->ready);
@@ -1142,7 +686,7 @@ void executor::restore_persistent_placement() {
     transfers_->engine.make_ready(t, compute);
   }
   for (tensor_id t : plan_.persistent) {
-    if (state_[t] == residency::resident) forget_host(t);
+    if (residency_->state(t) == residency::resident) forget_host(t);
   }
   persistent_moved_ = false;
 }
@@ -1151,11 +695,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const bool touches = dev_.touches_memory();
   MEMWEAVE_EXPECTS(!touches || data != nullptr,
                    "run_iteration needs a data source on a device that computes");
-#if MEMWEAVE_HAVE_CUDA
-  // The kernels are enqueued from this thread: their device is current for the iteration.
-  std::optional<current_device> scope;
-  if (cuda_) scope.emplace(cuda_->ordinal);
-#endif
+  const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();
   steps_.clear();
@@ -1168,9 +708,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   cache_->reset_stats();
   if (transfers_) transfers_->engine.reset_stats();
   // A tensor a replay rebuilt and dropped again after its last use holds nothing.
-  for (auto& st : state_) {
-    if (st == residency::dropped) st = residency::absent;
-  }
+  residency_->forget_dropped();
   ++iterations_run_;
   deferred_prefetches_.clear();
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
@@ -1187,28 +725,31 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   // or host memory now is a leak of the step loop.
   std::size_t persistent_resident = 0, persistent_bytes = 0, persistent_copies = 0;
   for (tensor_id t : plan_.persistent) {
-    if (state_[t] == residency::resident) ++persistent_resident;
+    if (residency_->state(t) == residency::resident) ++persistent_resident;
     if (device_ptr(t) != nullptr) persistent_bytes += table_[t].bytes;
-    if (copied_[t]) ++persistent_copies;
+    if (residency_->copied(t)) ++persistent_copies;
   }
-  for (tensor_id t = 0; t < state_.size(); ++t) {
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    const residency st = residency_->state(t);
     if (table_[t].persistent) continue;
-    if (state_[t] != residency::absent && state_[t] != residency::dropped) {
+    if (st != residency::absent && st != residency::dropped) {
       throw std::logic_error("executor: " + table_[t].name + " outlived the iteration (state " +
-                             std::to_string(static_cast<int>(state_[t])) + ", freed after step " +
+                             std::to_string(static_cast<int>(st)) + ", freed after step " +
                              std::to_string(free_step_[t] + 1) + ")");
     }
   }
-  for (tensor_id t = 0; t < state_.size(); ++t) {
-    if (aside_ptr_[t] != nullptr) {
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    if (residency_->aside(t) != nullptr) {
       throw std::logic_error("executor: " + table_[t].name + " holds device memory aside (state " +
-                             std::to_string(static_cast<int>(state_[t])) + ") after the iteration");
+                             std::to_string(static_cast<int>(residency_->state(t))) +
+                             ") after the iteration");
     }
   }
-  if (cache_->resident_count() != persistent_resident || bytes_live_ != persistent_bytes) {
+  const std::size_t bytes_live = residency_->bytes_live();
+  if (cache_->resident_count() != persistent_resident || bytes_live != persistent_bytes) {
     throw std::logic_error(
         "executor: " + std::to_string(cache_->resident_count() - persistent_resident) +
-        " transient tensors (" + format_bytes(bytes_live_ - persistent_bytes) +
+        " transient tensors (" + format_bytes(bytes_live - persistent_bytes) +
         ") still hold device memory after the iteration");
   }
   // Host copies that may stay: those of persistent tensors (utp/all).
@@ -1222,19 +763,16 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
 }
 
 void executor::note_peak() noexcept {
-  step_peak_live_ = std::max(step_peak_live_, bytes_live_);
-  step_peak_heap_ = std::max(step_peak_heap_, heap_->stats().bytes_in_use);
+  residency_->note_peak(heap_->stats().bytes_in_use);
 }
 
 // recompute/all: give back the device memory of a tensor that can be rebuilt.
 void executor::drop(tensor_id t) noexcept {
-  if (state_[t] != residency::resident) return;
+  if (residency_->state(t) != residency::resident) return;
   // A host copy made before is not kept for a tensor that will be rebuilt instead.
   forget_host(t);
   cache_->release(t);
-  state_[t] = residency::dropped;
-  bytes_live_ -= table_[t].bytes;
-  --tensors_live_;
+  residency_->left_device(t, residency::dropped);
 }
 
 // A convolution workspace of `bytes` from the heap; with `may_evict` (under utp/all),
@@ -1279,9 +817,9 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
       // Parameters and running statistics are only read (a replay updates nothing).
       if (a.mode == access_mode::read || table_[t].persistent) {
         ensure_resident(t, step);
-      } else if (state_[t] != residency::resident) {
+      } else if (residency_->state(t) != residency::resident) {
         // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
-        const residency before = state_[t];
+        const residency before = residency_->state(t);
         free_transient(t);
         born.emplace_back(t, before == residency::dropped ? before : residency::absent);
         allocate_transient(t, step);
@@ -1302,7 +840,7 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
           throw_out_of_budget(step, "the replay of " + l.name + ": the workspace of " + conv.name,
                               conv.workspace_bytes);
         }
-        bytes_live_ += conv.workspace_bytes;
+        residency_->workspace_taken(conv.workspace_bytes);
       }
     }
     note_peak();
@@ -1310,21 +848,21 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
   } catch (...) {
     if (workspace != nullptr) {
       (void)heap_->deallocate(workspace);
-      bytes_live_ -= conv.workspace_bytes;
+      residency_->workspace_returned(conv.workspace_bytes);
     }
     for (tensor_id t : locked.keys) cache_->unlock(t);
     locked.keys.clear();
     for (const auto& [t, before] : born) {
-      if (state_[t] != residency::resident) continue;  // never allocated
+      if (residency_->state(t) != residency::resident) continue;  // never allocated
       free_transient(t);
-      state_[t] = before;
+      residency_->unborn(t, before);
       rebuilt_.erase(std::remove(rebuilt_.begin(), rebuilt_.end(), t), rebuilt_.end());
     }
     throw;
   }
   if (workspace != nullptr) {
     (void)heap_->deallocate(workspace);  // stream order: later kernels run after this one
-    bytes_live_ -= conv.workspace_bytes;
+    residency_->workspace_returned(conv.workspace_bytes);
   }
   ++recomputations_;
 }
@@ -1340,12 +878,13 @@ void executor::rebuild(tensor_id t, std::size_t step) {
     for (const auto& a : table_.accesses(position)) {
       const tensor_id y = a.tensor;
       if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
-      if (state_[y] == residency::dropped || (state_[y] == residency::absent && rebuildable(y))) {
+      const residency ry = residency_->state(y);
+      if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
         rebuild(y, step);
       }
     }
     replay_forward(position, step);
-    if (state_[t] != residency::resident) {
+    if (residency_->state(t) != residency::resident) {
       throw std::logic_error("executor: replaying " + l.name + " at step " +
                              std::to_string(step + 1) + " did not make " + table_[t].name +
                              " resident");
@@ -1354,9 +893,9 @@ void executor::rebuild(tensor_id t, std::size_t step) {
   }
   const recompute_key wanted[] = {t};
   const auto order = recompute_->rebuild_order(
-      wanted, [this](recompute_key k) { return state_[k] == residency::resident; });
+      wanted, [this](recompute_key k) { return residency_->state(k) == residency::resident; });
   for (recompute_pos p : order) replay_forward(p, step);
-  if (state_[t] != residency::resident) {
+  if (residency_->state(t) != residency::resident) {
     throw std::logic_error("executor: rebuilding " + table_[t].name + " at step " +
                            std::to_string(step + 1) + " did not make it resident");
   }
@@ -1370,8 +909,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   const bool forward = rs.direction == pass::forward;
   iteration_ = iteration;
   current_step_ = s;
-  step_peak_live_ = 0;
-  step_peak_heap_ = 0;
+  residency_->begin_step();
   reap_offloads(s, false);
   if (schedule_) apply_releases(s);
 
@@ -1401,7 +939,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   }
   // Under baseline, everything of the iteration is born at the first step.
   for (tensor_id t : sp.allocate) {
-    if (state_[t] == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
+    if (residency_->state(t) == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
   }
 
   // 2. Functional tensors first; then the convolution's workspace from what is left.
@@ -1409,7 +947,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   void* workspace = nullptr;
   if (l.type == layer_type::conv && table_.has_work(s)) {
     const bool data_grad = table_.of(l.inputs[0]).output_grad != invalid_tensor;
-    conv = choose_conv(l, forward, data_grad, heap_->largest_free_run());
+    conv = launcher_->choose_conv(*selector_, l, forward, data_grad, heap_->largest_free_run());
     if (conv.workspace_bytes != 0) {
       const bool promised = options_.conv_ws.mode == conv_ws_mode::max ||
                             options_.conv_ws.mode == conv_ws_mode::fixed;
@@ -1425,16 +963,11 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
                                   ": the workspace of " + conv.name,
                               conv.workspace_bytes);
         }
-        // A no-workspace algorithm always runs: on cuda the fastest of cuDNN's.
-        if (cuda_) {
-          conv = choose_conv(l, forward, data_grad, 0);
-        } else {
-          conv = conv_step{};
-          conv.name = forward ? "direct" : "direct/direct";
-        }
+        // A no-workspace algorithm always runs.
+        conv = launcher_->no_workspace_conv(*selector_, l, forward, data_grad);
       }
     }
-    bytes_live_ += conv.workspace_bytes;
+    residency_->workspace_taken(conv.workspace_bytes);
     if (forward && schedule_) forward_conv_[s] = conv;  // what a replay of it runs
   }
   note_peak();
@@ -1442,9 +975,9 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.step = static_cast<int>(s + 1);
   rec.layer = l.name;
   rec.pass = forward ? 'F' : 'B';
-  rec.bytes_live = step_peak_live_;
-  rec.heap_bytes = step_peak_heap_;
-  rec.tensors_live = static_cast<int>(tensors_live_);
+  rec.bytes_live = residency_->step_peak_live();
+  rec.heap_bytes = residency_->step_peak_heap();
+  rec.tensors_live = static_cast<int>(residency_->tensors_live());
   rec.workspace_bytes = conv.workspace_bytes;
   rec.algorithm = conv.name;
   steps_.push_back(std::move(rec));
@@ -1460,15 +993,15 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   // 4. Unlock; give back the workspace and what dies here (stream order keeps it safe).
   for (tensor_id t : locked) cache_->unlock(t);
   if (workspace != nullptr) (void)heap_->deallocate(workspace);
-  bytes_live_ -= conv.workspace_bytes;
+  residency_->workspace_returned(conv.workspace_bytes);
   for (tensor_id t : free_after_[s]) free_transient(t);
   // A rebuild may have re-created intermediates whose life was already over (inputs of the
   // replay that was wanted): they go again now.
   for (tensor_id t : rebuilt_) {
     if (free_step_[t] > s) continue;
-    if (state_[t] == residency::resident) {
+    if (residency_->state(t) == residency::resident) {
       drop(t);
-    } else if (state_[t] != residency::dropped) {
+    } else if (residency_->state(t) != residency::dropped) {
       free_transient(t);  // evicted meanwhile: its host copy goes too
     }
   }
@@ -1489,7 +1022,8 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   if (options_.policy.offload_checkpoints && forward) {
     for (const auto& a : accesses) {
       const tensor_id t = a.tensor;
-      if (offload_candidate_[t] && last_forward_use_[t] == s && state_[t] == residency::resident) {
+      if (offload_candidate_[t] && last_forward_use_[t] == s &&
+          residency_->state(t) == residency::resident) {
         start_offload(t);
         offloads_due_[std::min(s + static_cast<std::size_t>(std::max(1, options_.offload_lag)),
                                offloads_due_.size() - 1)]
@@ -1515,8 +1049,8 @@ void executor::acquire(std::size_t step, std::span<const tensor_access> accesses
     const tensor_id t = a.tensor;
     if (!in_cache(t)) return;
     if (!table_[t].persistent &&
-        (state_[t] == residency::absent ||
-         (a.mode == access_mode::write && state_[t] != residency::resident))) {
+        (residency_->state(t) == residency::absent ||
+         (a.mode == access_mode::write && residency_->state(t) != residency::resident))) {
       // Born here (a tensor this step writes anew needs no rebuilding or fetching).
       free_transient(t);
       allocate_transient(t, step);
@@ -1557,22 +1091,21 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
   for (const auto& a : accesses) {
     const tensor_id t = a.tensor;
     if (in_cache(t) && !table_[t].persistent && a.mode == access_mode::write &&
-        state_[t] == residency::resident) {
+        residency_->state(t) == residency::resident) {
       free_transient(t);
     }
   }
   stream& compute = dev_.get_stream(stream_role::compute);
-  for (tensor_id t = 0; t < state_.size(); ++t) {
-    if (state_[t] == residency::offloading) {
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    if (residency_->state(t) == residency::offloading) {
       // A scheduled offload holds its device copy aside until its release: release it now.
       finish_offload(t, &compute);
       continue;
     }
-    if (state_[t] != residency::prefetching) continue;
+    if (residency_->state(t) != residency::prefetching) continue;
     transfers_->engine.make_ready(t, compute);
-    cache_->insert(t, aside_ptr_[t], table_[t].bytes);
-    aside_ptr_[t] = nullptr;
-    state_[t] = residency::resident;
+    cache_->insert(t, residency_->aside(t), table_[t].bytes);
+    residency_->back_in_cache(t);
   }
   auto evict_all = [this] {
     for (tensor_key t : cache_->lru_order()) (void)cache_->evict(t);
@@ -1580,7 +1113,7 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
   evict_all();
   bool rebuilt = false;
   for (const auto& a : accesses) {
-    if (in_cache(a.tensor) && state_[a.tensor] == residency::dropped) {
+    if (in_cache(a.tensor) && residency_->state(a.tensor) == residency::dropped) {
       rebuild(a.tensor, step);
       rebuilt = true;
     }
@@ -1593,156 +1126,16 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
 void executor::launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
                             const conv_step& conv, void* workspace, data_source* data,
                             bool replay) {
-  stream& compute = dev_.get_stream(stream_role::compute);
-  const layer_tensors& lt = table_.of(l.id);
-  std::vector<shape4> in_shapes;
-  in_shapes.reserve(l.inputs.size());
-  for (layer_id i : l.inputs) in_shapes.push_back(net_[i].output_shape);
-  if (!dev_.touches_memory()) {
-    compute.launch({}, model_seconds(l, forward, l.type == layer_type::conv ? conv.seconds : -1));
-    return;
-  }
-  if (l.type == layer_type::data) {
-    // The batch is made on the host and copied in on the compute stream; staging_ stays
-    // untouched until the iteration's final synchronize.
-    const shape4 img = l.output_shape;
-    staging_.resize(static_cast<std::size_t>(img.count() + img.n));
-    data->fill(iteration_, img.n, staging_.data(), staging_.data() + img.count());
-    compute.copy_async(device_ptr(lt.output), staging_.data(), img.bytes(),
-                       copy_kind::host_to_device);
-    compute.copy_async(device_ptr(lt.labels), staging_.data() + img.count(),
-                       static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
-    return;
-  }
-  auto f = [this](tensor_id t) { return static_cast<float*>(device_ptr(t)); };
-  layers::step_io io;
-  io.l = &l;
-  io.input_shapes = std::move(in_shapes);
-  for (layer_id i : l.inputs) io.inputs.push_back(f(table_.of(i).output));
-  io.output = f(lt.output);
-  for (tensor_id t : lt.params) io.params.push_back(f(t));
-  for (tensor_id t : lt.aux) io.aux.push_back(f(t));
-  if (l.type == layer_type::softmax_loss) io.labels = f(table_.labels());
-  io.workspace = workspace;
-  io.workspace_bytes = conv.workspace_bytes;
-  io.algo = conv.forward.algo;
-  io.chunk = conv.forward.chunk;
-  io.data_algo = conv.data.algo;
-  io.data_chunk = conv.data.chunk;
-  io.filter_algo = conv.filter.algo;
-  io.filter_chunk = conv.filter.chunk;
-  io.seed = mix64(mix64(options_.seed * 1000003u + l.id) + static_cast<std::uint64_t>(iteration_));
-  io.update_running_stats = !replay;
-  std::vector<std::pair<float*, float*>> updates;  // (gradient, weight) for the solver
-  std::vector<float*> momenta;
-  std::vector<std::size_t> counts;
-  if (forward) {
-    // A replayed loss layer would rewrite the loss with the same value; keep it single.
-    if (l.type == layer_type::softmax_loss && !replay) io.loss = &loss_;
-  } else {
-    io.output_grad = f(lt.output_grad);
-    for (layer_id i : l.inputs) {
-      const tensor_id g = table_.of(i).output_grad;
-      bool accumulate = false;
-      for (const auto& a : accesses) {
-        if (a.tensor == g) accumulate = a.mode == access_mode::accumulate;
-      }
-      io.input_grads.push_back({f(g), accumulate});
-    }
-    for (tensor_id t : lt.param_grads) io.param_grads.push_back(f(t));
-    std::size_t trained = 0;
-    for (std::size_t p = 0; p < l.param_tensors.size(); ++p) {
-      if (!l.param_tensors[p].trained) continue;
-      updates.emplace_back(f(lt.param_grads[trained]), f(lt.params[p]));
-      momenta.push_back(f(lt.momenta[trained]));
-      counts.push_back(table_[lt.params[p]].bytes / sizeof(float));
-      ++trained;
-    }
-  }
-#if MEMWEAVE_HAVE_CUDA
-  if (cuda_) {
-    // Enqueued from this thread, in the stream's order (the loss read back by SOFTMAX).
-    kc::cuda_kernel_context& ctx = *cuda_->context;
-    if (l.type == layer_type::conv) {
-      cuda_conv(ctx, io, forward, conv.cuda_forward, conv.cuda_data, conv.cuda_filter);
-    } else {
-      const layers::cuda_layer_steps& steps = layers::cuda_layer_steps_for(l.type);
-      (forward ? steps.forward : steps.backward)(ctx, io);
-    }
-    const sgd_options& o = kernels_->sgd;
-    for (std::size_t i = 0; i < updates.size(); ++i) {
-      kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, counts[i], updates[i].first,
-                     updates[i].second, momenta[i]);
-    }
-    return;
-  }
-#endif
-  const layers::step_fn fn =
-      forward ? layers::layer_steps_for(l.type).forward : layers::layer_steps_for(l.type).backward;
-  kernel_state* ks = kernels_.get();
-  compute.launch([fn, ks, io = std::move(io), updates = std::move(updates),
-                  momenta = std::move(momenta), counts = std::move(counts)] {
-    fn(ks->context, io);
-    for (std::size_t i = 0; i < updates.size(); ++i) {
-      sgd_update(ks->context, ks->sgd, counts[i], updates[i].first, updates[i].second, momenta[i]);
-    }
-  });
-}
-
-// The algorithms of a CONV step when `available` bytes can be handed out for its
-// workspace: host candidates (measured on `host`, modelled on `null`) or cuDNN's (cuda).
-executor::conv_step executor::choose_conv(const layer& l, bool forward, bool input_has_gradient,
-                                          std::size_t available) {
-  const auto& p = std::get<conv_params>(l.params);
-  const shape4& in = net_[l.inputs[0]].output_shape;
-  const bool touches = dev_.touches_memory();
-  const std::string backend = cuda_ ? "cuda" : touches ? "host" : "model";
-  auto pick = [&](k::conv_pass pass) -> const conv_candidate& {
-    const auto& candidates = selector_->candidates(conv_key(backend, pass, in, p), [&] {
-#if MEMWEAVE_HAVE_CUDA
-      if (cuda_) return cuda_conv_candidates(*cuda_->context, *heap_, to_cuda(pass), in, p);
-#endif
-      if (!touches) return model_host_conv(pass, in, p, k_model_flops);
-      // Measure alone: kernels still queued would share the cores and skew the times.
-      dev_.get_stream(stream_role::compute).synchronize();
-      return measure_host_conv(kernels_->context, pass, in, p);
-    });
-    return selector_->choose(candidates, available);
-  };
-  // Records the algorithm `c` names for `pass` in the backend's form.
-  auto take = [&](k::conv_pass pass, const conv_candidate& c, host_conv_choice& host,
-                  int& cuda_algo) {
-#if MEMWEAVE_HAVE_CUDA
-    if (cuda_) {
-      cuda_algo = cuda_conv_algo(to_cuda(pass), c.algorithm);
-      return;
-    }
-#endif
-    (void)cuda_algo;
-    host = parse_conv_candidate(c.algorithm);
-  };
-  conv_step c;
-  if (forward) {
-    const conv_candidate& f = pick(k::conv_pass::forward);
-    take(k::conv_pass::forward, f, c.forward, c.cuda_forward);
-    c.workspace_bytes = f.workspace_bytes;
-    c.name = f.algorithm;
-    c.seconds = f.seconds;
-    return c;
-  }
-  const conv_candidate& f = pick(k::conv_pass::backward_filter);
-  take(k::conv_pass::backward_filter, f, c.filter, c.cuda_filter);
-  c.workspace_bytes = f.workspace_bytes;
-  c.seconds = f.seconds;
-  c.name = f.algorithm;
-  if (input_has_gradient) {
-    const conv_candidate& d = pick(k::conv_pass::backward_data);
-    take(k::conv_pass::backward_data, d, c.data, c.cuda_data);
-    c.workspace_bytes = std::max(c.workspace_bytes, d.workspace_bytes);
-    c.seconds += d.seconds;
-    c.name = d.algorithm + "/" + f.algorithm;
-  }
-  return c;
+  layer_launch step;
+  step.l = &l;
+  step.forward = forward;
+  step.accesses = accesses;
+  step.conv = &conv;
+  step.workspace = workspace;
+  step.data = data;
+  step.iteration = iteration_;
+  step.replay = replay;
+  launcher_->launch(step);
 }
 
 policy_report executor::report() const {
@@ -1788,11 +1181,11 @@ void executor::set_transfer_faults(const transfer_faults& faults) {
 }
 
 std::vector<float> executor::read_tensor(tensor_id t) const {
-  MEMWEAVE_EXPECTS(t < state_.size(), "tensor id " + std::to_string(t) + " is out of range");
+  MEMWEAVE_EXPECTS(t < residency_->size(), "tensor id " + std::to_string(t) + " is out of range");
   MEMWEAVE_EXPECTS(dev_.touches_memory(), "the " + std::string(to_string(dev_.kind())) +
                                               " device holds no values to read");
   std::vector<float> out(table_[t].bytes / sizeof(float));
-  if (state_[t] == residency::on_host) {
+  if (residency_->state(t) == residency::on_host) {
     // Evicted (a persistent tensor under utp/all between iterations): its host copy is it.
     const void* h = transfers_->engine.host_copy(t);
     MEMWEAVE_EXPECTS(h != nullptr, "tensor " + table_[t].name + " has no host copy");

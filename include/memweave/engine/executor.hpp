@@ -24,6 +24,7 @@
 #include "memweave/cache/tensor_cache.hpp"
 #include "memweave/conv_workspace/conv_workspace_selector.hpp"
 #include "memweave/device/device.hpp"
+#include "memweave/engine/cost_model.hpp"
 #include "memweave/engine/data_source.hpp"
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/liveness.hpp"
@@ -36,6 +37,10 @@
 #include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
+
+class residency_table;
+class kernel_launcher;
+struct conv_step;
 
 /// Which memory techniques a run uses (`--policy`, MEMWEAVE_POLICY):
 ///   baseline  every transient tensor lives for the whole iteration (the paper's baseline);
@@ -107,8 +112,11 @@ struct executor_options {
   /// all: the memory schedule's controls (headroom, thresholds, what it may do).
   schedule_options schedule = {};
   /// The host link the schedule's timing assumes, GB/s (0: MEMWEAVE_HOST_LINK_GBPS, or
-  /// 16 GB/s, PCIe 3.0 x16, when that is 0).
+  /// model.link_bytes_per_s when that is 0).
   double link_gbps = 0.0;
+  /// The device the timings model: the null device's kernel times, the schedule's step
+  /// times, and the eviction rule's rebuild-or-move weighing (each throughput > 0).
+  cost_model model = {};
 };
 
 class executor {
@@ -154,19 +162,7 @@ class executor {
   std::vector<std::vector<float>> read_persistent() const;
 
  private:
-  /// Where a transient tensor is now.
-  enum class residency : std::uint8_t {
-    absent,       ///< not born yet, or dead
-    resident,     ///< in the tensor cache (device memory)
-    offloading,   ///< offload policy: copy to host in flight, device memory held aside
-    on_host,      ///< only the host copy exists
-    prefetching,  ///< copy back in flight into device memory held aside
-    dropped,      ///< recompute/all: freed, to be rebuilt by re-running its layer's forward
-  };
-  struct conv_step;
-  struct kernel_state;
   struct transfers;
-  struct cuda_state;
 
   /// utp/all: persistent tensors live in the tensor cache too (and may leave for host
   /// memory); otherwise they come from the heap once and persistent_ptr_ holds them.
@@ -200,14 +196,10 @@ class executor {
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
   void plan_schedule();
-  bool rebuildable(tensor_id t) const;
-  double model_seconds(const layer& l, bool forward, double compute_s = -1) const;
   void apply_releases(std::size_t step);
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
-  conv_step choose_conv(const layer& l, bool forward, bool input_has_gradient,
-                        std::size_t available);
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
                                         std::size_t bytes) const;
 
@@ -221,8 +213,7 @@ class executor {
   memory_plan plan_;
   std::unique_ptr<device_heap> heap_;
   std::unique_ptr<conv_workspace_selector> selector_;
-  std::unique_ptr<kernel_state> kernels_;
-  std::unique_ptr<cuda_state> cuda_;            // cuda only: cuDNN/cuBLAS on the compute stream
+  std::unique_ptr<kernel_launcher> launcher_;   // the backend's kernels
   std::unique_ptr<tensor_cache> cache_;         // transient tensors' device memory
   std::unique_ptr<transfers> transfers_;        // offload/utp only
   std::unique_ptr<recompute_plan> recompute_;   // recompute/all only
@@ -234,8 +225,7 @@ class executor {
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
   bool host_exhausted_ = false;        // an eviction found host memory exhausted
   std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats
-  std::vector<residency> state_;       // per tensor (transient ones; persistent ones when cached)
-  std::vector<void*> aside_ptr_;       // device memory held outside the cache
+  std::unique_ptr<residency_table> residency_;        // where each cached tensor is; live counters
   std::vector<std::size_t> last_forward_use_;         // per tensor: last forward step touching it
   std::vector<bool> offload_candidate_;               // offload policy: checkpoint outputs
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
@@ -248,20 +238,14 @@ class executor {
   std::vector<std::uint64_t> step_done_iteration_;  // per step: the iteration it was recorded in
   std::uint64_t iterations_run_ = 0;                // iterations started (tags step_done_ records)
   std::size_t current_step_ = 0;                    // the step being run
-  std::vector<bool> copied_;             // per tensor: a host copy exists or is on its way
   std::size_t watermark_ = 0;            // utp/all: write back below this many free bytes
   std::uint64_t recomputations_ = 0;     // layer forwards re-run in the last iteration
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
-  std::size_t step_peak_live_ = 0;       // max bytes_live_ within the current step
-  std::size_t step_peak_heap_ = 0;       // max heap bytes in use within the current step
-  std::size_t bytes_live_ = 0;           // exact bytes of device memory held for tensors
-  std::size_t tensors_live_ = 0;         // tensors holding device memory
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
-  double bookkeeping_s_ = 0;    // host time outside kernels, last iteration
-  double simulated_s_ = 0;      // null device: simulated seconds, last iteration
-  double loss_ = 0;             // written by the SOFTMAX forward kernel
-  std::vector<float> staging_;  // host images + labels of the current batch
+  double bookkeeping_s_ = 0;  // host time outside kernels, last iteration
+  double simulated_s_ = 0;    // null device: simulated seconds, last iteration
+  double loss_ = 0;           // written by the SOFTMAX forward kernel
 };
 
 }  // namespace memweave

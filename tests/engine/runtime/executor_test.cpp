@@ -114,6 +114,27 @@ TEST(executor_test, loss_falls_on_the_synthetic_task) {
                                << ", of the last 20 " << last / 20;
 }
 
+TEST(executor_test, the_null_device_charges_the_options_cost_model) {
+  const network net = test::small_zoo("resnet50");
+  auto seconds = [&](const cost_model& m) {
+    auto dev = test::make_test_device("null");
+    executor_options o = options_for("liveness", 0, "dynamic");
+    o.model = m;
+    executor ex(net, *dev, o);
+    ex.run_iteration(nullptr, 0);
+    return ex.report().seconds_per_iteration;
+  };
+  const double base = seconds(cost_model{});
+  EXPECT_GT(base, 0.0);
+  // Everything ten times faster: every step's compute and memory time shrinks tenfold.
+  EXPECT_NEAR(seconds(cost_model{120e12, 5000e9, 160e9}), base / 10, base * 1e-9);
+  auto dev = test::make_test_device("null");
+  executor_options o = options_for("liveness");
+  o.model.memory_bytes_per_s = 0;
+  EXPECT_NE(error_text([&] { executor ex(net, *dev, o); }).find("executor_options.model"),
+            std::string::npos);
+}
+
 TEST(executor_test, budget_below_any_policy_is_a_clear_error) {
   const network net = test::small_zoo("resnet50");
   auto dev = test::make_test_device("host");

@@ -1,0 +1,265 @@
+// The cuda backend: the layers' cuDNN/cuBLAS steps (and the solver's updates) are enqueued
+// on the compute stream directly from the step loop's thread, which holds the device
+// current for the iteration (enter_iteration), instead of running as stream::launch host
+// work (a host function may not call CUDA). The SOFTMAX step waits for the stream to hand
+// back the loss. CONV runs the algorithms workspace selection chose among cuDNN's, measured
+// once per shape on scratch memory from the heap.
+//
+// Compiled only when CMake finds CUDA (no_cuda_kernel_launcher.cpp stands in otherwise).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_device.hpp"
+#include "engine/kernels/cuda/cuda_kernels.hpp"
+#include "engine/runtime/kernel_launcher.hpp"
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+namespace k = kernels::host;
+namespace kc = kernels::cuda;
+namespace {
+
+// The host and cuda pass enums list the passes in the same order.
+static_assert(static_cast<int>(k::conv_pass::forward) == static_cast<int>(kc::conv_pass::forward) &&
+              static_cast<int>(k::conv_pass::backward_data) ==
+                  static_cast<int>(kc::conv_pass::backward_data) &&
+              static_cast<int>(k::conv_pass::backward_filter) ==
+                  static_cast<int>(kc::conv_pass::backward_filter));
+
+kc::conv_pass to_cuda(k::conv_pass pass) noexcept {
+  return static_cast<kc::conv_pass>(pass);
+}
+
+// Makes `ordinal` the calling thread's current device for the scope, then restores the
+// previous one (the cuda device does the same around each of its own calls; the kernels
+// called here need it current too).
+class current_device final : public launch_scope {
+ public:
+  explicit current_device(int ordinal) {
+    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != ordinal) {
+      // cudaGetDevice says 0 on a thread that never chose a device: setting 0 back would
+      // create a context on GPU 0. Restore only where a context was current.
+      const bool had_context = cuda_backend::context_current();
+      MEMWEAVE_CUDA_CHECK(cudaSetDevice(ordinal));
+      restore_ = had_context;
+    }
+  }
+  ~current_device() override {
+    if (restore_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  current_device(const current_device&) = delete;
+  current_device& operator=(const current_device&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+// "cudart 13000 cudnn 91000": the runtime's and cuDNN's versions, for cache fingerprints.
+std::string cuda_library_versions() {
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) (void)cudaGetLastError();
+  return "cudart " + std::to_string(runtime) + " cudnn " + std::to_string(cudnnGetVersion());
+}
+
+// The cuDNN enum value named `name` (conv_algo_name) for `pass`.
+int cuda_conv_algo(kc::conv_pass pass, const std::string& name) {
+  for (int a = 0; a < 8; ++a) {
+    if (name == kc::conv_algo_name(pass, a)) return a;
+  }
+  throw invalid_argument("'" + name + "' is not a cuDNN " + kc::to_string(pass) +
+                         " convolution algorithm; use a name that workspace selection listed");
+}
+
+// Heap memory taken for a measurement, given back on scope exit. Only what a free run
+// already holds is taken: the heap must not grow for scratch.
+class heap_scratch {
+ public:
+  explicit heap_scratch(device_heap& heap) : heap_(heap) {}
+  ~heap_scratch() {
+    for (void* p : taken_) (void)heap_.deallocate(p);
+  }
+  heap_scratch(const heap_scratch&) = delete;
+  heap_scratch& operator=(const heap_scratch&) = delete;
+  // nullptr when 0 bytes or no free run holds them.
+  void* take(std::size_t bytes) {
+    if (bytes == 0 || bytes > heap_.largest_free_run()) return nullptr;
+    void* p = heap_.try_allocate(bytes);
+    if (p != nullptr) taken_.push_back(p);
+    return p;
+  }
+
+ private:
+  device_heap& heap_;
+  std::vector<void*> taken_;
+};
+
+// cuDNN's candidates for one pass: the algorithms its heuristics list for the shape (cuDNN's
+// names and workspace sizes), timed with cudnnFind*Ex on scratch buffers from the heap. The
+// scratch is free heap memory: the measurement runs on the compute stream (the context's),
+// after every kernel that used it before, and Find waits for it before it goes back. When
+// the heap cannot give the scratch, the heuristics' order stands in for time (seconds =
+// rank).
+std::vector<conv_candidate> cuda_conv_candidates(kc::cuda_kernel_context& ctx, device_heap& heap,
+                                                 kc::conv_pass pass, const shape4& in,
+                                                 const conv_params& p) {
+  const std::vector<kc::conv_algo_perf>& listed = kc::conv_algorithms(ctx, pass, in, p);
+  std::vector<conv_candidate> ranked;
+  std::size_t workspace_max = 0;
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    ranked.push_back({kc::conv_algo_name(pass, listed[i].algo), listed[i].workspace_bytes,
+                      static_cast<double>(i)});
+    workspace_max = std::max(workspace_max, listed[i].workspace_bytes);
+  }
+  heap_scratch scratch(heap);
+  const shape4 w{p.out_channels, in.c / p.groups, p.kernel_h, p.kernel_w};
+  kc::conv_measure_buffers b;
+  b.x = static_cast<float*>(scratch.take(in.bytes()));
+  b.w = static_cast<float*>(scratch.take(w.bytes()));
+  b.y = static_cast<float*>(scratch.take(p.output(in).bytes()));
+  // The search's workspace is capped at what the heap has free (never more than the budget):
+  // the algorithms that fit it are measured, and only they are this shape's candidates.
+  const std::size_t free_run = heap.largest_free_run();
+  workspace_max = std::min(workspace_max, free_run - free_run % heap.round_up(1));
+  b.workspace = scratch.take(workspace_max);
+  b.workspace_bytes = workspace_max;
+  if (b.x == nullptr || b.w == nullptr || b.y == nullptr ||
+      (workspace_max != 0 && b.workspace == nullptr)) {
+    return ranked;
+  }
+  const std::vector<kc::conv_algo_perf> measured = kc::measure_conv_algorithms(ctx, pass, in, p, b);
+  std::vector<conv_candidate> timed;
+  bool has_zero = false;
+  for (const kc::conv_algo_perf& e : listed) {
+    for (const kc::conv_algo_perf& m : measured) {
+      if (m.algo != e.algo) continue;
+      const std::size_t bytes = std::max(e.workspace_bytes, m.workspace_bytes);
+      timed.push_back({kc::conv_algo_name(pass, e.algo), bytes, 1e-3 * m.time_ms});
+      has_zero = has_zero || bytes == 0;
+    }
+  }
+  // Selection needs an algorithm without workspace; should Find have failed it, rank.
+  return has_zero ? timed : ranked;
+}
+
+// CONV on cuda with the algorithms workspace selection chose (the cuda layer step would
+// choose its own from cuDNN's heuristics); the same step_io fields as the conv steps.
+void cuda_conv(kc::cuda_kernel_context& ctx, const layers::step_io& io, bool forward,
+               int forward_algo, int data_algo, int filter_algo) {
+  const auto& p = std::get<conv_params>(io.l->params);
+  const shape4& in = io.input_shapes[0];
+  const std::size_t bytes = io.workspace == nullptr ? 0 : io.workspace_bytes;
+  if (forward) {
+    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(forward_algo), io.workspace, bytes,
+                     in, p, io.inputs[0], io.params[0], p.bias ? io.params[1] : nullptr, io.output);
+    return;
+  }
+  if (io.input_grads[0].data != nullptr) {
+    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo), io.workspace,
+                           bytes, in, p, io.params[0], io.output_grad, io.input_grads[0].data,
+                           io.input_grads[0].accumulate);
+  }
+  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo),
+                           io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
+                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
+}
+
+// The compute stream's device: where the kernels' context is made, and what is current
+// while they are enqueued.
+int stream_device(cudaStream_t stream) {
+  int ordinal = 0;
+#if CUDART_VERSION >= 12080
+  MEMWEAVE_CUDA_CHECK(cudaStreamGetDevice(stream, &ordinal));
+#else
+  MEMWEAVE_CUDA_CHECK(cudaGetDevice(&ordinal));  // older runtimes: the current device
+#endif
+  return ordinal;
+}
+
+class cuda_kernel_launcher final : public kernel_launcher {
+ public:
+  explicit cuda_kernel_launcher(const launcher_context& c)
+      : kernel_launcher(c), ordinal_(stream_device(compute_handle())) {
+    const current_device scope(ordinal_);
+    context_ = std::make_unique<kc::cuda_kernel_context>(compute_handle());
+  }
+  // The kernels' context is destroyed with its device current.
+  ~cuda_kernel_launcher() override {
+    try {
+      const current_device scope(ordinal_);
+      context_.reset();
+    } catch (...) {
+      context_.reset();  // the device cannot be made current: release the handles anyway
+    }
+  }
+
+  // Measured times hold for one device and one cuDNN/CUDA pair: a library upgrade re-measures.
+  std::string fingerprint() const override {
+    return "cuda " + ctx_.dev->name() + " " + cuda_library_versions();
+  }
+  // The kernels are enqueued from the calling thread: their device is current meanwhile.
+  std::unique_ptr<launch_scope> enter_iteration() override {
+    return std::make_unique<current_device>(ordinal_);
+  }
+
+  // A no-workspace algorithm always runs: the fastest of cuDNN's.
+  conv_step no_workspace_conv(conv_workspace_selector& selector, const layer& l, bool forward,
+                              bool input_has_gradient) override {
+    return choose_conv(selector, l, forward, input_has_gradient, 0);
+  }
+
+  void launch(const layer_launch& step) override {
+    const layer& l = *step.l;
+    if (l.type == layer_type::data) {
+      copy_batch(step);
+      return;
+    }
+    // Enqueued from this thread, in the stream's order (the loss read back by SOFTMAX).
+    const step_kernel_args a = marshal(step);
+    kc::cuda_kernel_context& ctx = *context_;
+    if (l.type == layer_type::conv) {
+      const conv_step& c = *step.conv;
+      cuda_conv(ctx, a.io, step.forward, c.cuda_forward, c.cuda_data, c.cuda_filter);
+    } else {
+      const layers::cuda_layer_steps& steps = layers::cuda_layer_steps_for(l.type);
+      (step.forward ? steps.forward : steps.backward)(ctx, a.io);
+    }
+    const sgd_options& o = ctx_.sgd;
+    for (std::size_t i = 0; i < a.updates.size(); ++i) {
+      kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, a.counts[i],
+                     a.updates[i].first, a.updates[i].second, a.momenta[i]);
+    }
+  }
+
+ protected:
+  std::string conv_backend() const override { return "cuda"; }
+  std::vector<conv_candidate> conv_candidates(k::conv_pass pass, const shape4& in,
+                                              const conv_params& p) override {
+    return cuda_conv_candidates(*context_, *ctx_.heap, to_cuda(pass), in, p);
+  }
+  void take_conv(k::conv_pass pass, const std::string& algorithm, host_conv_choice&,
+                 int& cuda_algo) const override {
+    cuda_algo = cuda_conv_algo(to_cuda(pass), algorithm);
+  }
+
+ private:
+  cudaStream_t compute_handle() const {
+    return static_cast<cudaStream_t>(ctx_.dev->get_stream(stream_role::compute).native_handle());
+  }
+
+  int ordinal_ = 0;
+  std::unique_ptr<kc::cuda_kernel_context> context_;
+};
+
+}  // namespace
+
+std::unique_ptr<kernel_launcher> make_cuda_kernel_launcher(const launcher_context& context) {
+  return std::make_unique<cuda_kernel_launcher>(context);
+}
+
+}  // namespace memweave

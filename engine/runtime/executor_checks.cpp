@@ -1,0 +1,90 @@
+// Pure checks: nothing is allocated, nothing is kept.
+#include "engine/runtime/executor_checks.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave {
+
+void check_executor_options(const executor_options& options) {
+  MEMWEAVE_EXPECTS(std::isfinite(options.learning_rate) && options.learning_rate > 0 &&
+                       options.learning_rate <= 1e3,
+                   "executor_options.learning_rate = " + std::to_string(options.learning_rate) +
+                       ": expected a finite number in (0, 1000]");
+  MEMWEAVE_EXPECTS(std::isfinite(options.momentum) && std::isfinite(options.weight_decay),
+                   "executor_options.momentum = " + std::to_string(options.momentum) +
+                       ", weight_decay = " + std::to_string(options.weight_decay) +
+                       ": expected finite numbers");
+  // Checked for every device, though only host kernels use it.
+  MEMWEAVE_EXPECTS(options.threads >= 0 && options.threads <= 4096,
+                   "executor_options.threads = " + std::to_string(options.threads) +
+                       ": expected 0 (every core) to 4096");
+  MEMWEAVE_EXPECTS(options.prefetch_distance >= 1, "executor_options.prefetch_distance = " +
+                                                       std::to_string(options.prefetch_distance) +
+                                                       ": expected at least 1");
+  MEMWEAVE_EXPECTS(options.offload_lag >= 1,
+                   "executor_options.offload_lag = " + std::to_string(options.offload_lag) +
+                       ": expected at least 1");
+  MEMWEAVE_EXPECTS(std::isfinite(options.link_gbps) && options.link_gbps >= 0,
+                   "executor_options.link_gbps = " + std::to_string(options.link_gbps) +
+                       ": expected a finite number >= 0 (0: MEMWEAVE_HOST_LINK_GBPS)");
+  for (const double rate :
+       {options.model.flops, options.model.memory_bytes_per_s, options.model.link_bytes_per_s}) {
+    MEMWEAVE_EXPECTS(std::isfinite(rate) && rate > 0,
+                     "executor_options.model = {" + std::to_string(options.model.flops) + ", " +
+                         std::to_string(options.model.memory_bytes_per_s) + ", " +
+                         std::to_string(options.model.link_bytes_per_s) +
+                         "}: expected finite throughputs > 0");
+  }
+}
+
+void check_budget(const network& net, const route& steps, const tensor_table& table,
+                  const memory_plan& plan, device& dev, const executor_options& options) {
+  const bool moves_persistent = options.policy.evict_to_host;
+  // The least the policy needs, each tensor rounded to whole heap blocks: the tensors of the
+  // most demanding step (l_i), plus every persistent tensor where those never leave the
+  // device (under utp/all they move like the others, so a step needs only its own).
+  const std::size_t block = options.heap.block_bytes ? options.heap.block_bytes : 1024;
+  auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
+  std::size_t persistent = 0;
+  if (!moves_persistent) {
+    for (tensor_id t : plan.persistent) persistent += rounded(table[t].bytes);
+  }
+  std::size_t worst_step = 0, worst_index = 0;
+  for (std::size_t s = 0; s < table.step_count(); ++s) {
+    std::size_t b = 0;
+    for (const auto& a : table.accesses(s)) {
+      if (moves_persistent || !table[a.tensor].persistent) b += rounded(table[a.tensor].bytes);
+    }
+    if (b > worst_step) worst_step = b, worst_index = s;
+  }
+  const std::size_t minimum = persistent + worst_step;
+  const memory_info mem = dev.memory();
+  if (options.budget_bytes != 0) {
+    if (options.budget_bytes > mem.free_bytes) {
+      throw invalid_argument("budget " + format_bytes(options.budget_bytes) +
+                             " exceeds the device's free memory " + format_bytes(mem.free_bytes) +
+                             " (" + dev.name() +
+                             "); lower --budget, or raise MEMWEAVE_DEVICE_BYTES on host/null");
+    }
+    if (options.budget_bytes < minimum) {
+      const route_step rs = steps.at(worst_index);
+      const std::string step = "the tensors of step " + std::to_string(worst_index + 1) + " (" +
+                               net[rs.layer].name + " " + to_string(rs.direction) + ") ";
+      throw budget_too_small(
+          "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
+          options.policy.name + " can run " + net.name() + " at batch " +
+          std::to_string(net.batch()) + " with: " +
+          (moves_persistent ? step + "(parameters and state included) " + format_bytes(minimum)
+                            : "parameters and state " + format_bytes(persistent) + " plus " + step +
+                                  format_bytes(worst_step) + " = " + format_bytes(minimum)) +
+          "; raise --budget to at least that, or lower --batch" +
+          (moves_persistent ? "" : " (utp and all also move parameters to host memory)"));
+    }
+  }
+}
+
+}  // namespace memweave

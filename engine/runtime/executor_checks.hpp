@@ -1,0 +1,26 @@
+// The executor's checks of what it is given, before it takes any memory: the options'
+// numbers (callers in code bypass the command line's checks), and the budget against the
+// device and against the least the policy can run the network with.
+#pragma once
+
+#include "memweave/device/device.hpp"
+#include "memweave/engine/executor.hpp"
+#include "memweave/engine/liveness.hpp"
+#include "memweave/engine/network.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/tensor_table.hpp"
+
+namespace memweave {
+
+/// Throws invalid_argument naming the first option out of its range.
+void check_executor_options(const executor_options& options);
+
+/// Throws invalid_argument when options.budget_bytes exceeds `dev`'s free memory, and
+/// budget_too_small when it is below what the policy needs: the block-rounded tensors of the
+/// most demanding step (l_i), plus every persistent tensor where those never leave the device
+/// (under utp/all they move like the others, so a step needs only its own). Checks nothing
+/// when the budget is 0 (the heap's default).
+void check_budget(const network& net, const route& steps, const tensor_table& table,
+                  const memory_plan& plan, device& dev, const executor_options& options);
+
+}  // namespace memweave

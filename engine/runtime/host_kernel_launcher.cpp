@@ -1,0 +1,62 @@
+// The host backend: each layer step runs as host work on the compute stream's worker thread,
+// inside the kernel context's arena, so the step loop's own work overlaps it. CONV timings
+// are measured once per shape, with the stream drained (queued kernels would share the
+// cores and skew them).
+#include <string>
+
+#include "engine/kernels/host/kernel_context.hpp"
+#include "engine/runtime/kernel_launcher.hpp"
+
+namespace memweave {
+namespace k = kernels::host;
+namespace {
+
+class host_kernel_launcher final : public kernel_launcher {
+ public:
+  explicit host_kernel_launcher(const launcher_context& c)
+      : kernel_launcher(c), context_(c.threads) {}
+
+  std::string fingerprint() const override {
+    return "host threads=" + std::to_string(context_.threads());
+  }
+  // The CPU kernels' GEMMs would hang, not fail, where OpenBLAS cannot get its buffers.
+  void check_ready() const override { context_.check_blas_address_space(); }
+
+  void launch(const layer_launch& step) override {
+    if (step.l->type == layer_type::data) {
+      copy_batch(step);
+      return;
+    }
+    const layers::layer_steps& steps = layers::layer_steps_for(step.l->type);
+    const layers::step_fn fn = step.forward ? steps.forward : steps.backward;
+    const k::kernel_context* context = &context_;
+    const sgd_options* sgd = &ctx_.sgd;
+    ctx_.dev->get_stream(stream_role::compute).launch([fn, context, sgd, a = marshal(step)] {
+      fn(*context, a.io);
+      for (std::size_t i = 0; i < a.updates.size(); ++i) {
+        sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
+                   a.momenta[i]);
+      }
+    });
+  }
+
+ protected:
+  std::string conv_backend() const override { return "host"; }
+  std::vector<conv_candidate> conv_candidates(k::conv_pass pass, const shape4& in,
+                                              const conv_params& p) override {
+    // Measure alone: kernels still queued would share the cores and skew the times.
+    ctx_.dev->get_stream(stream_role::compute).synchronize();
+    return measure_host_conv(context_, pass, in, p);
+  }
+
+ private:
+  k::kernel_context context_;
+};
+
+}  // namespace
+
+std::unique_ptr<kernel_launcher> make_host_kernel_launcher(const launcher_context& context) {
+  return std::make_unique<host_kernel_launcher>(context);
+}
+
+}  // namespace memweave

@@ -1,0 +1,131 @@
+// What every backend shares: the conv choice over its candidates, the DATA step's copy and
+// the marshalling of a step's device pointers. make_kernel_launcher picks the backend.
+#include "engine/runtime/kernel_launcher.hpp"
+
+#include <algorithm>
+
+#include "engine/random.hpp"
+
+namespace memweave {
+namespace k = kernels::host;
+
+conv_step kernel_launcher::choose_conv(conv_workspace_selector& selector, const layer& l,
+                                       bool forward, bool input_has_gradient,
+                                       std::size_t available) {
+  const auto& p = std::get<conv_params>(l.params);
+  const shape4& in = (*ctx_.net)[l.inputs[0]].output_shape;
+  const std::string backend = conv_backend();
+  auto pick = [&](k::conv_pass pass) -> const conv_candidate& {
+    const auto& candidates = selector.candidates(conv_key(backend, pass, in, p),
+                                                 [&] { return conv_candidates(pass, in, p); });
+    return selector.choose(candidates, available);
+  };
+  conv_step c;
+  if (forward) {
+    const conv_candidate& f = pick(k::conv_pass::forward);
+    take_conv(k::conv_pass::forward, f.algorithm, c.forward, c.cuda_forward);
+    c.workspace_bytes = f.workspace_bytes;
+    c.name = f.algorithm;
+    c.seconds = f.seconds;
+    return c;
+  }
+  const conv_candidate& f = pick(k::conv_pass::backward_filter);
+  take_conv(k::conv_pass::backward_filter, f.algorithm, c.filter, c.cuda_filter);
+  c.workspace_bytes = f.workspace_bytes;
+  c.seconds = f.seconds;
+  c.name = f.algorithm;
+  if (input_has_gradient) {
+    const conv_candidate& d = pick(k::conv_pass::backward_data);
+    take_conv(k::conv_pass::backward_data, d.algorithm, c.data, c.cuda_data);
+    c.workspace_bytes = std::max(c.workspace_bytes, d.workspace_bytes);
+    c.seconds += d.seconds;
+    c.name = d.algorithm + "/" + f.algorithm;
+  }
+  return c;
+}
+
+conv_step kernel_launcher::no_workspace_conv(conv_workspace_selector&, const layer&, bool forward,
+                                             bool) {
+  conv_step c;
+  c.name = forward ? "direct" : "direct/direct";
+  return c;
+}
+
+void kernel_launcher::take_conv(k::conv_pass, const std::string& algorithm, host_conv_choice& host,
+                                int&) const {
+  host = parse_conv_candidate(algorithm);
+}
+
+void kernel_launcher::copy_batch(const layer_launch& step) {
+  stream& compute = ctx_.dev->get_stream(stream_role::compute);
+  const layer_tensors& lt = ctx_.table->of(step.l->id);
+  const shape4 img = step.l->output_shape;
+  staging_.resize(static_cast<std::size_t>(img.count() + img.n));
+  step.data->fill(step.iteration, img.n, staging_.data(), staging_.data() + img.count());
+  compute.copy_async(ctx_.device_ptr(lt.output), staging_.data(), img.bytes(),
+                     copy_kind::host_to_device);
+  compute.copy_async(ctx_.device_ptr(lt.labels), staging_.data() + img.count(),
+                     static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
+}
+
+kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& step) const {
+  const layer& l = *step.l;
+  const network& net = *ctx_.net;
+  const tensor_table& table = *ctx_.table;
+  const layer_tensors& lt = table.of(l.id);
+  auto f = [this](tensor_id t) { return static_cast<float*>(ctx_.device_ptr(t)); };
+  step_kernel_args a;
+  layers::step_io& io = a.io;
+  io.l = &l;
+  io.input_shapes.reserve(l.inputs.size());
+  for (layer_id i : l.inputs) io.input_shapes.push_back(net[i].output_shape);
+  for (layer_id i : l.inputs) io.inputs.push_back(f(table.of(i).output));
+  io.output = f(lt.output);
+  for (tensor_id t : lt.params) io.params.push_back(f(t));
+  for (tensor_id t : lt.aux) io.aux.push_back(f(t));
+  if (l.type == layer_type::softmax_loss) io.labels = f(table.labels());
+  const conv_step& conv = *step.conv;
+  io.workspace = step.workspace;
+  io.workspace_bytes = conv.workspace_bytes;
+  io.algo = conv.forward.algo;
+  io.chunk = conv.forward.chunk;
+  io.data_algo = conv.data.algo;
+  io.data_chunk = conv.data.chunk;
+  io.filter_algo = conv.filter.algo;
+  io.filter_chunk = conv.filter.chunk;
+  io.seed = detail::mix64(detail::mix64(ctx_.seed * 1000003u + l.id) +
+                          static_cast<std::uint64_t>(step.iteration));
+  io.update_running_stats = !step.replay;
+  if (step.forward) {
+    // A replayed loss layer would rewrite the loss with the same value; keep it single.
+    if (l.type == layer_type::softmax_loss && !step.replay) io.loss = ctx_.loss;
+    return a;
+  }
+  io.output_grad = f(lt.output_grad);
+  for (layer_id i : l.inputs) {
+    const tensor_id g = table.of(i).output_grad;
+    bool accumulate = false;
+    for (const auto& x : step.accesses) {
+      if (x.tensor == g) accumulate = x.mode == access_mode::accumulate;
+    }
+    io.input_grads.push_back({f(g), accumulate});
+  }
+  for (tensor_id t : lt.param_grads) io.param_grads.push_back(f(t));
+  std::size_t trained = 0;
+  for (std::size_t p = 0; p < l.param_tensors.size(); ++p) {
+    if (!l.param_tensors[p].trained) continue;
+    a.updates.emplace_back(f(lt.param_grads[trained]), f(lt.params[p]));
+    a.momenta.push_back(f(lt.momenta[trained]));
+    a.counts.push_back(table[lt.params[p]].bytes / sizeof(float));
+    ++trained;
+  }
+  return a;
+}
+
+std::unique_ptr<kernel_launcher> make_kernel_launcher(const launcher_context& context) {
+  if (context.dev->kind() == device_kind::cuda) return make_cuda_kernel_launcher(context);
+  if (!context.dev->touches_memory()) return make_null_kernel_launcher(context);
+  return make_host_kernel_launcher(context);
+}
+
+}  // namespace memweave

@@ -1,0 +1,150 @@
+// What the step loop asks of a backend: enqueue one layer step's kernels (and the solver's
+// updates) on the compute stream, and choose a CONV step's algorithms. One implementation
+// per backend: host (CPU kernels on the stream's worker), null (nothing runs; each step is
+// charged the cost model's time) and cuda (cuDNN/cuBLAS enqueued from the calling thread).
+// The executor holds one, made by make_kernel_launcher, and never asks which it is.
+//
+// Not thread-safe: the thread driving the executor calls it. Holds references to what the
+// executor gives it (network, tensor table, device, heap), which outlive it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/layers/layer_step.hpp"
+#include "engine/runtime/conv_selection.hpp"
+#include "engine/solver/sgd.hpp"
+#include "memweave/alloc/device_heap.hpp"
+#include "memweave/conv_workspace/conv_workspace_selector.hpp"
+#include "memweave/device/device.hpp"
+#include "memweave/engine/cost_model.hpp"
+#include "memweave/engine/data_source.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/network.hpp"
+#include "memweave/engine/tensor_table.hpp"
+
+namespace memweave {
+
+/// What workspace selection decided for one CONV step.
+struct conv_step {
+  host_conv_choice forward, data, filter;
+  /// cuda: the cuDNN enum values; 0 is each pass's no-workspace algorithm (forward
+  /// IMPLICIT_GEMM, backward ALGO_0).
+  int cuda_forward = 0, cuda_data = 0, cuda_filter = 0;
+  std::size_t workspace_bytes = 0;
+  std::string name;      ///< for the step record
+  double seconds = 0.0;  ///< measured or modelled time of the chosen algorithms
+};
+
+/// One layer step's kernel, as the step loop hands it over.
+struct layer_launch {
+  const layer* l = nullptr;
+  bool forward = true;
+  std::span<const tensor_access> accesses;  ///< the step's (the replayed forward's) accesses
+  const conv_step* conv = nullptr;          ///< CONV: the chosen algorithms
+  void* workspace = nullptr;                ///< CONV: conv->workspace_bytes, or nullptr
+  data_source* data = nullptr;              ///< DATA: the batches (nullptr on null)
+  std::int64_t iteration = 0;               ///< the batch (DATA, dropout seeds)
+  bool replay = false;  ///< a recomputation: BN's running statistics and the loss stay
+};
+
+/// What a launcher needs of the executor.
+struct launcher_context {
+  const network* net = nullptr;
+  const tensor_table* table = nullptr;
+  const layer_memory* memory = nullptr;
+  device* dev = nullptr;
+  device_heap* heap = nullptr;  ///< cuda: scratch for measuring algorithms
+  cost_model model;
+  int threads = 0;  ///< host kernel threads (0 = every core)
+  sgd_options sgd;
+  std::uint64_t seed = 1;                      ///< dropout masks
+  std::function<void*(tensor_id)> device_ptr;  ///< a resident tensor's device memory
+  double* loss = nullptr;                      ///< written by the SOFTMAX forward
+};
+
+/// Held for an iteration: what its kernels need of the calling thread (cuda: the device
+/// current). Destroying it gives that back.
+class launch_scope {
+ public:
+  virtual ~launch_scope() = default;
+};
+
+class kernel_launcher {
+ public:
+  explicit kernel_launcher(launcher_context context) : ctx_(std::move(context)) {}
+  virtual ~kernel_launcher() = default;
+  kernel_launcher(const kernel_launcher&) = delete;
+  kernel_launcher& operator=(const kernel_launcher&) = delete;
+
+  /// What conv timings hold for (the workspace selector's fingerprint): a backend and its
+  /// device, threads or library versions.
+  virtual std::string fingerprint() const = 0;
+  /// Checks that kernels can run, once the process's large mappings are made (host: the
+  /// BLAS buffers' address space). Throws out_of_memory when they could not.
+  virtual void check_ready() const {}
+  /// Held by the caller while it runs an iteration; nullptr when nothing is needed.
+  virtual std::unique_ptr<launch_scope> enter_iteration() { return nullptr; }
+
+  /// The algorithms of a CONV step when `available` bytes can be handed out for its
+  /// workspace, chosen by `selector` among this backend's candidates.
+  conv_step choose_conv(conv_workspace_selector& selector, const layer& l, bool forward,
+                        bool input_has_gradient, std::size_t available);
+  /// What a CONV step runs when the workspace of the one chosen cannot be had: direct on
+  /// the host (and null), the fastest of cuDNN's without a workspace on cuda.
+  virtual conv_step no_workspace_conv(conv_workspace_selector& selector, const layer& l,
+                                      bool forward, bool input_has_gradient);
+
+  /// Enqueues the step's kernel (and, in backward, the solver's updates) on the compute
+  /// stream; on `null`, only its modelled time.
+  virtual void launch(const layer_launch& step) = 0;
+
+ protected:
+  /// A step's kernel arguments: its step_io, and in backward the solver's updates
+  /// ((gradient, weight) pairs, with their momenta and element counts).
+  struct step_kernel_args {
+    layers::step_io io;
+    std::vector<std::pair<float*, float*>> updates;
+    std::vector<float*> momenta;
+    std::vector<std::size_t> counts;
+  };
+
+  /// The backend's name in conv cache keys: "host", "model" or "cuda".
+  virtual std::string conv_backend() const = 0;
+  /// This backend's candidates for one pass of a CONV.
+  virtual std::vector<conv_candidate> conv_candidates(kernels::host::conv_pass pass,
+                                                      const shape4& in, const conv_params& p) = 0;
+  /// Records the algorithm `algorithm` names for `pass` in the backend's form (host: the
+  /// choice; cuda: the cuDNN enum value).
+  virtual void take_conv(kernels::host::conv_pass pass, const std::string& algorithm,
+                         host_conv_choice& host, int& cuda_algo) const;
+
+  /// DATA: makes the batch on the host and copies it in on the compute stream. The staging
+  /// buffer stays untouched until the iteration's final synchronize.
+  void copy_batch(const layer_launch& step);
+  /// The step's device pointers and the solver's updates (backward).
+  step_kernel_args marshal(const layer_launch& step) const;
+
+  launcher_context ctx_;
+
+ private:
+  std::vector<float> staging_;  // host images + labels of the current batch
+};
+
+/// The launcher for `context.dev`'s kind. Throws invalid_argument for a cuda device when
+/// the engine was built without CUDA.
+std::unique_ptr<kernel_launcher> make_kernel_launcher(const launcher_context& context);
+
+/// Each backend's, one file each: host_kernel_launcher.cpp, null_kernel_launcher.cpp, and
+/// cuda_kernel_launcher.cpp, or no_cuda_kernel_launcher.cpp (which throws) when CUDA was not
+/// found: CMake picks the file, so no source tests MEMWEAVE_HAVE_CUDA.
+std::unique_ptr<kernel_launcher> make_host_kernel_launcher(const launcher_context& context);
+std::unique_ptr<kernel_launcher> make_null_kernel_launcher(const launcher_context& context);
+std::unique_ptr<kernel_launcher> make_cuda_kernel_launcher(const launcher_context& context);
+
+}  // namespace memweave

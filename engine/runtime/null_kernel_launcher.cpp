@@ -1,0 +1,40 @@
+// The null backend: nothing is read or written; each step is charged the cost model's time
+// on the compute stream's simulated clock, and CONV candidates carry modelled seconds, so
+// `plan` decides as `train` would with the same timings.
+#include <string>
+
+#include "engine/runtime/kernel_launcher.hpp"
+#include "engine/runtime/model_time.hpp"
+
+namespace memweave {
+namespace k = kernels::host;
+namespace {
+
+class null_kernel_launcher final : public kernel_launcher {
+ public:
+  using kernel_launcher::kernel_launcher;
+
+  std::string fingerprint() const override { return "null model"; }
+
+  void launch(const layer_launch& step) override {
+    const layer& l = *step.l;
+    const double compute_s = l.type == layer_type::conv ? step.conv->seconds : -1;
+    ctx_.dev->get_stream(stream_role::compute)
+        .launch({}, model_seconds(ctx_.model, *ctx_.net, *ctx_.memory, l, step.forward, compute_s));
+  }
+
+ protected:
+  std::string conv_backend() const override { return "model"; }
+  std::vector<conv_candidate> conv_candidates(k::conv_pass pass, const shape4& in,
+                                              const conv_params& p) override {
+    return model_host_conv(pass, in, p, ctx_.model.flops);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<kernel_launcher> make_null_kernel_launcher(const launcher_context& context) {
+  return std::make_unique<null_kernel_launcher>(context);
+}
+
+}  // namespace memweave

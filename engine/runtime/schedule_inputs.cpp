@@ -1,0 +1,147 @@
+// The planner sees every cached tensor by id with its heap-rounded bytes and the steps using
+// it; persistent tensors stay pinned (moving them would change where the next iteration finds
+// them; the reactive cache still may). A layer's output can be rebuilt by replaying its
+// layer's forward (a CONV too: its replay runs the algorithm its forward step ran, so the
+// bits are the same), touching what that forward touches. Times are the cost model's; a
+// CONV step is charged the fastest of the model's algorithms whose workspace fits a
+// sixteenth of the budget, and that workspace is reserved at the step.
+#include "engine/runtime/schedule_inputs.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/runtime/conv_selection.hpp"
+#include "engine/runtime/model_time.hpp"
+
+namespace memweave {
+namespace k = kernels::host;
+namespace {
+
+schedule_problem make_problem(const schedule_inputs& in) {
+  const network& net = *in.net;
+  const route& path = *in.steps;
+  const tensor_table& table = *in.table;
+  const std::size_t steps = path.step_count();
+  schedule_problem p;
+  p.budget_bytes = in.budget_bytes;
+  p.link_bytes_per_s = in.link_bytes_per_s;
+  p.step_seconds.assign(steps, 0.0);
+  p.step_options.resize(steps);
+  for (std::size_t s = 0; s < steps; ++s) {
+    if (!table.has_work(s)) continue;
+    const route_step rs = path.at(s);
+    const layer& l = net[rs.layer];
+    const bool forward = rs.direction == pass::forward;
+    p.step_seconds[s] = model_seconds(in.model, net, *in.memory, l, forward);
+    if (l.type != layer_type::conv) continue;
+    // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
+    // of its passes within it (as workspace selection picks them with that much free).
+    const auto& cp = std::get<conv_params>(l.params);
+    const shape4& x = net[l.inputs[0]].output_shape;
+    std::vector<std::vector<conv_candidate>> passes;
+    passes.push_back(model_host_conv(
+        forward ? k::conv_pass::forward : k::conv_pass::backward_filter, x, cp, in.model.flops));
+    if (!forward && table.of(l.inputs[0]).output_grad != invalid_tensor) {
+      passes.push_back(model_host_conv(k::conv_pass::backward_data, x, cp, in.model.flops));
+    }
+    std::vector<std::size_t> caps;
+    for (const auto& candidates : passes) {
+      for (const conv_candidate& c : candidates) caps.push_back(c.workspace_bytes);
+    }
+    // Workspaces beyond a sixteenth of the budget are not planned for (the step still takes
+    // a larger one when that much is free).
+    std::erase_if(caps, [&](std::size_t c) { return c > in.budget_bytes / 16; });
+    std::sort(caps.begin(), caps.end(), std::greater<>());
+    caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+    auto& options = p.step_options[s];
+    for (std::size_t cap : caps) {
+      double compute = 0;
+      std::size_t workspace = 0;
+      for (const auto& candidates : passes) {
+        const conv_candidate* best = nullptr;
+        for (const conv_candidate& c : candidates) {
+          if (c.workspace_bytes <= cap && (!best || c.seconds < best->seconds)) best = &c;
+        }
+        if (best == nullptr) continue;
+        compute += best->seconds;
+        workspace = std::max(workspace, best->workspace_bytes);
+      }
+      const step_option o{model_seconds(in.model, net, *in.memory, l, forward, compute),
+                          in.heap->round_up(workspace)};
+      // Fastest first, each one slower with less workspace than the one before.
+      if (options.empty() || o.extra_bytes < options.back().extra_bytes) {
+        if (!options.empty() && o.seconds <= options.back().seconds) options.pop_back();
+        options.push_back(o);
+      }
+    }
+    p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
+  }
+  const std::size_t n = table.size();
+  p.tensors.resize(n);
+  for (std::size_t s = 0; s < steps; ++s) {
+    for (const auto& a : table.accesses(s)) {
+      if (!in.in_cache(a.tensor)) continue;
+      auto& uses = p.tensors[a.tensor].uses;
+      const bool writes = a.mode != access_mode::read;
+      if (!uses.empty() && uses.back().step == s) {
+        uses.back().writes = uses.back().writes || writes;
+      } else {
+        uses.push_back({static_cast<std::uint32_t>(s), writes});
+      }
+    }
+  }
+  for (tensor_id t = 0; t < n; ++t) {
+    schedule_tensor& x = p.tensors[t];
+    if (!in.in_cache(t)) continue;
+    x.bytes = in.heap->round_up(table[t].bytes);
+    x.persistent = table[t].persistent;
+    x.pinned = x.persistent;
+    if (!rebuildable(net, table, t)) continue;
+    const std::size_t producer = path.position(table[t].owner);
+    x.rebuildable = true;
+    // Its replay runs what the forward step ran: charged at the fastest (an estimate).
+    x.rebuild_seconds = p.step_seconds[producer];
+    for (const auto& a : table.accesses(producer)) {
+      if (a.tensor != t && in.in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {
+  const tensor_info& i = table[t];
+  if (i.persistent || i.role != tensor_role::data || i.owner == invalid_layer) return false;
+  const layer& l = net[i.owner];
+  return l.type != layer_type::data && l.type != layer_type::softmax_loss &&
+         table.of(l.id).output == t;
+}
+
+std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
+                                                      const schedule_options& options) {
+  schedule_problem p = make_problem(in);
+  memory_schedule planned = plan_memory_schedule(p, options);
+  if (!planned.fits) {
+    // The greedy choice can corner itself (a step left with nothing idle): plan again with
+    // swaps charged only for their stalls, which moves more and drops less.
+    schedule_options free_link = options;
+    free_link.link_charge = 0;
+    planned = plan_memory_schedule(p, free_link);
+  }
+  if (!planned.fits) {
+    // Near max(l_i) a step's own tensors fill the budget: plan again without reserving
+    // workspaces or headroom (dynamic selection then takes what is free).
+    schedule_options tight = options;
+    tight.headroom = 0;
+    p.step_options.clear();
+    planned = plan_memory_schedule(p, tight);
+  }
+  // A schedule that still cannot bring every step under the budget would leave the reactive
+  // cache to work around a half-done plan: there the cache alone does better, as the floor
+  // tests hold it to.
+  if (!planned.fits) return std::nullopt;
+  return planned;
+}
+
+}  // namespace memweave

@@ -1,0 +1,42 @@
+// What the memory-schedule planner (memweave/schedule) is told about the executor's
+// iteration under `all`, and the executor's retries when a plan does not fit. Deciding
+// only: nothing here touches memory.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+
+#include "memweave/alloc/device_heap.hpp"
+#include "memweave/engine/cost_model.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/network.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/tensor_table.hpp"
+#include "memweave/schedule/memory_schedule.hpp"
+
+namespace memweave {
+
+/// The executor's iteration as the planner needs it.
+struct schedule_inputs {
+  const network* net = nullptr;
+  const route* steps = nullptr;
+  const tensor_table* table = nullptr;
+  const layer_memory* memory = nullptr;
+  const device_heap* heap = nullptr;  ///< its block rounding
+  cost_model model;                   ///< step times and CONV candidates
+  double link_bytes_per_s = 0;        ///< the host link the copies are timed on
+  std::size_t budget_bytes = 0;
+  std::function<bool(tensor_id)> in_cache;  ///< the tensors the cache (and so the plan) moves
+};
+
+/// Whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the batch
+/// read by DATA, nor SOFTMAX's, whose replay would touch the loss) written by its forward.
+bool rebuildable(const network& net, const tensor_table& table, tensor_id t);
+
+/// Plans the iteration's memory schedule under the budget; nullopt when even the retries
+/// cannot bring every step under it (the reactive cache alone then does better).
+std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
+                                                      const schedule_options& options);
+
+}  // namespace memweave
