@@ -3,8 +3,12 @@
 // them; the reactive cache still may). A layer's output can be rebuilt by replaying its
 // layer's forward (a CONV too: its replay runs the algorithm its forward step ran, so the
 // bits are the same), touching what that forward touches. Times are the cost model's; a
-// CONV step is charged the fastest of the model's algorithms whose workspace fits a
-// sixteenth of the budget, and that workspace is reserved at the step.
+// CONV step is charged the fastest of the model's algorithms whose workspace fits a share of
+// the budget, and that workspace is reserved at the step. Which share is best depends on the
+// network (VGG16's large convolutions gain most from large workspaces, which the deepest
+// networks cannot afford at a third of their peak): the iteration is planned with a
+// sixteenth, a quarter and all of the budget, and the fastest predicted plan that fits wins.
+// Measured step times (Capuchin) replace the model's where given.
 #include "engine/runtime/schedule_inputs.hpp"
 
 #include <algorithm>
@@ -17,7 +21,7 @@ namespace memweave {
 namespace k = kernels::host;
 namespace {
 
-schedule_problem make_problem(const schedule_inputs& in) {
+schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_share) {
   const network& net = *in.net;
   const route& path = *in.steps;
   const tensor_table& table = *in.table;
@@ -48,9 +52,9 @@ schedule_problem make_problem(const schedule_inputs& in) {
     for (const auto& candidates : passes) {
       for (const conv_candidate& c : candidates) caps.push_back(c.workspace_bytes);
     }
-    // Workspaces beyond a sixteenth of the budget are not planned for (the step still takes
-    // a larger one when that much is free).
-    std::erase_if(caps, [&](std::size_t c) { return c > in.budget_bytes / 16; });
+    // Workspaces beyond the share are not planned for (the step still takes a larger one
+    // when that much is free).
+    std::erase_if(caps, [&](std::size_t c) { return c > in.budget_bytes / workspace_share; });
     std::sort(caps.begin(), caps.end(), std::greater<>());
     caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
     auto& options = p.step_options[s];
@@ -76,6 +80,15 @@ schedule_problem make_problem(const schedule_inputs& in) {
     }
     p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
   }
+  for (std::size_t s = 0; s < steps && s < in.measured_seconds.size(); ++s) {
+    const double measured = in.measured_seconds[s];
+    if (measured < 0 || !table.has_work(s)) continue;
+    // The device ran the step this much faster or slower than modelled: its other ways of
+    // running (a CONV's algorithms) are taken to differ by the same ratio.
+    const double ratio = p.step_seconds[s] > 0 ? measured / p.step_seconds[s] : 1.0;
+    p.step_seconds[s] = measured;
+    for (step_option& o : p.step_options[s]) o.seconds *= ratio;
+  }
   const std::size_t n = table.size();
   p.tensors.resize(n);
   for (std::size_t s = 0; s < steps; ++s) {
@@ -96,6 +109,8 @@ schedule_problem make_problem(const schedule_inputs& in) {
     x.bytes = in.heap->round_up(table[t].bytes);
     x.persistent = table[t].persistent;
     x.pinned = x.persistent;
+    // Every tensor of the engine is fp32: each may travel as fp16 when compression is asked.
+    x.compressible = x.bytes % sizeof(float) == 0 && table[t].bytes % sizeof(float) == 0;
     if (!rebuildable(net, table, t)) continue;
     const std::size_t producer = path.position(table[t].owner);
     x.rebuildable = true;
@@ -118,9 +133,12 @@ bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {
          table.of(l.id).output == t;
 }
 
-std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
-                                                      const schedule_options& options) {
-  schedule_problem p = make_problem(in);
+namespace {
+
+std::optional<memory_schedule> plan_with_share(const schedule_inputs& in,
+                                               const schedule_options& options,
+                                               std::size_t workspace_share) {
+  schedule_problem p = make_problem(in, workspace_share);
   memory_schedule planned = plan_memory_schedule(p, options);
   if (!planned.fits) {
     // The greedy choice can corner itself (a step left with nothing idle): plan again with
@@ -142,6 +160,21 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
   // tests hold it to.
   if (!planned.fits) return std::nullopt;
   return planned;
+}
+
+}  // namespace
+
+std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
+                                                      const schedule_options& options) {
+  std::optional<memory_schedule> best;
+  for (std::size_t share : {16, 4, 1}) {
+    std::optional<memory_schedule> planned = plan_with_share(in, options, share);
+    // Ties go to the smaller reservation (more left for what the model did not foresee).
+    if (planned && (!best || planned->predicted_seconds < best->predicted_seconds)) {
+      best = std::move(planned);
+    }
+  }
+  return best;
 }
 
 }  // namespace memweave

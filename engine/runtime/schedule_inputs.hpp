@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "memweave/alloc/device_heap.hpp"
 #include "memweave/engine/cost_model.hpp"
@@ -28,6 +29,10 @@ struct schedule_inputs {
   double link_bytes_per_s = 0;        ///< the host link the copies are timed on
   std::size_t budget_bytes = 0;
   std::function<bool(tensor_id)> in_cache;  ///< the tensors the cache (and so the plan) moves
+  /// Per step, its measured time (Capuchin: from a first iteration on a real device), which
+  /// replaces the model's; a step's CONV options are scaled by the same ratio. Empty, or a
+  /// negative entry: the model's.
+  std::vector<double> measured_seconds;
 };
 
 /// Whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the batch

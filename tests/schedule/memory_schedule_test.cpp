@@ -182,13 +182,13 @@ TEST(memory_schedule_test, a_rebuild_that_reads_a_dropped_tensor_rebuilds_it_fir
 TEST(memory_schedule_test, a_step_gives_up_workspace_where_that_costs_less_than_moving_tensors) {
   // A (idle over 1..8) and B (always used) as above, D of 50 MiB used at steps 4 and 6; step 5
   // runs in 10 ms with a 60 MiB workspace or in 30 ms with none. 310 MiB at step 5 against
-  // 230: over a slow link no copy hides, so step 5 gives up its workspace (20 ms) and A goes
-  // for the rest; over a fast one A's hidden swap is cheaper and the step keeps it.
+  // 200: over a slow link no copy hides, so step 5 gives up its workspace (20 ms) and a
+  // tensor goes for the rest; over a fast one hidden swaps are cheaper and the step keeps it.
   schedule_problem p = long_gap(10, 10e-3);
   p.tensors.push_back(tensor(50 * k_mib, {4, 6}));
   p.step_options.resize(10);
   p.step_options[5] = {{10e-3, 60 * k_mib}, {30e-3, 0}};
-  p.budget_bytes = 230 * k_mib;
+  p.budget_bytes = 200 * k_mib;
   p.link_bytes_per_s = 1e9;  // 105 ms per copy
   const memory_schedule slow = plan_memory_schedule(p, no_headroom());
   EXPECT_TRUE(slow.fits);
@@ -197,9 +197,24 @@ TEST(memory_schedule_test, a_step_gives_up_workspace_where_that_costs_less_than_
   const memory_schedule fast = plan_memory_schedule(p, no_headroom());
   EXPECT_TRUE(fast.fits);
   EXPECT_EQ(fast.step_choice[5], 0u);
-  ASSERT_EQ(fast.gaps.size(), 1u);
-  EXPECT_EQ(fast.gaps[0].tensor, 0u);
-  EXPECT_EQ(fast.gaps[0].action, gap_action::swap);
+  ASSERT_EQ(fast.gaps.size(), 2u);
+  for (const scheduled_gap& g : fast.gaps) EXPECT_EQ(g.action, gap_action::swap);
+}
+
+TEST(memory_schedule_test, a_step_takes_back_the_workspace_that_later_actions_made_room_for) {
+  // As above at 230 MiB: the greedy first gives up step 5's workspace (cheaper per byte than
+  // a stalling swap), then must move A anyway; with A gone, the workspace fits again and the
+  // step gets it back.
+  schedule_problem p = long_gap(10, 10e-3);
+  p.tensors.push_back(tensor(50 * k_mib, {4, 6}));
+  p.step_options.resize(10);
+  p.step_options[5] = {{10e-3, 60 * k_mib}, {30e-3, 0}};
+  p.budget_bytes = 230 * k_mib;
+  p.link_bytes_per_s = 1e9;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.fits);
+  EXPECT_EQ(s.step_choice[5], 0u);
+  EXPECT_EQ(s.bytes_per_step[5], 210 * k_mib);
 }
 
 TEST(memory_schedule_test, a_step_whose_own_tensors_exceed_the_budget_does_not_fit) {
