@@ -179,17 +179,25 @@ TEST(memory_schedule_test, a_rebuild_that_reads_a_dropped_tensor_rebuilds_it_fir
   EXPECT_EQ(s.bytes_per_step[8], 30 * k_mib);   // x, and y and z rebuilt
 }
 
+// A (idle over 1..8) and B (always used) as in long_gap, D of 50 MiB used at steps 4 and 6;
+// step 5 runs in 10 ms with a 60 MiB workspace or in 30 ms with none; a slow link (105 ms
+// per copy).
+schedule_problem workspace_trade(std::size_t budget) {
+  schedule_problem p = long_gap(10, 10e-3);
+  p.tensors.push_back(tensor(50 * k_mib, {4, 6}));
+  p.step_options.resize(10);
+  p.step_options[5] = {{10e-3, 60 * k_mib}, {30e-3, 0}};
+  p.budget_bytes = budget;
+  p.link_bytes_per_s = 1e9;
+  return p;
+}
+
 TEST(memory_schedule_test, a_step_gives_up_workspace_where_that_costs_less_than_moving_tensors) {
   // A (idle over 1..8) and B (always used) as above, D of 50 MiB used at steps 4 and 6; step 5
   // runs in 10 ms with a 60 MiB workspace or in 30 ms with none. 310 MiB at step 5 against
   // 200: over a slow link no copy hides, so step 5 gives up its workspace (20 ms) and a
   // tensor goes for the rest; over a fast one hidden swaps are cheaper and the step keeps it.
-  schedule_problem p = long_gap(10, 10e-3);
-  p.tensors.push_back(tensor(50 * k_mib, {4, 6}));
-  p.step_options.resize(10);
-  p.step_options[5] = {{10e-3, 60 * k_mib}, {30e-3, 0}};
-  p.budget_bytes = 200 * k_mib;
-  p.link_bytes_per_s = 1e9;  // 105 ms per copy
+  schedule_problem p = workspace_trade(200 * k_mib);
   const memory_schedule slow = plan_memory_schedule(p, no_headroom());
   EXPECT_TRUE(slow.fits);
   EXPECT_EQ(slow.step_choice[5], 1u);
@@ -205,12 +213,7 @@ TEST(memory_schedule_test, a_step_takes_back_the_workspace_that_later_actions_ma
   // As above at 230 MiB: the greedy first gives up step 5's workspace (cheaper per byte than
   // a stalling swap), then must move A anyway; with A gone, the workspace fits again and the
   // step gets it back.
-  schedule_problem p = long_gap(10, 10e-3);
-  p.tensors.push_back(tensor(50 * k_mib, {4, 6}));
-  p.step_options.resize(10);
-  p.step_options[5] = {{10e-3, 60 * k_mib}, {30e-3, 0}};
-  p.budget_bytes = 230 * k_mib;
-  p.link_bytes_per_s = 1e9;
+  schedule_problem p = workspace_trade(230 * k_mib);
   const memory_schedule s = plan_memory_schedule(p, no_headroom());
   EXPECT_TRUE(s.fits);
   EXPECT_EQ(s.step_choice[5], 0u);
