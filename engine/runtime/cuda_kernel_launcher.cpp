@@ -187,6 +187,9 @@ class cuda_kernel_launcher final : public kernel_launcher {
       : kernel_launcher(c), ordinal_(stream_device(compute_handle())) {
     const current_device scope(ordinal_);
     context_ = std::make_unique<kc::cuda_kernel_context>(compute_handle());
+    // cuBLAS's workspace comes out of the budget like everything else (the heap outlives
+    // this launcher: the executor declares it first).
+    context_->take_cublas_workspace(*ctx_.heap);
   }
   // The kernels' context is destroyed with its device current.
   ~cuda_kernel_launcher() override {
@@ -200,7 +203,9 @@ class cuda_kernel_launcher final : public kernel_launcher {
 
   // Measured times hold for one device and one cuDNN/CUDA pair: a library upgrade re-measures.
   std::string fingerprint() const override {
-    return "cuda " + ctx_.dev->name() + " " + cuda_library_versions();
+    // Deterministic mode lists other candidates: its timings are kept apart.
+    return "cuda " + ctx_.dev->name() + " " + cuda_library_versions() +
+           (context_->deterministic() ? " cudnn-deterministic" : "");
   }
   // The kernels are enqueued from the calling thread: their device is current meanwhile.
   std::unique_ptr<launch_scope> enter_iteration() override {
