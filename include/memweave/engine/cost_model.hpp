@@ -4,6 +4,9 @@
 // Pascal-class GPU (the paper's TITAN Xp) on PCIe 3.0 x16.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace memweave {
 
 /// Throughputs of the modelled device. A kernel costs the larger of its compute time
@@ -13,6 +16,16 @@ struct cost_model {
   double flops = 12e12;               ///< fp32 floating-point operations per second
   double memory_bytes_per_s = 500e9;  ///< device-memory bytes per second
   double link_bytes_per_s = 16e9;     ///< host link bytes per second, each way
+
+  /// A named device (MEMWEAVE_COST_MODEL, `--cost-model`):
+  ///   titan_xp   the default above (the SuperNeurons paper's GPU; PCIe 3.0 x16)
+  ///   k40        Tesla K40: 4.29 TFLOP/s fp32, 288 GB/s GDDR5, PCIe 3.0 x16
+  ///   h100_pcie5 H100 PCIe: 51 TFLOP/s fp32 (CUDA cores, no tensor cores), 2.0 TB/s HBM2e,
+  ///              PCIe 5.0 x16 (64 GB/s each way)
+  /// Throws invalid_argument naming `knob`, the value and the known names otherwise.
+  static cost_model preset(const std::string& name, const std::string& knob = "cost model");
+  /// The names preset() knows, in the order above.
+  static const std::vector<std::string>& preset_names();
 };
 
 }  // namespace memweave

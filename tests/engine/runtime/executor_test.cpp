@@ -135,6 +135,25 @@ TEST(executor_test, the_null_device_charges_the_options_cost_model) {
             std::string::npos);
 }
 
+TEST(executor_test, cost_model_presets_name_the_paper_s_gpu_a_k40_and_an_h100) {
+  const cost_model titan = cost_model::preset("titan_xp");
+  EXPECT_EQ(titan.flops, cost_model{}.flops);  // the default is the paper's
+  EXPECT_EQ(titan.memory_bytes_per_s, cost_model{}.memory_bytes_per_s);
+  EXPECT_EQ(titan.link_bytes_per_s, cost_model{}.link_bytes_per_s);
+  const cost_model k40 = cost_model::preset("k40"), h100 = cost_model::preset("h100_pcie5");
+  EXPECT_LT(k40.flops, titan.flops);
+  EXPECT_LT(k40.memory_bytes_per_s, titan.memory_bytes_per_s);
+  EXPECT_GT(h100.flops, titan.flops);
+  EXPECT_GT(h100.memory_bytes_per_s, titan.memory_bytes_per_s);
+  EXPECT_EQ(h100.link_bytes_per_s, 4 * titan.link_bytes_per_s);  // PCIe 5.0 x16
+  EXPECT_EQ(cost_model::preset_names(),
+            (std::vector<std::string>{"titan_xp", "k40", "h100_pcie5"}));
+  EXPECT_NE(error_text([] { (void)cost_model::preset("a100", "--cost-model"); })
+                .find("--cost-model 'a100' is not a known device model: expected one of "
+                      "titan_xp, k40, h100_pcie5"),
+            std::string::npos);
+}
+
 TEST(executor_test, budget_below_any_policy_is_a_clear_error) {
   const network net = test::small_zoo("resnet50");
   auto dev = test::make_test_device("host");

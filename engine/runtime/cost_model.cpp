@@ -1,0 +1,43 @@
+// The named devices of the cost model. Figures are the vendors' datasheet peaks (fp32 without
+// tensor cores, since the engine's kernels are fp32; device memory; the host link's raw rate
+// each way): the model, like the paper's, ranks plans, it does not predict a real run.
+#include "memweave/engine/cost_model.hpp"
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+namespace {
+
+struct named_model {
+  const char* name;
+  cost_model model;
+};
+
+const named_model k_presets[] = {
+    {"titan_xp", cost_model{12e12, 500e9, 16e9}},
+    {"k40", cost_model{4.29e12, 288e9, 16e9}},
+    {"h100_pcie5", cost_model{51e12, 2.0e12, 64e9}},
+};
+
+}  // namespace
+
+cost_model cost_model::preset(const std::string& name, const std::string& knob) {
+  std::string known;
+  for (const named_model& p : k_presets) {
+    if (name == p.name) return p.model;
+    known += known.empty() ? p.name : std::string(", ") + p.name;
+  }
+  throw invalid_argument(knob + " '" + name + "' is not a known device model: expected one of " +
+                         known);
+}
+
+const std::vector<std::string>& cost_model::preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const named_model& p : k_presets) n.emplace_back(p.name);
+    return n;
+  }();
+  return names;
+}
+
+}  // namespace memweave
