@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 33> k_options{{
+constexpr std::array<option_info, 35> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -137,6 +137,12 @@ constexpr std::array<option_info, 33> k_options{{
      "all: share of a swap's link time counted as added time even when its copies hide (the "
      "link is then taken from later swaps)",
      {0, 100, true}},
+    {"MEMWEAVE_SCHEDULE_REPLAN", "1", f::boolean, "",
+     "all, on host and cuda: re-plan the memory schedule once from the first iteration's "
+     "measured step and copy times (Capuchin)"},
+    {"MEMWEAVE_COST_MODEL", "titan_xp", f::choice, "titan_xp|k40|h100_pcie5",
+     "the device the plan's model stands for (null device, schedule): TITAN Xp (the paper's), "
+     "Tesla K40, or H100 on PCIe 5"},
     {"MEMWEAVE_SCHEDULE_SLACK_MS",
      "0",
      f::number,

@@ -24,7 +24,10 @@ commands:
           [--host-pool SIZE (pinned host memory for offloads; plan: 256GiB)]
           [--prefetch-distance N (checkpoint layers prefetched ahead in backward)]
           [--seed N] [--lr X] [--threads N]
+          [--cost-model titan_xp|k40|h100_pcie5 (the device plan's model stands for)]
           [--json PATH] [--csv PATH] [--svg PATH]
+          [--trace-timeline PATH (the last iteration's compute and copy streams as a
+           Chrome/Perfetto trace: which copies hid under compute)]
   plan    the same runtime on the null device (no memory touched): per-step memory,
           peak, max(l_i), and whether each policy fits --budget (same options, no --data);
           --max-batch: the largest batch that fits --budget, per policy;

@@ -9,16 +9,20 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "memweave/core/checked.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/device/stream_timeline.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
 #include "report_writers.hpp"
+#include "timeline_writer.hpp"
 
 namespace memweave {
 
@@ -78,6 +82,10 @@ void check_output_path(const std::string& knob, const std::string& path, bool re
 }
 
 void write_outputs(const network_run_options& o, const run_report& report, std::ostream& out) {
+  for (const policy_report& p : report.policies) {
+    const std::string path = timeline_path_of(o, p.policy);
+    if (!path.empty() && std::filesystem::exists(path)) out << "wrote " << path << "\n";
+  }
   if (!o.json.empty()) write_file(o.json, report, write_json), out << "wrote " << o.json << "\n";
   if (!o.csv.empty()) write_file(o.csv, report, write_csv), out << "wrote " << o.csv << "\n";
   if (!o.svg.empty()) write_file(o.svg, report, write_svg), out << "wrote " << o.svg << "\n";
@@ -133,6 +141,10 @@ network_run_options read_network_run_options(cli_args& args) {
   (void)from_knob(recompute ? "--recompute" : "MEMWEAVE_RECOMPUTE",
                   [&] { return parse_recompute_strategy(o.executor.recompute_strategy); });
   o.executor.schedule = schedule_options::from_environment();
+  o.executor.replan_from_measured = option_bool("MEMWEAVE_SCHEDULE_REPLAN");
+  const auto model = args.get("cost-model");
+  o.executor.model = cost_model::preset(model ? *model : option_string("MEMWEAVE_COST_MODEL"),
+                                        model ? "--cost-model" : "MEMWEAVE_COST_MODEL");
   o.executor.seed = static_cast<std::uint64_t>(
       args.get_int("seed", 0, std::numeric_limits<std::int64_t>::max()).value_or(1));
   o.executor.learning_rate = static_cast<float>(
@@ -146,6 +158,7 @@ network_run_options read_network_run_options(cli_args& args) {
   o.json = args.get_or("json", "");
   o.csv = args.get_or("csv", "");
   o.svg = args.get_or("svg", "");
+  o.timeline = args.get_or("trace-timeline", "");
   return o;
 }
 
@@ -153,6 +166,22 @@ std::string trace_path_of(const network_run_options& o, const std::string& polic
   const std::string& base = o.executor.heap.trace_path;
   if (base.empty() || o.policies.size() <= 1) return base;
   return base + "." + policy;
+}
+
+double null_link_gbps(const network_run_options& o) {
+  const double set = *option_double("MEMWEAVE_HOST_LINK_GBPS");
+  return set > 0 ? set : o.executor.model.link_bytes_per_s / 1e9;
+}
+
+std::string timeline_path_of(const network_run_options& o, const std::string& policy) {
+  if (o.timeline.empty() || o.policies.size() <= 1) return o.timeline;
+  // trace.json -> trace.utp.json (a viewer still knows it by its extension).
+  const std::string ext = ".json";
+  const std::string& t = o.timeline;
+  if (t.size() > ext.size() && t.compare(t.size() - ext.size(), ext.size(), ext) == 0) {
+    return t.substr(0, t.size() - ext.size()) + "." + policy + ext;
+  }
+  return t + "." + policy + ext;
 }
 
 void check_output_paths(const network_run_options& o) {
@@ -163,6 +192,8 @@ void check_output_paths(const network_run_options& o) {
   for (const auto& p : o.policies) {
     const std::string trace = trace_path_of(o, p);
     if (!trace.empty()) check_output_path("MEMWEAVE_TRACE", trace, false, seen);
+    const std::string timeline = timeline_path_of(o, p);
+    if (!timeline.empty()) check_output_path("--trace-timeline", timeline, true, seen);
   }
 }
 
@@ -180,6 +211,9 @@ policy_report run_policy(const network& net, const network_run_options& o,
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
   eo.heap.trace_path = trace_path_of(o, policy);
+  // Declared before the executor, which records into it until it is destroyed.
+  std::optional<stream_timeline> timeline;
+  if (!o.timeline.empty()) eo.timeline = &timeline.emplace(*dev);
   policy_report report;
   std::unique_ptr<executor> ex;
   try {
@@ -191,6 +225,21 @@ policy_report run_policy(const network& net, const network_run_options& o,
     report.failure = e.what();
     return report;
   }
+  // The last iteration's streams, written on every way out below once the executor ran
+  // (destroying it first waits for its streams, so every span is complete).
+  auto save_timeline = [&] {
+    if (!timeline) return;
+    ex.reset();
+    const std::string path = timeline_path_of(o, policy);
+    std::ofstream file(path);
+    write_timeline_trace(file, timeline->spans(),
+                         o.net + " batch " + std::to_string(net.batch()) + ", " + policy);
+    file.flush();
+    if (!file) {
+      throw invalid_argument("--trace-timeline " + path + ": writing failed (" +
+                             std::strerror(errno) + ")");
+    }
+  };
   double measured_s = 0;
   int measured = 0;
   std::vector<double> losses;
@@ -211,6 +260,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
         report.failure = "policy " + policy + ": the loss of iteration " + std::to_string(it + 1) +
                          " is " + std::to_string(loss) + ": training diverged; lower --lr (now " +
                          lr + ")";
+        save_timeline();
         return report;
       }
       if (it > 0 || iterations == 1) measured_s += s, ++measured;  // the first warms up
@@ -230,10 +280,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
     report = ex->report();
     report.fits = false;
     report.failure = e.what();
+    save_timeline();
     return report;
   }
   report = ex->report();
   report.losses = std::move(losses);
+  save_timeline();
   if (dev->touches_memory() && measured > 0) {
     report.seconds_per_iteration = measured_s / measured;
     report.images_per_s = static_cast<double>(net.batch()) / report.seconds_per_iteration;

@@ -29,20 +29,32 @@ struct network_run_options {
   executor_options executor;     ///< policy and budget are filled per run; heap.trace_path
                                  ///< is MEMWEAVE_TRACE (see trace_path_of)
   std::string json, csv, svg;    ///< output paths ("" = none)
+  /// --trace-timeline: the last iteration's streams as a Chrome/Perfetto trace ("" = none;
+  /// see timeline_path_of).
+  std::string timeline;
 };
 
 /// Reads --net, --batch, --image-side, --width, --classes, --policy, --budget, --fit,
 /// --conv-ws, --recompute, --seed, --lr, --threads, --host-pool, --prefetch-distance,
-/// --json, --csv, --svg: each number to its type and range, each error naming the option.
+/// --cost-model, --json, --csv, --svg, --trace-timeline: each number to its type and range, each
+/// error naming the option.
 network_run_options read_network_run_options(cli_args& args);
 
 /// The heap trace file of `policy`: MEMWEAVE_TRACE itself when one policy runs,
 /// "<MEMWEAVE_TRACE>.<policy>" when several do (each keeps its own); "" when unset.
 std::string trace_path_of(const network_run_options& o, const std::string& policy);
 
+/// The host link of the planning (null) device, GB/s: MEMWEAVE_HOST_LINK_GBPS when set,
+/// else the cost model's, so that its copies take what the schedule planned them to.
+double null_link_gbps(const network_run_options& o);
+
+/// The --trace-timeline file of `policy`: the path itself when one policy runs, the policy
+/// named before its ".json" when several do ("t.json" -> "t.utp.json"); "" when unset.
+std::string timeline_path_of(const network_run_options& o, const std::string& policy);
+
 /// Checks, before anything runs, that every file the run will write (--json, --csv, --svg,
-/// each policy's trace) can be: not a directory, in an existing writable directory, no two
-/// the same. Throws invalid_argument naming the option and the path.
+/// each policy's heap trace and timeline) can be: not a directory, in an existing writable
+/// directory, no two the same. Throws invalid_argument naming the option and the path.
 void check_output_paths(const network_run_options& o);
 
 /// Whether `e` means "this policy does not fit the budget" (out_of_memory, or a budget

@@ -37,6 +37,7 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
   device_options dev;
   dev.kind = "null";
   dev.capacity_bytes = o.budget_bytes;
+  dev.host_link_gbps = null_link_gbps(o);
   const auto blocks = depth ? resnet_blocks(o.net) : std::array<std::int64_t, 4>{};
   if (!o.executor.heap.trace_path.empty()) {
     // Hundreds of probes would each replace the file: a search writes no trace.
@@ -101,9 +102,10 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   args.reject_unused();
   MEMWEAVE_EXPECTS(!(max_batch && max_depth), "give --max-batch or --max-depth, not both");
   if (max_batch || max_depth) {
-    MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty(),
+    MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty() && o.timeline.empty(),
                      std::string(max_batch ? "--max-batch" : "--max-depth") +
-                         " prints its answer and writes no --json, --csv or --svg; plan the "
+                         " prints its answer and writes no --json, --csv, --svg or "
+                         "--trace-timeline; plan the "
                          "batch or depth it finds to get those");
     return plan_largest(o, max_depth, out);
   }
@@ -116,6 +118,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   // Without a budget the planning device is as large as address space allows, so that
   // every policy fits and its real peak is measured.
   dev.capacity_bytes = o.budget_bytes ? o.budget_bytes : (std::size_t{1} << 40);
+  dev.host_link_gbps = null_link_gbps(o);
   run_report report;
   report.command = "plan";
   report.network = o.net;

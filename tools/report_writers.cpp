@@ -67,6 +67,14 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"scheduled_drops\": " << p.scheduled_drops
         << ",\n      \"schedule_misses\": " << p.schedule_misses
         << ",\n      \"predicted_seconds\": " << json_number(p.predicted_seconds)
+        << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
+        << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
+        << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
+        << ", \"link_gbps\": " << json_number(p.replan.link_gbps)
+        << ", \"gaps_changed\": " << p.replan.gaps_changed
+        << ", \"note\": " << json_string(p.replan.note) << "}"
+        << ",\n      \"bytes_compressed\": " << p.bytes_compressed
+        << ",\n      \"max_compression_error\": " << json_number(p.max_compression_error)
         << ",\n      \"transfer_wait_s\": " << json_number(p.transfer_wait_s)
         << ",\n      \"images_per_s\": " << json_number(p.images_per_s)
         << ",\n      \"seconds_per_iteration\": " << json_number(p.seconds_per_iteration)
@@ -83,7 +91,8 @@ void write_json(std::ostream& out, const run_report& r) {
           << "\", \"bytes_live\": " << s.bytes_live << ", \"heap_bytes\": " << s.heap_bytes
           << ", \"tensors_live\": " << s.tensors_live
           << ", \"workspace_bytes\": " << s.workspace_bytes
-          << ", \"algorithm\": " << json_string(s.algorithm) << "}";
+          << ", \"algorithm\": " << json_string(s.algorithm) << ", \"offloads\": " << s.offloads
+          << ", \"prefetches\": " << s.prefetches << ", \"replays\": " << s.replays << "}";
     }
     out << (p.steps.empty() ? "" : "\n      ") << "]\n    }";
   }
@@ -91,12 +100,13 @@ void write_json(std::ostream& out, const run_report& r) {
 }
 
 void write_csv(std::ostream& out, const run_report& r) {
-  out << "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm\n";
+  out << "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm,"
+         "offloads,prefetches,replays\n";
   for (const policy_report& p : r.policies) {
     for (const step_record& s : p.steps) {
       out << p.policy << ',' << s.step << ',' << s.layer << ',' << s.pass << ',' << s.bytes_live
           << ',' << s.heap_bytes << ',' << s.tensors_live << ',' << s.workspace_bytes << ','
-          << s.algorithm << '\n';
+          << s.algorithm << ',' << s.offloads << ',' << s.prefetches << ',' << s.replays << '\n';
     }
   }
 }
@@ -164,6 +174,34 @@ void write_svg(std::ostream& out, const run_report& r) {
       out << "\"/>\n";
     }
   }
+  // The memory panel's marks: per policy a row of what moved at each step (a copy out, a
+  // copy back, a replay), so a curve's dips and bumps can be read against them.
+  bool any_marks = false;
+  for (std::size_t i = 0; i < r.policies.size(); ++i) {
+    const double y = top + 26 + 9.0 * static_cast<double>(i);
+    for (const auto& s : r.policies[i].steps) {
+      const double x = x_of(s.step);
+      const char* c = colours[i % 6];
+      if (s.offloads > 0) {
+        out << "<polygon class=\"offload\" fill=\"" << c << "\" points=\"" << x - 3 << ',' << y - 3
+            << ' ' << x + 3 << ',' << y - 3 << ' ' << x << ',' << y + 3 << "\"/>\n";
+      }
+      if (s.prefetches > 0) {
+        out << "<polygon class=\"prefetch\" fill=\"none\" stroke=\"" << c << "\" points=\"" << x - 3
+            << ',' << y + 3 << ' ' << x + 3 << ',' << y + 3 << ' ' << x << ',' << y - 3 << "\"/>\n";
+      }
+      if (s.replays > 0) {
+        out << "<circle class=\"replay\" fill=\"" << c << "\" cx=\"" << x << "\" cy=\"" << y
+            << "\" r=\"1.8\"/>\n";
+      }
+      any_marks = any_marks || s.offloads > 0 || s.prefetches > 0 || s.replays > 0;
+    }
+  }
+  if (any_marks) {
+    out << "<text x=\"" << width - right - 4 << "\" y=\"" << top + 14
+        << "\" text-anchor=\"end\">marks: &#9660; copy out, &#9651; copy back, &#8226; "
+           "replay</text>\n";
+  }
   // One legend entry per policy, spread over the plot's width.
   const double legend_y = height - 18;
   const double slot = plot_w / static_cast<double>(std::max<std::size_t>(1, r.policies.size()));
@@ -218,9 +256,31 @@ void write_summary(std::ostream& out, const run_report& r) {
     if (p.scheduled_swaps + p.scheduled_drops != 0) {
       out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "
           << p.scheduled_drops << " drops (rebuilt by replays), predicted " << std::setprecision(4)
-          << 1e3 * p.predicted_seconds << " ms per iteration in the plan's model; "
-          << p.schedule_misses << " tensors not where it put them, " << p.evictions
-          << " safety-net evictions\n";
+          << 1e3 * p.predicted_seconds << " ms per iteration in the "
+          << (p.replan.replanned ? "measured times" : "plan's model") << "; " << p.schedule_misses
+          << " tensors not where it put them, " << p.evictions << " safety-net evictions\n";
+    }
+    if (p.replan.replanned || !p.replan.note.empty()) {
+      out << "  " << p.policy << ": re-planned from the first iteration's measured times (its "
+          << "steps " << std::setprecision(4) << 1e3 * p.replan.measured_seconds
+          << " ms, the link ";
+      if (p.replan.link_gbps > 0) {
+        out << std::setprecision(3) << p.replan.link_gbps << " GB/s";
+      } else {
+        out << "unmeasured: no copy ran";
+      }
+      out << "; the model's schedule predicted " << std::setprecision(4)
+          << 1e3 * p.replan.model_seconds << " ms): ";
+      if (p.replan.replanned) {
+        out << p.replan.gaps_changed << " gaps changed\n";
+      } else {
+        out << p.replan.note << "\n";
+      }
+    }
+    if (p.bytes_compressed != 0) {
+      out << "  " << p.policy << ": FP16 compression (lossy, MEMWEAVE_SCHEDULE_COMPRESS): "
+          << format_bytes(p.bytes_compressed) << " offloaded as fp16, largest relative "
+          << "round-trip error " << std::setprecision(3) << p.max_compression_error << "\n";
     }
   }
 }

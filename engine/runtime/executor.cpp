@@ -40,8 +40,10 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/layers/layer_step.hpp"
@@ -56,6 +58,7 @@
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/device/stream_timeline.hpp"
 #include "memweave/swap/pinned_pool_host_memory.hpp"
 
 namespace memweave {
@@ -233,7 +236,11 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     if (free_step_[t] < route_.step_count()) free_after_[free_step_[t]].push_back(t);
   }
   initialize_persistent();
-  if (options.policy.planned && options.budget_bytes != 0) plan_schedule();
+  if (options.exact)
+    require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
+  if (options.policy.planned && options.budget_bytes != 0) {
+    if (std::optional<memory_schedule> planned = plan_schedule()) use_schedule(std::move(*planned));
+  }
   launcher_->check_ready();
 }
 
@@ -403,6 +410,7 @@ void executor::write_back() {
     if (free_step_[t] <= current_step_ + k_write_back_horizon) continue;
     transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
+    ++marks_.offloads;
     residency_->set_copied(t, true);
   }
 }
@@ -418,6 +426,7 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
     engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     try {
       engine.offload(t, ptr, bytes, written(t));
+      ++marks_.offloads;
     } catch (const out_of_memory&) {
       host_exhausted_ = true;  // not a matter of packing device memory: no repack
       throw;
@@ -446,7 +455,10 @@ event& executor::written(tensor_id t) {
 // memory back when the copy is reaped (offload_lag steps later).
 void executor::start_offload(tensor_id t) {
   void* p = cache_->ptr(t);
-  transfers_->engine.offload(t, p, table_[t].bytes, written(t));
+  const bool fp16 = t < compressed_.size() && compressed_[t];
+  transfers_->engine.offload(t, p, table_[t].bytes, written(t),
+                             fp16 ? transfer_encoding::fp16 : transfer_encoding::exact);
+  ++marks_.offloads;
   residency_->set_copied(t, true);
   residency_->offload_started(t, cache_->forget(t));
 }
@@ -497,6 +509,7 @@ void executor::ensure_resident(tensor_id t, std::size_t step) {
       void* p = allocate_transient(t, step);
       compute.record(*transfers_->ready);
       transfers_->engine.prefetch(t, p, transfers_->ready.get());
+      ++marks_.prefetches;
       transfers_->engine.make_ready(t, compute);
       return;
     }
@@ -539,6 +552,7 @@ void executor::prefetch_ahead(std::size_t step) {
       if (p == nullptr) return;  // no room now; ensure_resident fetches it when needed
       if (!recorded) compute.record(*transfers_->ready), recorded = true;
       transfers_->engine.prefetch(t, p, transfers_->ready.get());
+      ++marks_.prefetches;
       residency_->prefetch_started(t, p);
     }
     if (l.cost == cost_class::checkpoint && l.type != layer_type::data &&
@@ -596,7 +610,8 @@ void executor::initialize_persistent() {
 
 // all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
 // memweave/schedule); none when no plan fits.
-void executor::plan_schedule() {
+std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>& measured_seconds,
+                                                       double link_bytes_per_s) const {
   schedule_inputs in;
   in.net = &net_;
   in.steps = &route_;
@@ -607,13 +622,63 @@ void executor::plan_schedule() {
   double link = options_.link_gbps;
   if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
   if (link <= 0) link = options_.model.link_bytes_per_s / 1e9;
-  in.link_bytes_per_s = link * 1e9;
+  in.link_bytes_per_s = link_bytes_per_s > 0 ? link_bytes_per_s : link * 1e9;
   in.budget_bytes = options_.budget_bytes;
   in.in_cache = [this](tensor_id t) { return in_cache(t); };
-  std::optional<memory_schedule> planned = plan_executor_schedule(in, options_.schedule);
-  if (!planned) return;
-  schedule_ = std::make_unique<memory_schedule>(std::move(*planned));
-  forward_conv_.assign(route_.layer_count(), conv_step{});
+  in.measured_seconds = measured_seconds;
+  return plan_executor_schedule(in, options_.schedule);
+}
+
+void executor::use_schedule(memory_schedule planned) {
+  schedule_ = std::make_unique<memory_schedule>(std::move(planned));
+  compressed_.assign(table_.size(), false);
+  for (const scheduled_gap& g : schedule_->gaps) {
+    if (g.compressed) compressed_[g.tensor] = true;
+  }
+  if (forward_conv_.empty()) forward_conv_.assign(route_.layer_count(), conv_step{});
+}
+
+// Capuchin: the first iteration ran the model's schedule on a device that computes; its
+// measured kernel and copy times now replace the model's, and the schedule is planned once
+// more from them. The old one stays when the new one does not fit.
+void executor::replan_from(const std::vector<timeline_span>& spans) {
+  std::vector<double> measured(route_.step_count(), -1.0);
+  double copy_bytes = 0, copy_seconds = 0;
+  for (const timeline_span& sp : spans) {
+    const double d = sp.end_s - sp.begin_s;
+    if (sp.stream == stream_role::compute) {
+      if (sp.category != "kernel" || sp.step < 0) continue;  // replays are the planner's
+      double& m = measured[static_cast<std::size_t>(sp.step)];
+      m = std::max(0.0, m) + d;
+    } else if (sp.bytes > 0 && d > 0) {
+      copy_bytes += static_cast<double>(sp.bytes), copy_seconds += d;
+    }
+  }
+  replan_.model_seconds = schedule_->predicted_seconds;
+  replan_.measured_seconds = 0;
+  for (double m : measured) replan_.measured_seconds += std::max(0.0, m);
+  const double link = copy_seconds > 0 ? copy_bytes / copy_seconds : 0.0;
+  replan_.link_gbps = link / 1e9;
+  std::optional<memory_schedule> planned = plan_schedule(measured, link);
+  if (!planned) {
+    replan_.note = "the measured times give no schedule that fits: the model's is kept";
+    return;
+  }
+  auto key = [](const scheduled_gap& g) {
+    return std::make_tuple(g.tensor, g.after, g.before, static_cast<int>(g.action), g.release,
+                           g.prefetch, g.compressed);
+  };
+  std::vector<decltype(key(scheduled_gap{}))> was, now;
+  for (const scheduled_gap& g : schedule_->gaps) was.push_back(key(g));
+  for (const scheduled_gap& g : planned->gaps) now.push_back(key(g));
+  std::sort(was.begin(), was.end());
+  std::sort(now.begin(), now.end());
+  std::vector<decltype(key(scheduled_gap{}))> differ;
+  std::set_symmetric_difference(was.begin(), was.end(), now.begin(), now.end(),
+                                std::back_inserter(differ));
+  replan_.gaps_changed = differ.size();
+  replan_.replanned = true;
+  use_schedule(std::move(*planned));
 }
 
 // all: before step `step`, the memory of tensors whose scheduled offload has had time to land
@@ -661,6 +726,7 @@ void executor::apply_scheduled(std::size_t step) {
     if (!recorded)
       dev_.get_stream(stream_role::compute).record(*transfers_->ready), recorded = true;
     transfers_->engine.prefetch(t, p, transfers_->ready.get());
+    ++marks_.prefetches;
     residency_->prefetch_started(t, p);
   }
 }
@@ -711,6 +777,14 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   residency_->forget_dropped();
   ++iterations_run_;
   deferred_prefetches_.clear();
+  // What this iteration records: the caller's timeline, or, for the first iteration of a
+  // schedule to re-plan from measured times, the executor's own.
+  const bool measure = schedule_ && options_.replan_from_measured && touches &&
+                       !replan_.replanned && replan_.note.empty();
+  if (measure && options_.timeline == nullptr) measuring_ = std::make_unique<stream_timeline>(dev_);
+  timeline_ = options_.timeline != nullptr ? options_.timeline : measuring_.get();
+  if (timeline_ != nullptr) timeline_->clear();
+  if (transfers_) transfers_->engine.set_timeline(timeline_);
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
   current_step_ = route_.step_count();
   reap_offloads(0, true);
@@ -759,6 +833,12 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
         " host copies of transient tensors outlived the iteration");
   }
   simulated_s_ = compute.simulated_time_s() - sim_start;
+  if (measure) {
+    replan_from(timeline_->spans());
+    if (transfers_) transfers_->engine.set_timeline(options_.timeline);
+    measuring_.reset();
+    timeline_ = options_.timeline;
+  }
   return loss_;
 }
 
@@ -865,6 +945,7 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
     residency_->workspace_returned(conv.workspace_bytes);
   }
   ++recomputations_;
+  ++marks_.replays;
 }
 
 // Makes a dropped tensor resident again by replaying the layers the plan says (its
@@ -909,6 +990,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   const bool forward = rs.direction == pass::forward;
   iteration_ = iteration;
   current_step_ = s;
+  marks_ = {};
   residency_->begin_step();
   reap_offloads(s, false);
   if (schedule_) apply_releases(s);
@@ -1037,6 +1119,9 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     if (options_.policy.evict_to_host) write_back();
     if (!forward) prefetch_ahead(s);
   }
+  steps_.back().offloads = marks_.offloads;
+  steps_.back().prefetches = marks_.prefetches;
+  steps_.back().replays = marks_.replays;
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
@@ -1135,7 +1220,13 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   step.data = data;
   step.iteration = iteration_;
   step.replay = replay;
-  launcher_->launch(step);
+  if (timeline_ == nullptr) {
+    launcher_->launch(step);
+    return;
+  }
+  timeline_->span(dev_.get_stream(stream_role::compute), l.name + (forward ? " F" : " B"),
+                  replay ? "replay" : "kernel", 0, static_cast<int>(current_step_),
+                  [&] { launcher_->launch(step); });
 }
 
 policy_report executor::report() const {
@@ -1157,6 +1248,8 @@ policy_report executor::report() const {
     r.bytes_offloaded = ts.bytes_offloaded;
     r.bytes_prefetched = ts.bytes_prefetched;
     r.transfer_wait_s = ts.wait_seconds;
+    r.bytes_compressed = ts.bytes_compressed;
+    r.max_compression_error = ts.max_compression_error;
   }
   const tensor_cache_stats cs = cache_->stats();
   r.cache_hits = cs.hits;
@@ -1169,6 +1262,7 @@ policy_report executor::report() const {
     }
     r.predicted_seconds = schedule_->predicted_seconds;
     r.schedule_misses = schedule_misses_;
+    r.replan = replan_;
   }
   r.steps = steps_;
   return r;

@@ -57,6 +57,39 @@ TEST(cli_test, plan_writes_json_with_stable_names_and_an_svg) {
   std::filesystem::remove(svg);
 }
 
+TEST(cli_test, trace_timeline_writes_each_policys_streams_as_a_perfetto_trace) {
+  const std::string base = temp("timeline.json");
+  const std::string liveness = temp("timeline.liveness.json"), all = temp("timeline.all.json");
+  // Below what liveness can run in: `all` moves tensors (and parameters) to host memory.
+  const auto r =
+      run(train_command, with({"--iterations", "2", "--policy", "liveness,all", "--device", "host",
+                               "--threads", "2", "--budget", "1MiB", "--trace-timeline", base}));
+  EXPECT_NE(r.out.find("wrote " + all), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(liveness)) << "liveness cannot run there: no timeline";
+  const std::string t = slurp(all);
+  EXPECT_EQ(t.rfind("{\"displayTimeUnit\"", 0), 0u) << t.substr(0, 200);
+  for (const char* key :
+       {"\"traceEvents\"", "\"name\": \"compute\"", "\"cat\": \"kernel\"", "\"cat\": \"offload\"",
+        "\"cat\": \"prefetch\"", "\"overlap_with_compute\""}) {
+    EXPECT_NE(t.find(key), std::string::npos) << key;
+  }
+  std::filesystem::remove(liveness);
+  std::filesystem::remove(all);
+}
+
+TEST(cli_test, the_cost_model_is_chosen_by_name_and_a_bad_name_is_refused) {
+  const auto titan = run(plan_command, with({"--policy", "liveness"}));
+  const auto h100 = run(plan_command, with({"--policy", "liveness", "--cost-model", "h100_pcie5"}));
+  EXPECT_NE(titan.out.find("link 16 GB/s"), std::string::npos) << titan.out;
+  EXPECT_NE(h100.out.find("link 64 GB/s"), std::string::npos) << h100.out;
+  EXPECT_NE(error_of(plan_command, with({"--cost-model", "v100"}))
+                .find("--cost-model 'v100' is not a known device model: expected one of titan_xp, "
+                      "k40, h100_pcie5"),
+            std::string::npos);
+  const scoped_env env("MEMWEAVE_COST_MODEL", "v100");
+  EXPECT_NE(error_of(plan_command, with({})).find("MEMWEAVE_COST_MODEL"), std::string::npos);
+}
+
 TEST(cli_test, plan_reports_a_policy_that_does_not_fit) {
   // Find liveness's peak, then give a budget between it and the baseline's.
   const std::string json = temp("fit.json");

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ namespace memweave {
 
 class residency_table;
 class kernel_launcher;
+class stream_timeline;
+struct timeline_span;
 struct conv_step;
 
 /// Which memory techniques a run uses (`--policy`, MEMWEAVE_POLICY):
@@ -111,12 +114,24 @@ struct executor_options {
   std::string recompute_strategy = "cost_aware";
   /// all: the memory schedule's controls (headroom, thresholds, what it may do).
   schedule_options schedule = {};
+  /// When set, each iteration's kernels (and replays) and tensor copies are recorded here,
+  /// the timeline cleared at the start of each iteration so it holds the last one (not
+  /// owned; it must outlive the executor).
+  stream_timeline* timeline = nullptr;
   /// The host link the schedule's timing assumes, GB/s (0: MEMWEAVE_HOST_LINK_GBPS, or
   /// model.link_bytes_per_s when that is 0).
   double link_gbps = 0.0;
   /// The device the timings model: the null device's kernel times, the schedule's step
-  /// times, and the eviction rule's rebuild-or-move weighing (each throughput > 0).
+  /// times, and the eviction rule's rebuild-or-move weighing (each throughput > 0;
+  /// MEMWEAVE_COST_MODEL names a preset).
   cost_model model = {};
+  /// all, on a device that computes (host, cuda): the first iteration's measured step and
+  /// copy times replace the model's and the schedule is planned again from them, once
+  /// (Capuchin; MEMWEAVE_SCHEDULE_REPLAN).
+  bool replan_from_measured = true;
+  /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
+  /// compression of swapped tensors) is refused with invalid_argument.
+  bool exact = false;
 };
 
 class executor {
@@ -195,7 +210,10 @@ class executor {
   void note_peak() noexcept;
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
-  void plan_schedule();
+  std::optional<memory_schedule> plan_schedule(const std::vector<double>& measured_seconds = {},
+                                               double link_bytes_per_s = 0) const;
+  void use_schedule(memory_schedule planned);
+  void replan_from(const std::vector<timeline_span>& spans);
   void apply_releases(std::size_t step);
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
@@ -221,6 +239,13 @@ class executor {
   std::uint64_t schedule_misses_ = 0;           // tensors not where the schedule put them
   std::vector<tensor_id> deferred_prefetches_;  // scheduled prefetches no free run held yet
   std::vector<conv_step> forward_conv_;         // all: per forward CONV step, what it ran
+  std::vector<bool> compressed_;                // all: per tensor, its swaps travel as fp16
+  replan_report replan_;                        // all: what re-planning from measured times did
+  std::unique_ptr<stream_timeline> measuring_;  // the first iteration's, when re-planning
+  stream_timeline* timeline_ = nullptr;         // recording this iteration, or nullptr
+  struct step_marks {
+    int offloads = 0, prefetches = 0, replays = 0;
+  } marks_;  // the current step's copies and replays, for its record
 
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
   bool host_exhausted_ = false;        // an eviction found host memory exhausted

@@ -19,6 +19,20 @@ struct step_record {
   int tensors_live = 0;             ///< tensors resident during the step
   std::size_t workspace_bytes = 0;  ///< convolution workspace taken for this step
   std::string algorithm;            ///< convolution algorithm used ("" when not a CONV step)
+  int offloads = 0;                 ///< tensor copies to host started after the step
+  int prefetches = 0;               ///< tensor copies back started after the step
+  int replays = 0;                  ///< layer forwards re-run before the step (rebuilds)
+};
+
+/// all on a device that computes: re-planning the schedule from the first iteration's
+/// measured step and copy times (Capuchin).
+struct replan_report {
+  bool replanned = false;          ///< a new schedule replaced the model's
+  double model_seconds = 0.0;      ///< the model's schedule: its predicted iteration
+  double measured_seconds = 0.0;   ///< the first iteration's steps as measured (their sum)
+  double link_gbps = 0.0;          ///< the host link as its copies measured it (0: none ran)
+  std::uint64_t gaps_changed = 0;  ///< gaps whose action or timing differs from the model's
+  std::string note;                ///< why it was not replaced, when not
 };
 
 /// The result of one policy.
@@ -45,6 +59,9 @@ struct policy_report {
   std::uint64_t scheduled_drops = 0;     ///< all: gaps the memory schedule drops and rebuilds
   std::uint64_t schedule_misses = 0;     ///< all: scheduled actions the safety net pre-empted
   double predicted_seconds = 0.0;        ///< all: the schedule's modelled iteration time
+  replan_report replan;                  ///< all: re-planning from measured times
+  std::uint64_t bytes_compressed = 0;    ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
+  double max_compression_error = 0.0;    ///< the largest relative fp16 round-trip error
   double images_per_s = 0.0;             ///< train only
   double seconds_per_iteration = 0.0;    ///< train: measured; plan: simulated
   double bookkeeping_us_per_step = 0.0;  ///< time the engine spends outside kernels per step

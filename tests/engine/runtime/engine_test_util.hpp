@@ -76,7 +76,8 @@ inline void expect_bit_identical(const training_result& a, const training_result
 }
 
 /// Options for `policy` under `budget` (0 = none), one fixed convolution algorithm (the
-/// oracle needs it: algorithms round differently), 2 kernel threads.
+/// oracle needs it: algorithms round differently), 2 kernel threads, and the oracle's
+/// bit-identity mode (exact: a lossy technique is refused).
 inline executor_options policy_options(const std::string& policy, std::size_t budget = 0,
                                        const std::string& conv_ws = "fixed:im2col_image") {
   executor_options o;
@@ -85,6 +86,7 @@ inline executor_options policy_options(const std::string& policy, std::size_t bu
   o.threads = 2;
   o.conv_ws = conv_ws_options::parse(conv_ws, "test");
   o.host_pool_bytes = std::size_t{256} << 20;
+  o.exact = true;
   return o;
 }
 
