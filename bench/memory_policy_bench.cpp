@@ -86,7 +86,7 @@ std::size_t half_of_liveness(const network& net) {
 enum class budget_kind { ample, half, tight };
 
 void BM_train_iteration_policy(benchmark::State& state, const char* policy, budget_kind kind,
-                               std::int64_t batch = 16) {
+                               std::int64_t batch = 16, bool replan = true) {
   const network net = small_resnet(batch);
   const bool tight = kind == budget_kind::tight;
   const std::size_t budget = tight                       ? smallest_budget(net, policy)
@@ -97,7 +97,10 @@ void BM_train_iteration_policy(benchmark::State& state, const char* policy, budg
   d.capacity_bytes = std::size_t{2} << 30;
   d.host_link_gbps = k_link_gbps;
   auto dev = make_device(d);
-  executor ex(net, *dev, options(policy, budget));
+  executor_options o = options(policy, budget);
+  // all: the warm-up iteration's measured times re-plan the schedule (Capuchin), or not.
+  o.replan_from_measured = replan;
+  executor ex(net, *dev, o);
   auto data = make_synthetic_source(net[0].output_shape, net.classes(), 1);
   std::int64_t it = 0;
   ex.run_iteration(data.get(), it++);  // warm-up: measures convolutions, faults pages in
@@ -121,6 +124,7 @@ void BM_train_iteration_policy(benchmark::State& state, const char* policy, budg
   state.counters["moved_MiB"] = moved / (1 << 20);
   state.counters["recomputations"] = static_cast<double>(r.recomputations);
   state.counters["wait_ms"] = 1e3 * r.transfer_wait_s;
+  if (r.replan.replanned) state.counters["replan_gaps_changed"] = r.replan.gaps_changed;
   if (moved > 0 && liveness_s > 0) {
     const double transfer_s = moved / (k_link_gbps * 1e9);
     state.counters["hidden"] = 1.0 - (per_iteration - liveness_s) / transfer_s;
@@ -146,6 +150,11 @@ BENCHMARK_CAPTURE(BM_train_iteration_policy, utp_half_b32x64, "utp", budget_kind
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_iteration_policy, all_half_b32x64, "all", budget_kind::half, 32)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+// The same schedule as planned on the model's times, not re-planned from measured ones.
+BENCHMARK_CAPTURE(BM_train_iteration_policy, all_half_b32x64_model_times, "all", budget_kind::half,
+                  32, false)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_train_iteration_policy, utp_tight, "utp", budget_kind::tight)

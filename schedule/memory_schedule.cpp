@@ -238,7 +238,7 @@ class planner {
   // One direction of a swap of `t`: half the bytes when it travels as fp16.
   double copy_seconds(std::uint32_t t) const {
     const double bytes = static_cast<double>(p_.tensors[t].bytes);
-    return (halve_[t] ? bytes / 2 : bytes) / p_.link_bytes_per_s;
+    return p_.copy_latency_s + (halve_[t] ? bytes / 2 : bytes) / p_.link_bytes_per_s;
   }
 
   std::uint32_t last_write_at_or_before(std::uint32_t t, std::uint32_t step) const {
@@ -720,6 +720,10 @@ memory_schedule plan_memory_schedule(const schedule_problem& problem,
   if (!(problem.link_bytes_per_s > 0.0) || !std::isfinite(problem.link_bytes_per_s)) {
     throw invalid_argument("schedule: link speed " + std::to_string(problem.link_bytes_per_s) +
                            " bytes/s is not a positive finite number");
+  }
+  if (!(problem.copy_latency_s >= 0.0) || !std::isfinite(problem.copy_latency_s)) {
+    throw invalid_argument("schedule: copy latency " + std::to_string(problem.copy_latency_s) +
+                           " s is not a finite time >= 0");
   }
   return planner(problem, options).run();
 }

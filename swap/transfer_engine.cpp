@@ -807,6 +807,13 @@ double transfer_engine::wait_offloaded(std::uint32_t key, stream* compute) {
   return waited;
 }
 
+void transfer_engine::order_after_offload(std::uint32_t key, stream& s) {
+  impl& m = *impl_;
+  std::lock_guard lock(m.mu_);
+  auto it = m.entries_.find(key);
+  if (it != m.entries_.end() && it->second.offload_done) s.wait(*it->second.offload_done);
+}
+
 double transfer_engine::wait_any_offload(stream* compute) {
   impl& m = *impl_;
   m.reject_on_watcher("wait_any_offload");

@@ -71,6 +71,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
         << ", \"link_gbps\": " << json_number(p.replan.link_gbps)
+        << ", \"copy_latency_us\": " << json_number(p.replan.copy_latency_us)
         << ", \"gaps_changed\": " << p.replan.gaps_changed
         << ", \"note\": " << json_string(p.replan.note) << "}"
         << ",\n      \"bytes_compressed\": " << p.bytes_compressed
@@ -265,7 +266,8 @@ void write_summary(std::ostream& out, const run_report& r) {
           << "steps " << std::setprecision(4) << 1e3 * p.replan.measured_seconds
           << " ms, the link ";
       if (p.replan.link_gbps > 0) {
-        out << std::setprecision(3) << p.replan.link_gbps << " GB/s";
+        out << std::setprecision(3) << p.replan.link_gbps << " GB/s + " << p.replan.copy_latency_us
+            << " us per copy";
       } else {
         out << "unmeasured: no copy ran";
       }

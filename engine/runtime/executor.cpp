@@ -463,6 +463,15 @@ void executor::start_offload(tensor_id t) {
   residency_->offload_started(t, cache_->forget(t));
 }
 
+// Copies `t` back into `p` after the event `ready` last recorded on the compute stream. Its
+// offload may still be in flight when its memory was released without waiting
+// (apply_releases): the copy back needs it landed.
+void executor::start_prefetch(tensor_id t, void* p) {
+  transfers_->engine.wait_offloaded(t);
+  transfers_->engine.prefetch(t, p, transfers_->ready.get());
+  ++marks_.prefetches;
+}
+
 // An offload in flight lands: its device copy, held aside, goes back to the heap. With
 // `compute`, that stream waits for the copy first (the memory's next user runs there).
 void executor::finish_offload(tensor_id t, stream* compute) {
@@ -508,8 +517,7 @@ void executor::ensure_resident(tensor_id t, std::size_t step) {
       if (schedule_) ++schedule_misses_;  // not brought back as scheduled
       void* p = allocate_transient(t, step);
       compute.record(*transfers_->ready);
-      transfers_->engine.prefetch(t, p, transfers_->ready.get());
-      ++marks_.prefetches;
+      start_prefetch(t, p);
       transfers_->engine.make_ready(t, compute);
       return;
     }
@@ -551,8 +559,7 @@ void executor::prefetch_ahead(std::size_t step) {
       void* p = heap_->try_allocate(table_[t].bytes);
       if (p == nullptr) return;  // no room now; ensure_resident fetches it when needed
       if (!recorded) compute.record(*transfers_->ready), recorded = true;
-      transfers_->engine.prefetch(t, p, transfers_->ready.get());
-      ++marks_.prefetches;
+      start_prefetch(t, p);
       residency_->prefetch_started(t, p);
     }
     if (l.cost == cost_class::checkpoint && l.type != layer_type::data &&
@@ -611,7 +618,8 @@ void executor::initialize_persistent() {
 // all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
 // memweave/schedule); none when no plan fits.
 std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>& measured_seconds,
-                                                       double link_bytes_per_s) const {
+                                                       double link_bytes_per_s,
+                                                       double copy_latency_s) const {
   schedule_inputs in;
   in.net = &net_;
   in.steps = &route_;
@@ -626,6 +634,7 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   in.budget_bytes = options_.budget_bytes;
   in.in_cache = [this](tensor_id t) { return in_cache(t); };
   in.measured_seconds = measured_seconds;
+  in.copy_latency_s = copy_latency_s;
   return plan_executor_schedule(in, options_.schedule);
 }
 
@@ -643,7 +652,9 @@ void executor::use_schedule(memory_schedule planned) {
 // more from them. The old one stays when the new one does not fit.
 void executor::replan_from(const std::vector<timeline_span>& spans) {
   std::vector<double> measured(route_.step_count(), -1.0);
-  double copy_bytes = 0, copy_seconds = 0;
+  // Copies: seconds = latency + bytes / link, fitted by least squares (a small tensor's copy
+  // costs mostly its latency on a real device).
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const timeline_span& sp : spans) {
     const double d = sp.end_s - sp.begin_s;
     if (sp.stream == stream_role::compute) {
@@ -651,15 +662,24 @@ void executor::replan_from(const std::vector<timeline_span>& spans) {
       double& m = measured[static_cast<std::size_t>(sp.step)];
       m = std::max(0.0, m) + d;
     } else if (sp.bytes > 0 && d > 0) {
-      copy_bytes += static_cast<double>(sp.bytes), copy_seconds += d;
+      const double x = static_cast<double>(sp.bytes);
+      n += 1, sx += x, sy += d, sxx += x * x, sxy += x * d;
     }
   }
   replan_.model_seconds = schedule_->predicted_seconds;
   replan_.measured_seconds = 0;
   for (double m : measured) replan_.measured_seconds += std::max(0.0, m);
-  const double link = copy_seconds > 0 ? copy_bytes / copy_seconds : 0.0;
+  double link = 0, latency = 0;
+  const double spread = n * sxx - sx * sx;
+  if (n >= 2 && spread > 0) {
+    const double slope = (n * sxy - sx * sy) / spread;  // seconds per byte
+    latency = std::max(0.0, (sy - slope * sx) / n);
+    if (slope > 0) link = 1.0 / slope;
+  }
+  if (link <= 0 && sy > 0) link = sx / sy, latency = 0;  // one size only: the mean rate
   replan_.link_gbps = link / 1e9;
-  std::optional<memory_schedule> planned = plan_schedule(measured, link);
+  replan_.copy_latency_us = latency * 1e6;
+  std::optional<memory_schedule> planned = plan_schedule(measured, link, latency);
   if (!planned) {
     replan_.note = "the measured times give no schedule that fits: the model's is kept";
     return;
@@ -691,7 +711,14 @@ void executor::apply_releases(std::size_t step) {
       ++schedule_misses_;  // evicted or dropped by the safety net meanwhile
       continue;
     }
-    finish_offload(t, &compute);
+    // The step loop runs ahead of the compute stream: blocking here until the copy lands
+    // would make it wait for the kernels queued before, and drain that lead. Instead the
+    // compute stream waits for the copy, and the memory goes back to the heap now: whatever
+    // reuses it is ordered after that wait (later kernels on the compute stream; copies in
+    // after an event recorded there). A prefetch of `t` waits for the copy to land first.
+    transfers_->engine.order_after_offload(t, compute);
+    (void)heap_->deallocate(residency_->aside(t));
+    residency_->offload_landed(t);
   }
 }
 
@@ -725,8 +752,7 @@ void executor::apply_scheduled(std::size_t step) {
     }
     if (!recorded)
       dev_.get_stream(stream_role::compute).record(*transfers_->ready), recorded = true;
-    transfers_->engine.prefetch(t, p, transfers_->ready.get());
-    ++marks_.prefetches;
+    start_prefetch(t, p);
     residency_->prefetch_started(t, p);
   }
 }

@@ -27,6 +27,7 @@ struct schedule_inputs {
   const device_heap* heap = nullptr;  ///< its block rounding
   cost_model model;                   ///< step times and CONV candidates
   double link_bytes_per_s = 0;        ///< the host link the copies are timed on
+  double copy_latency_s = 0;          ///< each copy's cost besides its bytes (measured)
   std::size_t budget_bytes = 0;
   std::function<bool(tensor_id)> in_cache;  ///< the tensors the cache (and so the plan) moves
   /// Per step, its measured time (Capuchin: from a first iteration on a real device), which

@@ -331,6 +331,28 @@ TEST(transfer_engine, copies_are_recorded_in_the_timeline_by_tensor_name) {
   EXPECT_GE(spans[1].begin_s, spans[0].end_s);  // the prefetch reads the landed host copy
 }
 
+TEST(transfer_engine, order_after_offload_makes_a_stream_wait_without_blocking_the_caller) {
+  rig r("host", 2.0);
+  device_buffer a(*r.dev, 8 * MiB);
+  gate g(*r.dev, r.h2d);
+  auto ready = r.dev->create_event();
+  produce(r.compute, a, 5, *ready);
+  r.d2h.wait(g.ev());  // the copy cannot start before the gate opens
+  r.engine->offload(5, a.get(), a.size(), *ready);
+  r.engine->order_after_offload(5, r.compute);  // returns with the copy held at the gate
+  std::atomic<bool> ran{false};
+  r.compute.launch([&] { ran = true; });  // e.g. a kernel reusing the tensor's memory
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(ran) << "the compute stream ran ahead of the copy";
+  EXPECT_FALSE(r.engine->has_host_copy(5));
+  g.open();
+  r.compute.synchronize();
+  EXPECT_TRUE(ran);
+  r.engine->wait_offloaded(5);
+  EXPECT_TRUE(r.engine->has_host_copy(5));
+  r.engine->order_after_offload(77, r.compute);  // never offloaded: nothing to wait for
+}
+
 TEST(transfer_engine, on_offloaded_is_called_once_per_offload_and_only_after_the_copy) {
   rig r("host", 2.0);
   constexpr std::uint32_t n = 8;

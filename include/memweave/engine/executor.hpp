@@ -194,6 +194,7 @@ class executor {
   void ensure_resident(tensor_id t, std::size_t step);
   bool evict(tensor_id t, void* ptr, std::size_t bytes);
   void start_offload(tensor_id t);
+  void start_prefetch(tensor_id t, void* p);
   event& written(tensor_id t);
   bool drop_on_evict(tensor_id t) const;
   void forget_host(tensor_id t) noexcept;
@@ -211,7 +212,8 @@ class executor {
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
   std::optional<memory_schedule> plan_schedule(const std::vector<double>& measured_seconds = {},
-                                               double link_bytes_per_s = 0) const;
+                                               double link_bytes_per_s = 0,
+                                               double copy_latency_s = 0) const;
   void use_schedule(memory_schedule planned);
   void replan_from(const std::vector<timeline_span>& spans);
   void apply_releases(std::size_t step);

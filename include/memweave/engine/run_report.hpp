@@ -31,6 +31,7 @@ struct replan_report {
   double model_seconds = 0.0;      ///< the model's schedule: its predicted iteration
   double measured_seconds = 0.0;   ///< the first iteration's steps as measured (their sum)
   double link_gbps = 0.0;          ///< the host link as its copies measured it (0: none ran)
+  double copy_latency_us = 0.0;    ///< each copy's cost besides its bytes, as measured
   std::uint64_t gaps_changed = 0;  ///< gaps whose action or timing differs from the model's
   std::string note;                ///< why it was not replaced, when not
 };

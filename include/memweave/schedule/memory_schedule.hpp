@@ -74,6 +74,9 @@ struct schedule_problem {
   std::vector<schedule_tensor> tensors;
   std::size_t budget_bytes = 0;    ///< what the tensors may hold at any step
   double link_bytes_per_s = 16e9;  ///< host link, each direction
+  /// What each copy costs besides its bytes (issuing it, the stream's turn-around): 0 in the
+  /// model; measured on a real device, where it dominates small tensors' copies.
+  double copy_latency_s = 0.0;
 };
 
 /// Controls (TFLMS's and LDFG's, where they make sense here).

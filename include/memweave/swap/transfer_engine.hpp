@@ -169,6 +169,11 @@ class transfer_engine {
   /// that stream also waits for the copy (on `null` its clock advances to the copy's end).
   /// Throws pending failures, this offload's included.
   double wait_offloaded(std::uint32_t key, stream* compute = nullptr);
+  /// Makes `s` wait for the latest offload of `key` (on `null` its clock advances to the
+  /// copy's end) without blocking the caller: work enqueued on `s` afterwards may reuse the
+  /// device memory the copy reads. A no-op when `key` was never offloaded. The offload itself
+  /// is still in flight for every other call (prefetch needs it landed: wait_offloaded).
+  void order_after_offload(std::uint32_t key, stream& s);
   /// Blocks until the offload that completes first (the oldest: offloads complete in
   /// order) has been handled; at once when none is pending. As wait_offloaded otherwise.
   double wait_any_offload(stream* compute = nullptr);
