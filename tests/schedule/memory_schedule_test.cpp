@@ -111,6 +111,25 @@ TEST(memory_schedule_test, a_cheap_rebuild_is_preferred_to_a_round_trip) {
   EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + 0.1e-3, 1e-12);
 }
 
+TEST(memory_schedule_test, a_copys_latency_counts_besides_its_bytes) {
+  // As a_long_idle_tensor_is_swapped...: the round trip hides (6.6 ms each way in 10 ms
+  // steps). With 15 ms more per copy (a measured device's turn-around) the copy out lands at
+  // 31.6 ms, after step 2 should start (B needs the room there): 11.6 ms of stall; the copy
+  // back, issued after step 6, then lands 1.6 ms late.
+  schedule_problem p = long_gap(10, 10e-3, 2, 6);
+  p.budget_bytes = 150 * k_mib;
+  EXPECT_EQ(plan_memory_schedule(p, no_headroom()).gaps.at(0).prefetch, 7u);
+  p.copy_latency_s = 15e-3;
+  const memory_schedule later = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(later.gaps.size(), 1u);
+  EXPECT_EQ(later.gaps[0].prefetch, 6u);
+  const double copy = 15e-3 + 100.0 * k_mib / 16e9;
+  EXPECT_NEAR(later.predicted_seconds - later.baseline_seconds,
+              (10e-3 + copy - 20e-3) + (copy - 20e-3), 1e-9);
+  p.copy_latency_s = -1;
+  EXPECT_THROW((void)plan_memory_schedule(p, no_headroom()), invalid_argument);
+}
+
 TEST(memory_schedule_test, a_drop_becomes_a_swap_where_the_link_is_idle_and_the_copies_hide) {
   // B needs the room over steps 2..6 only: the round trip hides (release 2, prefetch 7), but
   // the greedy round charges a hidden swap half its link time (6.6 ms), more than the 2 ms
