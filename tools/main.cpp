@@ -55,6 +55,13 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  // `memweave plan --help` (anywhere after the command): the usage, whatever else is given.
+  for (int i = 2; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::cout << k_usage;
+      return 0;
+    }
+  }
   try {
     memweave::validate_environment();
     if (command == "train") return memweave::train_command(argc, argv, std::cout);
