@@ -86,7 +86,7 @@ struct executor_options {
   /// Other heap settings (fit policy, block size, trace); pool_bytes is taken from
   /// budget_bytes when that is set.
   heap_options heap = {};
-  /// Host kernel threads (0 = MEMWEAVE_THREADS, whose 0 means every core).
+  /// Host kernel threads (0 = every core; the command line reads MEMWEAVE_THREADS into it).
   int threads = 0;
   /// Convolution workspace selection (MEMWEAVE_CONV_WS): at each CONV step, after its
   /// functional tensors, the fastest algorithm whose workspace fits the heap's largest free
