@@ -33,6 +33,10 @@
 // Invariants: residency_ says where each tensor the cache manages is, and counts what holds
 // device memory (engine/runtime/residency_table.hpp); every move of a tensor is recorded
 // there right after the executor makes it.
+//
+// Files: this one holds the step loop and the executor's wiring; executor_moves.cpp the moves
+// of a tensor (fetch, evict, write back, offload, prefetch, drop, rebuild, repack);
+// executor_schedule.cpp the memory schedule's planning, carrying out and re-planning.
 #include "memweave/engine/executor.hpp"
 
 #include <algorithm>
@@ -40,35 +44,29 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
-#include <iterator>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "engine/layers/layer_step.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime/executor_checks.hpp"
+#include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "engine/runtime/recompute_inputs.hpp"
 #include "engine/runtime/residency_table.hpp"
 #include "engine/runtime/schedule_inputs.hpp"
 #include "engine/solver/sgd.hpp"
-#include "memweave/alloc/pinned_host_pool.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/device/stream_timeline.hpp"
-#include "memweave/swap/pinned_pool_host_memory.hpp"
 
 namespace memweave {
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-// Write-back skips tensors whose life ends within this many steps.
-constexpr std::size_t k_write_back_horizon = 8;
 
 using detail::mix64;
 
@@ -94,16 +92,6 @@ executor_policy executor_policy::parse(const std::string& name) {
   }
   return p;
 }
-
-// The host side of moving tensors (offload, utp): pinned host memory and the engine.
-struct executor::transfers {
-  pinned_host_pool pool;
-  pinned_pool_host_memory host;
-  transfer_engine engine;
-  std::unique_ptr<event> ready;  // recorded on compute before each offload / prefetch
-  transfers(device& dev, std::size_t bytes, transfer_options o)
-      : pool(dev, bytes), host(pool), engine(dev, host, std::move(o)), ready(dev.create_event()) {}
-};
 
 executor::executor(const network& net, device& dev, const executor_options& options)
     : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
@@ -279,12 +267,6 @@ void executor::throw_out_of_budget(std::size_t step, const std::string& what,
                       bytes, st.free_bytes, st.largest_free_run);
 }
 
-// Whether the tensor cache owns `t`'s device memory: every transient tensor, and under
-// utp/all the persistent ones too. Workspace placeholders (0 bytes) are taken at the step.
-bool executor::in_cache(tensor_id t) const noexcept {
-  return table_[t].bytes != 0 && (cache_persistent() || !table_[t].persistent);
-}
-
 void executor::allocate_persistent(tensor_id t) {
   const tensor_info& info = table_[t];
   if (cache_persistent()) {
@@ -307,265 +289,6 @@ void executor::allocate_persistent(tensor_id t) {
     }
     persistent_ptr_[t] = p;
     residency_->persistent_allocated(t);
-  }
-}
-
-void* executor::allocate_transient(tensor_id t, std::size_t step) {
-  const tensor_info& info = table_[t];
-  void* p = nullptr;
-  try {
-    p = cache_->allocate(t, info.bytes);
-  } catch (const out_of_memory& e) {
-    const route_step rs = route_.at(step);
-    throw out_of_memory("out of budget at step " + std::to_string(step + 1) + " (" +
-                            net_[rs.layer].name + " " + to_string(rs.direction) + "): tensor " +
-                            info.name + " (" + to_string(info.role) + "): " + e.what(),
-                        e.requested(), e.free_bytes(), e.largest_free_run());
-  }
-  residency_->allocated(t);
-  return p;
-}
-
-void executor::free_transient(tensor_id t) noexcept {
-  switch (residency_->state(t)) {
-    case residency::resident:
-      cache_->release(t);
-      break;
-    case residency::offloading:
-    case residency::prefetching:
-      // A copy may still touch the memory: let it finish before the bytes are reused.
-      try {
-        if (residency_->state(t) == residency::offloading) {
-          transfers_->engine.wait_offloaded(t);
-        } else {
-          transfers_->engine.make_ready(t, dev_.get_stream(stream_role::compute));
-        }
-      } catch (...) {
-        // The failure stays pending in the engine and is thrown by its next call.
-      }
-      (void)heap_->deallocate(residency_->aside(t));
-      break;
-    case residency::on_host:
-    case residency::dropped:
-    case residency::absent:
-      break;
-  }
-  forget_host(t);
-  residency_->freed(t);
-}
-
-void* executor::device_ptr(tensor_id t) const {
-  if (t == invalid_tensor) return nullptr;
-  if (persistent_ptr_[t] != nullptr) return persistent_ptr_[t];
-  return residency_->state(t) == residency::resident ? cache_->ptr(t) : nullptr;
-}
-
-// The cache needs room: move `t` to host memory. A tensor whose host copy is still valid
-// (offloaded before and not written since) leaves at once; otherwise it is offloaded and
-// this thread waits for the copy (the compute stream has nothing to do until the step's
-// allocation succeeds anyway).
-// all: whether evicting `t` should drop it (rebuilding costs its producer's forward again)
-// rather than move it (a copy out and back).
-bool executor::drop_on_evict(tensor_id t) const {
-  // A tensor the running step reads is never dropped: it would be rebuilt within the step,
-  // while the step's other tensors are held.
-  if (!recompute_ || !droppable_[t] || read_by_running_step(t)) return false;
-  const layer& l = net_[table_[t].owner];
-  std::vector<shape4> in;
-  for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
-  const double rebuild_s = layers::forward_flops(l, in) / options_.model.flops;
-  const double move_s =
-      2.0 * static_cast<double>(table_[t].bytes) / options_.model.link_bytes_per_s;
-  return rebuild_s <= move_s;
-}
-
-bool executor::read_by_running_step(tensor_id t) const {
-  if (current_step_ >= route_.step_count()) return false;
-  for (const auto& a : table_.accesses(current_step_)) {
-    if (a.tensor == t) return true;
-  }
-  return false;
-}
-
-void executor::forget_host(tensor_id t) noexcept {
-  if (!transfers_) return;
-  transfers_->engine.drop_host(t);
-  residency_->set_copied(t, false);
-}
-
-// utp/all: when free memory runs below the watermark, start copying out the next victims
-// (the LRU end) while they stay resident, so that evicting them later frees at once
-// instead of stalling the step loop on a copy. Decided from heap numbers and our own
-// bookkeeping only, never from whether a copy has landed, so plan and train agree.
-void executor::write_back() {
-  if (heap_->stats().free_bytes >= watermark_) return;
-  std::size_t covered = 0;
-  for (tensor_key t : cache_->lru_tail(32)) {
-    if (covered >= watermark_) break;
-    covered += table_[t].bytes;
-    // Gradients may still be accumulated into: copying them early is likely wasted.
-    if (residency_->copied(t) || drop_on_evict(t) || table_[t].role == tensor_role::gradient)
-      continue;
-    // A tensor about to die would be copied for nothing.
-    if (free_step_[t] <= current_step_ + k_write_back_horizon) continue;
-    transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
-    transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
-    ++marks_.offloads;
-    residency_->set_copied(t, true);
-  }
-}
-
-bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
-  if (drop_on_evict(t)) {
-    forget_host(t);
-    residency_->left_device(t, residency::dropped);
-    return true;
-  }
-  transfer_engine& engine = transfers_->engine;
-  if (!residency_->copied(t)) {
-    engine.wait_offloaded(t);  // a discarded earlier copy still in flight
-    try {
-      engine.offload(t, ptr, bytes, written(t));
-      ++marks_.offloads;
-    } catch (const out_of_memory&) {
-      host_exhausted_ = true;  // not a matter of packing device memory: no repack
-      throw;
-    }
-    residency_->set_copied(t, true);
-  }
-  engine.wait_offloaded(t);  // at once when written back ahead and already landed
-  residency_->left_device(t, residency::on_host);
-  if (table_[t].persistent) persistent_moved_ = true;
-  return true;
-}
-
-// The event an offload of `t` must wait for: the end of the step that last wrote it, when
-// that step is over (its kernel enqueued), else now. Waiting only for the writer, not for
-// everything queued on the compute stream, lets the copy run while later kernels compute.
-event& executor::written(tensor_id t) {
-  const std::size_t w = last_write_[t];
-  if (w < current_step_ && step_done_[w] != nullptr && step_done_iteration_[w] == iterations_run_) {
-    return *step_done_[w];
-  }
-  dev_.get_stream(stream_role::compute).record(*transfers_->ready);
-  return *transfers_->ready;
-}
-
-// offload policy: `t` has had its last forward use; copy it out, and give its device
-// memory back when the copy is reaped (offload_lag steps later).
-void executor::start_offload(tensor_id t) {
-  void* p = cache_->ptr(t);
-  const bool fp16 = t < compressed_.size() && compressed_[t];
-  transfers_->engine.offload(t, p, table_[t].bytes, written(t),
-                             fp16 ? transfer_encoding::fp16 : transfer_encoding::exact);
-  ++marks_.offloads;
-  residency_->set_copied(t, true);
-  residency_->offload_started(t, cache_->forget(t));
-}
-
-// Copies `t` back into `p` after the event `ready` last recorded on the compute stream. Its
-// offload may still be in flight when its memory was released without waiting
-// (apply_releases): the copy back needs it landed.
-void executor::start_prefetch(tensor_id t, void* p) {
-  transfers_->engine.wait_offloaded(t);
-  transfers_->engine.prefetch(t, p, transfers_->ready.get());
-  ++marks_.prefetches;
-}
-
-// An offload in flight lands: its device copy, held aside, goes back to the heap. With
-// `compute`, that stream waits for the copy first (the memory's next user runs there).
-void executor::finish_offload(tensor_id t, stream* compute) {
-  transfers_->engine.wait_offloaded(t, compute);
-  (void)heap_->deallocate(residency_->aside(t));
-  residency_->offload_landed(t);
-}
-
-void executor::reap_offloads(std::size_t step, bool all) {
-  if (!transfers_) return;
-  auto reap = [this](tensor_id t) {
-    if (residency_->state(t) == residency::offloading) finish_offload(t, nullptr);  // else gone
-  };
-  // Offloads are due exactly at the step they were scheduled for, so each list is reaped
-  // once, when its step comes (or all of them at the end of the iteration).
-  const std::size_t first = all ? 0 : step, last = all ? offloads_due_.size() - 1 : step;
-  for (std::size_t s = first; s <= last && s < offloads_due_.size(); ++s) {
-    for (tensor_id t : offloads_due_[s]) reap(t);
-    offloads_due_[s].clear();
-  }
-}
-
-// Brings `t` back onto the device before the step that reads it.
-void executor::ensure_resident(tensor_id t, std::size_t step) {
-  stream& compute = dev_.get_stream(stream_role::compute);
-  switch (residency_->state(t)) {
-    case residency::resident:
-      (void)cache_->check(t);
-      return;
-    case residency::offloading:
-      // Its device copy is intact: keep it (and the host copy, now valid and clean).
-      transfers_->engine.wait_offloaded(t);
-      cache_->insert(t, residency_->aside(t), table_[t].bytes);
-      residency_->back_in_cache(t);
-      return;
-    case residency::prefetching:
-      transfers_->engine.make_ready(t, compute);
-      cache_->insert(t, residency_->aside(t), table_[t].bytes);
-      residency_->back_in_cache(t);
-      return;
-    case residency::on_host: {
-      (void)cache_->check(t);             // a miss, counted
-      if (schedule_) ++schedule_misses_;  // not brought back as scheduled
-      void* p = allocate_transient(t, step);
-      compute.record(*transfers_->ready);
-      start_prefetch(t, p);
-      transfers_->engine.make_ready(t, compute);
-      return;
-    }
-    case residency::dropped:
-      rebuild(t, step);
-      (void)cache_->check(t);
-      return;
-    case residency::absent:
-      break;
-  }
-  throw std::logic_error("executor: step " + std::to_string(step + 1) + " reads " + table_[t].name +
-                         ", which is not alive");
-}
-
-// In backward, start copying back the tensors in host memory that the backward steps of the
-// next `prefetch_distance` checkpoint layers read, into memory the heap can give without
-// evicting anything (a prefetch must not push out what is needed sooner).
-void executor::prefetch_ahead(std::size_t step) {
-  if (!transfers_) return;
-  stream& compute = dev_.get_stream(stream_role::compute);
-  int checkpoints = 0;
-  bool recorded = false;
-  // Memory held by a prefetch is outside the cache (it cannot be evicted while the copy is
-  // in flight), so a prefetch must leave the next step room for the tensors it creates.
-  std::size_t next_needs = 0;
-  if (step + 1 < route_.step_count()) {
-    for (const auto& a : table_.accesses(step + 1)) {
-      if (a.mode == access_mode::write && !table_[a.tensor].persistent) {
-        next_needs += heap_->round_up(table_[a.tensor].bytes);
-      }
-    }
-  }
-  for (std::size_t s = step + 1; s < route_.step_count(); ++s) {
-    const layer& l = net_[route_.at(s).layer];
-    for (const auto& a : table_.accesses(s)) {
-      const tensor_id t = a.tensor;
-      if (residency_->state(t) != residency::on_host) continue;
-      if (heap_->largest_free_run() < heap_->round_up(table_[t].bytes) + next_needs) return;
-      void* p = heap_->try_allocate(table_[t].bytes);
-      if (p == nullptr) return;  // no room now; ensure_resident fetches it when needed
-      if (!recorded) compute.record(*transfers_->ready), recorded = true;
-      start_prefetch(t, p);
-      residency_->prefetch_started(t, p);
-    }
-    if (l.cost == cost_class::checkpoint && l.type != layer_type::data &&
-        ++checkpoints >= options_.prefetch_distance) {
-      return;
-    }
   }
 }
 
@@ -613,148 +336,6 @@ void executor::initialize_persistent() {
   }
   compute.synchronize();
   persistent_moved_ = false;
-}
-
-// all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
-// memweave/schedule); none when no plan fits.
-std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>& measured_seconds,
-                                                       double link_bytes_per_s,
-                                                       double copy_latency_s) const {
-  schedule_inputs in;
-  in.net = &net_;
-  in.steps = &route_;
-  in.table = &table_;
-  in.memory = layer_memory_.get();
-  in.heap = heap_.get();
-  in.model = options_.model;
-  double link = options_.link_gbps;
-  if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
-  if (link <= 0) link = options_.model.link_bytes_per_s / 1e9;
-  in.link_bytes_per_s = link_bytes_per_s > 0 ? link_bytes_per_s : link * 1e9;
-  in.budget_bytes = options_.budget_bytes;
-  in.in_cache = [this](tensor_id t) { return in_cache(t); };
-  in.measured_seconds = measured_seconds;
-  in.copy_latency_s = copy_latency_s;
-  return plan_executor_schedule(in, options_.schedule);
-}
-
-void executor::use_schedule(memory_schedule planned) {
-  schedule_ = std::make_unique<memory_schedule>(std::move(planned));
-  compressed_.assign(table_.size(), false);
-  for (const scheduled_gap& g : schedule_->gaps) {
-    if (g.compressed) compressed_[g.tensor] = true;
-  }
-  if (forward_conv_.empty()) forward_conv_.assign(route_.layer_count(), conv_step{});
-}
-
-// Capuchin: the first iteration ran the model's schedule on a device that computes; its
-// measured kernel and copy times now replace the model's, and the schedule is planned once
-// more from them. The old one stays when the new one does not fit.
-void executor::replan_from(const std::vector<timeline_span>& spans) {
-  std::vector<double> measured(route_.step_count(), -1.0);
-  // Copies: seconds = latency + bytes / link, fitted by least squares (a small tensor's copy
-  // costs mostly its latency on a real device).
-  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const timeline_span& sp : spans) {
-    const double d = sp.end_s - sp.begin_s;
-    if (sp.stream == stream_role::compute) {
-      if (sp.category != "kernel" || sp.step < 0) continue;  // replays are the planner's
-      double& m = measured[static_cast<std::size_t>(sp.step)];
-      m = std::max(0.0, m) + d;
-    } else if (sp.bytes > 0 && d > 0) {
-      const double x = static_cast<double>(sp.bytes);
-      n += 1, sx += x, sy += d, sxx += x * x, sxy += x * d;
-    }
-  }
-  replan_.model_seconds = schedule_->predicted_seconds;
-  replan_.measured_seconds = 0;
-  for (double m : measured) replan_.measured_seconds += std::max(0.0, m);
-  double link = 0, latency = 0;
-  const double spread = n * sxx - sx * sx;
-  if (n >= 2 && spread > 0) {
-    const double slope = (n * sxy - sx * sy) / spread;  // seconds per byte
-    latency = std::max(0.0, (sy - slope * sx) / n);
-    if (slope > 0) link = 1.0 / slope;
-  }
-  if (link <= 0 && sy > 0) link = sx / sy, latency = 0;  // one size only: the mean rate
-  replan_.link_gbps = link / 1e9;
-  replan_.copy_latency_us = latency * 1e6;
-  std::optional<memory_schedule> planned = plan_schedule(measured, link, latency);
-  if (!planned) {
-    replan_.note = "the measured times give no schedule that fits: the model's is kept";
-    return;
-  }
-  auto key = [](const scheduled_gap& g) {
-    return std::make_tuple(g.tensor, g.after, g.before, static_cast<int>(g.action), g.release,
-                           g.prefetch, g.compressed);
-  };
-  std::vector<decltype(key(scheduled_gap{}))> was, now;
-  for (const scheduled_gap& g : schedule_->gaps) was.push_back(key(g));
-  for (const scheduled_gap& g : planned->gaps) now.push_back(key(g));
-  std::sort(was.begin(), was.end());
-  std::sort(now.begin(), now.end());
-  std::vector<decltype(key(scheduled_gap{}))> differ;
-  std::set_symmetric_difference(was.begin(), was.end(), now.begin(), now.end(),
-                                std::back_inserter(differ));
-  replan_.gaps_changed = differ.size();
-  replan_.replanned = true;
-  use_schedule(std::move(*planned));
-}
-
-// all: before step `step`, the memory of tensors whose scheduled offload has had time to land
-// goes back to the heap; the compute stream waits for the copy (it does not wait at all when
-// the copy is done, as the schedule timed it).
-void executor::apply_releases(std::size_t step) {
-  stream& compute = dev_.get_stream(stream_role::compute);
-  for (std::uint32_t t : schedule_->steps[step].release) {
-    if (residency_->state(t) != residency::offloading) {
-      ++schedule_misses_;  // evicted or dropped by the safety net meanwhile
-      continue;
-    }
-    // The step loop runs ahead of the compute stream: blocking here until the copy lands
-    // would make it wait for the kernels queued before, and drain that lead. Instead the
-    // compute stream waits for the copy, and the memory goes back to the heap now: whatever
-    // reuses it is ordered after that wait (later kernels on the compute stream; copies in
-    // after an event recorded there). A prefetch of `t` waits for the copy to land first.
-    transfers_->engine.order_after_offload(t, compute);
-    (void)heap_->deallocate(residency_->aside(t));
-    residency_->offload_landed(t);
-  }
-}
-
-// all: after step `step`'s kernel, the schedule's drops, offloads and prefetches. A prefetch
-// takes memory straight from the heap (never evicting: what it would push out is needed
-// sooner); when no free run holds it (fragmentation), it is tried again after each next
-// step, and fetched when needed should it still not fit (a miss).
-void executor::apply_scheduled(std::size_t step) {
-  const scheduled_step& ss = schedule_->steps[step];
-  for (std::uint32_t t : ss.drop) {
-    if (residency_->state(t) == residency::resident) drop(t);
-  }
-  for (std::uint32_t t : ss.offload) {
-    if (residency_->state(t) != residency::resident) {
-      ++schedule_misses_;
-      continue;
-    }
-    transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
-    start_offload(t);
-  }
-  bool recorded = false;
-  std::vector<tensor_id> wanted;
-  wanted.swap(deferred_prefetches_);
-  wanted.insert(wanted.end(), ss.prefetch.begin(), ss.prefetch.end());
-  for (tensor_id t : wanted) {
-    if (residency_->state(t) != residency::on_host) continue;  // fetched on demand meanwhile
-    void* p = heap_->try_allocate(table_[t].bytes);
-    if (p == nullptr) {
-      deferred_prefetches_.push_back(t);
-      continue;
-    }
-    if (!recorded)
-      dev_.get_stream(stream_role::compute).record(*transfers_->ready), recorded = true;
-    start_prefetch(t, p);
-    residency_->prefetch_started(t, p);
-  }
 }
 
 // utp/all, after an iteration that moved persistent tensors: put them back where the
@@ -870,142 +451,6 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
 
 void executor::note_peak() noexcept {
   residency_->note_peak(heap_->stats().bytes_in_use);
-}
-
-// recompute/all: give back the device memory of a tensor that can be rebuilt.
-void executor::drop(tensor_id t) noexcept {
-  if (residency_->state(t) != residency::resident) return;
-  // A host copy made before is not kept for a tensor that will be rebuilt instead.
-  forget_host(t);
-  cache_->release(t);
-  residency_->left_device(t, residency::dropped);
-}
-
-// A convolution workspace of `bytes` from the heap; with `may_evict` (under utp/all),
-// unlocked tensors leave from the LRU end until a free run holds it. nullptr when it cannot.
-void* executor::take_workspace(std::size_t bytes, bool may_evict) {
-  void* p = heap_->try_allocate(bytes);
-  const std::size_t need = heap_->round_up(bytes);
-  while (p == nullptr && may_evict && options_.policy.evict_to_host) {
-    const std::vector<tensor_key> victim = cache_->lru_tail(1);
-    if (victim.empty()) break;
-    (void)cache_->evict(victim[0]);
-    if (heap_->largest_free_run() >= need) p = heap_->try_allocate(bytes);
-  }
-  return p;
-}
-
-// Re-runs the forward of the layer at route position `position` (a cheap layer), making
-// what it reads resident and what it writes resident again. The running statistics of BN
-// are not updated a second time; DROPOUT's mask comes out identical (same seed).
-void executor::replay_forward(std::size_t position, std::size_t step) {
-  const layer& l = net_[route_.order()[position]];
-  const auto accesses = table_.accesses(position);
-  // What it locked is unlocked however it ends (a failed allocation leaves the step free
-  // to repack).
-  struct unlock_all {
-    tensor_cache& cache;
-    std::vector<tensor_id> keys;
-    ~unlock_all() {
-      for (tensor_id t : keys) cache.unlock(t);
-    }
-  } locked{*cache_, {}};
-  // What it allocates anew holds no value until its kernel is enqueued: should anything
-  // fail before that, those tensors go back to what they were (dropped, or dead), so that
-  // nothing is ever taken for rebuilt that was not.
-  std::vector<std::pair<tensor_id, residency>> born;
-  conv_step conv;
-  void* workspace = nullptr;
-  try {
-    for (const auto& a : accesses) {
-      const tensor_id t = a.tensor;
-      if (!in_cache(t)) continue;
-      // Parameters and running statistics are only read (a replay updates nothing).
-      if (a.mode == access_mode::read || table_[t].persistent) {
-        ensure_resident(t, step);
-      } else if (residency_->state(t) != residency::resident) {
-        // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
-        const residency before = residency_->state(t);
-        free_transient(t);
-        born.emplace_back(t, before == residency::dropped ? before : residency::absent);
-        allocate_transient(t, step);
-        ++tensors_allocated_;
-        rebuilt_.push_back(t);
-        last_write_[t] = step;
-      }
-      cache_->lock(t);
-      locked.keys.push_back(t);
-    }
-    // A CONV replays the algorithm its forward step ran (another would round differently), with
-    // that algorithm's workspace.
-    if (l.type == layer_type::conv && position < forward_conv_.size()) {
-      conv = forward_conv_[position];
-      if (conv.workspace_bytes != 0) {
-        workspace = take_workspace(conv.workspace_bytes, true);
-        if (workspace == nullptr) {
-          throw_out_of_budget(step, "the replay of " + l.name + ": the workspace of " + conv.name,
-                              conv.workspace_bytes);
-        }
-        residency_->workspace_taken(conv.workspace_bytes);
-      }
-    }
-    note_peak();
-    launch_layer(l, true, accesses, conv, workspace, nullptr, true);
-  } catch (...) {
-    if (workspace != nullptr) {
-      (void)heap_->deallocate(workspace);
-      residency_->workspace_returned(conv.workspace_bytes);
-    }
-    for (tensor_id t : locked.keys) cache_->unlock(t);
-    locked.keys.clear();
-    for (const auto& [t, before] : born) {
-      if (residency_->state(t) != residency::resident) continue;  // never allocated
-      free_transient(t);
-      residency_->unborn(t, before);
-      rebuilt_.erase(std::remove(rebuilt_.begin(), rebuilt_.end(), t), rebuilt_.end());
-    }
-    throw;
-  }
-  if (workspace != nullptr) {
-    (void)heap_->deallocate(workspace);  // stream order: later kernels run after this one
-    residency_->workspace_returned(conv.workspace_bytes);
-  }
-  ++recomputations_;
-  ++marks_.replays;
-}
-
-// Makes a dropped tensor resident again by replaying the layers the plan says (its
-// producer, and any dropped tensors that one reads, in route order).
-void executor::rebuild(tensor_id t, std::size_t step) {
-  if (schedule_) {
-    // The schedule's rebuilds: replay `t`'s layer after rebuilding what it reads that is
-    // dropped, or dead by now (a chain that the schedule planned and priced).
-    const layer& l = net_[table_[t].owner];
-    const std::size_t position = route_.position(l.id);
-    for (const auto& a : table_.accesses(position)) {
-      const tensor_id y = a.tensor;
-      if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
-      const residency ry = residency_->state(y);
-      if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
-        rebuild(y, step);
-      }
-    }
-    replay_forward(position, step);
-    if (residency_->state(t) != residency::resident) {
-      throw std::logic_error("executor: replaying " + l.name + " at step " +
-                             std::to_string(step + 1) + " did not make " + table_[t].name +
-                             " resident");
-    }
-    return;
-  }
-  const recompute_key wanted[] = {t};
-  const auto order = recompute_->rebuild_order(
-      wanted, [this](recompute_key k) { return residency_->state(k) == residency::resident; });
-  for (recompute_pos p : order) replay_forward(p, step);
-  if (residency_->state(t) != residency::resident) {
-    throw std::logic_error("executor: rebuilding " + table_[t].name + " at step " +
-                           std::to_string(step + 1) + " did not make it resident");
-  }
 }
 
 void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration) {
@@ -1149,87 +594,6 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   steps_.back().prefetches = marks_.prefetches;
   steps_.back().replays = marks_.replays;
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-// Makes every tensor of step `step` that the cache holds resident and locked (appending it
-// to `locked`): what it reads is fetched or rebuilt, what it writes anew is born here. In
-// route order, or largest first (into an emptied arena that packs them without gaps).
-void executor::acquire(std::size_t step, std::span<const tensor_access> accesses,
-                       std::vector<tensor_id>& locked, bool largest_first) {
-  auto take = [&](const tensor_access& a) {
-    const tensor_id t = a.tensor;
-    if (!in_cache(t)) return;
-    if (!table_[t].persistent &&
-        (residency_->state(t) == residency::absent ||
-         (a.mode == access_mode::write && residency_->state(t) != residency::resident))) {
-      // Born here (a tensor this step writes anew needs no rebuilding or fetching).
-      free_transient(t);
-      allocate_transient(t, step);
-      ++tensors_allocated_;
-    } else {
-      ensure_resident(t, step);
-    }
-    // A tensor written, accumulated or updated here changes: a host copy of it is stale.
-    if (a.mode != access_mode::read) {
-      last_write_[t] = step;
-      forget_host(t);
-    }
-    cache_->lock(t);
-    locked.push_back(t);
-  };
-  if (!largest_first) {  // the step loop's usual path: no copy of the accesses
-    for (const auto& a : accesses) take(a);
-    return;
-  }
-  std::vector<tensor_access> order(accesses.begin(), accesses.end());
-  std::stable_sort(order.begin(), order.end(), [this](const auto& x, const auto& y) {
-    return table_[x.tensor].bytes > table_[y.tensor].bytes;
-  });
-  for (const auto& a : order) take(a);
-}
-
-// utp/all, when a step's tensors cannot all be placed: the budget holds them (the
-// constructor checked), but the ones placed so far split the free memory. Everything goes:
-// what the step writes anew is given back (it holds nothing yet), prefetches in flight
-// land, every resident tensor leaves for host memory (a tensor the step reads is copied,
-// never dropped), then the dropped tensors it reads are rebuilt in the empty arena and leave
-// too. acquire() then places the step's tensors into the empty arena, largest first.
-// Costs a round trip of what was resident; it happens only near the smallest budget.
-void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
-                      std::vector<tensor_id>& locked) {
-  for (tensor_id t : locked) cache_->unlock(t);
-  locked.clear();
-  for (const auto& a : accesses) {
-    const tensor_id t = a.tensor;
-    if (in_cache(t) && !table_[t].persistent && a.mode == access_mode::write &&
-        residency_->state(t) == residency::resident) {
-      free_transient(t);
-    }
-  }
-  stream& compute = dev_.get_stream(stream_role::compute);
-  for (tensor_id t = 0; t < residency_->size(); ++t) {
-    if (residency_->state(t) == residency::offloading) {
-      // A scheduled offload holds its device copy aside until its release: release it now.
-      finish_offload(t, &compute);
-      continue;
-    }
-    if (residency_->state(t) != residency::prefetching) continue;
-    transfers_->engine.make_ready(t, compute);
-    cache_->insert(t, residency_->aside(t), table_[t].bytes);
-    residency_->back_in_cache(t);
-  }
-  auto evict_all = [this] {
-    for (tensor_key t : cache_->lru_order()) (void)cache_->evict(t);
-  };
-  evict_all();
-  bool rebuilt = false;
-  for (const auto& a : accesses) {
-    if (in_cache(a.tensor) && residency_->state(a.tensor) == residency::dropped) {
-      rebuild(a.tensor, step);
-      rebuilt = true;
-    }
-  }
-  if (rebuilt) evict_all();  // the rebuilt tensors too: they would split the arena again
 }
 
 // Enqueues layer `l`'s forward or backward kernel (and, in backward, the solver's updates)

@@ -1,0 +1,166 @@
+// The executor's side of the memory schedule (`all` under a budget liveness exceeds):
+// planning it from the executor's iteration (schedule_inputs.cpp), carrying it out at the
+// step loop's fixed points (releases before a step; drops, offloads and prefetches after its
+// kernel), and planning it again once from a first iteration's measured times (Capuchin).
+#include "memweave/engine/executor.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/runtime/executor_transfers.hpp"
+#include "engine/runtime/kernel_launcher.hpp"
+#include "engine/runtime/residency_table.hpp"
+#include "engine/runtime/schedule_inputs.hpp"
+#include "memweave/core/config.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/device/stream_timeline.hpp"
+
+namespace memweave {
+
+// all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
+// memweave/schedule); none when no plan fits.
+std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>& measured_seconds,
+                                                       double link_bytes_per_s,
+                                                       double copy_latency_s) const {
+  schedule_inputs in;
+  in.net = &net_;
+  in.steps = &route_;
+  in.table = &table_;
+  in.memory = layer_memory_.get();
+  in.heap = heap_.get();
+  in.model = options_.model;
+  double link = options_.link_gbps;
+  if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
+  if (link <= 0) link = options_.model.link_bytes_per_s / 1e9;
+  in.link_bytes_per_s = link_bytes_per_s > 0 ? link_bytes_per_s : link * 1e9;
+  in.budget_bytes = options_.budget_bytes;
+  in.in_cache = [this](tensor_id t) { return in_cache(t); };
+  in.measured_seconds = measured_seconds;
+  in.copy_latency_s = copy_latency_s;
+  return plan_executor_schedule(in, options_.schedule);
+}
+
+void executor::use_schedule(memory_schedule planned) {
+  schedule_ = std::make_unique<memory_schedule>(std::move(planned));
+  compressed_.assign(table_.size(), false);
+  for (const scheduled_gap& g : schedule_->gaps) {
+    if (g.compressed) compressed_[g.tensor] = true;
+  }
+  if (forward_conv_.empty()) forward_conv_.assign(route_.layer_count(), conv_step{});
+}
+
+// Capuchin: the first iteration ran the model's schedule on a device that computes; its
+// measured kernel and copy times now replace the model's, and the schedule is planned once
+// more from them. The old one stays when the new one does not fit.
+void executor::replan_from(const std::vector<timeline_span>& spans) {
+  std::vector<double> measured(route_.step_count(), -1.0);
+  // Copies: seconds = latency + bytes / link, fitted by least squares (a small tensor's copy
+  // costs mostly its latency on a real device).
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const timeline_span& sp : spans) {
+    const double d = sp.end_s - sp.begin_s;
+    if (sp.stream == stream_role::compute) {
+      if (sp.category != "kernel" || sp.step < 0) continue;  // replays are the planner's
+      double& m = measured[static_cast<std::size_t>(sp.step)];
+      m = std::max(0.0, m) + d;
+    } else if (sp.bytes > 0 && d > 0) {
+      const double x = static_cast<double>(sp.bytes);
+      n += 1, sx += x, sy += d, sxx += x * x, sxy += x * d;
+    }
+  }
+  replan_.model_seconds = schedule_->predicted_seconds;
+  replan_.measured_seconds = 0;
+  for (double m : measured) replan_.measured_seconds += std::max(0.0, m);
+  double link = 0, latency = 0;
+  const double spread = n * sxx - sx * sx;
+  if (n >= 2 && spread > 0) {
+    const double slope = (n * sxy - sx * sy) / spread;  // seconds per byte
+    latency = std::max(0.0, (sy - slope * sx) / n);
+    if (slope > 0) link = 1.0 / slope;
+  }
+  if (link <= 0 && sy > 0) link = sx / sy, latency = 0;  // one size only: the mean rate
+  replan_.link_gbps = link / 1e9;
+  replan_.copy_latency_us = latency * 1e6;
+  std::optional<memory_schedule> planned = plan_schedule(measured, link, latency);
+  if (!planned) {
+    replan_.note = "the measured times give no schedule that fits: the model's is kept";
+    return;
+  }
+  auto key = [](const scheduled_gap& g) {
+    return std::make_tuple(g.tensor, g.after, g.before, static_cast<int>(g.action), g.release,
+                           g.prefetch, g.compressed);
+  };
+  std::vector<decltype(key(scheduled_gap{}))> was, now;
+  for (const scheduled_gap& g : schedule_->gaps) was.push_back(key(g));
+  for (const scheduled_gap& g : planned->gaps) now.push_back(key(g));
+  std::sort(was.begin(), was.end());
+  std::sort(now.begin(), now.end());
+  std::vector<decltype(key(scheduled_gap{}))> differ;
+  std::set_symmetric_difference(was.begin(), was.end(), now.begin(), now.end(),
+                                std::back_inserter(differ));
+  replan_.gaps_changed = differ.size();
+  replan_.replanned = true;
+  use_schedule(std::move(*planned));
+}
+
+// all: before step `step`, the memory of tensors whose scheduled offload has had time to land
+// goes back to the heap; the compute stream waits for the copy (it does not wait at all when
+// the copy is done, as the schedule timed it).
+void executor::apply_releases(std::size_t step) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  for (std::uint32_t t : schedule_->steps[step].release) {
+    if (residency_->state(t) != residency::offloading) {
+      ++schedule_misses_;  // evicted or dropped by the safety net meanwhile
+      continue;
+    }
+    // The step loop runs ahead of the compute stream: blocking here until the copy lands
+    // would make it wait for the kernels queued before, and drain that lead. Instead the
+    // compute stream waits for the copy, and the memory goes back to the heap now: whatever
+    // reuses it is ordered after that wait (later kernels on the compute stream; copies in
+    // after an event recorded there). A prefetch of `t` waits for the copy to land first.
+    transfers_->engine.order_after_offload(t, compute);
+    (void)heap_->deallocate(residency_->aside(t));
+    residency_->offload_landed(t);
+  }
+}
+
+// all: after step `step`'s kernel, the schedule's drops, offloads and prefetches. A prefetch
+// takes memory straight from the heap (never evicting: what it would push out is needed
+// sooner); when no free run holds it (fragmentation), it is tried again after each next
+// step, and fetched when needed should it still not fit (a miss).
+void executor::apply_scheduled(std::size_t step) {
+  const scheduled_step& ss = schedule_->steps[step];
+  for (std::uint32_t t : ss.drop) {
+    if (residency_->state(t) == residency::resident) drop(t);
+  }
+  for (std::uint32_t t : ss.offload) {
+    if (residency_->state(t) != residency::resident) {
+      ++schedule_misses_;
+      continue;
+    }
+    transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
+    start_offload(t);
+  }
+  bool recorded = false;
+  std::vector<tensor_id> wanted;
+  wanted.swap(deferred_prefetches_);
+  wanted.insert(wanted.end(), ss.prefetch.begin(), ss.prefetch.end());
+  for (tensor_id t : wanted) {
+    if (residency_->state(t) != residency::on_host) continue;  // fetched on demand meanwhile
+    void* p = heap_->try_allocate(table_[t].bytes);
+    if (p == nullptr) {
+      deferred_prefetches_.push_back(t);
+      continue;
+    }
+    if (!recorded)
+      dev_.get_stream(stream_role::compute).record(*transfers_->ready), recorded = true;
+    start_prefetch(t, p);
+    residency_->prefetch_started(t, p);
+  }
+}
+
+}  // namespace memweave
