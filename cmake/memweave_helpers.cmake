@@ -1,7 +1,9 @@
-# memweave_add_library(NAME SOURCES ... DEPS ...): one static, position-independent library per
-# folder, public headers under include/.
+# memweave_add_library(NAME [CUDA] SOURCES ... DEPS ...): one static, position-independent
+# library per folder, public headers under include/. CUDA: the library belongs to the
+# package's optional `cuda` component (exported to memweave-cuda-targets.cmake, loaded only
+# by find_package(memweave COMPONENTS cuda)), not to the host-only core.
 function(memweave_add_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "CUDA" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
@@ -11,7 +13,29 @@ function(memweave_add_library name)
   string(REPLACE "memweave_" "" short ${name})
   set_target_properties(${name} PROPERTIES EXPORT_NAME ${short})
   add_library(memweave::${short} ALIAS ${name})
-  set_property(GLOBAL APPEND PROPERTY MEMWEAVE_EXPORTED_TARGETS ${name})
+  if(ARG_CUDA)
+    set_property(GLOBAL APPEND PROPERTY MEMWEAVE_CUDA_EXPORTED_TARGETS ${name})
+  else()
+    set_property(GLOBAL APPEND PROPERTY MEMWEAVE_EXPORTED_TARGETS ${name})
+  endif()
+endfunction()
+
+# memweave_add_whole_archive(NAME): the INTERFACE target NAME_whole (memweave::<short>_whole,
+# in the cuda component) that links the static library NAME whole (WHOLE_ARCHIVE). For the
+# cuda backend's libraries, whose objects shadow host-only ones (device/CMakeLists.txt):
+# everything links NAME_whole, never NAME itself, since CMake refuses one library linked both
+# whole and plain in one program.
+function(memweave_add_whole_archive name)
+  add_library(${name}_whole INTERFACE)
+  string(REPLACE "memweave_" "" short ${name})
+  set_target_properties(${name}_whole PROPERTIES EXPORT_NAME ${short}_whole)
+  # CMake 3.25 exports a target named inside $<LINK_LIBRARY> without its namespace: the
+  # installed form names the imported target itself.
+  target_link_libraries(${name}_whole INTERFACE
+    "$<BUILD_INTERFACE:$<LINK_LIBRARY:WHOLE_ARCHIVE,${name}>>"
+    "$<INSTALL_INTERFACE:$<LINK_LIBRARY:WHOLE_ARCHIVE,memweave::${short}>>")
+  add_library(memweave::${short}_whole ALIAS ${name}_whole)
+  set_property(GLOBAL APPEND PROPERTY MEMWEAVE_CUDA_EXPORTED_TARGETS ${name}_whole)
 endfunction()
 
 # memweave_add_test(NAME SOURCES ... LIBS ... LABELS ...): a GoogleTest binary whose cases

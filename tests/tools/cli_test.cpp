@@ -6,6 +6,11 @@
 #include <string>
 
 #include "cli_harness.hpp"
+#include "support/static_tls_reexec.hpp"
+
+// The offload/utp/all policies use the pinned host pool (jemalloc). This binary used to
+// get by without the re-exec only because the CUDA libraries it linked left spare static TLS.
+MEMWEAVE_REEXEC_WITH_STATIC_TLS();
 
 namespace memweave {
 namespace {
