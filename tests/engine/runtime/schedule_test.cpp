@@ -213,7 +213,9 @@ TEST(schedule_test, the_first_iteration_measured_on_host_replans_the_schedule_on
   // Host kernels are far slower than the modelled GPU's. (The copies' fit, latency + bytes /
   // link over the throttled 2 GB/s, varies with the machine's load: only its sign is sure.)
   EXPECT_GT(first.measured_seconds, first.model_seconds);
-  if (run.reports[0].bytes_offloaded != 0) EXPECT_GT(first.link_gbps, 0.0);
+  if (run.reports[0].bytes_offloaded != 0) {
+    EXPECT_GT(first.link_gbps, 0.0);
+  }
   // Once: the later iterations run the re-planned schedule unchanged, and say so.
   EXPECT_TRUE(same_gaps(run.schedules[1], run.schedules[2]));
   EXPECT_TRUE(same_gaps(run.schedules[0], run.schedules[1]));
