@@ -136,10 +136,7 @@ bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {
 
 namespace {
 
-std::optional<memory_schedule> plan_with_share(const schedule_inputs& in,
-                                               const schedule_options& options,
-                                               std::size_t workspace_share) {
-  schedule_problem p = make_problem(in, workspace_share);
+std::optional<memory_schedule> plan_problem(schedule_problem p, const schedule_options& options) {
   memory_schedule planned = plan_memory_schedule(p, options);
   if (!planned.fits) {
     // The greedy choice can corner itself (a step left with nothing idle): plan again with
@@ -167,9 +164,28 @@ std::optional<memory_schedule> plan_with_share(const schedule_inputs& in,
 
 std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
                                                       const schedule_options& options) {
+  auto same_options = [](const schedule_problem& a, const schedule_problem& b) {
+    if (a.step_options.size() != b.step_options.size()) return false;
+    for (std::size_t s = 0; s < a.step_options.size(); ++s) {
+      const auto &x = a.step_options[s], &y = b.step_options[s];
+      if (x.size() != y.size()) return false;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        if (x[i].seconds != y[i].seconds || x[i].extra_bytes != y[i].extra_bytes) return false;
+      }
+    }
+    return true;
+  };
   std::optional<memory_schedule> best;
+  std::optional<schedule_problem> previous;
   for (std::size_t share : {16, 4, 1}) {
-    std::optional<memory_schedule> planned = plan_with_share(in, options, share);
+    schedule_problem p = make_problem(in, share);
+    // A larger share that opens no larger workspace is the same problem again.
+    if (previous && same_options(*previous, p)) continue;
+    previous = p;
+    std::optional<memory_schedule> planned = plan_problem(std::move(p), options);
+    // Where even the smallest reservation cannot fit (near the floor), larger ones, which
+    // start every CONV at a larger workspace, do not either: not worth planning.
+    if (!planned && share == 16) return std::nullopt;
     // Ties go to the smaller reservation (more left for what the model did not foresee).
     if (planned && (!best || planned->predicted_seconds < best->predicted_seconds)) {
       best = std::move(planned);
