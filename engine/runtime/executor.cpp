@@ -389,9 +389,8 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const bool measure = schedule_ && options_.replan_from_measured && touches &&
                        !replan_.replanned && replan_.note.empty();
   if (measure && options_.timeline == nullptr) measuring_ = std::make_unique<stream_timeline>(dev_);
-  timeline_ = options_.timeline != nullptr ? options_.timeline : measuring_.get();
-  if (timeline_ != nullptr) timeline_->clear();
-  if (transfers_) transfers_->engine.set_timeline(timeline_);
+  if (recording() != nullptr) recording()->clear();
+  if (transfers_) transfers_->engine.set_timeline(recording());
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
   current_step_ = route_.step_count();
   reap_offloads(0, true);
@@ -441,10 +440,9 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   }
   simulated_s_ = compute.simulated_time_s() - sim_start;
   if (measure) {
-    replan_from(timeline_->spans());
-    if (transfers_) transfers_->engine.set_timeline(options_.timeline);
+    replan_from(measuring_ ? measuring_->spans() : options_.timeline->spans());
     measuring_.reset();
-    timeline_ = options_.timeline;
+    if (transfers_) transfers_->engine.set_timeline(recording());
   }
   return loss_;
 }
@@ -610,13 +608,13 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   step.data = data;
   step.iteration = iteration_;
   step.replay = replay;
-  if (timeline_ == nullptr) {
+  if (recording() == nullptr) {
     launcher_->launch(step);
     return;
   }
-  timeline_->span(dev_.get_stream(stream_role::compute), l.name + (forward ? " F" : " B"),
-                  replay ? "replay" : "kernel", 0, static_cast<int>(current_step_),
-                  [&] { launcher_->launch(step); });
+  recording()->span(dev_.get_stream(stream_role::compute), l.name + (forward ? " F" : " B"),
+                    replay ? "replay" : "kernel", 0, static_cast<int>(current_step_),
+                    [&] { launcher_->launch(step); });
 }
 
 policy_report executor::report() const {

@@ -216,6 +216,11 @@ class executor {
                                                double copy_latency_s = 0) const;
   void use_schedule(memory_schedule planned);
   void replan_from(const std::vector<timeline_span>& spans);
+  /// The timeline this iteration records into: the caller's, else the executor's own while
+  /// it measures a first iteration to re-plan from; nullptr when none.
+  stream_timeline* recording() const noexcept {
+    return options_.timeline != nullptr ? options_.timeline : measuring_.get();
+  }
   void apply_releases(std::size_t step);
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
@@ -244,7 +249,6 @@ class executor {
   std::vector<bool> compressed_;                // all: per tensor, its swaps travel as fp16
   replan_report replan_;                        // all: what re-planning from measured times did
   std::unique_ptr<stream_timeline> measuring_;  // the first iteration's, when re-planning
-  stream_timeline* timeline_ = nullptr;         // recording this iteration, or nullptr
   struct step_marks {
     int offloads = 0, prefetches = 0, replays = 0;
   } marks_;  // the current step's copies and replays, for its record
