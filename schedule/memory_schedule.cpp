@@ -497,24 +497,20 @@ class planner {
   void widen_workspaces() {
     std::vector<std::size_t> bytes = memory_curve();
     if (!all_fit(bytes)) return;
+    // The fastest option no slower than the one planned whose workspace, with the step's
+    // other bytes, stays within `bound`.
+    auto fastest_within = [&](std::size_t st, std::size_t others, std::size_t bound) {
+      for (std::uint32_t j = 0; j < choice_[st]; ++j) {
+        if (others + p_.step_options[st][j].extra_bytes <= bound) return j;
+      }
+      return choice_[st];
+    };
     timing_choice_ = choice_;
     for (std::size_t st = 0; st < bytes.size(); ++st) {
       if (!has_options(st)) continue;
       const std::size_t others = bytes[st] - step_extra(st);
-      const std::uint32_t planned = choice_[st];
-      for (std::uint32_t j = 0; j < planned; ++j) {
-        if (others + p_.step_options[st][j].extra_bytes <= planning_budget_) {
-          choice_[st] = j;
-          break;
-        }
-      }
-      for (std::uint32_t j = 0; j < choice_[st]; ++j) {
-        if (others + p_.step_options[st][j].extra_bytes <= p_.budget_bytes) {
-          timing_choice_[st] = j;
-          break;
-        }
-      }
-      timing_choice_[st] = std::min(timing_choice_[st], choice_[st]);
+      choice_[st] = fastest_within(st, others, planning_budget_);
+      timing_choice_[st] = fastest_within(st, others, p_.budget_bytes);
     }
   }
 
