@@ -67,6 +67,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"scheduled_drops\": " << p.scheduled_drops
         << ",\n      \"schedule_misses\": " << p.schedule_misses
         << ",\n      \"predicted_seconds\": " << json_number(p.predicted_seconds)
+        << ",\n      \"bound_seconds\": " << json_number(p.bound_seconds)
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
@@ -260,6 +261,10 @@ void write_summary(std::ostream& out, const run_report& r) {
           << 1e3 * p.predicted_seconds << " ms per iteration in the "
           << (p.replan.replanned ? "measured times" : "plan's model") << "; " << p.schedule_misses
           << " tensors not where it put them, " << p.evictions << " safety-net evictions\n";
+      if (p.bound_seconds > 0) {
+        out << "  " << p.policy << ": no exact schedule can take less than " << std::setprecision(4)
+            << 1e3 * p.bound_seconds << " ms per iteration in that model (a lower bound)\n";
+      }
     }
     if (p.replan.replanned || !p.replan.note.empty()) {
       out << "  " << p.policy << ": re-planned from the first iteration's measured times (its "

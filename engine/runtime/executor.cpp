@@ -649,6 +649,7 @@ policy_report executor::report() const {
       (g.action == gap_action::swap ? r.scheduled_swaps : r.scheduled_drops) += 1;
     }
     r.predicted_seconds = schedule_->predicted_seconds;
+    r.bound_seconds = schedule_->bound_seconds;
     r.schedule_misses = schedule_misses_;
     r.replan = replan_;
   }

@@ -191,6 +191,10 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
       best = std::move(planned);
     }
   }
+  // How far the plan is from the best possible: bounded on the last problem planned, whose
+  // steps may take every workspace the budget allows (the whole budget's share, or one that
+  // opens the same workspaces).
+  if (best && previous) best->bound_seconds = bound_memory_schedule(*previous).seconds;
   return best;
 }
 

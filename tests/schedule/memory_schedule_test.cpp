@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <random>
 
@@ -510,6 +511,86 @@ TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_
       EXPECT_EQ(s.bytes_compressed, compressed);
     }
   }
+}
+
+}  // namespace
+}  // namespace memweave
+
+namespace memweave {
+namespace {
+
+// Four steps of 1 s, a link of 1 byte/s, a 100-byte tensor used at the first and last step
+// and 50 bytes used at the two steps between, under a budget of 100: 50 bytes of the first
+// must be away at steps 1 and 2.
+schedule_problem tiny_overflow() {
+  schedule_problem p;
+  p.step_seconds.assign(4, 1.0);
+  p.tensors.push_back(tensor(100, {0, 3}));
+  p.tensors.push_back(tensor(50, {1, 2}));
+  p.link_bytes_per_s = 1.0;
+  p.budget_bytes = 100;
+  return p;
+}
+
+TEST(schedule_bound_test, swapping_out_before_step_1_takes_49_more_seconds_of_link) {
+  // By step 1 the link has carried 1 + E bytes: 50 of them need E >= 49.
+  const schedule_bound b = bound_memory_schedule(tiny_overflow());
+  EXPECT_TRUE(b.feasible);
+  EXPECT_DOUBLE_EQ(b.baseline_seconds, 4.0);
+  EXPECT_NEAR(b.seconds, 53.0, 1e-9);
+  EXPECT_EQ(b.step, 1u);
+  EXPECT_EQ(b.overflow_bytes, 50u);
+}
+
+TEST(schedule_bound_test, a_cheap_rebuild_lowers_the_bound_by_what_it_drops_per_second) {
+  // Rebuilding the 100 bytes costs 10 s: E seconds drop 10·E bytes besides the 1 + E swapped,
+  // so 1 + 11·E >= 50.
+  schedule_problem p = tiny_overflow();
+  p.tensors[0].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 10.0;
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 4.0 + 49.0 / 11.0, 1e-9);
+}
+
+TEST(schedule_bound_test, nothing_to_move_is_the_baseline_and_an_oversized_step_is_infeasible) {
+  schedule_problem p = tiny_overflow();
+  p.budget_bytes = 150;
+  EXPECT_DOUBLE_EQ(bound_memory_schedule(p).seconds, 4.0);
+  p.budget_bytes = 90;  // step 0 uses 100 bytes itself
+  const schedule_bound b = bound_memory_schedule(p);
+  EXPECT_FALSE(b.feasible);
+  EXPECT_EQ(b.step, 0u);
+  EXPECT_EQ(b.overflow_bytes, 10u);
+}
+
+TEST(schedule_bound_test, no_random_schedule_that_fits_is_faster_than_the_bound) {
+  // The planner's schedules are exact and fit the budget: each is one the bound covers, so
+  // its predicted time can never be below it (a bound that claimed too much would fail).
+  std::mt19937 rng(11);
+  int fitted = 0, binding = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    schedule_problem p = random_training(rng, 4 + trial % 40);
+    // Slower links make copies that cannot hide, where the bound rises above the baseline.
+    p.link_bytes_per_s = std::array{16e9, 2e9, 0.25e9}[trial % 3];
+    p.budget_bytes = std::size_t{1} << 50;
+    const std::size_t peak = plan_memory_schedule(p, no_headroom()).predicted_peak_bytes;
+    std::uniform_real_distribution<double> f(0.3, 1.0);
+    p.budget_bytes = static_cast<std::size_t>(f(rng) * static_cast<double>(peak));
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const schedule_bound b = bound_memory_schedule(p);
+    binding += b.feasible && b.seconds > b.baseline_seconds * (1 + 1e-6);
+    for (const double charge : {0.0, 0.5}) {
+      schedule_options o = no_headroom();
+      o.link_charge = charge;
+      const memory_schedule s = plan_memory_schedule(p, o);
+      if (!s.fits) continue;
+      ++fitted;
+      ASSERT_TRUE(b.feasible);
+      EXPECT_LE(b.seconds, s.predicted_seconds * (1 + 1e-9));
+      EXPECT_GE(b.seconds, s.baseline_seconds - 1e-12);
+    }
+  }
+  EXPECT_GT(fitted, 100);
+  EXPECT_GT(binding, 20);  // the bound says more than "no faster than nothing moved"
 }
 
 }  // namespace

@@ -60,6 +60,7 @@ struct policy_report {
   std::uint64_t scheduled_drops = 0;     ///< all: gaps the memory schedule drops and rebuilds
   std::uint64_t schedule_misses = 0;     ///< all: scheduled actions the safety net pre-empted
   double predicted_seconds = 0.0;        ///< all: the schedule's modelled iteration time
+  double bound_seconds = 0.0;            ///< all: the least any exact schedule could take
   replan_report replan;                  ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;    ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
   double max_compression_error = 0.0;    ///< the largest relative fp16 round-trip error

@@ -148,14 +148,37 @@ struct memory_schedule {
   std::vector<std::size_t> bytes_per_step;  ///< predicted device bytes at each step
   std::vector<std::uint32_t> step_choice;   ///< per step: the index in step_options taken
   std::size_t predicted_peak_bytes = 0;
-  double predicted_seconds = 0.0;   ///< the iteration with the schedule's stalls and replays
-  double baseline_seconds = 0.0;    ///< the same with no action (Σ step_seconds)
+  double predicted_seconds = 0.0;  ///< the iteration with the schedule's stalls and replays
+  double baseline_seconds = 0.0;   ///< the same with no action (Σ step_seconds)
+  /// The least any exact schedule of the problem could take (bound_memory_schedule, with the
+  /// whole budget open to workspaces); 0 where the caller did not bound it.
+  double bound_seconds = 0.0;
   std::uint64_t bytes_swapped = 0;  ///< one direction, device bytes
   /// Of bytes_swapped, the fp32 bytes that travel as fp16 (half of them cross the link).
   std::uint64_t bytes_compressed = 0;
   std::uint64_t rebuilds = 0;  ///< replays the schedule adds
   bool fits = true;            ///< predicted_peak_bytes <= the planning budget
 };
+
+/// The least iteration time any exact schedule of a problem can reach in its model (no
+/// FP16 compression): a lower bound, to say how far a plan is from the best possible.
+struct schedule_bound {
+  double seconds = 0.0;           ///< no schedule's iteration is shorter than this
+  double baseline_seconds = 0.0;  ///< every step at its fastest way, nothing moved
+  /// The step that binds it, and the bytes that must leave the device there.
+  std::uint32_t step = 0;
+  std::size_t overflow_bytes = 0;
+  bool feasible = true;  ///< false: some step's own tensors exceed the budget
+};
+
+/// Bounds `problem` step by step: whatever is live across a step but not used by it and over
+/// the budget must be away, on the host or dropped. Offloaded bytes cannot exceed what the
+/// link carries before the step starts (nor prefetched ones after it), even with every stall
+/// lengthening the iteration; dropped ones cost at least their replays, cheapest per byte
+/// first. Each of these is relaxed in the schedule's favour (persistent and pinned tensors
+/// may move, the step takes its smallest workspace, the whole budget is usable, no chain or
+/// fragmentation is charged), so the bound is loose but sound. O(steps · tensors · log).
+schedule_bound bound_memory_schedule(const schedule_problem& problem);
 
 /// Plans `problem` under `options`. Throws invalid_argument on malformed input (a use out
 /// of range or out of order, a rebuild touching an unknown tensor).
