@@ -2,7 +2,7 @@
 # Sets up (Debian packages, configure, build) and runs memweave's whole test suite:
 #   release: every test but those labelled slow;
 #   asan:    the same under AddressSanitizer + UndefinedBehaviorSanitizer (host backends;
-#            the cuda backend is compiled and linked by release, its gpu tests skip here);
+#            the cuda backend and its gpu tests are built by release only);
 #   tsan:    the tests labelled concurrent under ThreadSanitizer.
 # scripts/test.sh --slow also runs the slow tests (release). GPU tests (label gpu) skip
 # with a message when no CUDA device is present.
