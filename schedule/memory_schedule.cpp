@@ -457,8 +457,7 @@ class planner {
     }
     std::stable_sort(drops.begin(), drops.end(),
                      [](const candidate& x, const candidate& y) { return x.seconds > y.seconds; });
-    memory_schedule current = emit(memory_curve());
-    timeline tl = simulate(current);
+    timeline tl = simulate(emit(memory_curve()));
     for (const candidate& k : drops) {
       const std::uint32_t t = k.tensor, a = uses_[t][k.gap].step, c = uses_[t][k.gap + 1].step;
       const double d = copy_seconds(t);
@@ -473,19 +472,37 @@ class planner {
       std::uint32_t b = c - lb;
       auto pre_end = [&](std::uint32_t x) { return std::max(tl.h2d_done[x], tl.end[x]) + d; };
       while (b > earliest && pre_end(b) + o_.slack_seconds > tl.start[c]) --b;
+      // The latest prefetch that lands in time can still push back the copies queued after
+      // it (at the end of backward, where the first layers' tensors all come back, the link
+      // is busy while it idles for most of the iteration): earlier ones hold the memory
+      // longer but take the link while it is free. The fastest that fits is kept.
       gap& g = gaps_[t][k.gap];
       const gap before = g;
-      g = gap{gap_action::swap, r, b};
-      const std::vector<std::size_t> bytes = memory_curve();
-      if (all_fit(bytes)) {
-        memory_schedule trial = emit(bytes);
-        timeline trial_tl = simulate(trial);
-        if (trial_tl.total < tl.total - 1e-12) {
-          tl = std::move(trial_tl);
+      gap best = before;
+      double best_total = tl.total - 1e-12;
+      timeline best_tl;
+      for (std::uint32_t back = 0;; back = back == 0 ? 1 : 2 * back) {
+        if (b < earliest + back) break;
+        g = gap{gap_action::swap, r, b - back};
+        const std::vector<std::size_t> bytes = memory_curve();
+        if (!all_fit(bytes)) continue;
+        // An earlier prefetch holds its bytes over more steps, which the heap may not find
+        // in one run where the plan is full (fragmentation is not modelled): there, it keeps
+        // the headroom twice.
+        const std::size_t full = planning_budget_ - (p_.budget_bytes - planning_budget_);
+        if (back != 0 && std::any_of(bytes.begin() + (b - back), bytes.begin() + b + 1,
+                                     [&](std::size_t x) { return x > full; })) {
           continue;
         }
+        timeline trial_tl = simulate(emit(bytes));
+        if (trial_tl.total < best_total) {
+          best_total = trial_tl.total;
+          best = g;
+          best_tl = std::move(trial_tl);
+        }
       }
-      g = before;
+      g = best;
+      if (best.action == gap_action::swap) tl = std::move(best_tl);
     }
   }
 
