@@ -3,6 +3,8 @@
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(TBB CONFIG REQUIRED)
+# Data parallelism (comm/): OpenMPI's C API (libopenmpi-dev); mpirun runs the tests.
+find_package(MPI REQUIRED COMPONENTS C)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 # jemalloc is loaded at run time with dlopen(RTLD_LOCAL) so that it never replaces the host
 # program's malloc; at build time we only need its header and the soname to open.
@@ -31,6 +33,9 @@ if(NOT MEMWEAVE_WITH_CUDA STREQUAL "OFF")
     add_library(memweave_cudnn INTERFACE)
     target_include_directories(memweave_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
     target_link_libraries(memweave_cudnn INTERFACE ${CUDNN_LIBRARY})
+    # NCCL (installed with the toolkit): the cuda backend's collectives (comm/).
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
     message(STATUS "memweave: cuda backend ON (CUDA ${CUDAToolkit_VERSION}, cuDNN ${CUDNN_LIBRARY})")
   elseif(MEMWEAVE_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "MEMWEAVE_WITH_CUDA=ON but the CUDA toolkit or cuDNN was not found "

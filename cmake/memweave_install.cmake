@@ -40,7 +40,7 @@ install(FILES ${PROJECT_BINARY_DIR}/memweave-config.cmake
 # -l flags in link order: every library before the ones it uses.
 set(MEMWEAVE_PC_CPP_LIBS "-lmemweave_engine -lmemweave_host_kernels -lmemweave_kernel_checks \
 -lmemweave_engine_graph -lmemweave_conv_workspace -lmemweave_cache -lmemweave_swap \
--lmemweave_recompute -lmemweave_schedule -lmemweave_alloc -lmemweave_device -lmemweave_core")
+-lmemweave_recompute -lmemweave_schedule -lmemweave_comm -lmemweave_alloc -lmemweave_device -lmemweave_core")
 set(MEMWEAVE_PC_SYSTEM_LIBS "-pthread")
 foreach(_l IN LISTS CMAKE_DL_LIBS)
   string(APPEND MEMWEAVE_PC_SYSTEM_LIBS " -l${_l}")
