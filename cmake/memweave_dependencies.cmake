@@ -22,6 +22,7 @@ endif()
 
 # CUDA: AUTO builds the backend whenever the toolkit and cuDNN are found.
 set(MEMWEAVE_HAVE_CUDA OFF)
+set(MEMWEAVE_HAVE_NCCL OFF)
 if(NOT MEMWEAVE_WITH_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
@@ -36,6 +37,13 @@ if(NOT MEMWEAVE_WITH_CUDA STREQUAL "OFF")
     # NCCL (installed with the toolkit): the cuda backend's collectives (comm/).
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(NCCL_LIBRARY AND NCCL_INCLUDE_DIR)
+      # As memweave_cudnn: this machine's paths, never exported (memweave::nccl installed).
+      add_library(memweave_nccl INTERFACE)
+      target_include_directories(memweave_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+      target_link_libraries(memweave_nccl INTERFACE ${NCCL_LIBRARY})
+      set(MEMWEAVE_HAVE_NCCL ON)
+    endif()
     message(STATUS "memweave: cuda backend ON (CUDA ${CUDAToolkit_VERSION}, cuDNN ${CUDNN_LIBRARY})")
   elseif(MEMWEAVE_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "MEMWEAVE_WITH_CUDA=ON but the CUDA toolkit or cuDNN was not found "

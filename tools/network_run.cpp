@@ -346,6 +346,7 @@ int run_policies(const network& net, const network_run_options& o, const device_
     try {
       report.policies.push_back(
           run_policy(net, o, policy, dev, iterations, data, progress, &report.device));
+      if (o.amend) o.amend(report.policies.back());
     } catch (const std::exception& e) {
       if (parallel(o)) throw;  // every rank stops (train_command.cpp)
       // Kept as a row; the policies after it still run and everything is written.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "memweave/comm/communicator.hpp"
+#include "memweave/engine/data_parallel_model.hpp"
 #include "memweave/engine/data_source.hpp"
 #include "memweave/engine/liveness.hpp"
 #include "memweave/engine/network_builder.hpp"
@@ -82,6 +83,36 @@ TEST(gradient_bucket_test, a_buckets_gradients_live_until_its_update_step) {
   // The deferred gradients cost memory: the liveness peak grows.
   EXPECT_GT(ld.plan(memory_policy::liveness).peak_bytes,
             lp.plan(memory_policy::liveness).peak_bytes);
+}
+
+}  // namespace
+}  // namespace memweave
+
+namespace memweave {
+namespace {
+
+TEST(data_parallel_model_test, the_ring_moves_two_n_minus_one_over_n_of_the_gradients) {
+  zoo_options z;
+  z.batch = 4;
+  z.image_side = 32;
+  z.classes = 10;
+  z.width_scale = 0.25;
+  const network net = make_network("resnet:1,1,1,1", z);
+  const cost_model m;
+  const data_parallel_estimate one = estimate_data_parallel(net, m, 1, 12.5e9, 1 << 20);
+  EXPECT_EQ(one.allreduce_s, 0.0);
+  EXPECT_EQ(one.exposed_s, 0.0);
+  EXPECT_GT(one.compute_s, 0.0);
+  const data_parallel_estimate two = estimate_data_parallel(net, m, 2, 12.5e9, 1 << 20, 0);
+  const data_parallel_estimate eight = estimate_data_parallel(net, m, 8, 12.5e9, 1 << 20, 0);
+  EXPECT_GT(two.gradient_bytes, 0u);
+  EXPECT_DOUBLE_EQ(two.allreduce_s, static_cast<double>(two.gradient_bytes) / 12.5e9);
+  EXPECT_DOUBLE_EQ(eight.allreduce_s,
+                   2 * 7.0 / 8 * static_cast<double>(two.gradient_bytes) / 12.5e9);
+  // Some is hidden behind backward, never more than all of it.
+  EXPECT_LE(eight.exposed_s, eight.allreduce_s);
+  EXPECT_GT(eight.exposed_s, 0.0);
+  EXPECT_THROW(estimate_data_parallel(net, m, 0, 12.5e9, 1 << 20), invalid_argument);
 }
 
 }  // namespace
