@@ -52,8 +52,7 @@ class nccl_request final : public comm_request {
 
 class nccl_communicator final : public communicator {
  public:
-  nccl_communicator(std::unique_ptr<communicator> host, device& dev)
-      : host_(std::move(host)), dev_(dev) {
+  nccl_communicator(communicator& host, device& dev) : host_(&host), dev_(dev) {
     MEMWEAVE_EXPECTS(dev.kind() == device_kind::cuda,
                      "the nccl communicator needs the cuda device, got " + dev.name());
     ncclUniqueId id{};
@@ -112,7 +111,7 @@ class nccl_communicator final : public communicator {
   }
 
  private:
-  std::unique_ptr<communicator> host_;
+  communicator* host_;
   device& dev_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
@@ -120,9 +119,8 @@ class nccl_communicator final : public communicator {
 
 }  // namespace
 
-std::unique_ptr<communicator> make_nccl_communicator(std::unique_ptr<communicator> host,
-                                                     device& dev) {
-  return std::make_unique<nccl_communicator>(std::move(host), dev);
+std::unique_ptr<communicator> make_nccl_communicator(communicator& host, device& dev) {
+  return std::make_unique<nccl_communicator>(host, dev);
 }
 
 }  // namespace memweave

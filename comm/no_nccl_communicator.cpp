@@ -5,7 +5,7 @@
 
 namespace memweave {
 
-std::unique_ptr<communicator> make_nccl_communicator(std::unique_ptr<communicator>, device&) {
+std::unique_ptr<communicator> make_nccl_communicator(communicator&, device&) {
   throw invalid_argument(
       "data parallelism on the cuda device needs NCCL, and memweave was built without CUDA; "
       "use --device host or rebuild with the CUDA toolkit");

@@ -245,6 +245,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
+  // Data parallelism on the cuda device: NCCL over the MPI ranks, on this device.
+  std::unique_ptr<communicator> nccl;
+  if (parallel(o) && dev->kind() == device_kind::cuda) {
+    nccl = make_nccl_communicator(*o.executor.comm, *dev);
+    eo.comm = nccl.get();
+  }
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
   eo.heap.trace_path = trace_path_of(o, policy);

@@ -33,3 +33,17 @@ endif()
 if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: out of budget")
   message(FATAL_ERROR "rank 1 did not report running out of budget:\n${all}")
 endif()
+
+# `plan --ranks`: the global batch is the per-device one times the devices, and the
+# allreduce is modelled.
+execute_process(
+  COMMAND ${MEMWEAVE} plan --net resnet50 --ranks 8 --budget 16GiB --net-gbps 100
+          --policy liveness --max-batch
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "batch ([0-9]+) per device, global batch ([0-9]+)")
+  message(FATAL_ERROR "plan --ranks 8 (${rc}):\n${out}\n${err}")
+endif()
+math(EXPR expected "${CMAKE_MATCH_1} * 8")
+if(NOT CMAKE_MATCH_2 EQUAL expected OR NOT out MATCHES "ring allreduce of [0-9.]+ MiB")
+  message(FATAL_ERROR "plan --ranks 8: global batch ${CMAKE_MATCH_2}, expected ${expected}:\n${out}")
+endif()

@@ -89,10 +89,10 @@ class communicator {
 std::unique_ptr<communicator> make_single_communicator();
 /// MPI_COMM_WORLD (MPI is initialized here and finalized when it is destroyed).
 std::unique_ptr<communicator> make_mpi_communicator();
-/// NCCL over the ranks of `host` (which bootstraps it and serves the host collectives) on
-/// the cuda device `dev`. Throws invalid_argument when memweave was built without CUDA.
-std::unique_ptr<communicator> make_nccl_communicator(std::unique_ptr<communicator> host,
-                                                     device& dev);
+/// NCCL over the ranks of `host` (which bootstraps it and serves the host collectives; it
+/// must outlive the result) on the cuda device `dev`. Throws invalid_argument when memweave
+/// was built without CUDA and NCCL.
+std::unique_ptr<communicator> make_nccl_communicator(communicator& host, device& dev);
 /// Whether this process was started by an MPI launcher with more than one rank
 /// (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_SIZE above 1).
 bool launched_with_several_ranks() noexcept;
