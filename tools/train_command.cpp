@@ -51,6 +51,7 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   o.zoo.batch = (rank + 1) * global / ranks - first;
   o.executor.comm = &comm;
   o.executor.global_batch = global;
+  o.executor.first_sample = first;
   o.executor.bucket_bytes = *option_bytes("MEMWEAVE_BUCKET_BYTES");
 
   const network net = make_network(o.net, o.zoo);

@@ -133,6 +133,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   lc.threads = options.threads;
   lc.sgd = sgd_options{options.learning_rate, options.momentum, options.weight_decay};
   lc.seed = options.seed;
+  lc.first_sample = options.first_sample;
   lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
   lc.loss = &loss_;
   launcher_ = make_kernel_launcher(lc);

@@ -63,7 +63,8 @@ struct launcher_context {
   cost_model model;
   int threads = 0;  ///< host kernel threads (0 = every core)
   sgd_options sgd;
-  std::uint64_t seed = 1;                      ///< dropout masks
+  std::uint64_t seed = 1;         ///< dropout masks
+  std::int64_t first_sample = 0;  ///< dropout masks: this rank's first image in the batch
   std::function<void*(tensor_id)> device_ptr;  ///< a resident tensor's device memory
   double* loss = nullptr;                      ///< written by the SOFTMAX forward
 };

@@ -2,9 +2,9 @@
 // CMakeLists.txt starts it with 2 and with 4 ranks). Every rank runs the same cases in the
 // same order, so their collectives match.
 //
-// The network has no BN and no DROPOUT: BN normalizes with each rank's own batch statistics
-// (as PyTorch DDP without SyncBatchNorm) and DROPOUT draws its mask by position in the rank's
-// slice, so with either one process and N ranks compute different functions.
+// The network has no BN: BN normalizes with each rank's own batch statistics (as PyTorch DDP
+// without SyncBatchNorm), so one process and N ranks would compute different functions. It
+// has a DROPOUT: each rank draws the masks one process draws at its images' positions.
 //
 // Tolerance against one process (float32 summation order): a weight's gradient is a sum of
 // m = B*H*W terms (m <= 6*8*8 = 384 here); one process and N ranks add them in different
@@ -49,12 +49,13 @@ network chain(std::int64_t batch) {
   x = b.relu(b.conv(x, c));
   x = b.relu(b.conv(x, c));
   x = b.pool(x, pool_params{});
-  x = b.relu(b.conv(x, c));
+  x = b.dropout(b.relu(b.conv(x, c)));
   b.softmax_loss(b.fc(x, fc_params{5, true}));
   return std::move(b).build();
 }
 
-executor_options options(const std::string& policy, std::size_t budget, communicator* comm) {
+executor_options options(const std::string& policy, std::size_t budget, communicator* comm,
+                         std::int64_t first = 0) {
   executor_options o;
   o.policy = executor_policy::parse(policy);
   o.budget_bytes = budget;
@@ -65,6 +66,7 @@ executor_options options(const std::string& policy, std::size_t budget, communic
   o.exact = true;
   o.comm = comm;
   o.global_batch = k_global_batch;
+  o.first_sample = first;
   o.bucket_bytes = 2048;  // several buckets even in this small network
   return o;
 }
@@ -90,7 +92,7 @@ result train(const std::string& policy, std::size_t budget, communicator* comm) 
   auto slice = make_batch_slice(*whole, k_global_batch, first);
   result r;
   try {
-    executor ex(net, *dev, options(policy, budget, comm));
+    executor ex(net, *dev, options(policy, budget, comm, first));
     for (int i = 0; i < k_iterations; ++i) r.losses.push_back(ex.run_iteration(slice.get(), i));
     r.persistent = ex.read_persistent();
     const policy_report rep = ex.report();

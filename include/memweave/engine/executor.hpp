@@ -147,6 +147,9 @@ struct executor_options {
   int ranks = 1;
   /// The global batch (0: the network's batch times the ranks).
   std::int64_t global_batch = 0;
+  /// This rank's first image in the global batch: DROPOUT draws each image's mask as one
+  /// process does at that position.
+  std::int64_t first_sample = 0;
   /// A gradient bucket closes once it holds this many bytes (MEMWEAVE_BUCKET_BYTES).
   std::size_t bucket_bytes = 25ull << 20;
 };
