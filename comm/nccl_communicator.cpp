@@ -32,6 +32,22 @@ struct cuda_event {
   cuda_event& operator=(const cuda_event&) = delete;
 };
 
+// The communicator's GPU current for the calling thread while it lives (the device's calls
+// restore the previous one, so NCCL's would otherwise run on whichever is current).
+class device_scope {
+ public:
+  explicit device_scope(int ordinal) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    check_cuda(cudaSetDevice(ordinal), "cudaSetDevice");
+  }
+  ~device_scope() { (void)cudaSetDevice(previous_); }
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 class nccl_request final : public comm_request {
  public:
   nccl_request() = default;
@@ -55,6 +71,8 @@ class nccl_communicator final : public communicator {
   nccl_communicator(communicator& host, device& dev) : host_(&host), dev_(dev) {
     MEMWEAVE_EXPECTS(dev.kind() == device_kind::cuda,
                      "the nccl communicator needs the cuda device, got " + dev.name());
+    check_cuda(cudaStreamGetDevice(compute(), &ordinal_), "cudaStreamGetDevice");
+    const device_scope on(ordinal_);
     ncclUniqueId id{};
     if (host_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     host_->broadcast_host(std::as_writable_bytes(std::span(&id, 1)), 0);
@@ -72,6 +90,7 @@ class nccl_communicator final : public communicator {
 
   std::unique_ptr<comm_request> start_allreduce(std::vector<std::span<float>> buffers, float scale,
                                                 stream& after) override {
+    const device_scope on(ordinal_);
     auto r = std::make_unique<nccl_request>();
     check_cuda(cudaEventRecord(r->start.e, static_cast<cudaStream_t>(after.native_handle())),
                "cudaEventRecord");
@@ -92,6 +111,7 @@ class nccl_communicator final : public communicator {
   }
 
   void broadcast(std::span<float> buffer, int root) override {
+    const device_scope on(ordinal_);
     check_nccl(ncclBroadcast(buffer.data(), buffer.data(), buffer.size(), ncclFloat32, root, comm_,
                              stream_),
                "ncclBroadcast");
@@ -111,10 +131,15 @@ class nccl_communicator final : public communicator {
   }
 
  private:
+  cudaStream_t compute() const {
+    return static_cast<cudaStream_t>(dev_.get_stream(stream_role::compute).native_handle());
+  }
+
   communicator* host_;
   device& dev_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
+  int ordinal_ = 0;  // the GPU of dev_
 };
 
 }  // namespace
