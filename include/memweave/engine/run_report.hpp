@@ -79,7 +79,7 @@ struct policy_report {
   int ranks = 1;                          ///< data-parallel ranks (gradients reduced)
   std::uint64_t allreduce_bytes = 0;      ///< gradient bytes reduced per iteration
   double allreduce_seconds = 0.0;         ///< this rank's reductions' own time, last iteration
-  double allreduce_wait_seconds = 0.0;    ///< the compute stream blocked on them (not hidden)
+  double allreduce_wait_seconds = 0.0;    ///< compute stream blocked on them (a late rank too)
   std::vector<rank_report> rank_reports;  ///< every rank's, when ranks > 1 (rank 0's report)
   int tightest_rank = 0;                  ///< the rank with the highest peak
   std::vector<double> losses;             ///< train: loss per iteration (global batch)
