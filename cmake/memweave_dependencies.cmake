@@ -3,6 +3,8 @@
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(TBB CONFIG REQUIRED)
+# Data parallelism (comm/): OpenMPI's C API (libopenmpi-dev); mpirun runs the tests.
+find_package(MPI REQUIRED COMPONENTS C)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 # jemalloc is loaded at run time with dlopen(RTLD_LOCAL) so that it never replaces the host
 # program's malloc; at build time we only need its header and the soname to open.
@@ -20,6 +22,7 @@ endif()
 
 # CUDA: AUTO builds the backend whenever the toolkit and cuDNN are found.
 set(MEMWEAVE_HAVE_CUDA OFF)
+set(MEMWEAVE_HAVE_NCCL OFF)
 if(NOT MEMWEAVE_WITH_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
@@ -31,6 +34,16 @@ if(NOT MEMWEAVE_WITH_CUDA STREQUAL "OFF")
     add_library(memweave_cudnn INTERFACE)
     target_include_directories(memweave_cudnn INTERFACE ${CUDNN_INCLUDE_DIR})
     target_link_libraries(memweave_cudnn INTERFACE ${CUDNN_LIBRARY})
+    # NCCL (installed with the toolkit): the cuda backend's collectives (comm/).
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib64 lib)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(NCCL_LIBRARY AND NCCL_INCLUDE_DIR)
+      # As memweave_cudnn: this machine's paths, never exported (memweave::nccl installed).
+      add_library(memweave_nccl INTERFACE)
+      target_include_directories(memweave_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+      target_link_libraries(memweave_nccl INTERFACE ${NCCL_LIBRARY})
+      set(MEMWEAVE_HAVE_NCCL ON)
+    endif()
     message(STATUS "memweave: cuda backend ON (CUDA ${CUDAToolkit_VERSION}, cuDNN ${CUDNN_LIBRARY})")
   elseif(MEMWEAVE_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "MEMWEAVE_WITH_CUDA=ON but the CUDA toolkit or cuDNN was not found "

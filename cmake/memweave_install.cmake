@@ -40,7 +40,7 @@ install(FILES ${PROJECT_BINARY_DIR}/memweave-config.cmake
 # -l flags in link order: every library before the ones it uses.
 set(MEMWEAVE_PC_CPP_LIBS "-lmemweave_engine -lmemweave_host_kernels -lmemweave_kernel_checks \
 -lmemweave_engine_graph -lmemweave_conv_workspace -lmemweave_cache -lmemweave_swap \
--lmemweave_recompute -lmemweave_schedule -lmemweave_alloc -lmemweave_device -lmemweave_core")
+-lmemweave_recompute -lmemweave_schedule -lmemweave_comm -lmemweave_alloc -lmemweave_device -lmemweave_core")
 set(MEMWEAVE_PC_SYSTEM_LIBS "-pthread")
 foreach(_l IN LISTS CMAKE_DL_LIBS)
   string(APPEND MEMWEAVE_PC_SYSTEM_LIBS " -l${_l}")
@@ -51,6 +51,12 @@ foreach(_pc memweave memweave-cpp)
 endforeach()
 if(MEMWEAVE_HAVE_CUDA)
   get_filename_component(MEMWEAVE_PC_CUDNN_LIBDIR ${CUDNN_LIBRARY} DIRECTORY)
+  set(MEMWEAVE_PC_NCCL_WHOLE "")
+  set(MEMWEAVE_PC_NCCL_LIB "")
+  if(MEMWEAVE_HAVE_NCCL)
+    set(MEMWEAVE_PC_NCCL_WHOLE "-lmemweave_comm_nccl ")
+    set(MEMWEAVE_PC_NCCL_LIB "-lnccl ")
+  endif()
   configure_file(cmake/memweave-cpp-cuda.pc.in ${PROJECT_BINARY_DIR}/memweave-cpp-cuda.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/memweave-cpp-cuda.pc
     DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 35> k_options{{
+constexpr std::array<option_info, 37> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -166,6 +166,19 @@ constexpr std::array<option_info, 35> k_options{{
     {"MEMWEAVE_SCHEDULE_COMPRESS", "none", f::choice, "none|fp16",
      "all: fp16 = scheduled swaps of fp32 tensors cross the link as FP16, half the bytes (LDFG; "
      "lossy: results are no longer bit-identical, the round-trip error is reported)"},
+    {"MEMWEAVE_BUCKET_BYTES",
+     "25MiB",
+     f::bytes,
+     "",
+     "data parallelism: gradients of consecutive layers are reduced together in buckets of "
+     "about this size, each started as soon as backward completes it (as PyTorch DDP)",
+     {1, 1.8e19}},
+    {"MEMWEAVE_NET_GBPS",
+     "100",
+     f::number,
+     "",
+     "plan --ranks: the network between devices, Gb/s, for the ring allreduce's time",
+     {1e-3, 1e6}},
 }};
 
 const option_info& row(std::string_view name) {

@@ -31,7 +31,10 @@ commands:
   plan    the same runtime on the null device (no memory touched): per-step memory,
           peak, max(l_i), and whether each policy fits --budget (same options, no --data);
           --max-batch: the largest batch that fits --budget, per policy;
-          --max-depth: the deepest ResNet (n3 growing) that fits --budget at --batch
+          --max-depth: the deepest ResNet (n3 growing) that fits --budget at --batch;
+          --ranks N [--net-gbps X]: data parallelism on N devices (--batch global, --budget
+          per device), the ring allreduce over an X Gb/s network (MEMWEAVE_NET_GBPS, 100)
+  (train under `mpirun -np N` trains data-parallel: --batch global, --budget per rank)
   replay  drive the device heap with an allocation trace
           --trace PATH | --synthetic-layers N [--batch N] [--trace PATH]
           [--pool SIZE] [--fit best,first]

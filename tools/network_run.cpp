@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include "memweave/comm/communicator.hpp"
 #include "memweave/core/checked.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
@@ -197,6 +198,42 @@ void check_output_paths(const network_run_options& o) {
   }
 }
 
+namespace {
+
+bool parallel(const network_run_options& o) noexcept {
+  return o.executor.comm != nullptr && o.executor.comm->size() > 1;
+}
+
+// Every rank's figures to every rank (rank 0 reports them); the tightest rank has the
+// highest peak (the first of them on a tie).
+void gather_ranks(communicator& comm, policy_report& p) {
+  const double mine[] = {static_cast<double>(p.peak_bytes),
+                         static_cast<double>(p.bytes_offloaded + p.bytes_prefetched),
+                         p.seconds_per_iteration, p.allreduce_seconds, p.allreduce_wait_seconds};
+  constexpr std::size_t per = std::size(mine);
+  const std::vector<double> all = comm.allgather(mine);
+  p.rank_reports.clear();
+  for (int r = 0; r < comm.size(); ++r) {
+    const double* v = all.data() + static_cast<std::size_t>(r) * per;
+    rank_report q;
+    q.rank = r;
+    q.peak_bytes = static_cast<std::size_t>(v[0]);
+    q.bytes_moved = static_cast<std::uint64_t>(v[1]);
+    q.seconds_per_iteration = v[2];
+    q.allreduce_seconds = v[3];
+    q.allreduce_wait_seconds = v[4];
+    p.rank_reports.push_back(q);
+  }
+  p.tightest_rank = 0;
+  for (const rank_report& q : p.rank_reports) {
+    if (q.peak_bytes > p.rank_reports[static_cast<std::size_t>(p.tightest_rank)].peak_bytes) {
+      p.tightest_rank = q.rank;
+    }
+  }
+}
+
+}  // namespace
+
 bool does_not_fit(const std::exception& e) noexcept {
   return dynamic_cast<const out_of_memory*>(&e) || dynamic_cast<const budget_too_small*>(&e);
 }
@@ -208,6 +245,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
+  // Data parallelism on the cuda device: NCCL over the MPI ranks, on this device.
+  std::unique_ptr<communicator> nccl;
+  if (parallel(o) && dev->kind() == device_kind::cuda) {
+    nccl = make_nccl_communicator(*o.executor.comm, *dev);
+    eo.comm = nccl.get();
+  }
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
   eo.heap.trace_path = trace_path_of(o, policy);
@@ -219,7 +262,8 @@ policy_report run_policy(const network& net, const network_run_options& o,
   try {
     ex = std::make_unique<executor>(net, *dev, eo);
   } catch (const error& e) {  // below the policy's floor, or not even the parameters fit
-    if (!does_not_fit(e)) throw;
+    // Data parallelism: one rank not fitting stops every rank (train_command.cpp).
+    if (!does_not_fit(e) || parallel(o)) throw;
     report.policy = policy;
     report.fits = false;
     report.failure = e.what();
@@ -276,6 +320,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
       }
     }
   } catch (const out_of_memory& e) {
+    if (parallel(o)) throw;
     // The steps that ran stay in the report: where memory was when it ran out.
     report = ex->report();
     report.fits = false;
@@ -290,6 +335,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
     report.seconds_per_iteration = measured_s / measured;
     report.images_per_s = static_cast<double>(net.batch()) / report.seconds_per_iteration;
   }
+  if (parallel(o)) {
+    // Images of the global batch per second.
+    report.images_per_s *=
+        static_cast<double>(o.executor.global_batch) / static_cast<double>(net.batch());
+    gather_ranks(*o.executor.comm, report);
+  }
   return report;
 }
 
@@ -301,7 +352,9 @@ int run_policies(const network& net, const network_run_options& o, const device_
     try {
       report.policies.push_back(
           run_policy(net, o, policy, dev, iterations, data, progress, &report.device));
+      if (o.amend) o.amend(report.policies.back());
     } catch (const std::exception& e) {
+      if (parallel(o)) throw;  // every rank stops (train_command.cpp)
       // Kept as a row; the policies after it still run and everything is written.
       policy_report failed;
       failed.policy = policy;
@@ -314,8 +367,10 @@ int run_policies(const network& net, const network_run_options& o, const device_
     const std::string trace = trace_path_of(o, policy);
     if (!trace.empty()) out << "heap trace of " << policy << ": " << trace << "\n";
   }
-  write_summary(out, report);
-  write_outputs(o, report, out);
+  if (!parallel(o) || o.executor.comm->rank() == 0) {
+    write_summary(out, report);
+    write_outputs(o, report, out);
+  }
   if (first_error) std::rethrow_exception(first_error);
   for (const auto& p : report.policies) {
     if (p.failed) throw invalid_argument(p.failure);  // diverged

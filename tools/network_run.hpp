@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -32,6 +33,8 @@ struct network_run_options {
   /// --trace-timeline: the last iteration's streams as a Chrome/Perfetto trace ("" = none;
   /// see timeline_path_of).
   std::string timeline;
+  /// Called on each policy's report before the summary (plan --ranks adds the network).
+  std::function<void(policy_report&)> amend;
 };
 
 /// Reads --net, --batch, --image-side, --width, --classes, --policy, --budget, --fit,

@@ -5,6 +5,7 @@
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/engine/data_parallel_model.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
 
@@ -16,6 +17,37 @@
 namespace memweave {
 
 namespace {
+
+// --ranks N: data parallelism on N devices (--batch the global batch, --budget each
+// device's), the network between them at --net-gbps.
+struct cluster {
+  int ranks = 1;
+  double net_gbps = 100;  // Gb/s
+  std::size_t bucket_bytes = 0;
+};
+
+// The modelled communication of `net` (a device's share) added to `p`, the policy's planned
+// iteration; returns the iteration time with the exposed part of the allreduce.
+double add_communication(const network& net, const network_run_options& o, const cluster& c,
+                         policy_report& p) {
+  const data_parallel_estimate e =
+      estimate_data_parallel(net, o.executor.model, c.ranks, c.net_gbps * 1e9 / 8, c.bucket_bytes);
+  p.allreduce_bytes = e.gradient_bytes;
+  p.allreduce_seconds = e.allreduce_s;
+  p.allreduce_wait_seconds = e.exposed_s;
+  return p.seconds_per_iteration + e.exposed_s;
+}
+
+std::string describe_communication(const policy_report& p, const cluster& c, double iteration_s) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << "iteration " << 1e3 * iteration_s << " ms ("
+    << 1e3 * p.seconds_per_iteration << " ms planned on one device + "
+    << 1e3 * p.allreduce_wait_seconds << " ms of the ring allreduce of "
+    << format_bytes(p.allreduce_bytes) << " not hidden behind backward; the allreduce takes "
+    << 1e3 * p.allreduce_seconds << " ms at " << c.net_gbps << " Gb/s over " << c.ranks
+    << " devices)";
+  return s.str();
+}
 
 // Whether `policy` runs one iteration of `net` within the budget on the null device. Only
 // "does not fit" is false: any other error (a bad --conv-ws, say) is the user's to fix and
@@ -31,7 +63,7 @@ bool fits_budget(const network& net, const network_run_options& o, const std::st
 }
 
 // --max-batch / --max-depth: the largest batch (or ResNet n3) that fits, per policy.
-int plan_largest(network_run_options o, bool depth, std::ostream& out) {
+int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostream& out) {
   MEMWEAVE_EXPECTS(o.budget_bytes != 0, std::string(depth ? "--max-depth" : "--max-batch") +
                                             " needs --budget (the memory to fit in)");
   device_options dev;
@@ -48,7 +80,9 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
   out << "memweave plan " << o.net << ": the "
       << (depth ? "deepest ResNet (n3 growing, batch " + std::to_string(o.zoo.batch) + ")"
                 : std::string("largest batch"))
-      << " within " << format_bytes(o.budget_bytes) << "\n";
+      << " within " << format_bytes(o.budget_bytes);
+  if (c.ranks > 1) out << " per device, on " << c.ranks << " devices";
+  out << "\n";
   bool any_fits = false;
   for (const std::string& policy : o.policies) {
     const largest_fit r = search_largest(1, depth ? 100000 : 1 << 20, [&](std::int64_t v) {
@@ -77,12 +111,22 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
     } else if (depth) {
       out << "n3 = " << r.value << ", depth "
           << 3 * (blocks[0] + blocks[1] + r.value + blocks[3]) + 2;
+    } else if (c.ranks > 1) {
+      out << "batch " << r.value << " per device, global batch " << r.value * c.ranks;
     } else {
       out << "batch " << r.value;
     }
     out << "  (" << r.probes << " planner runs, " << std::fixed << std::setprecision(2) << r.seconds
         << " s)\n";
     out.unsetf(std::ios::fixed);
+    if (c.ranks > 1 && !depth && r.value > 0) {
+      zoo_options z = o.zoo;
+      z.batch = r.value;
+      const network net = make_network(o.net, z);
+      policy_report p = run_policy(net, o, policy, dev, 1, nullptr, nullptr, nullptr);
+      const double iteration = add_communication(net, o, c, p);
+      out << "    " << describe_communication(p, c, iteration) << "\n";
+    }
     any_fits = any_fits || r.value > 0;
   }
   return any_fits ? 0 : 1;
@@ -99,6 +143,13 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
     o.executor.host_pool_bytes = std::size_t{256} << 30;
   }
   const bool max_batch = args.flag("max-batch"), max_depth = args.flag("max-depth");
+  cluster c;
+  c.ranks = static_cast<int>(args.get_int("ranks", 1, 1 << 20).value_or(1));
+  const auto gbps = args.get_double("net-gbps", 1e-3, 1e6);
+  c.net_gbps = gbps ? *gbps : *option_double("MEMWEAVE_NET_GBPS");
+  c.bucket_bytes = *option_bytes("MEMWEAVE_BUCKET_BYTES");
+  o.executor.ranks = c.ranks;
+  o.executor.bucket_bytes = c.bucket_bytes;
   args.reject_unused();
   MEMWEAVE_EXPECTS(!(max_batch && max_depth), "give --max-batch or --max-depth, not both");
   if (max_batch || max_depth) {
@@ -107,8 +158,14 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                          " prints its answer and writes no --json, --csv, --svg or "
                          "--trace-timeline; plan the "
                          "batch or depth it finds to get those");
-    return plan_largest(o, max_depth, out);
+    return plan_largest(o, max_depth, c, out);
   }
+  // --batch is the global batch: a device plans the largest share (the tightest rank).
+  const std::int64_t global = o.zoo.batch;
+  MEMWEAVE_EXPECTS(global >= c.ranks, "--batch " + std::to_string(global) +
+                                          " is smaller than --ranks " + std::to_string(c.ranks) +
+                                          ": each device needs at least one image");
+  o.zoo.batch = (global + c.ranks - 1) / c.ranks;
 
   check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
@@ -122,13 +179,24 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   run_report report;
   report.command = "plan";
   report.network = o.net;
-  report.batch = o.zoo.batch;
+  report.batch = global;
   report.budget_bytes = o.budget_bytes;
   report.iterations = 1;
+  report.ranks = c.ranks;
   std::ostringstream runs;  // printed after the header, which needs the planning time
   std::exception_ptr error;
   int code = 1;
   try {
+    if (c.ranks > 1) {
+      // Each row gets the communication before the summary is written.
+      o.amend = [&](policy_report& p) {
+        if (!p.fits) return;
+        const double iteration = add_communication(net, o, c, p);
+        runs << "  " << p.policy << ": " << c.ranks << " devices, " << o.zoo.batch
+             << " images each: " << describe_communication(p, c, iteration) << "\n";
+        p.seconds_per_iteration = iteration;
+      };
+    }
     code = run_policies(net, o, dev, 1, nullptr, report, runs, nullptr);
   } catch (...) {
     error = std::current_exception();

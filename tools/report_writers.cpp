@@ -44,7 +44,8 @@ void write_json(std::ostream& out, const run_report& r) {
   out << "{\n  \"command\": " << json_string(r.command)
       << ",\n  \"network\": " << json_string(r.network) << ",\n  \"batch\": " << r.batch
       << ",\n  \"budget_bytes\": " << r.budget_bytes << ",\n  \"device\": " << json_string(r.device)
-      << ",\n  \"iterations\": " << r.iterations << ",\n  \"policies\": [";
+      << ",\n  \"iterations\": " << r.iterations << ",\n  \"ranks\": " << r.ranks
+      << ",\n  \"policies\": [";
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
     const policy_report& p = r.policies[i];
     out << (i ? "," : "") << "\n    {\n      \"policy\": " << json_string(p.policy)
@@ -81,6 +82,20 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"images_per_s\": " << json_number(p.images_per_s)
         << ",\n      \"seconds_per_iteration\": " << json_number(p.seconds_per_iteration)
         << ",\n      \"bookkeeping_us_per_step\": " << json_number(p.bookkeeping_us_per_step)
+        << ",\n      \"ranks\": " << p.ranks
+        << ",\n      \"allreduce_bytes\": " << p.allreduce_bytes
+        << ",\n      \"allreduce_seconds\": " << json_number(p.allreduce_seconds)
+        << ",\n      \"allreduce_wait_seconds\": " << json_number(p.allreduce_wait_seconds)
+        << ",\n      \"tightest_rank\": " << p.tightest_rank << ",\n      \"per_rank\": [";
+    for (std::size_t k = 0; k < p.rank_reports.size(); ++k) {
+      const rank_report& q = p.rank_reports[k];
+      out << (k ? ", " : "") << "{\"rank\": " << q.rank << ", \"peak_bytes\": " << q.peak_bytes
+          << ", \"bytes_moved\": " << q.bytes_moved
+          << ", \"seconds_per_iteration\": " << json_number(q.seconds_per_iteration)
+          << ", \"allreduce_seconds\": " << json_number(q.allreduce_seconds)
+          << ", \"allreduce_wait_seconds\": " << json_number(q.allreduce_wait_seconds) << "}";
+    }
+    out << "]"
         << ",\n      \"losses\": [";
     for (std::size_t k = 0; k < p.losses.size(); ++k) {
       out << (k ? ", " : "") << json_number(p.losses[k]);
@@ -255,6 +270,17 @@ void write_summary(std::ostream& out, const run_report& r) {
     }
     out << "\n";
     if (!p.fits) out << "  " << p.policy << ": " << p.failure << "\n";
+    if (!p.rank_reports.empty()) {
+      out << "  " << p.policy << ": " << p.ranks << " ranks (budget per rank), tightest rank "
+          << p.tightest_rank << ";";
+      for (const rank_report& q : p.rank_reports) {
+        out << " rank " << q.rank << " peak " << format_bytes(q.peak_bytes) << " moved "
+            << format_bytes(q.bytes_moved) << ",";
+      }
+      out << " allreduce " << std::setprecision(4) << 1e3 * p.allreduce_seconds << " ms per "
+          << "iteration of which " << 1e3 * p.allreduce_wait_seconds
+          << " ms not hidden behind backward (rank 0)\n";
+    }
     if (p.scheduled_swaps + p.scheduled_drops != 0) {
       out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "
           << p.scheduled_drops << " drops (rebuilt by replays), predicted " << std::setprecision(4)

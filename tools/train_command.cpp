@@ -1,9 +1,16 @@
 // `memweave train`: trains a zoo network under a budget with each policy asked for, on the
 // host (or cuda) device, printing a progress line per iteration and a summary. Everything
 // the run will need (options, data, output paths) is checked before the first policy runs.
+//
+// Under an MPI launcher with several ranks (`mpirun -np N memweave train ...`) it trains
+// data-parallel: --batch is the global batch, rank r takes positions [r*B/N, (r+1)*B/N) of
+// each batch, --budget is each rank's; rank 0 prints and writes the reports. Any error on
+// any rank stops every rank, each naming the rank that failed (communicator.hpp).
+#include <iostream>
 #include <limits>
 
 #include "commands.hpp"
+#include "memweave/comm/communicator.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
@@ -11,8 +18,9 @@
 #include "report_writers.hpp"
 
 namespace memweave {
+namespace {
 
-int train_command(int argc, const char* const* argv, std::ostream& out) {
+int train(int argc, const char* const* argv, std::ostream& out, communicator& comm) {
   cli_args args(argc, argv, 2, {});
   network_run_options o = read_network_run_options(args);
   const int iterations =
@@ -32,22 +40,69 @@ int train_command(int argc, const char* const* argv, std::ostream& out) {
   args.reject_unused();
   check_output_paths(o);
 
+  // Data parallelism: this rank's share of the global batch.
+  const std::int64_t global = o.zoo.batch;
+  const std::int64_t ranks = comm.size(), rank = comm.rank();
+  MEMWEAVE_EXPECTS(global >= ranks, "--batch " + std::to_string(global) + " is smaller than the " +
+                                        std::to_string(ranks) +
+                                        " ranks: each rank needs at least one image of the "
+                                        "global batch; raise --batch or start fewer ranks");
+  const std::int64_t first = rank * global / ranks;
+  o.zoo.batch = (rank + 1) * global / ranks - first;
+  o.executor.comm = &comm;
+  o.executor.global_batch = global;
+  o.executor.first_sample = first;
+  o.executor.bucket_bytes = *option_bytes("MEMWEAVE_BUCKET_BYTES");
+
   const network net = make_network(o.net, o.zoo);
   // One data source for every policy (its batches depend only on the iteration), made
   // before any runs so that a bad --data fails first.
-  const auto source =
+  const auto whole =
       make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
+  const auto source = make_batch_slice(*whole, global, first);
   run_report report;
   report.command = "train";
   report.network = o.net;
-  report.batch = o.zoo.batch;
+  report.batch = global;
   report.budget_bytes = o.budget_bytes;
   report.iterations = iterations;
-  out << "memweave train " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
-      << " parameters, batch " << o.zoo.batch << ", data " << data << "\n";
+  report.ranks = comm.size();
+  std::ostream null_out(nullptr);
+  std::ostream& shown = rank == 0 ? out : null_out;  // rank 0 speaks for all
+  shown << "memweave train " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
+        << " parameters, batch " << global;
+  if (ranks > 1) shown << " (" << ranks << " ranks, " << comm.name() << ")";
+  shown << ", data " << data << "\n";
   // A policy that does not fit is a result, reported in the summary; exit 1 is for when
   // none does.
-  return run_policies(net, o, dev, iterations, source.get(), report, out, &out);
+  const int rc = run_policies(net, o, dev, iterations, source.get(), report, shown, &shown);
+  comm.barrier();  // an error on rank 0 writing the reports reaches every rank
+  return rc;
+}
+
+}  // namespace
+
+int train_command(int argc, const char* const* argv, std::ostream& out) {
+  if (!launched_with_several_ranks()) {
+    const auto single = make_single_communicator();
+    return train(argc, argv, out, *single);
+  }
+  const auto comm = make_mpi_communicator();
+  try {
+    return train(argc, argv, out, *comm);
+  } catch (const std::exception& e) {
+    // Exit codes as main's: 1 does not fit, 2 bad input, 3 a device failure or a bug.
+    const int code = does_not_fit(e)                                    ? 1
+                     : dynamic_cast<const device_error*>(&e) != nullptr ? 3
+                     : dynamic_cast<const error*>(&e) != nullptr        ? 2
+                                                                        : 3;
+    // One write, so that the launcher does not interleave it with other ranks' lines.
+    std::cerr << ("memweave: error: rank " + std::to_string(comm->rank()) + " of " +
+                  std::to_string(comm->size()) + ": " + e.what() + "\n")
+              << std::flush;
+    comm->fail(e.what(), code);
+    return code;
+  }
 }
 
 }  // namespace memweave

@@ -79,9 +79,14 @@ class cifar10_source final : public data_source {
   std::int64_t classes() const override { return 10; }
 
   void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) override {
+    fill_slice(iteration, n, 0, n, images, labels);
+  }
+
+  void fill_slice(std::int64_t iteration, std::int64_t batch, std::int64_t first, std::int64_t n,
+                  float* images, float* labels) override {
     const std::size_t count = records_.size() / k_record;
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::size_t r = static_cast<std::size_t>(iteration * n + i) % count;
+      const std::size_t r = static_cast<std::size_t>(iteration * batch + first + i) % count;
       const unsigned char* rec = records_.data() + r * k_record;
       labels[i] = static_cast<float>(rec[0]);
       for (std::size_t j = 0; j < k_pixels; ++j) {

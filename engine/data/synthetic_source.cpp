@@ -45,11 +45,17 @@ class synthetic_source final : public data_source {
   std::int64_t classes() const override { return classes_; }
 
   void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) override {
+    fill_slice(iteration, n, 0, n, images, labels);
+  }
+
+  // Image i of a batch depends on (iteration, i) only, not on the batch size.
+  void fill_slice(std::int64_t iteration, std::int64_t, std::int64_t first, std::int64_t n,
+                  float* images, float* labels) override {
     const std::int64_t per = image_.per_image();
     for (std::int64_t i = 0; i < n; ++i) {
       const std::uint64_t key =
           mix64(seed_ + mix64(static_cast<std::uint64_t>(iteration) * 1000003u +
-                              static_cast<std::uint64_t>(i)));
+                              static_cast<std::uint64_t>(first + i)));
       const std::int64_t label =
           static_cast<std::int64_t>(key % static_cast<std::uint64_t>(classes_));
       labels[i] = static_cast<float>(label);

@@ -6,6 +6,8 @@
 // thread-safe with concurrent readers).
 #include "memweave/engine/tensor_table.hpp"
 
+#include <algorithm>
+
 #include "memweave/core/error.hpp"
 
 namespace memweave {
@@ -70,8 +72,31 @@ bool backward_has_work(const layer& l, const std::vector<char>& has_grad) {
 
 }  // namespace
 
-tensor_table::tensor_table(const network& net, const route& r)
-    : net_(&net), route_(&r), layers_(net.size()) {
+std::vector<gradient_bucket> make_gradient_buckets(const network& net, const route& r,
+                                                   std::size_t bucket_bytes) {
+  std::vector<gradient_bucket> buckets;
+  gradient_bucket open;
+  for (std::size_t s = r.layer_count(); s < r.step_count(); ++s) {
+    const layer& l = net[r.at(s).layer];
+    std::size_t bytes = 0;
+    for (const param_tensor_spec& p : l.param_tensors)
+      if (p.trained) bytes += p.shape.bytes();
+    if (bytes == 0) continue;
+    open.layers.push_back(l.id);
+    open.bytes += bytes;
+    open.close_step = s;
+    if (open.bytes >= bucket_bytes) buckets.push_back(std::move(open)), open = {};
+  }
+  if (!open.layers.empty()) buckets.push_back(std::move(open));
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    buckets[k].update_step =
+        k + 1 < buckets.size() ? buckets[k + 1].close_step : r.step_count() - 1;
+  }
+  return buckets;
+}
+
+tensor_table::tensor_table(const network& net, const route& r, std::vector<gradient_bucket> buckets)
+    : net_(&net), route_(&r), layers_(net.size()), buckets_(std::move(buckets)) {
   if (r.layer_count() != net.size())
     throw invalid_argument("tensor_table: the route has " + std::to_string(r.layer_count()) +
                            " layers but network '" + net.name() + "' has " +
@@ -128,7 +153,11 @@ void tensor_table::build_accesses() {
     if (t != invalid_tensor) accesses_.push_back({t, m});
   };
   const std::size_t steps = r.step_count();
+  std::vector<char> deferred(net.size(), 0);
+  for (const gradient_bucket& b : buckets_)
+    for (layer_id l : b.layers) deferred[l] = 1;
   for (std::size_t s = 0; s < steps; ++s) {
+    const std::size_t step_begin = accesses_.size();
     const route_step st = r.at(s);
     const layer& l = net[st.layer];
     const layer_tensors& lt = layers_[l.id];
@@ -156,7 +185,9 @@ void tensor_table::build_accesses() {
         for (layer_id x : l.inputs)
           if (first_writer[x] != l.id) put(layers_[x].output_grad, access_mode::accumulate);
         for (std::size_t k = 0, g = 0; k < l.param_tensors.size(); ++k)
-          if (l.param_tensors[k].trained) {
+          if (l.param_tensors[k].trained && deferred[l.id]) {
+            put(lt.params[k], access_mode::read);
+          } else if (l.param_tensors[k].trained) {
             put(lt.params[k], access_mode::update);
             put(lt.momenta[g++], access_mode::update);
           }
@@ -166,6 +197,29 @@ void tensor_table::build_accesses() {
         put(lt.bwd_workspace, access_mode::write);
       }
     }
+    for (const gradient_bucket& b : buckets_) {
+      for (layer_id id : b.layers) {
+        const layer_tensors& bt = layers_[id];
+        if (b.close_step == s && id != st.layer) {
+          for (tensor_id g : bt.param_grads) put(g, access_mode::read);
+        }
+        if (b.update_step != s) continue;
+        for (tensor_id g : bt.param_grads) put(g, access_mode::read);
+        const layer& bl = net[id];
+        for (std::size_t k = 0, g = 0; k < bl.param_tensors.size(); ++k)
+          if (bl.param_tensors[k].trained) {
+            put(bt.params[k], access_mode::update);
+            put(bt.momenta[g++], access_mode::update);
+          }
+      }
+    }
+    // Reads first, then accumulates and updates, then writes (the order within each kept).
+    auto rank = [](const tensor_access& a) {
+      return a.mode == access_mode::read ? 0 : a.mode == access_mode::write ? 2 : 1;
+    };
+    std::stable_sort(
+        accesses_.begin() + static_cast<std::ptrdiff_t>(step_begin), accesses_.end(),
+        [&](const tensor_access& a, const tensor_access& b) { return rank(a) < rank(b); });
     offsets_.push_back(accesses_.size());
   }
 }

@@ -140,7 +140,8 @@ void lrn_backward(context& ctx, const step_io& io) {
 // ---- DROPOUT: the mask (aux 0) from the step's seed, the host's hash
 void dropout_forward(context& ctx, const step_io& io) {
   kc::dropout_forward(ctx, io.input_shapes[0], std::get<dropout_params>(io.l->params), io.seed,
-                      io.inputs[0], io.output, io.aux[0]);
+                      io.inputs[0], io.output, io.aux[0],
+                      io.first_sample * io.input_shapes[0].per_image());
 }
 
 void dropout_backward(context& ctx, const step_io& io) {

@@ -36,6 +36,7 @@ struct step_io {
   kernels::host::conv_algo filter_algo = kernels::host::conv_algo::direct;  ///< backward filter
   std::int64_t filter_chunk = 0;
   std::uint64_t seed = 0;            ///< DROPOUT: the mask's seed for this layer and batch
+  std::int64_t first_sample = 0;     ///< DROPOUT: this rank's first image in the global batch
   bool update_running_stats = true;  ///< BN: false when a forward is recomputed
   double* loss = nullptr;            ///< SOFTMAX forward writes the batch's mean loss here
 };

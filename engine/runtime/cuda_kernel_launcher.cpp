@@ -221,7 +221,8 @@ class cuda_kernel_launcher final : public kernel_launcher {
   void launch(const layer_launch& step) override {
     const layer& l = *step.l;
     if (l.type == layer_type::data) {
-      copy_batch(step);
+      // Its backward has work only as a gradient bucket's update step (launch_updates).
+      if (step.forward) copy_batch(step);
       return;
     }
     // Enqueued from this thread, in the stream's order (the loss read back by SOFTMAX).
@@ -234,11 +235,13 @@ class cuda_kernel_launcher final : public kernel_launcher {
       const layers::cuda_layer_steps& steps = layers::cuda_layer_steps_for(l.type);
       (step.forward ? steps.forward : steps.backward)(ctx, a.io);
     }
-    const sgd_options& o = ctx_.sgd;
-    for (std::size_t i = 0; i < a.updates.size(); ++i) {
-      kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, a.counts[i],
-                     a.updates[i].first, a.updates[i].second, a.momenta[i]);
-    }
+    run_updates(a);
+  }
+
+  void launch_updates(std::span<const layer_id> layers) override {
+    step_kernel_args a;
+    for (layer_id id : layers) add_updates(id, a);
+    run_updates(a);
   }
 
  protected:
@@ -253,6 +256,15 @@ class cuda_kernel_launcher final : public kernel_launcher {
   }
 
  private:
+  void run_updates(const step_kernel_args& a) {
+    kc::cuda_kernel_context& ctx = *context_;
+    const sgd_options& o = ctx_.sgd;
+    for (std::size_t i = 0; i < a.updates.size(); ++i) {
+      kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, a.counts[i],
+                     a.updates[i].first, a.updates[i].second, a.momenta[i]);
+    }
+  }
+
   cudaStream_t compute_handle() const {
     return static_cast<cudaStream_t>(ctx_.dev->get_stream(stream_role::compute).native_handle());
   }

@@ -57,6 +57,7 @@
 #include "engine/runtime/residency_table.hpp"
 #include "engine/runtime/schedule_inputs.hpp"
 #include "engine/solver/sgd.hpp"
+#include "memweave/comm/communicator.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
@@ -93,8 +94,24 @@ executor_policy executor_policy::parse(const std::string& name) {
   return p;
 }
 
+namespace {
+
+// Data parallelism defers the solver's updates to gradient buckets (tensor_table.hpp).
+std::vector<gradient_bucket> buckets_for(const network& net, const route& r,
+                                         const executor_options& o) {
+  const int ranks = o.comm != nullptr ? o.comm->size() : o.ranks;
+  if (ranks <= 1) return {};
+  return make_gradient_buckets(net, r, o.bucket_bytes);
+}
+
+}  // namespace
+
 executor::executor(const network& net, device& dev, const executor_options& options)
-    : net_(net), dev_(dev), options_(options), route_(net), table_(net, route_) {
+    : net_(net),
+      dev_(dev),
+      options_(options),
+      route_(net),
+      table_(net, route_, buckets_for(net, route_, options)) {
   check_executor_options(options);
   if (options.policy.planned) options.schedule.validate();
   liveness_ = std::make_unique<liveness>(table_);
@@ -116,6 +133,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   lc.threads = options.threads;
   lc.sgd = sgd_options{options.learning_rate, options.momentum, options.weight_decay};
   lc.seed = options.seed;
+  lc.first_sample = options.first_sample;
   lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
   lc.loss = &loss_;
   launcher_ = make_kernel_launcher(lc);
@@ -224,6 +242,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
     if (free_step_[t] < route_.step_count()) free_after_[free_step_[t]].push_back(t);
   }
   initialize_persistent();
+  broadcast_parameters();
   if (options.exact)
     require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
   if (options.policy.planned && options.budget_bytes != 0) {
@@ -238,6 +257,8 @@ executor::~executor() {
   } catch (...) {
     // A failed kernel was already reported by run_iteration; memory goes back regardless.
   }
+  // A reduction still writing into the gradients ends before their memory goes.
+  reductions_.clear();
   if (transfers_) {
     try {
       transfers_->engine.wait_all_offloads();
@@ -391,11 +412,14 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   if (measure && options_.timeline == nullptr) measuring_ = std::make_unique<stream_timeline>(dev_);
   if (recording() != nullptr) recording()->clear();
   if (transfers_) transfers_->engine.set_timeline(recording());
+  reductions_.clear();
+  reductions_.resize(table_.buckets().size());
   for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
   current_step_ = route_.step_count();
   reap_offloads(0, true);
   restore_persistent_placement();
   compute.synchronize();
+  loss_ = finish_reductions(loss_);
   if (transfers_) {
     // Write-backs of tensors that died meanwhile land (and are discarded) before the check.
     transfers_->engine.wait_all_offloads();
@@ -535,6 +559,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
 
   // 3. The kernel, and the event marking its end (what offloads of its outputs wait for).
   if (table_.has_work(s)) launch_layer(l, forward, accesses, conv, workspace, data, false);
+  if (!table_.buckets().empty()) reduce_buckets(s);
   if (transfers_) {
     if (step_done_[s] == nullptr) step_done_[s] = dev_.create_event();
     dev_.get_stream(stream_role::compute).record(*step_done_[s]);
@@ -653,6 +678,10 @@ policy_report executor::report() const {
     r.schedule_misses = schedule_misses_;
     r.replan = replan_;
   }
+  r.ranks = ranks();
+  r.allreduce_bytes = reduce_bytes_;
+  r.allreduce_seconds = reduce_s_;
+  r.allreduce_wait_seconds = reduce_wait_s_;
   r.steps = steps_;
   return r;
 }

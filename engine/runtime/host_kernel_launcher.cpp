@@ -24,7 +24,8 @@ class host_kernel_launcher final : public kernel_launcher {
 
   void launch(const layer_launch& step) override {
     if (step.l->type == layer_type::data) {
-      copy_batch(step);
+      // Its backward has work only as a gradient bucket's update step (launch_updates).
+      if (step.forward) copy_batch(step);
       return;
     }
     const layers::layer_steps& steps = layers::layer_steps_for(step.l->type);
@@ -33,6 +34,19 @@ class host_kernel_launcher final : public kernel_launcher {
     const sgd_options* sgd = &ctx_.sgd;
     ctx_.dev->get_stream(stream_role::compute).launch([fn, context, sgd, a = marshal(step)] {
       fn(*context, a.io);
+      for (std::size_t i = 0; i < a.updates.size(); ++i) {
+        sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
+                   a.momenta[i]);
+      }
+    });
+  }
+
+  void launch_updates(std::span<const layer_id> layers) override {
+    step_kernel_args a;
+    for (layer_id id : layers) add_updates(id, a);
+    const k::kernel_context* context = &context_;
+    const sgd_options* sgd = &ctx_.sgd;
+    ctx_.dev->get_stream(stream_role::compute).launch([context, sgd, a = std::move(a)] {
       for (std::size_t i = 0; i < a.updates.size(); ++i) {
         sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
                    a.momenta[i]);

@@ -95,6 +95,7 @@ kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& s
   io.filter_chunk = conv.filter.chunk;
   io.seed = detail::mix64(detail::mix64(ctx_.seed * 1000003u + l.id) +
                           static_cast<std::uint64_t>(step.iteration));
+  io.first_sample = ctx_.first_sample;
   io.update_running_stats = !step.replay;
   if (step.forward) {
     // A replayed loss layer would rewrite the loss with the same value; keep it single.
@@ -111,6 +112,15 @@ kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& s
     io.input_grads.push_back({f(g), accumulate});
   }
   for (tensor_id t : lt.param_grads) io.param_grads.push_back(f(t));
+  if (table.buckets().empty()) add_updates(l.id, a);
+  return a;
+}
+
+void kernel_launcher::add_updates(layer_id id, step_kernel_args& a) const {
+  const layer& l = (*ctx_.net)[id];
+  const tensor_table& table = *ctx_.table;
+  const layer_tensors& lt = table.of(id);
+  auto f = [this](tensor_id t) { return static_cast<float*>(ctx_.device_ptr(t)); };
   std::size_t trained = 0;
   for (std::size_t p = 0; p < l.param_tensors.size(); ++p) {
     if (!l.param_tensors[p].trained) continue;
@@ -119,7 +129,6 @@ kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& s
     a.counts.push_back(table[lt.params[p]].bytes / sizeof(float));
     ++trained;
   }
-  return a;
 }
 
 std::unique_ptr<kernel_launcher> make_kernel_launcher(const launcher_context& context) {

@@ -63,7 +63,8 @@ struct launcher_context {
   cost_model model;
   int threads = 0;  ///< host kernel threads (0 = every core)
   sgd_options sgd;
-  std::uint64_t seed = 1;                      ///< dropout masks
+  std::uint64_t seed = 1;         ///< dropout masks
+  std::int64_t first_sample = 0;  ///< dropout masks: this rank's first image in the batch
   std::function<void*(tensor_id)> device_ptr;  ///< a resident tensor's device memory
   double* loss = nullptr;                      ///< written by the SOFTMAX forward
 };
@@ -103,6 +104,9 @@ class kernel_launcher {
   /// Enqueues the step's kernel (and, in backward, the solver's updates) on the compute
   /// stream; on `null`, only its modelled time.
   virtual void launch(const layer_launch& step) = 0;
+  /// Data parallelism: enqueues the solver's updates of `layers` (a gradient bucket, its
+  /// gradients reduced) on the compute stream; on `null`, nothing.
+  virtual void launch_updates(std::span<const layer_id> layers) = 0;
 
  protected:
   /// A step's kernel arguments: its step_io, and in backward the solver's updates
@@ -127,8 +131,11 @@ class kernel_launcher {
   /// DATA: makes the batch on the host and copies it in on the compute stream. The staging
   /// buffer stays untouched until the iteration's final synchronize.
   void copy_batch(const layer_launch& step);
-  /// The step's device pointers and the solver's updates (backward).
+  /// The step's device pointers and the solver's updates (backward; none when the table
+  /// defers them to gradient buckets).
   step_kernel_args marshal(const layer_launch& step) const;
+  /// Appends the solver's updates of layer `id` to `a`.
+  void add_updates(layer_id id, step_kernel_args& a) const;
 
   launcher_context ctx_;
 

@@ -16,6 +16,9 @@ class null_kernel_launcher final : public kernel_launcher {
 
   std::string fingerprint() const override { return "null model"; }
 
+  // The updates are element-wise and cheap; the model charges them to the backward steps.
+  void launch_updates(std::span<const layer_id>) override {}
+
   void launch(const layer_launch& step) override {
     const layer& l = *step.l;
     const double compute_s = l.type == layer_type::conv ? step.conv->seconds : -1;

@@ -109,7 +109,9 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     if (!in.in_cache(t)) continue;
     x.bytes = in.heap->round_up(table[t].bytes);
     x.persistent = table[t].persistent;
-    x.pinned = x.persistent;
+    // Data parallelism: a bucket's gradients stay put while the communicator reduces them.
+    x.pinned = x.persistent ||
+               (!table.buckets().empty() && table[t].role == tensor_role::parameter_gradient);
     // Every tensor of the engine is fp32: each may travel as fp16 when compression is asked.
     x.compressible = x.bytes % sizeof(float) == 0 && table[t].bytes % sizeof(float) == 0;
     if (!rebuildable(net, table, t)) continue;

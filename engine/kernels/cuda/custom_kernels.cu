@@ -47,11 +47,12 @@ __device__ __host__ inline std::uint64_t mix64(std::uint64_t z) {
 
 __global__ void dropout_forward_kernel(int64_t count, std::uint64_t seed_hash, float ratio,
                                        float keep, const float* __restrict__ x,
-                                       float* __restrict__ y, float* __restrict__ mask) {
+                                       float* __restrict__ y, float* __restrict__ mask,
+                                       int64_t first) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    const std::uint64_t h = mix64(seed_hash + static_cast<std::uint64_t>(i));
+    const std::uint64_t h = mix64(seed_hash + static_cast<std::uint64_t>(first + i));
     // h >> 40 < 2^24: exact in float, and so is the scaling by 2^-24.
     const float u = __fmul_rn(static_cast<float>(h >> 40), 0x1.0p-24f);
     const float m = u >= ratio ? keep : 0.0f;
@@ -215,10 +216,10 @@ __global__ void sgd_kernel(int64_t count, float lr, float momentum, float weight
 }  // namespace
 
 void launch_dropout_forward(cudaStream_t stream, int64_t count, std::uint64_t seed, float ratio,
-                            float keep, const float* x, float* y, float* mask) {
+                            float keep, const float* x, float* y, float* mask, int64_t first) {
   if (count <= 0) return;
   dropout_forward_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, mix64(seed), ratio, keep,
-                                                                    x, y, mask);
+                                                                    x, y, mask, first);
   check_launch("dropout_forward_kernel");
 }
 

@@ -12,10 +12,11 @@
 
 namespace memweave::kernels::cuda::detail {
 
-/// The dropout mask and output: for i < count, u = the host's dropout_uniform(seed, i),
-/// mask[i] = u >= ratio ? keep : 0, y[i] = x[i] * mask[i].
+/// The dropout mask and output: for i < count, u = the host's dropout_uniform(seed,
+/// first + i), mask[i] = u >= ratio ? keep : 0, y[i] = x[i] * mask[i].
 void launch_dropout_forward(cudaStream_t stream, std::int64_t count, std::uint64_t seed,
-                            float ratio, float keep, const float* x, float* y, float* mask);
+                            float ratio, float keep, const float* x, float* y, float* mask,
+                            std::int64_t first);
 
 /// dx[i] = dy[i] * mask[i] (accumulate: dx[i] + dy[i] * mask[i]).
 void launch_mask_backward(cudaStream_t stream, std::int64_t count, const float* mask,

@@ -10,12 +10,13 @@
 namespace memweave::kernels::cuda {
 
 void dropout_forward(cuda_kernel_context& ctx, const shape4& s, const dropout_params& p,
-                     std::uint64_t seed, const float* x, float* y, float* mask) {
+                     std::uint64_t seed, const float* x, float* y, float* mask,
+                     std::int64_t first) {
   const char* kernel = "dropout_forward";
   detail::check_tensors(kernel, s, {{"x", x}, {"y", y}, {"mask", mask}});
   checks::check_dropout(kernel, p);
   const float keep = 1.0f / (1.0f - p.ratio);
-  detail::launch_dropout_forward(ctx.stream(), s.count(), seed, p.ratio, keep, x, y, mask);
+  detail::launch_dropout_forward(ctx.stream(), s.count(), seed, p.ratio, keep, x, y, mask, first);
 }
 
 void dropout_backward(cuda_kernel_context& ctx, const shape4& s, const float* mask, const float* dy,

@@ -14,7 +14,8 @@ namespace memweave::kernels::cuda {
 /// mask[i] = (uniform(seed, i) >= ratio) ? 1/(1 - ratio) : 0; y[i] = x[i] * mask[i].
 /// Throws invalid_argument unless 0 <= ratio < 1.
 void dropout_forward(cuda_kernel_context& ctx, const shape4& s, const dropout_params& p,
-                     std::uint64_t seed, const float* x, float* y, float* mask);
+                     std::uint64_t seed, const float* x, float* y, float* mask,
+                     std::int64_t first = 0);
 
 /// dx = dy * mask (accumulate: dx += it). dx may equal dy.
 void dropout_backward(cuda_kernel_context& ctx, const shape4& s, const float* mask, const float* dy,

@@ -21,7 +21,18 @@ class data_source {
   /// Writes batch `iteration` of `n` images: n*c*h*w floats (NCHW) and n labels (class
   /// indices as floats). The same arguments always give the same bytes.
   virtual void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) = 0;
+  /// Writes positions [first, first + n) of batch `iteration` of `batch` images: exactly
+  /// what fill(iteration, batch, ...) puts there (a data-parallel rank's share of the global
+  /// batch). The default fills the whole batch and copies the slice out.
+  virtual void fill_slice(std::int64_t iteration, std::int64_t batch, std::int64_t first,
+                          std::int64_t n, float* images, float* labels);
 };
+
+/// Rank r's view of `whole` in data parallelism: its fill(iteration, n) gives positions
+/// [first, first + n) of `whole`'s batch `iteration` of `global_batch` images. `whole` must
+/// outlive it.
+std::unique_ptr<data_source> make_batch_slice(data_source& whole, std::int64_t global_batch,
+                                              std::int64_t first);
 
 /// A learnable synthetic task: each class has a fixed random template; an image is its
 /// label's template plus noise; labels are uniform. Deterministic in (seed, iteration).

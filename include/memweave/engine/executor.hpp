@@ -41,6 +41,8 @@ namespace memweave {
 
 class residency_table;
 class kernel_launcher;
+class communicator;
+class comm_request;
 class stream_timeline;
 struct timeline_span;
 struct conv_step;
@@ -132,6 +134,24 @@ struct executor_options {
   /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
   /// compression of swapped tensors) is refused with invalid_argument.
   bool exact = false;
+  /// Data parallelism (engine/runtime/executor_parallel.cpp): this rank's communicator (not
+  /// owned; it must outlive the executor). With more than one rank, rank 0's parameters are
+  /// broadcast at construction, the network's batch is this rank's share of the global
+  /// batch, and the solver's updates move from the backward steps to gradient buckets whose
+  /// gradients are summed over the ranks (each scaled by its share) under the backward
+  /// kernels that follow. BN keeps per-rank batch statistics (as PyTorch DDP without
+  /// SyncBatchNorm). nullptr: one process.
+  communicator* comm = nullptr;
+  /// Ranks the memory plan assumes when there is no communicator (plan --ranks: buckets
+  /// planned, nothing reduced); comm->size() otherwise.
+  int ranks = 1;
+  /// The global batch (0: the network's batch times the ranks).
+  std::int64_t global_batch = 0;
+  /// This rank's first image in the global batch: DROPOUT draws each image's mask as one
+  /// process does at that position.
+  std::int64_t first_sample = 0;
+  /// A gradient bucket closes once it holds this many bytes (MEMWEAVE_BUCKET_BYTES).
+  std::size_t bucket_bytes = 25ull << 20;
 };
 
 class executor {
@@ -177,6 +197,11 @@ class executor {
   std::vector<std::vector<float>> read_persistent() const;
 
  private:
+  // Data parallelism (executor_parallel.cpp).
+  int ranks() const noexcept;
+  void broadcast_parameters();
+  void reduce_buckets(std::size_t step);
+  double finish_reductions(double local_loss);
   struct transfers;
 
   /// utp/all: persistent tensors live in the tensor cache too (and may leave for host
@@ -277,6 +302,11 @@ class executor {
   double bookkeeping_s_ = 0;  // host time outside kernels, last iteration
   double simulated_s_ = 0;    // null device: simulated seconds, last iteration
   double loss_ = 0;           // written by the SOFTMAX forward kernel
+  // Data parallelism: per gradient bucket, its reduction in flight this iteration, and the
+  // last iteration's totals.
+  std::vector<std::unique_ptr<comm_request>> reductions_;
+  double reduce_s_ = 0, reduce_wait_s_ = 0;
+  std::uint64_t reduce_bytes_ = 0;
 };
 
 }  // namespace memweave

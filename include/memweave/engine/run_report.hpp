@@ -36,39 +36,55 @@ struct replan_report {
   std::string note;                ///< why it was not replaced, when not
 };
 
+/// Data parallelism: one rank's figures, gathered by rank 0.
+struct rank_report {
+  int rank = 0;
+  std::size_t peak_bytes = 0;           ///< its heap's peak (its own budget)
+  std::uint64_t bytes_moved = 0;        ///< offloaded + prefetched, one iteration
+  double seconds_per_iteration = 0.0;   ///< measured
+  double allreduce_seconds = 0.0;       ///< its reductions' own time, one iteration
+  double allreduce_wait_seconds = 0.0;  ///< of which backward did not hide
+};
+
 /// The result of one policy.
 struct policy_report {
-  std::string policy;                    ///< "baseline", "liveness", ...
-  bool fits = true;                      ///< whether it ran within the budget
-  std::string failure;                   ///< why not, when !fits
-  bool failed = false;                   ///< stopped by an error other than not fitting
-                                         ///< (fits is false, failure holds the error)
-  std::size_t peak_bytes = 0;            ///< max over steps of heap_bytes
-  std::size_t peak_live_bytes = 0;       ///< max over steps of bytes_live
-  int peak_step = 0;                     ///< the step where peak_bytes is reached
-  std::size_t max_layer_bytes = 0;       ///< max_i l_i (the paper's lower bound)
-  std::size_t persistent_bytes = 0;      ///< parameters, their momentum and state
-  std::uint64_t tensors_allocated = 0;   ///< tensor allocations in one iteration
-  std::uint64_t bytes_offloaded = 0;     ///< device->host bytes in one iteration
-  std::uint64_t bytes_prefetched = 0;    ///< host->device bytes in one iteration
-  std::uint64_t recomputations = 0;      ///< extra forward layer computations per iteration
-  std::uint64_t cache_hits = 0;          ///< tensor cache: tensors found resident
-  std::uint64_t cache_misses = 0;        ///< tensor cache: tensors brought back
-  std::uint64_t evictions = 0;           ///< tensor cache: tensors pushed out to make room
-  double transfer_wait_s = 0.0;          ///< seconds the step loop blocked on transfers
-  std::uint64_t scheduled_swaps = 0;     ///< all: gaps the memory schedule swaps
-  std::uint64_t scheduled_drops = 0;     ///< all: gaps the memory schedule drops and rebuilds
-  std::uint64_t schedule_misses = 0;     ///< all: scheduled actions the safety net pre-empted
-  double predicted_seconds = 0.0;        ///< all: the schedule's modelled iteration time
-  double bound_seconds = 0.0;            ///< all: the least any exact schedule could take
-  replan_report replan;                  ///< all: re-planning from measured times
-  std::uint64_t bytes_compressed = 0;    ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
-  double max_compression_error = 0.0;    ///< the largest relative fp16 round-trip error
-  double images_per_s = 0.0;             ///< train only
-  double seconds_per_iteration = 0.0;    ///< train: measured; plan: simulated
-  double bookkeeping_us_per_step = 0.0;  ///< time the engine spends outside kernels per step
-  std::vector<double> losses;            ///< train: loss per iteration
-  std::vector<step_record> steps;        ///< one iteration's rows
+  std::string policy;                     ///< "baseline", "liveness", ...
+  bool fits = true;                       ///< whether it ran within the budget
+  std::string failure;                    ///< why not, when !fits
+  bool failed = false;                    ///< stopped by an error other than not fitting
+                                          ///< (fits is false, failure holds the error)
+  std::size_t peak_bytes = 0;             ///< max over steps of heap_bytes
+  std::size_t peak_live_bytes = 0;        ///< max over steps of bytes_live
+  int peak_step = 0;                      ///< the step where peak_bytes is reached
+  std::size_t max_layer_bytes = 0;        ///< max_i l_i (the paper's lower bound)
+  std::size_t persistent_bytes = 0;       ///< parameters, their momentum and state
+  std::uint64_t tensors_allocated = 0;    ///< tensor allocations in one iteration
+  std::uint64_t bytes_offloaded = 0;      ///< device->host bytes in one iteration
+  std::uint64_t bytes_prefetched = 0;     ///< host->device bytes in one iteration
+  std::uint64_t recomputations = 0;       ///< extra forward layer computations per iteration
+  std::uint64_t cache_hits = 0;           ///< tensor cache: tensors found resident
+  std::uint64_t cache_misses = 0;         ///< tensor cache: tensors brought back
+  std::uint64_t evictions = 0;            ///< tensor cache: tensors pushed out to make room
+  double transfer_wait_s = 0.0;           ///< seconds the step loop blocked on transfers
+  std::uint64_t scheduled_swaps = 0;      ///< all: gaps the memory schedule swaps
+  std::uint64_t scheduled_drops = 0;      ///< all: gaps the memory schedule drops and rebuilds
+  std::uint64_t schedule_misses = 0;      ///< all: scheduled actions the safety net pre-empted
+  double predicted_seconds = 0.0;         ///< all: the schedule's modelled iteration time
+  double bound_seconds = 0.0;             ///< all: the least any exact schedule could take
+  replan_report replan;                   ///< all: re-planning from measured times
+  std::uint64_t bytes_compressed = 0;     ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
+  double max_compression_error = 0.0;     ///< the largest relative fp16 round-trip error
+  double images_per_s = 0.0;              ///< train only
+  double seconds_per_iteration = 0.0;     ///< train: measured; plan: simulated
+  double bookkeeping_us_per_step = 0.0;   ///< time the engine spends outside kernels per step
+  int ranks = 1;                          ///< data-parallel ranks (gradients reduced)
+  std::uint64_t allreduce_bytes = 0;      ///< gradient bytes reduced per iteration
+  double allreduce_seconds = 0.0;         ///< this rank's reductions' own time, last iteration
+  double allreduce_wait_seconds = 0.0;    ///< compute stream blocked on them (a late rank too)
+  std::vector<rank_report> rank_reports;  ///< every rank's, when ranks > 1 (rank 0's report)
+  int tightest_rank = 0;                  ///< the rank with the highest peak
+  std::vector<double> losses;             ///< train: loss per iteration (global batch)
+  std::vector<step_record> steps;         ///< one iteration's rows
 };
 
 /// A whole run.
@@ -79,6 +95,7 @@ struct run_report {
   std::size_t budget_bytes = 0;
   std::string device;  ///< device name
   int iterations = 0;
+  int ranks = 1;  ///< data-parallel ranks; batch is the global batch
   std::vector<policy_report> policies;
 };
 

@@ -30,6 +30,12 @@
 //   An input feeding several layers gets its gradient from each: the first of them in
 //   backward order (the consumer latest in the route) writes it, the others accumulate.
 //   A step with no work (DATA's backward always) has no accesses.
+// Data parallelism (gradient buckets given): a bucketed layer's backward step reads its
+// trained parameters and writes their gradients, without updating; its bucket's close step
+// (the backward step of the bucket's last layer) reads every gradient of the bucket (they
+// are reduced from there on), and its update step reads them again and updates the
+// parameters and momenta. So a bucket's gradients live from their backward steps to its
+// update step, and the memory plan, the budget checks and the schedule count them.
 //
 // Not thread-safe for writing (set_workspace_bytes); const use may be shared. Holds
 // references to the network and route it was built from: they must outlive it.
@@ -111,10 +117,28 @@ struct layer_tensors {
   std::vector<tensor_id> aux;
 };
 
+/// Data parallelism: the trained parameters of consecutive layers (in backward order)
+/// reduced together. The reduction starts after `close_step` (the backward step of the last
+/// of `layers`); the layers' solver updates run at `update_step`, after it is done: the next
+/// bucket's close step (the reduction runs under that bucket's backward kernels), the last
+/// bucket's at the route's last step.
+struct gradient_bucket {
+  std::vector<layer_id> layers;  ///< backward order
+  std::size_t bytes = 0;         ///< of their gradients
+  std::size_t close_step = 0;
+  std::size_t update_step = 0;
+};
+
+/// Buckets of `net` along `r`: layers with trained parameters, in backward order, a bucket
+/// closed once its gradients reach `bucket_bytes` (as PyTorch DDP's bucket_cap_mb).
+std::vector<gradient_bucket> make_gradient_buckets(const network& net, const route& r,
+                                                   std::size_t bucket_bytes);
+
 class tensor_table {
  public:
-  /// All tensors of `net` and the accesses of every step of `r` (a route of `net`).
-  tensor_table(const network& net, const route& r);
+  /// All tensors of `net` and the accesses of every step of `r` (a route of `net`); with
+  /// `buckets`, the solver's updates are deferred to them (data parallelism, above).
+  tensor_table(const network& net, const route& r, std::vector<gradient_bucket> buckets = {});
   /// The table keeps references: temporaries would dangle.
   tensor_table(network&&, const route&) = delete;
   tensor_table(const network&, route&&) = delete;
@@ -145,6 +169,9 @@ class tensor_table {
   /// Whether step s does any work (has accesses).
   bool has_work(std::size_t s) const noexcept { return offsets_[s + 1] != offsets_[s]; }
 
+  /// The gradient buckets (empty: the updates run in the backward steps).
+  std::span<const gradient_bucket> buckets() const noexcept { return buckets_; }
+
   /// Sets the bytes of a workspace tensor. Throws invalid_argument for any other role.
   /// Plans made earlier (liveness::plan, layer_memory) must be remade.
   void set_workspace_bytes(tensor_id id, std::size_t bytes);
@@ -164,6 +191,7 @@ class tensor_table {
   std::vector<layer_tensors> layers_;
   std::vector<std::size_t> offsets_;  // step s's accesses are [offsets_[s], offsets_[s+1])
   std::vector<tensor_access> accesses_;
+  std::vector<gradient_bucket> buckets_;
 };
 
 }  // namespace memweave

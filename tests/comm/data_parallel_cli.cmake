@@ -1,0 +1,49 @@
+# `memweave train` under mpirun: a 2-rank run writes "ranks": 2 and each rank's figures in
+# rank 0's JSON report; then a run where only rank 1 (4 images of a global batch of 7, rank
+# 0 has 3) is out of its budget: the job fails, and each rank's stderr names rank 1.
+set(common train --net resnet:1,1,1,1 --image-side 64 --classes 5 --width 0.0625 --device host
+    --threads 1 --iterations 2 --policy liveness --conv-ws none)
+execute_process(
+  COMMAND ${MPIEXEC} -n 2 ${MEMWEAVE} ${common} --batch 4 --json ${OUT}/dp_report.json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "2-rank train failed (${rc}):\n${out}\n${err}")
+endif()
+file(READ ${OUT}/dp_report.json json)
+string(JSON ranks GET "${json}" ranks)
+string(JSON per_rank LENGTH "${json}" policies 0 per_rank)
+if(NOT ranks EQUAL 2 OR NOT per_rank EQUAL 2)
+  message(FATAL_ERROR "report: ranks ${ranks}, per_rank ${per_rank}; expected 2 and 2")
+endif()
+if(NOT out MATCHES "tightest rank")
+  message(FATAL_ERROR "summary without the tightest rank:\n${out}")
+endif()
+
+# A budget between the two ranks' peaks (1.15 MiB at 3 images, 1.36 MiB at 4).
+execute_process(
+  COMMAND ${MPIEXEC} -n 2 --tag-output ${MEMWEAVE} ${common} --batch 7 --budget 1280KiB
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(all "${out}${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "a rank out of budget, yet the job succeeded:\n${all}")
+endif()
+if(NOT all MATCHES "\\[1,0\\]<stderr>:memweave: error: rank 0 of 2: [^\n]*rank 1 failed")
+  message(FATAL_ERROR "rank 0 did not report rank 1's failure:\n${all}")
+endif()
+if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: out of budget")
+  message(FATAL_ERROR "rank 1 did not report running out of budget:\n${all}")
+endif()
+
+# `plan --ranks`: the global batch is the per-device one times the devices, and the
+# allreduce is modelled.
+execute_process(
+  COMMAND ${MEMWEAVE} plan --net resnet50 --ranks 8 --budget 16GiB --net-gbps 100
+          --policy liveness --max-batch
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "batch ([0-9]+) per device, global batch ([0-9]+)")
+  message(FATAL_ERROR "plan --ranks 8 (${rc}):\n${out}\n${err}")
+endif()
+math(EXPR expected "${CMAKE_MATCH_1} * 8")
+if(NOT CMAKE_MATCH_2 EQUAL expected OR NOT out MATCHES "ring allreduce of [0-9.]+ MiB")
+  message(FATAL_ERROR "plan --ranks 8: global batch ${CMAKE_MATCH_2}, expected ${expected}:\n${out}")
+endif()
