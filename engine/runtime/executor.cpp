@@ -223,6 +223,9 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   for (tensor_id t = 0; t < n; ++t) {
     if (free_step_[t] < route_.step_count()) free_after_[free_step_[t]].push_back(t);
   }
+  watched_.assign(n, {});
+  capture_after_.assign(route_.step_count(), {});
+  captured_in_.assign(n, 0);
   initialize_persistent();
   if (options.exact)
     require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
@@ -535,6 +538,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
 
   // 3. The kernel, and the event marking its end (what offloads of its outputs wait for).
   if (table_.has_work(s)) launch_layer(l, forward, accesses, conv, workspace, data, false);
+  if (!capture_after_[s].empty()) capture_watched(s);
   if (transfers_) {
     if (step_done_[s] == nullptr) step_done_[s] = dev_.create_event();
     dev_.get_stream(stream_role::compute).record(*step_done_[s]);

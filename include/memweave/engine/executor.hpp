@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memweave/alloc/device_heap.hpp"
@@ -176,6 +177,39 @@ class executor {
   /// Every persistent tensor, in tensor-id order (for bit-identity comparisons).
   std::vector<std::vector<float>> read_persistent() const;
 
+  // ---- Tensors by name (executor_access.cpp) ----
+  // Names are the tensor table's: "<layer>.<param>" for parameters ("conv1.weight",
+  // "bn1.gamma") and BN running statistics ("bn1.running_mean"), "<layer>.<param>.momentum"
+  // for the solver's momenta, "<layer>.<param>.grad" for parameter gradients, "<layer>.y"
+  // for a layer's output, "<layer>.dy" for its gradient. Between iterations the persistent
+  // tensors (parameters, momenta, running statistics) exist under every policy, on the
+  // device or (utp/all) evicted to host memory; every other tensor lived within the last
+  // iteration only, and is read through a copy kept by watch(). On a device that touches no
+  // memory (null) nothing can be read or written: invalid_argument.
+
+  /// The persistent tensors' names, in tensor-id order (the order of read_persistent()).
+  std::vector<std::string> persistent_names() const;
+  /// The tensor named `name`; invalid_argument naming it when the network has none.
+  const tensor_info& find_tensor(std::string_view name) const;
+  /// A copy of the tensor named `name`: a persistent tensor's current value; another one's
+  /// value at the end of the last iteration, when watched. A transient tensor not watched
+  /// no longer exists: invalid_argument saying after which step of the iteration the policy
+  /// freed (or dropped) it.
+  std::vector<float> read(std::string_view name) const;
+  /// Sets the persistent tensor named `name` (initial weights, a checkpoint) to `values`,
+  /// which must hold exactly its element count; invalid_argument otherwise, or when the
+  /// tensor is not persistent, and nothing is written. Between iterations only.
+  void write(std::string_view name, std::span<const float> values);
+  /// The gradient dL/dw of the trained parameter `parameter` ("conv1.weight") computed by
+  /// the last iteration (before the solver's update); needs watch_gradients() before it.
+  std::vector<float> parameter_gradient(std::string_view parameter) const;
+  /// From the next iteration on, keep a host copy of the transient tensor `name` taken
+  /// right after the last step of each iteration that writes it (for debugging: costs a
+  /// copy of it per iteration). invalid_argument for an unknown or persistent tensor.
+  void watch(std::string_view name);
+  /// watch() every parameter gradient.
+  void watch_gradients();
+
  private:
   struct transfers;
 
@@ -225,6 +259,9 @@ class executor {
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
+  void capture_watched(std::size_t step);
+  void write_persistent(tensor_id t, const float* values);
+  [[noreturn]] void throw_not_alive(tensor_id t) const;
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
                                         std::size_t bytes) const;
 
@@ -274,9 +311,14 @@ class executor {
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
-  double bookkeeping_s_ = 0;  // host time outside kernels, last iteration
-  double simulated_s_ = 0;    // null device: simulated seconds, last iteration
-  double loss_ = 0;           // written by the SOFTMAX forward kernel
+  // watch(): per tensor, its host copy (empty when not watched), and per step the watched
+  // tensors whose last write of an iteration it is.
+  std::vector<std::vector<float>> watched_;
+  std::vector<std::vector<tensor_id>> capture_after_;
+  std::vector<std::uint64_t> captured_in_;  // per tensor: iterations_run_ when captured (0: never)
+  double bookkeeping_s_ = 0;                // host time outside kernels, last iteration
+  double simulated_s_ = 0;                  // null device: simulated seconds, last iteration
+  double loss_ = 0;                         // written by the SOFTMAX forward kernel
 };
 
 }  // namespace memweave
