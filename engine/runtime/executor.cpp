@@ -114,6 +114,8 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   lc.heap = heap_.get();
   lc.model = options.model;
   lc.threads = options.threads;
+  solver_ = {options.learning_rate, options.momentum, options.weight_decay};
+  seed_ = options.seed;
   lc.sgd = sgd_options{options.learning_rate, options.momentum, options.weight_decay};
   lc.seed = options.seed;
   lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
@@ -658,6 +660,17 @@ policy_report executor::report() const {
   }
   r.steps = steps_;
   return r;
+}
+
+void executor::set_solver(const solver_settings& settings) {
+  settings.validate("executor::set_solver");
+  solver_ = settings;
+  launcher_->set_sgd({settings.learning_rate, settings.momentum, settings.weight_decay});
+}
+
+void executor::set_seed(std::uint64_t seed) {
+  seed_ = seed;
+  launcher_->set_seed(seed);
 }
 
 void executor::set_transfer_faults(const transfer_faults& faults) {

@@ -10,14 +10,8 @@
 namespace memweave {
 
 void check_executor_options(const executor_options& options) {
-  MEMWEAVE_EXPECTS(std::isfinite(options.learning_rate) && options.learning_rate > 0 &&
-                       options.learning_rate <= 1e3,
-                   "executor_options.learning_rate = " + std::to_string(options.learning_rate) +
-                       ": expected a finite number in (0, 1000]");
-  MEMWEAVE_EXPECTS(std::isfinite(options.momentum) && std::isfinite(options.weight_decay),
-                   "executor_options.momentum = " + std::to_string(options.momentum) +
-                       ", weight_decay = " + std::to_string(options.weight_decay) +
-                       ": expected finite numbers");
+  solver_settings{options.learning_rate, options.momentum, options.weight_decay}.validate(
+      "executor_options");
   // Checked for every device, though only host kernels use it.
   MEMWEAVE_EXPECTS(options.threads >= 0 && options.threads <= 4096,
                    "executor_options.threads = " + std::to_string(options.threads) +

@@ -100,6 +100,12 @@ class kernel_launcher {
   virtual conv_step no_workspace_conv(conv_workspace_selector& selector, const layer& l,
                                       bool forward, bool input_has_gradient);
 
+  /// The solver's settings for the kernels enqueued from now on (between iterations: the
+  /// host backend reads them when its update runs).
+  void set_sgd(const sgd_options& o) noexcept { ctx_.sgd = o; }
+  /// The seed of the dropout masks of the steps enqueued from now on.
+  void set_seed(std::uint64_t seed) noexcept { ctx_.seed = seed; }
+
   /// Enqueues the step's kernel (and, in backward, the solver's updates) on the compute
   /// stream; on `null`, only its modelled time.
   virtual void launch(const layer_launch& step) = 0;

@@ -33,6 +33,7 @@
 #include "memweave/engine/network.hpp"
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/run_report.hpp"
+#include "memweave/engine/solver_settings.hpp"
 #include "memweave/engine/tensor_table.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
 #include "memweave/schedule/memory_schedule.hpp"
@@ -94,6 +95,8 @@ struct executor_options {
   /// run (dynamic), or none / max / fixed:<algorithm>. Workspaces are not in the memory plan:
   /// they are taken from the heap for the step's kernel and given back right after.
   conv_ws_options conv_ws = {};
+  /// The solver's initial settings (solver_settings.hpp: Caffe-form SGD, checked as
+  /// solver_settings::validate); executor::set_solver changes them between iterations.
   float learning_rate = 0.01f;
   float momentum = 0.9f;
   float weight_decay = 5e-4f;
@@ -152,6 +155,17 @@ class executor {
   /// Throws out_of_memory naming the step, the layer and the tensor when the budget cannot
   /// serve an allocation; the executor can then only be destroyed.
   double run_iteration(data_source* data, std::int64_t iteration);
+
+  /// The solver's settings the next iteration uses (at first executor_options').
+  const solver_settings& solver() const noexcept { return solver_; }
+  /// Changes them from the next iteration on (a learning-rate schedule calls it before each
+  /// iteration); invalid_argument naming the field out of range, and nothing changes.
+  void set_solver(const solver_settings& settings);
+
+  /// The seed of the dropout masks (at first executor_options::seed, which also seeded the
+  /// initial values); set_seed changes it from the next iteration on (a checkpoint's).
+  std::uint64_t seed() const noexcept { return seed_; }
+  void set_seed(std::uint64_t seed);
 
   /// The last iteration's rows.
   const std::vector<step_record>& steps() const noexcept { return steps_; }
@@ -311,6 +325,8 @@ class executor {
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
+  solver_settings solver_;
+  std::uint64_t seed_ = 1;
   // watch(): per tensor, its host copy (empty when not watched), and per step the watched
   // tensors whose last write of an iteration it is.
   std::vector<std::vector<float>> watched_;
