@@ -50,7 +50,8 @@ struct layer_launch {
   void* workspace = nullptr;                ///< CONV: conv->workspace_bytes, or nullptr
   data_source* data = nullptr;              ///< DATA: the batches (nullptr on null)
   std::int64_t iteration = 0;               ///< the batch (DATA, dropout seeds)
-  bool replay = false;  ///< a recomputation: BN's running statistics and the loss stay
+  bool replay = false;     ///< a recomputation: BN's running statistics and the loss stay
+  bool inference = false;  ///< evaluation: BN on running statistics, no dropout, no update
 };
 
 /// What a launcher needs of the executor.

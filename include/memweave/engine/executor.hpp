@@ -138,6 +138,15 @@ struct executor_options {
   bool exact = false;
 };
 
+/// What executor::evaluate measured over its batches.
+struct evaluation_result {
+  std::int64_t batches = 0;
+  std::int64_t images = 0;
+  std::int64_t correct = 0;  ///< images whose largest probability is at their label
+  double loss = 0;           ///< mean cross-entropy per image (the batches' mean losses averaged)
+  double accuracy = 0;       ///< correct / images
+};
+
 class executor {
  public:
   /// Prepares `net` on `dev`: route, tensor table, liveness plan, the heap (taking its
@@ -166,6 +175,18 @@ class executor {
   /// initial values); set_seed changes it from the next iteration on (a checkpoint's).
   std::uint64_t seed() const noexcept { return seed_; }
   void set_seed(std::uint64_t seed);
+
+  /// Evaluation: `batches` forward passes over batches first_batch, first_batch + 1, ... of
+  /// `data` (null on the null device), with BN normalising by its running statistics,
+  /// dropout passing everything through, and no backward pass, update or change to any
+  /// persistent tensor. Memory: under every policy, forward-only liveness: each tensor is
+  /// born at the step that writes it and freed right after its last forward reader (nothing
+  /// is kept for a backward pass, so no offload, recomputation or schedule is needed);
+  /// under utp/all the tensor cache still evicts (parameters included) when the budget
+  /// cannot serve. steps() and report() then describe the last batch. The results are the
+  /// same under every policy and budget. On null, loss and accuracy are 0 (nothing runs).
+  /// invalid_argument for batches < 1 or first_batch < 0; out_of_memory as run_iteration.
+  evaluation_result evaluate(data_source* data, std::int64_t first_batch, std::int64_t batches);
 
   /// The last iteration's rows.
   const std::vector<step_record>& steps() const noexcept { return steps_; }
@@ -274,6 +295,11 @@ class executor {
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
   void capture_watched(std::size_t step);
+  void apply_policy_moves(std::size_t s, bool forward, std::size_t position,
+                          std::span<const tensor_access> accesses);
+  void begin_iteration();
+  void finish_iteration();
+  void copy_out_predictions(const layer& loss);
   void write_persistent(tensor_id t, const float* values);
   [[noreturn]] void throw_not_alive(tensor_id t) const;
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
@@ -331,10 +357,16 @@ class executor {
   // tensors whose last write of an iteration it is.
   std::vector<std::vector<float>> watched_;
   std::vector<std::vector<tensor_id>> capture_after_;
-  std::vector<std::uint64_t> captured_in_;  // per tensor: iterations_run_ when captured (0: never)
-  double bookkeeping_s_ = 0;                // host time outside kernels, last iteration
-  double simulated_s_ = 0;                  // null device: simulated seconds, last iteration
-  double loss_ = 0;                         // written by the SOFTMAX forward kernel
+  std::vector<std::uint64_t> captured_in_;
+  // evaluate(): whether the step loop runs an evaluation batch; per forward step, the tensors
+  // whose last forward use it is; the loss layer's probabilities and the labels, copied out.
+  bool evaluating_ = false;
+  std::vector<std::vector<tensor_id>> eval_free_after_;
+  std::vector<float> eval_probabilities_,
+      eval_labels_;           // per tensor: iterations_run_ when captured (0: never)
+  double bookkeeping_s_ = 0;  // host time outside kernels, last iteration
+  double simulated_s_ = 0;    // null device: simulated seconds, last iteration
+  double loss_ = 0;           // written by the SOFTMAX forward kernel
 };
 
 }  // namespace memweave
