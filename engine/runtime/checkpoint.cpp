@@ -197,7 +197,10 @@ checkpoint_file read_checkpoint(const std::string& path) {
 }
 
 checkpoint_state load_checkpoint(executor& ex, const std::string& path) {
-  const checkpoint_file f = read_checkpoint(path);
+  return load_checkpoint(ex, read_checkpoint(path), path);
+}
+
+checkpoint_state load_checkpoint(executor& ex, const checkpoint_file& f, const std::string& path) {
   f.state.solver.validate("checkpoint '" + path + "'");
   // Every name and shape is checked before anything is written.
   std::vector<std::string> missing, unknown, shapes, twice;

@@ -62,5 +62,8 @@ checkpoint_file read_checkpoint(const std::string& path);
 /// written: invalid_argument naming the file and every missing, unknown or mismatched
 /// tensor (the first few).
 checkpoint_state load_checkpoint(executor& ex, const std::string& path);
+/// The same from a file already read (`path` names it in messages).
+checkpoint_state load_checkpoint(executor& ex, const checkpoint_file& file,
+                                 const std::string& path);
 
 }  // namespace memweave
