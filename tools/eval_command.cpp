@@ -24,6 +24,7 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
   executor_options eo = o.executor;
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
+  eo.evaluation_only = true;  // the budget need not hold a backward pass
   char line[320];
   try {
     executor ex(net, *dev, eo);

@@ -231,7 +231,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   initialize_persistent();
   if (options.exact)
     require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
-  if (options.policy.planned && options.budget_bytes != 0) {
+  if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only) {
     if (std::optional<memory_schedule> planned = plan_schedule()) use_schedule(std::move(*planned));
   }
   launcher_->check_ready();
@@ -442,6 +442,8 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const bool touches = dev_.touches_memory();
   MEMWEAVE_EXPECTS(!touches || data != nullptr,
                    "run_iteration needs a data source on a device that computes");
+  MEMWEAVE_EXPECTS(!options_.evaluation_only,
+                   "run_iteration: this executor was made with evaluation_only (evaluate only)");
   const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();

@@ -48,7 +48,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
     for (tensor_id t : plan.persistent) persistent += rounded(table[t].bytes);
   }
   std::size_t worst_step = 0, worst_index = 0;
-  for (std::size_t s = 0; s < table.step_count(); ++s) {
+  const std::size_t checked = options.evaluation_only ? steps.layer_count() : table.step_count();
+  for (std::size_t s = 0; s < checked; ++s) {
     std::size_t b = 0;
     for (const auto& a : table.accesses(s)) {
       if (moves_persistent || !table[a.tensor].persistent) b += rounded(table[a.tensor].bytes);
@@ -70,8 +71,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
                                net[rs.layer].name + " " + to_string(rs.direction) + ") ";
       throw budget_too_small(
           "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
-          options.policy.name + " can run " + net.name() + " at batch " +
-          std::to_string(net.batch()) + " with: " +
+          options.policy.name + " can " + (options.evaluation_only ? "evaluate " : "run ") +
+          net.name() + " at batch " + std::to_string(net.batch()) + " with: " +
           (moves_persistent ? step + "(parameters and state included) " + format_bytes(minimum)
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
                                   format_bytes(worst_step) + " = " + format_bytes(minimum)) +

@@ -136,6 +136,9 @@ struct executor_options {
   /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
   /// compression of swapped tensors) is refused with invalid_argument.
   bool exact = false;
+  /// The executor only evaluates (`memweave eval`): the budget must hold the forward steps
+  /// only (not the backward's), no memory schedule is planned, and run_iteration is refused.
+  bool evaluation_only = false;
 };
 
 /// What executor::evaluate measured over its batches.

@@ -101,6 +101,25 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
     const std::size_t budget = test::smallest_budget(net, policy_options(policy));
     same(run(policy_options(policy, budget)).first, policy + " at its smallest budget");
   }
+  // An executor that only evaluates needs no room for a backward pass: it runs in a budget
+  // below the least that trains.
+  executor_options eval_only = policy_options("liveness");
+  const std::size_t train_floor = test::smallest_budget(net, eval_only);
+  eval_only.evaluation_only = true;
+  eval_only.budget_bytes = (live.peak_bytes / 4096 + 2) * 4096;
+  ASSERT_LT(eval_only.budget_bytes, train_floor);
+  same(run(eval_only).first, "evaluation_only below the training floor");
+  {
+    auto dev = test::make_test_device("host");
+    auto data = make_synthetic_source(img, net.classes(), 7);
+    executor ex(net, *dev, eval_only);
+    try {
+      ex.run_iteration(data.get(), 0);
+      ADD_FAILURE() << "an evaluation-only executor trained";
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("evaluation_only"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // data {2 images, 2 channels, 1x1} -> bn -> dropout -> loss over 2 classes: evaluation
