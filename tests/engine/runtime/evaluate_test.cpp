@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine_test_util.hpp"
+#include "memweave/device/stream_timeline.hpp"
 
 namespace memweave {
 namespace {
@@ -120,6 +121,27 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
       EXPECT_NE(std::string(e.what()).find("evaluation_only"), std::string::npos) << e.what();
     }
   }
+}
+
+// A timeline holds the last batch's kernels: forward ones only, each layer's once.
+TEST(evaluate, a_timeline_holds_the_last_batchs_forward_kernels) {
+  const network net = test::tiny_trainable_net();
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  stream_timeline timeline(*dev);
+  executor_options o = policy_options("liveness");
+  o.timeline = &timeline;
+  executor ex(net, *dev, o);
+  ex.run_iteration(data.get(), 0);
+  (void)ex.evaluate(data.get(), 0, 2);
+  dev->get_stream(stream_role::compute).synchronize();
+  std::size_t kernels = 0;
+  for (const timeline_span& span : timeline.spans()) {
+    if (span.category != "kernel") continue;
+    ++kernels;
+    EXPECT_EQ(span.name.back(), 'F') << span.name;
+  }
+  EXPECT_EQ(kernels, net.size());
 }
 
 // data {2 images, 2 channels, 1x1} -> bn -> dropout -> loss over 2 classes: evaluation
