@@ -76,7 +76,11 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
     executor ex(net, *dev, o);
     for (std::size_t i = 0; i < names.size(); ++i) ex.write(names[i], weights[i]);
     const evaluation_result r = ex.evaluate(data.get(), 50, 3);
-    EXPECT_EQ(ex.read_persistent(), weights) << o.policy.name;
+    // Nothing changed (an evaluation-only executor keeps the tensors but the momenta).
+    for (const std::string& n : ex.persistent_names()) {
+      const auto at = std::find(names.begin(), names.end(), n) - names.begin();
+      EXPECT_EQ(ex.read(n), weights[static_cast<std::size_t>(at)]) << o.policy.name << " " << n;
+    }
     return std::make_pair(r, ex.report());
   };
   const auto [reference, live] = run(policy_options("liveness"));
@@ -109,11 +113,17 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
   eval_only.evaluation_only = true;
   eval_only.budget_bytes = (live.peak_bytes / 4096 + 2) * 4096;
   ASSERT_LT(eval_only.budget_bytes, train_floor);
-  same(run(eval_only).first, "evaluation_only below the training floor");
+  const auto [eval_only_result, eval_only_report] = run(eval_only);
+  same(eval_only_result, "evaluation_only below the training floor");
+  // Without the momenta: less persistent memory, and a lower peak.
+  EXPECT_LT(eval_only_report.persistent_bytes, live.persistent_bytes);
+  EXPECT_LT(eval_only_report.peak_bytes, live.peak_bytes);
   {
     auto dev = test::make_test_device("host");
     auto data = make_synthetic_source(img, net.classes(), 7);
     executor ex(net, *dev, eval_only);
+    EXPECT_EQ(ex.persistent_names().size(), names.size() - 12);  // 6 trained layers x 2
+    EXPECT_THROW((void)ex.read("fc1.weight.momentum"), invalid_argument);
     try {
       ex.run_iteration(data.get(), 0);
       ADD_FAILURE() << "an evaluation-only executor trained";
