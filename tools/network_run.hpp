@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "cli_args.hpp"
+#include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
+#include "memweave/engine/checkpoint.hpp"
 #include "memweave/engine/data_source.hpp"
 #include "memweave/engine/executor.hpp"
 #include "memweave/engine/network.hpp"
@@ -35,7 +37,28 @@ struct network_run_options {
   std::string timeline;
   /// Called on each policy's report before the summary (plan --ranks adds the network).
   std::function<void(policy_report&)> amend;
+  bool lr_given = false, seed_given = false;  ///< --lr, --seed on the command line
+  // train/eval (training_options.hpp): the learning rate of iteration i is
+  // schedule.rate(executor.learning_rate, i); --init-from's checkpoint (null: none) is
+  // loaded into every policy's executor, which then starts at first_iteration; --save
+  // receives the weights after the last iteration ("" = none).
+  lr_schedule schedule;
+  std::string init_path;
+  std::shared_ptr<const checkpoint_file> init;
+  std::int64_t first_iteration = 0;
+  std::string save;
 };
+
+/// Runs `parse`; an invalid_argument it throws is rethrown prefixed with `knob`, the option
+/// or variable the text came from (parsers of names know the name, not where it came from).
+template <class F>
+auto from_knob(const std::string& knob, F&& parse) {
+  try {
+    return parse();
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(knob + ": " + e.what());
+  }
+}
 
 /// Reads --net, --batch, --image-side, --width, --classes, --policy, --budget, --fit,
 /// --conv-ws, --recompute, --seed, --lr, --threads, --host-pool, --prefetch-distance,

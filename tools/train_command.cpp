@@ -1,6 +1,8 @@
 // `memweave train`: trains a zoo network under a budget with each policy asked for, on the
-// host (or cuda) device, printing a progress line per iteration and a summary. Everything
-// the run will need (options, data, output paths) is checked before the first policy runs.
+// host (or cuda) device, printing a progress line per iteration and a summary; optionally
+// from a checkpoint (--init-from) and saving one (--save), with a learning-rate schedule.
+// Everything the run will need (options, data, output paths) is checked before the first
+// policy runs.
 //
 // Under an MPI launcher with several ranks (`mpirun -np N memweave train ...`) it trains
 // data-parallel: --batch is the global batch, rank r takes positions [r*B/N, (r+1)*B/N) of
@@ -16,6 +18,7 @@
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
+#include "training_options.hpp"
 
 namespace memweave {
 namespace {
@@ -23,6 +26,8 @@ namespace {
 int train(int argc, const char* const* argv, std::ostream& out, communicator& comm) {
   cli_args args(argc, argv, 2, {});
   network_run_options o = read_network_run_options(args);
+  read_init_from(args, o, true);
+  read_training_options(args, o);
   const int iterations =
       static_cast<int>(args.get_int("iterations", 1, std::numeric_limits<int>::max()).value_or(10));
   const std::string data = args.get_or("data", "synthetic");
@@ -73,6 +78,9 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
         << " parameters, batch " << global;
   if (ranks > 1) shown << " (" << ranks << " ranks, " << comm.name() << ")";
   shown << ", data " << data << "\n";
+  if (o.init) {
+    shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration << "\n";
+  }
   // A policy that does not fit is a result, reported in the summary; exit 1 is for when
   // none does.
   const int rc = run_policies(net, o, dev, iterations, source.get(), report, shown, &shown);

@@ -231,6 +231,14 @@ const tensor_info& tensor_table::at(tensor_id id) const {
   return tensors_[id];
 }
 
+tensor_id tensor_table::find(std::string_view name) const noexcept {
+  // A linear scan: looked up by callers (checkpoints, debugging), never by the step loop.
+  for (const tensor_info& t : tensors_) {
+    if (t.name == name) return t.id;
+  }
+  return invalid_tensor;
+}
+
 void tensor_table::set_workspace_bytes(tensor_id id, std::size_t bytes) {
   const tensor_info& t = at(id);
   if (t.role != tensor_role::workspace)

@@ -38,7 +38,10 @@ struct step_io {
   std::uint64_t seed = 0;            ///< DROPOUT: the mask's seed for this layer and batch
   std::int64_t first_sample = 0;     ///< DROPOUT: this rank's first image in the global batch
   bool update_running_stats = true;  ///< BN: false when a forward is recomputed
-  double* loss = nullptr;            ///< SOFTMAX forward writes the batch's mean loss here
+  /// Evaluation (executor::evaluate): BN normalises with its running statistics (and
+  /// leaves them and its aux tensors alone), DROPOUT passes x through (y = x exactly).
+  bool inference = false;
+  double* loss = nullptr;  ///< SOFTMAX forward writes the batch's mean loss here
 };
 
 using step_fn = void (*)(const kernels::host::kernel_context&, const step_io&);

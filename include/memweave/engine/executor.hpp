@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memweave/alloc/device_heap.hpp"
@@ -32,6 +33,7 @@
 #include "memweave/engine/network.hpp"
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/run_report.hpp"
+#include "memweave/engine/solver_settings.hpp"
 #include "memweave/engine/tensor_table.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
 #include "memweave/schedule/memory_schedule.hpp"
@@ -95,6 +97,8 @@ struct executor_options {
   /// run (dynamic), or none / max / fixed:<algorithm>. Workspaces are not in the memory plan:
   /// they are taken from the heap for the step's kernel and given back right after.
   conv_ws_options conv_ws = {};
+  /// The solver's initial settings (solver_settings.hpp: Caffe-form SGD, checked as
+  /// solver_settings::validate); executor::set_solver changes them between iterations.
   float learning_rate = 0.01f;
   float momentum = 0.9f;
   float weight_decay = 5e-4f;
@@ -152,6 +156,20 @@ struct executor_options {
   std::int64_t first_sample = 0;
   /// A gradient bucket closes once it holds this many bytes (MEMWEAVE_BUCKET_BYTES).
   std::size_t bucket_bytes = 25ull << 20;
+  /// The executor only evaluates (`memweave eval`): the budget must hold the forward steps
+  /// only (not the backward's) and no momenta (they are not kept: persistent_names() omits
+  /// them, write() discards them, read() refuses them), no memory schedule is planned, and
+  /// run_iteration is refused.
+  bool evaluation_only = false;
+};
+
+/// What executor::evaluate measured over its batches.
+struct evaluation_result {
+  std::int64_t batches = 0;
+  std::int64_t images = 0;
+  std::int64_t correct = 0;  ///< images whose largest probability is at their label
+  double loss = 0;           ///< mean cross-entropy per image (the batches' mean losses averaged)
+  double accuracy = 0;       ///< correct / images
 };
 
 class executor {
@@ -171,6 +189,29 @@ class executor {
   /// Throws out_of_memory naming the step, the layer and the tensor when the budget cannot
   /// serve an allocation; the executor can then only be destroyed.
   double run_iteration(data_source* data, std::int64_t iteration);
+
+  /// The solver's settings the next iteration uses (at first executor_options').
+  const solver_settings& solver() const noexcept { return solver_; }
+  /// Changes them from the next iteration on (a learning-rate schedule calls it before each
+  /// iteration); invalid_argument naming the field out of range, and nothing changes.
+  void set_solver(const solver_settings& settings);
+
+  /// The seed of the dropout masks (at first executor_options::seed, which also seeded the
+  /// initial values); set_seed changes it from the next iteration on (a checkpoint's).
+  std::uint64_t seed() const noexcept { return seed_; }
+  void set_seed(std::uint64_t seed);
+
+  /// Evaluation: `batches` forward passes over batches first_batch, first_batch + 1, ... of
+  /// `data` (null on the null device), with BN normalising by its running statistics,
+  /// dropout passing everything through, and no backward pass, update or change to any
+  /// persistent tensor. Memory: under every policy, forward-only liveness: each tensor is
+  /// born at the step that writes it and freed right after its last forward reader (nothing
+  /// is kept for a backward pass, so no offload, recomputation or schedule is needed);
+  /// under utp/all the tensor cache still evicts (parameters included) when the budget
+  /// cannot serve. steps() and report() then describe the last batch. The results are the
+  /// same under every policy and budget. On null, loss and accuracy are 0 (nothing runs).
+  /// invalid_argument for batches < 1 or first_batch < 0; out_of_memory as run_iteration.
+  evaluation_result evaluate(data_source* data, std::int64_t first_batch, std::int64_t batches);
 
   /// The last iteration's rows.
   const std::vector<step_record>& steps() const noexcept { return steps_; }
@@ -195,6 +236,39 @@ class executor {
   void set_transfer_faults(const transfer_faults& faults);
   /// Every persistent tensor, in tensor-id order (for bit-identity comparisons).
   std::vector<std::vector<float>> read_persistent() const;
+
+  // ---- Tensors by name (executor_access.cpp) ----
+  // Names are the tensor table's: "<layer>.<param>" for parameters ("conv1.weight",
+  // "bn1.gamma") and BN running statistics ("bn1.running_mean"), "<layer>.<param>.momentum"
+  // for the solver's momenta, "<layer>.<param>.grad" for parameter gradients, "<layer>.y"
+  // for a layer's output, "<layer>.dy" for its gradient. Between iterations the persistent
+  // tensors (parameters, momenta, running statistics) exist under every policy, on the
+  // device or (utp/all) evicted to host memory; every other tensor lived within the last
+  // iteration only, and is read through a copy kept by watch(). On a device that touches no
+  // memory (null) nothing can be read or written: invalid_argument.
+
+  /// The persistent tensors' names, in tensor-id order (the order of read_persistent()).
+  std::vector<std::string> persistent_names() const;
+  /// The tensor named `name`; invalid_argument naming it when the network has none.
+  const tensor_info& find_tensor(std::string_view name) const;
+  /// A copy of the tensor named `name`: a persistent tensor's current value; another one's
+  /// value at the end of the last iteration, when watched. A transient tensor not watched
+  /// no longer exists: invalid_argument saying after which step of the iteration the policy
+  /// freed (or dropped) it.
+  std::vector<float> read(std::string_view name) const;
+  /// Sets the persistent tensor named `name` (initial weights, a checkpoint) to `values`,
+  /// which must hold exactly its element count; invalid_argument otherwise, or when the
+  /// tensor is not persistent, and nothing is written. Between iterations only.
+  void write(std::string_view name, std::span<const float> values);
+  /// The gradient dL/dw of the trained parameter `parameter` ("conv1.weight") computed by
+  /// the last iteration (before the solver's update); needs watch_gradients() before it.
+  std::vector<float> parameter_gradient(std::string_view parameter) const;
+  /// From the next iteration on, keep a host copy of the transient tensor `name` taken
+  /// right after the last step of each iteration that writes it (for debugging: costs a
+  /// copy of it per iteration). invalid_argument for an unknown or persistent tensor.
+  void watch(std::string_view name);
+  /// watch() every parameter gradient.
+  void watch_gradients();
 
  private:
   // Data parallelism (executor_parallel.cpp).
@@ -250,6 +324,14 @@ class executor {
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
+  void capture_watched(std::size_t step);
+  void apply_policy_moves(std::size_t s, bool forward, std::size_t position,
+                          std::span<const tensor_access> accesses);
+  void begin_iteration();
+  void finish_iteration();
+  void copy_out_predictions(const layer& loss);
+  void write_persistent(tensor_id t, const float* values);
+  [[noreturn]] void throw_not_alive(tensor_id t) const;
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
                                         std::size_t bytes) const;
 
@@ -299,6 +381,20 @@ class executor {
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
+  solver_settings solver_;
+  std::uint64_t seed_ = 1;
+  // watch(): per tensor, its host copy (empty when not watched), and per step the watched
+  // tensors whose last write of an iteration it is.
+  std::vector<std::vector<float>> watched_;
+  std::vector<std::vector<tensor_id>> capture_after_;
+  std::vector<std::uint64_t> captured_in_;
+  // evaluate(): whether the step loop runs an evaluation batch; per forward step, the tensors
+  // whose last forward use it is; the loss layer's probabilities and the labels, copied out.
+  bool evaluating_ = false;
+  std::vector<bool> discarded_;  // evaluation_only: per tensor, a momentum not kept
+  std::vector<std::vector<tensor_id>> eval_free_after_;
+  std::vector<float> eval_probabilities_,
+      eval_labels_;           // per tensor: iterations_run_ when captured (0: never)
   double bookkeeping_s_ = 0;  // host time outside kernels, last iteration
   double simulated_s_ = 0;    // null device: simulated seconds, last iteration
   double loss_ = 0;           // written by the SOFTMAX forward kernel

@@ -46,6 +46,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memweave/engine/network.hpp"
@@ -153,6 +154,8 @@ class tensor_table {
   /// Tensor `id`; throws invalid_argument when out of range.
   const tensor_info& at(tensor_id id) const;
   const tensor_info& operator[](tensor_id id) const noexcept { return tensors_[id]; }
+  /// The tensor named `name` ("conv1.weight", "conv1.y"); invalid_tensor when none is.
+  tensor_id find(std::string_view name) const noexcept;
 
   /// The tensors of layer `id`.
   const layer_tensors& of(layer_id id) const noexcept { return layers_[id]; }
