@@ -52,17 +52,17 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
   bool any_fits = false;
   for (const std::string& policy : o.policies) {
     const largest_fit r = search_largest(1, depth ? 100000 : 1 << 20, [&](std::int64_t v) {
-      zoo_options z = o.zoo;
-      std::string name = o.net;
+      network_run_options probe = o;
+      std::int64_t batch = o.zoo.batch;
       if (depth) {
-        name = "resnet:" + std::to_string(blocks[0]) + "," + std::to_string(blocks[1]) + "," +
-               std::to_string(v) + "," + std::to_string(blocks[3]);
+        probe.net = "resnet:" + std::to_string(blocks[0]) + "," + std::to_string(blocks[1]) + "," +
+                    std::to_string(v) + "," + std::to_string(blocks[3]);
       } else {
-        z.batch = v;
+        batch = v;
       }
       std::optional<network> net;
       try {
-        net.emplace(make_network(name, z));
+        net.emplace(make_run_network(probe, batch));
       } catch (const invalid_argument&) {
         // The smallest value builds the user's own network: its errors are theirs. A larger
         // one that does not build has a tensor beyond any address space: it does not fit.
@@ -112,7 +112,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
 
   check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
-  const network net = make_network(o.net, o.zoo);
+  const network net = make_run_network(o, nullptr);
   device_options dev;
   dev.kind = "null";
   // Without a budget the planning device is as large as address space allows, so that
@@ -122,7 +122,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   run_report report;
   report.command = "plan";
   report.network = o.net;
-  report.batch = o.zoo.batch;
+  report.batch = net.batch();
   report.budget_bytes = o.budget_bytes;
   report.iterations = 1;
   std::ostringstream runs;  // printed after the header, which needs the planning time
@@ -136,7 +136,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out << "memweave plan " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
-      << " parameters, batch " << o.zoo.batch << " (planned in " << std::fixed
+      << " parameters, batch " << net.batch() << " (planned in " << std::fixed
       << std::setprecision(3) << seconds << " s)\n";
   out.unsetf(std::ios::fixed);
   out << runs.str();

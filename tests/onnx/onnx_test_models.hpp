@@ -1,0 +1,65 @@
+// The ONNX models of the importer's tests, written once per test program by
+// tests/onnx/make_onnx_models.py with Debian's /usr/bin/python3 (python3-onnx; a python3
+// earlier on PATH may lack the module).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace memweave::test {
+
+inline constexpr const char* k_system_python = "/usr/bin/python3";
+
+/// The folder holding the generated models, or "" when they cannot be made; `why` then
+/// says why (for GTEST_SKIP: /usr/bin/python3 without the onnx module). A failing generator
+/// with the module present is not a skip: the folder is returned empty and the tests fail.
+inline const std::string& onnx_models_dir(std::string* why = nullptr) {
+  static std::string reason;
+  static const std::string dir = [] {
+    const std::string probe = std::string(k_system_python) + " -c 'import onnx' 2>/dev/null";
+    if (std::system(probe.c_str()) != 0) {
+      reason = std::string(k_system_python) +
+               " cannot import onnx: install python3-onnx (scripts/setup.sh does) to run the "
+               "ONNX import tests";
+      return std::string();
+    }
+    const char* src = std::getenv("MEMWEAVE_SOURCE_DIR");
+    const std::filesystem::path out =
+        std::filesystem::temp_directory_path() / ("memweave_onnx_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(out);
+    // Removed when the test program exits.
+    static const struct remover {
+      std::filesystem::path path;
+      ~remover() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+      }
+    } cleanup{out};
+    const std::string cmd = std::string(k_system_python) + " " +
+                            (src ? std::string(src) : std::string(".")) +
+                            "/tests/onnx/make_onnx_models.py " + out.string();
+    if (std::system(cmd.c_str()) != 0) reason = "the generator failed: " + cmd;
+    return out.string();
+  }();
+  if (why) *why = reason;
+  return dir;
+}
+
+/// Skips the test when the models cannot be made; fails it when the generator broke.
+#define MEMWEAVE_ONNX_MODELS_OR_SKIP()                                  \
+  do {                                                                  \
+    std::string why_;                                                   \
+    const std::string& dir_ = ::memweave::test::onnx_models_dir(&why_); \
+    if (dir_.empty()) GTEST_SKIP() << why_;                             \
+    ASSERT_TRUE(why_.empty()) << why_;                                  \
+  } while (0)
+
+/// The path of the generated model `name` ("all_ops" -> DIR/all_ops.onnx).
+inline std::string onnx_model(const std::string& name) {
+  return onnx_models_dir() + "/" + name + ".onnx";
+}
+
+}  // namespace memweave::test
