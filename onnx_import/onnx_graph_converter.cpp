@@ -448,7 +448,8 @@ class converter {
   }
 
   void gemm(const onnx::NodeProto& n) {
-    check_attributes(n, {"alpha", "beta", "transA", "transB"});
+    // broadcast (opset < 7) allowed C to broadcast, which every bias the engine takes does.
+    check_attributes(n, {"alpha", "beta", "broadcast", "transA", "transB"});
     if (int_attr(n, "transA", 0) != 0)
       fail(n, "transA = 1 is not supported (the input must be (N, K), batch first)");
     const bool trans_b = int_attr(n, "transB", 0) != 0;
@@ -768,9 +769,10 @@ class converter {
     if (axis < 0) axis += rank;
     // Before opset 13 Softmax flattens from `axis`; from 13 it normalizes along `axis` alone,
     // the same when every other non-batch dimension is 1.
-    const bool per_image =
-        axis == 1 || (out_.opset >= 13 && axis >= 1 && axis < rank &&
-                      product(x.dims, 1) == x.dims[static_cast<std::size_t>(axis)]);
+    const bool per_image = out_.opset < 13
+                               ? axis == 1
+                               : axis >= 1 && axis < rank &&
+                                     product(x.dims, 1) == x.dims[static_cast<std::size_t>(axis)];
     if (!per_image)
       fail(n, "axis = " + std::to_string(int_attr(n, "axis", 0)) + " on " + text(x.dims) +
                   " (opset " + std::to_string(out_.opset) +
