@@ -26,6 +26,7 @@
 #include "memweave/engine/executor.hpp"
 #include "memweave/onnx/import_onnx.hpp"
 #include "onnx/onnx_pb.h"
+#include "onnx_test_models.hpp"
 
 namespace memweave {
 namespace {
@@ -120,16 +121,9 @@ case_result run_case(const fs::path& dir) {
   fs::remove(tmp);
   r.imported = true;
   const network& net = m->net;
-  device_options d;
-  d.kind = "host";
-  d.capacity_bytes = std::size_t{256} << 20;
-  auto dev = make_device(d);
-  executor_options o;
-  o.policy = executor_policy::parse("baseline");
-  o.threads = 1;
-  o.learning_rate = 1e-12f;  // forward is what is compared
-  executor ex(net, *dev, o);
-  for (const auto& [name, v] : m->weights) ex.write(name, v);
+  // The forward is what is compared.
+  test::imported_run run = test::start_imported(*m, "baseline", 1e-12f);
+  executor& ex = *run.ex;
   const std::string watched =
       (m->softmax_in_model ? net[net.loss_layer()].name : m->output_layer) + ".y";
   ex.watch(watched);

@@ -241,15 +241,8 @@ TEST_F(OnnxImport, MalformedFilesAreClearErrors) {
 // the trained ones, with the transpositions and Gemm's alpha/beta undone in the file.
 void round_trip(const std::string& model, std::int64_t batch) {
   const imported_model m = import_onnx(onnx_model(model), batch);
-  device_options d;
-  d.kind = "host";
-  d.capacity_bytes = std::size_t{256} << 20;
-  auto dev = make_device(d);
-  executor_options o;
-  o.policy = executor_policy::parse("liveness");
-  o.threads = 1;
-  executor ex(m.net, *dev, o);
-  for (const auto& [name, v] : m.weights) ex.write(name, v);
+  test::imported_run run = test::start_imported(m, "liveness");
+  executor& ex = *run.ex;
   auto data = make_synthetic_source(m.net[m.net.data_layer()].output_shape, m.net.classes(), 3);
   for (int i = 0; i < 3; ++i) ex.run_iteration(data.get(), i);
   std::map<std::string, std::vector<float>> trained;

@@ -7,7 +7,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
+
+#include "memweave/device/device.hpp"
+#include "memweave/engine/executor.hpp"
+#include "memweave/onnx/import_onnx.hpp"
 
 namespace memweave::test {
 
@@ -60,6 +65,29 @@ inline const std::string& onnx_models_dir(std::string* why = nullptr) {
 /// The path of the generated model `name` ("all_ops" -> DIR/all_ops.onnx).
 inline std::string onnx_model(const std::string& name) {
   return onnx_models_dir() + "/" + name + ".onnx";
+}
+
+/// An imported model ready to run: a small host device and an executor under `policy`, one
+/// kernel thread, the model's weights written. `ex` refers to `dev`: keep them together.
+struct imported_run {
+  std::unique_ptr<device> dev;
+  std::unique_ptr<executor> ex;
+};
+
+inline imported_run start_imported(const imported_model& m, const std::string& policy,
+                                   float learning_rate = 0.01f) {
+  device_options d;
+  d.kind = "host";
+  d.capacity_bytes = std::size_t{256} << 20;
+  imported_run r;
+  r.dev = make_device(d);
+  executor_options o;
+  o.policy = executor_policy::parse(policy);
+  o.threads = 1;
+  o.learning_rate = learning_rate;
+  r.ex = std::make_unique<executor>(m.net, *r.dev, o);
+  for (const auto& [name, v] : m.weights) r.ex->write(name, v);
+  return r;
 }
 
 }  // namespace memweave::test
