@@ -157,6 +157,12 @@ class converter {
 
   bool collecting() const noexcept { return classes_ > 0; }
 
+  // How many node inputs and graph outputs read value `name`.
+  int uses(const std::string& name) const {
+    auto it = uses_.find(name);
+    return it == uses_.end() ? 0 : it->second;
+  }
+
   static bool has_input(const onnx::NodeProto& n, int k) {
     return k < n.input_size() && !n.input(k).empty();
   }
@@ -240,7 +246,7 @@ class converter {
   // training statistics): the engine's layers have one output.
   void expect_single_output(const onnx::NodeProto& n, const char* what) const {
     for (int k = 1; k < n.output_size(); ++k)
-      if (!n.output(k).empty() && uses_.count(n.output(k)))
+      if (!n.output(k).empty() && uses(n.output(k)) > 0)
         fail(n, "its output " + std::to_string(k) + " ('" + n.output(k) + "', " + what +
                     ") is used; the engine's layer has one output");
   }
@@ -494,7 +500,7 @@ class converter {
     int bias_k = 0;
     const std::string& y = n.output(0);
     if (auto it = consumers_.find(y);
-        it != consumers_.end() && it->second.size() == 1 && uses_[y] == 1) {
+        it != consumers_.end() && it->second.size() == 1 && uses(y) == 1) {
       const int j = it->second[0];
       const onnx::NodeProto& next = graph_.node(j);
       if (next.op_type() == "Add" && next.input_size() == 2 && next.attribute_size() == 0) {
@@ -778,7 +784,7 @@ class converter {
                   " (opset " + std::to_string(out_.opset) +
                   ") is not a softmax over each image's features; the engine's loss layer "
                   "computes that one only");
-    if (n.output(0) != graph_.output(0).name() || uses_[n.output(0)] != 1)
+    if (n.output(0) != graph_.output(0).name() || uses(n.output(0)) != 1)
       fail(n, "Softmax is supported only as the graph's output (the engine's loss layer)");
     out_.softmax_node = layer_name(n);
     out_.logits = x.layer;
