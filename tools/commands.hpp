@@ -8,6 +8,7 @@
 namespace memweave {
 
 int train_command(int argc, const char* const* argv, std::ostream& out);
+int eval_command(int argc, const char* const* argv, std::ostream& out);
 int plan_command(int argc, const char* const* argv, std::ostream& out);
 int replay_command(int argc, const char* const* argv, std::ostream& out);
 int config_command(int argc, const char* const* argv, std::ostream& out);

@@ -24,12 +24,20 @@ commands:
           [--host-pool SIZE (pinned host memory for offloads; plan: 256GiB)]
           [--prefetch-distance N (checkpoint layers prefetched ahead in backward)]
           [--seed N] [--lr X] [--threads N]
+          [--momentum X (in [0, 1))] [--weight-decay X (in [0, 1])]
+          [--lr-schedule constant|step:EVERY:GAMMA|cosine:T_MAX] [--warmup N]
+          [--init-from FILE (resume from a checkpoint: weights, iteration, seed, solver)]
+          [--save FILE (a checkpoint after the last iteration; one --policy)]
           [--cost-model titan_xp|k40|h100_pcie5 (the device plan's model stands for)]
           [--json PATH] [--csv PATH] [--svg PATH]
           [--trace-timeline PATH (the last iteration's compute and copy streams as a
            Chrome/Perfetto trace: which copies hid under compute)]
           [--export-onnx PATH (with --net PATH.onnx: a copy of the model with the trained
            weights)]
+  eval    the evaluation pass (forward only, BN running statistics, no dropout): loss,
+          accuracy and memory per policy
+          --net NAME|PATH.onnx [--init-from FILE] [--batches N (10)] [--first-batch N (0)]
+          [--data ...] [--device auto|host|cuda|null] and train's network and memory options
   plan    the same runtime on the null device (no memory touched): per-step memory,
           peak, max(l_i), and whether each policy fits --budget (same options, no --data);
           --max-batch: the largest batch that fits --budget, per policy;
@@ -68,6 +76,7 @@ int main(int argc, char** argv) {
   try {
     memweave::validate_environment();
     if (command == "train") return memweave::train_command(argc, argv, std::cout);
+    if (command == "eval") return memweave::eval_command(argc, argv, std::cout);
     if (command == "plan") return memweave::plan_command(argc, argv, std::cout);
     if (command == "replay") return memweave::replay_command(argc, argv, std::cout);
     if (command == "config") return memweave::config_command(argc, argv, std::cout);

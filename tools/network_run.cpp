@@ -38,17 +38,6 @@ constexpr double k_min_width = 1e-6;
 constexpr double k_min_learning_rate = 1e-12;
 constexpr double k_max_learning_rate = 1e3;  // keeps the float finite
 
-// Runs `parse`; an invalid_argument it throws is rethrown prefixed with `knob`, the option or
-// variable the text came from (parsers of names know the name, not where it came from).
-template <class F>
-auto from_knob(const std::string& knob, F&& parse) {
-  try {
-    return parse();
-  } catch (const invalid_argument& e) {
-    throw invalid_argument(knob + ": " + e.what());
-  }
-}
-
 // `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
 // not be a device or a pipe either; a trace is written in place.
 void check_output_path(const std::string& knob, const std::string& path, bool replaced,
@@ -156,10 +145,12 @@ network_run_options read_network_run_options(cli_args& args) {
   const auto model = args.get("cost-model");
   o.executor.model = cost_model::preset(model ? *model : option_string("MEMWEAVE_COST_MODEL"),
                                         model ? "--cost-model" : "MEMWEAVE_COST_MODEL");
-  o.executor.seed = static_cast<std::uint64_t>(
-      args.get_int("seed", 0, std::numeric_limits<std::int64_t>::max()).value_or(1));
-  o.executor.learning_rate = static_cast<float>(
-      args.get_double("lr", k_min_learning_rate, k_max_learning_rate).value_or(0.01));
+  const auto seed = args.get_int("seed", 0, std::numeric_limits<std::int64_t>::max());
+  o.executor.seed = static_cast<std::uint64_t>(seed.value_or(1));
+  o.seed_given = seed.has_value();
+  const auto lr = args.get_double("lr", k_min_learning_rate, k_max_learning_rate);
+  o.executor.learning_rate = static_cast<float>(lr.value_or(0.01));
+  o.lr_given = lr.has_value();
   o.executor.threads = static_cast<int>(args.get_int_or_variable("threads", "MEMWEAVE_THREADS"));
   // Absent: 0, the executor's "MEMWEAVE_HOST_POOL_BYTES" (plan then models a large host).
   o.executor.host_pool_bytes =
@@ -227,6 +218,7 @@ void check_output_paths(const network_run_options& o) {
   if (!o.csv.empty()) check_output_path("--csv", o.csv, true, seen);
   if (!o.svg.empty()) check_output_path("--svg", o.svg, true, seen);
   if (!o.export_onnx.empty()) check_output_path("--export-onnx", o.export_onnx, true, seen);
+  if (!o.save.empty()) check_output_path("--save", o.save, true, seen);
   for (const auto& p : o.policies) {
     const std::string trace = trace_path_of(o, p);
     if (!trace.empty()) check_output_path("MEMWEAVE_TRACE", trace, false, seen);
@@ -263,9 +255,16 @@ policy_report run_policy(const network& net, const network_run_options& o,
     report.failure = e.what();
     return report;
   }
+  // The model's weights, then a checkpoint's (--init-from wins).
   if (dev->touches_memory()) {
     for (const auto& [name, values] : o.initial_weights) ex->write(name, values);
   }
+  if (o.init) {
+    // The checkpoint's tensors, then the settings resolved from it and the command line.
+    (void)from_knob("--init-from", [&] { return load_checkpoint(*ex, *o.init, o.init_path); });
+    ex->set_seed(eo.seed);
+  }
+  const solver_settings base{eo.learning_rate, eo.momentum, eo.weight_decay};
   // The last iteration's streams, written on every way out below once the executor ran
   // (destroying it first waits for its streams, so every span is complete).
   auto save_timeline = [&] {
@@ -286,8 +285,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
   std::vector<double> losses;
   try {
     for (int it = 0; it < iterations; ++it) {
+      const std::int64_t batch = o.first_iteration + it;
+      solver_settings now = base;
+      now.learning_rate = static_cast<float>(o.schedule.rate(base.learning_rate, batch));
+      ex->set_solver(now);
       const auto t0 = std::chrono::steady_clock::now();
-      const double loss = ex->run_iteration(dev->touches_memory() ? data : nullptr, it);
+      const double loss = ex->run_iteration(dev->touches_memory() ? data : nullptr, batch);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       losses.push_back(loss);
       if (!std::isfinite(loss)) {
@@ -326,6 +329,15 @@ policy_report run_policy(const network& net, const network_run_options& o,
   }
   report = ex->report();
   report.losses = std::move(losses);
+  if (!o.save.empty() && dev->touches_memory()) {
+    from_knob("--save", [&] {
+      save_checkpoint(*ex, o.save, checkpoint_state_of(*ex, o.first_iteration + iterations));
+    });
+    if (progress) {
+      *progress << "saved the weights after iteration " << o.first_iteration + iterations << " to "
+                << o.save << "\n";
+    }
+  }
   if (o.on_trained) o.on_trained(policy, *ex);
   save_timeline();
   if (dev->touches_memory() && measured > 0) {

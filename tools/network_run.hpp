@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "cli_args.hpp"
+#include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
+#include "memweave/engine/checkpoint.hpp"
 #include "memweave/engine/data_source.hpp"
 #include "memweave/engine/executor.hpp"
 #include "memweave/engine/network.hpp"
@@ -37,6 +39,16 @@ struct network_run_options {
   /// --trace-timeline: the last iteration's streams as a Chrome/Perfetto trace ("" = none;
   /// see timeline_path_of).
   std::string timeline;
+  bool lr_given = false, seed_given = false;  ///< --lr, --seed on the command line
+  // train/eval (training_options.hpp): the learning rate of iteration i is
+  // schedule.rate(executor.learning_rate, i); --init-from's checkpoint (null: none) is
+  // loaded into every policy's executor, which then starts at first_iteration; --save
+  // receives the weights after the last iteration ("" = none).
+  lr_schedule schedule;
+  std::string init_path;
+  std::shared_ptr<const checkpoint_file> init;
+  std::int64_t first_iteration = 0;
+  std::string save;
   /// train --export-onnx: a copy of the ONNX model with the trained weights ("" = none).
   std::string export_onnx;
   /// Persistent tensors to set before the first iteration, by name (an ONNX model's
@@ -46,6 +58,17 @@ struct network_run_options {
   /// (train --export-onnx reads the trained weights there).
   std::function<void(const std::string& policy, const memweave::executor&)> on_trained;
 };
+
+/// Runs `parse`; an invalid_argument it throws is rethrown prefixed with `knob`, the option
+/// or variable the text came from (parsers of names know the name, not where it came from).
+template <class F>
+auto from_knob(const std::string& knob, F&& parse) {
+  try {
+    return parse();
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(knob + ": " + e.what());
+  }
+}
 
 /// Whether --net names an ONNX model file (a path ending in ".onnx") rather than a zoo network.
 bool is_onnx_net(const std::string& net);

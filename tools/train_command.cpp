@@ -1,8 +1,9 @@
 // `memweave train`: trains a zoo network or an ONNX model (from its weights) under a budget
 // with each policy asked for, on the host (or cuda) device, printing a progress line per
-// iteration and a summary; --export-onnx writes the trained weights back into a copy of the
-// model. Everything the run will need (options, data, output paths) is checked before the
-// first policy runs.
+// iteration and a summary; optionally from a checkpoint (--init-from) and saving one
+// (--save), with a learning-rate schedule; --export-onnx writes the trained weights back into
+// a copy of the model. Everything the run will need (options, data, output paths) is checked
+// before the first policy runs.
 #include <limits>
 #include <map>
 #include <optional>
@@ -14,12 +15,15 @@
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
+#include "training_options.hpp"
 
 namespace memweave {
 
 int train_command(int argc, const char* const* argv, std::ostream& out) {
   cli_args args(argc, argv, 2, {});
   network_run_options o = read_network_run_options(args);
+  read_init_from(args, o, true);
+  read_training_options(args, o);
   const int iterations =
       static_cast<int>(args.get_int("iterations", 1, std::numeric_limits<int>::max()).value_or(10));
   const std::string data = args.get_or("data", "synthetic");
@@ -67,7 +71,10 @@ int train_command(int argc, const char* const* argv, std::ostream& out) {
   report.iterations = iterations;
   out << "memweave train " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
       << " parameters, batch " << net.batch() << ", data " << data
-      << (onnx ? ", initial weights from the model" : "") << "\n";
+      << (onnx && !o.init ? ", initial weights from the model" : "") << "\n";
+  if (o.init) {
+    out << "from " << o.init_path << ": resuming at iteration " << o.first_iteration << "\n";
+  }
   // A policy that does not fit is a result, reported in the summary; exit 1 is for when
   // none does.
   const int code = run_policies(net, o, dev, iterations, source.get(), report, out, &out);

@@ -1,6 +1,7 @@
-// BN in training mode. Parameters in order: gamma, beta, running_mean, running_var; aux:
-// saved_mean, saved_inv_std. The running statistics are updated by the forward step only
-// when update_running_stats (a recomputed forward must not update them twice).
+// BN in training mode (in evaluation, normalised by the running statistics). Parameters in order:
+// gamma, beta, running_mean, running_var; aux: saved_mean, saved_inv_std. The running statistics
+// are updated by the forward step only when update_running_stats (a recomputed forward must not
+// update them twice).
 #include "engine/layers/layer_step.hpp"
 
 namespace memweave::layers {
@@ -10,6 +11,11 @@ namespace {
 
 void forward(const k::kernel_context& ctx, const step_io& io) {
   const auto& p = std::get<bn_params>(io.l->params);
+  if (io.inference) {
+    k::bn_forward_inference(ctx, io.input_shapes[0], p, io.inputs[0], io.params[0], io.params[1],
+                            io.params[2], io.params[3], io.output);
+    return;
+  }
   k::bn_forward_training(ctx, io.input_shapes[0], p, io.inputs[0], io.params[0], io.params[1],
                          io.output, io.aux[0], io.aux[1]);
   if (io.update_running_stats) {

@@ -110,9 +110,14 @@ void act_backward(context& ctx, const step_io& io) {
 
 // ---- BN: params gamma, beta, running_mean, running_var; aux saved_mean, saved_inv_std. The
 // running statistics go to cuDNN only when update_running_stats (a recomputed forward
-// passes none, leaving them untouched).
+// passes none, leaving them untouched); evaluation runs cuDNN's inference form on them.
 void bn_forward(context& ctx, const step_io& io) {
   const auto& p = std::get<bn_params>(io.l->params);
+  if (io.inference) {
+    kc::bn_forward_inference(ctx, io.input_shapes[0], p, io.inputs[0], io.params[0], io.params[1],
+                             io.params[2], io.params[3], io.output);
+    return;
+  }
   float* running_mean = io.update_running_stats ? io.params[2] : nullptr;
   float* running_var = io.update_running_stats ? io.params[3] : nullptr;
   kc::bn_forward_training(ctx, io.input_shapes[0], p, io.inputs[0], io.params[0], io.params[1],
@@ -139,8 +144,10 @@ void lrn_backward(context& ctx, const step_io& io) {
 
 // ---- DROPOUT: the mask (aux 0) from the step's seed, the host's hash
 void dropout_forward(context& ctx, const step_io& io) {
-  kc::dropout_forward(ctx, io.input_shapes[0], std::get<dropout_params>(io.l->params), io.seed,
-                      io.inputs[0], io.output, io.aux[0]);
+  // Evaluation drops nothing: ratio 0 keeps every value with scale exactly 1 (y = x).
+  const dropout_params p =
+      io.inference ? dropout_params{.ratio = 0.0f} : std::get<dropout_params>(io.l->params);
+  kc::dropout_forward(ctx, io.input_shapes[0], p, io.seed, io.inputs[0], io.output, io.aux[0]);
 }
 
 void dropout_backward(context& ctx, const step_io& io) {

@@ -7,8 +7,10 @@ namespace k = kernels::host;
 namespace {
 
 void forward(const k::kernel_context& ctx, const step_io& io) {
-  k::dropout_forward(ctx, io.input_shapes[0], std::get<dropout_params>(io.l->params), io.seed,
-                     io.inputs[0], io.output, io.aux[0]);
+  // Evaluation drops nothing: ratio 0 keeps every value with scale exactly 1 (y = x).
+  const dropout_params p =
+      io.inference ? dropout_params{.ratio = 0.0f} : std::get<dropout_params>(io.l->params);
+  k::dropout_forward(ctx, io.input_shapes[0], p, io.seed, io.inputs[0], io.output, io.aux[0]);
 }
 
 void backward(const k::kernel_context& ctx, const step_io& io) {

@@ -37,7 +37,10 @@ struct step_io {
   std::int64_t filter_chunk = 0;
   std::uint64_t seed = 0;            ///< DROPOUT: the mask's seed for this layer and batch
   bool update_running_stats = true;  ///< BN: false when a forward is recomputed
-  double* loss = nullptr;            ///< SOFTMAX forward writes the batch's mean loss here
+  /// Evaluation (executor::evaluate): BN normalises with its running statistics (and
+  /// leaves them and its aux tensors alone), DROPOUT passes x through (y = x exactly).
+  bool inference = false;
+  double* loss = nullptr;  ///< SOFTMAX forward writes the batch's mean loss here
 };
 
 using step_fn = void (*)(const kernels::host::kernel_context&, const step_io&);

@@ -114,6 +114,8 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   lc.heap = heap_.get();
   lc.model = options.model;
   lc.threads = options.threads;
+  solver_ = {options.learning_rate, options.momentum, options.weight_decay};
+  seed_ = options.seed;
   lc.sgd = sgd_options{options.learning_rate, options.momentum, options.weight_decay};
   lc.seed = options.seed;
   lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
@@ -229,7 +231,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   initialize_persistent();
   if (options.exact)
     require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
-  if (options.policy.planned && options.budget_bytes != 0) {
+  if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only) {
     if (std::optional<memory_schedule> planned = plan_schedule()) use_schedule(std::move(*planned));
   }
   launcher_->check_ready();
@@ -367,13 +369,8 @@ void executor::restore_persistent_placement() {
   persistent_moved_ = false;
 }
 
-double executor::run_iteration(data_source* data, std::int64_t iteration) {
-  const bool touches = dev_.touches_memory();
-  MEMWEAVE_EXPECTS(!touches || data != nullptr,
-                   "run_iteration needs a data source on a device that computes");
-  const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
-  stream& compute = dev_.get_stream(stream_role::compute);
-  const double sim_start = compute.simulated_time_s();
+// Resets what an iteration (or an evaluation batch) counts and records.
+void executor::begin_iteration() {
   steps_.clear();
   steps_.reserve(route_.step_count());
   tensors_allocated_ = 0;
@@ -387,14 +384,12 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   residency_->forget_dropped();
   ++iterations_run_;
   deferred_prefetches_.clear();
-  // What this iteration records: the caller's timeline, or, for the first iteration of a
-  // schedule to re-plan from measured times, the executor's own.
-  const bool measure = schedule_ && options_.replan_from_measured && touches &&
-                       !replan_.replanned && replan_.note.empty();
-  if (measure && options_.timeline == nullptr) measuring_ = std::make_unique<stream_timeline>(dev_);
-  if (recording() != nullptr) recording()->clear();
-  if (transfers_) transfers_->engine.set_timeline(recording());
-  for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
+}
+
+// After the last step: copies landed, persistent tensors back in place, the streams
+// drained, and the checks that every transient tensor's life ended within the iteration.
+void executor::finish_iteration() {
+  stream& compute = dev_.get_stream(stream_role::compute);
   current_step_ = route_.step_count();
   reap_offloads(0, true);
   restore_persistent_placement();
@@ -441,6 +436,27 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
         "executor: " + std::to_string(transfers_->engine.stats().host_copies - persistent_copies) +
         " host copies of transient tensors outlived the iteration");
   }
+}
+
+double executor::run_iteration(data_source* data, std::int64_t iteration) {
+  const bool touches = dev_.touches_memory();
+  MEMWEAVE_EXPECTS(!touches || data != nullptr,
+                   "run_iteration needs a data source on a device that computes");
+  MEMWEAVE_EXPECTS(!options_.evaluation_only,
+                   "run_iteration: this executor was made with evaluation_only (evaluate only)");
+  const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
+  stream& compute = dev_.get_stream(stream_role::compute);
+  const double sim_start = compute.simulated_time_s();
+  begin_iteration();
+  // What this iteration records: the caller's timeline, or, for the first iteration of a
+  // schedule to re-plan from measured times, the executor's own.
+  const bool measure = schedule_ && options_.replan_from_measured && touches &&
+                       !replan_.replanned && replan_.note.empty();
+  if (measure && options_.timeline == nullptr) measuring_ = std::make_unique<stream_timeline>(dev_);
+  if (recording() != nullptr) recording()->clear();
+  if (transfers_) transfers_->engine.set_timeline(recording());
+  for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
+  finish_iteration();
   simulated_s_ = compute.simulated_time_s() - sim_start;
   if (measure) {
     replan_from(measuring_ ? measuring_->spans() : options_.timeline->spans());
@@ -465,7 +481,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   marks_ = {};
   residency_->begin_step();
   reap_offloads(s, false);
-  if (schedule_) apply_releases(s);
+  if (schedule_ && !evaluating_) apply_releases(s);
 
   // 0. recompute: the plan's replays before this backward step.
   const std::size_t position = route_.position(l.id);
@@ -491,9 +507,12 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     repack(s, accesses, locked);
     acquire(s, accesses, locked, true);
   }
-  // Under baseline, everything of the iteration is born at the first step.
-  for (tensor_id t : sp.allocate) {
-    if (residency_->state(t) == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
+  // Under baseline, everything of the iteration is born at the first step (an evaluation
+  // keeps to forward-only liveness under every policy).
+  if (!evaluating_) {
+    for (tensor_id t : sp.allocate) {
+      if (residency_->state(t) == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
+    }
   }
 
   // 2. Functional tensors first; then the convolution's workspace from what is left.
@@ -539,6 +558,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   // 3. The kernel, and the event marking its end (what offloads of its outputs wait for).
   if (table_.has_work(s)) launch_layer(l, forward, accesses, conv, workspace, data, false);
   if (!capture_after_[s].empty()) capture_watched(s);
+  if (evaluating_ && l.type == layer_type::softmax_loss) copy_out_predictions(l);
   if (transfers_) {
     if (step_done_[s] == nullptr) step_done_[s] = dev_.create_event();
     dev_.get_stream(stream_role::compute).record(*step_done_[s]);
@@ -549,7 +569,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   for (tensor_id t : locked) cache_->unlock(t);
   if (workspace != nullptr) (void)heap_->deallocate(workspace);
   residency_->workspace_returned(conv.workspace_bytes);
-  for (tensor_id t : free_after_[s]) free_transient(t);
+  for (tensor_id t : evaluating_ ? eval_free_after_[s] : free_after_[s]) free_transient(t);
   // A rebuild may have re-created intermediates whose life was already over (inputs of the
   // replay that was wanted): they go again now.
   for (tensor_id t : rebuilt_) {
@@ -562,7 +582,19 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   }
   rebuilt_.clear();
 
-  // 5. Move or drop what the policy moves or drops.
+  // 5. Move or drop what the policy moves or drops (an evaluation frees what it is done
+  //    with at once: nothing is kept for a backward pass).
+  if (!evaluating_) apply_policy_moves(s, forward, position, accesses);
+  steps_.back().offloads = marks_.offloads;
+  steps_.back().prefetches = marks_.prefetches;
+  steps_.back().replays = marks_.replays;
+  bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// After step s (not in an evaluation): the policy's drops, offloads, the schedule's moves,
+// write-backs and prefetches.
+void executor::apply_policy_moves(std::size_t s, bool forward, std::size_t position,
+                                  std::span<const tensor_access> accesses) {
   if (recompute_ && options_.policy.drop_after_forward) {
     if (forward) {
       for (recompute_key k : recompute_->drops_after_forward(position)) {
@@ -592,10 +624,6 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     if (options_.policy.evict_to_host) write_back();
     if (!forward) prefetch_ahead(s);
   }
-  steps_.back().offloads = marks_.offloads;
-  steps_.back().prefetches = marks_.prefetches;
-  steps_.back().replays = marks_.replays;
-  bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
 // Enqueues layer `l`'s forward or backward kernel (and, in backward, the solver's updates)
@@ -612,6 +640,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   step.data = data;
   step.iteration = iteration_;
   step.replay = replay;
+  step.inference = evaluating_;
   if (recording() == nullptr) {
     launcher_->launch(step);
     return;
@@ -658,6 +687,17 @@ policy_report executor::report() const {
   }
   r.steps = steps_;
   return r;
+}
+
+void executor::set_solver(const solver_settings& settings) {
+  settings.validate("executor::set_solver");
+  solver_ = settings;
+  launcher_->set_sgd({settings.learning_rate, settings.momentum, settings.weight_decay});
+}
+
+void executor::set_seed(std::uint64_t seed) {
+  seed_ = seed;
+  launcher_->set_seed(seed);
 }
 
 void executor::set_transfer_faults(const transfer_faults& faults) {

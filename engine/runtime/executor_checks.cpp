@@ -10,14 +10,8 @@
 namespace memweave {
 
 void check_executor_options(const executor_options& options) {
-  MEMWEAVE_EXPECTS(std::isfinite(options.learning_rate) && options.learning_rate > 0 &&
-                       options.learning_rate <= 1e3,
-                   "executor_options.learning_rate = " + std::to_string(options.learning_rate) +
-                       ": expected a finite number in (0, 1000]");
-  MEMWEAVE_EXPECTS(std::isfinite(options.momentum) && std::isfinite(options.weight_decay),
-                   "executor_options.momentum = " + std::to_string(options.momentum) +
-                       ", weight_decay = " + std::to_string(options.weight_decay) +
-                       ": expected finite numbers");
+  solver_settings{options.learning_rate, options.momentum, options.weight_decay}.validate(
+      "executor_options");
   // Checked for every device, though only host kernels use it.
   MEMWEAVE_EXPECTS(options.threads >= 0 && options.threads <= 4096,
                    "executor_options.threads = " + std::to_string(options.threads) +
@@ -54,7 +48,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
     for (tensor_id t : plan.persistent) persistent += rounded(table[t].bytes);
   }
   std::size_t worst_step = 0, worst_index = 0;
-  for (std::size_t s = 0; s < table.step_count(); ++s) {
+  const std::size_t checked = options.evaluation_only ? steps.layer_count() : table.step_count();
+  for (std::size_t s = 0; s < checked; ++s) {
     std::size_t b = 0;
     for (const auto& a : table.accesses(s)) {
       if (moves_persistent || !table[a.tensor].persistent) b += rounded(table[a.tensor].bytes);
@@ -76,8 +71,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
                                net[rs.layer].name + " " + to_string(rs.direction) + ") ";
       throw budget_too_small(
           "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
-          options.policy.name + " can run " + net.name() + " at batch " +
-          std::to_string(net.batch()) + " with: " +
+          options.policy.name + " can " + (options.evaluation_only ? "evaluate " : "run ") +
+          net.name() + " at batch " + std::to_string(net.batch()) + " with: " +
           (moves_persistent ? step + "(parameters and state included) " + format_bytes(minimum)
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
                                   format_bytes(worst_step) + " = " + format_bytes(minimum)) +

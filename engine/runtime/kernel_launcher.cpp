@@ -95,7 +95,8 @@ kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& s
   io.filter_chunk = conv.filter.chunk;
   io.seed = detail::mix64(detail::mix64(ctx_.seed * 1000003u + l.id) +
                           static_cast<std::uint64_t>(step.iteration));
-  io.update_running_stats = !step.replay;
+  io.update_running_stats = !step.replay && !step.inference;
+  io.inference = step.inference;
   if (step.forward) {
     // A replayed loss layer would rewrite the loss with the same value; keep it single.
     if (l.type == layer_type::softmax_loss && !step.replay) io.loss = ctx_.loss;

@@ -50,7 +50,8 @@ struct layer_launch {
   void* workspace = nullptr;                ///< CONV: conv->workspace_bytes, or nullptr
   data_source* data = nullptr;              ///< DATA: the batches (nullptr on null)
   std::int64_t iteration = 0;               ///< the batch (DATA, dropout seeds)
-  bool replay = false;  ///< a recomputation: BN's running statistics and the loss stay
+  bool replay = false;     ///< a recomputation: BN's running statistics and the loss stay
+  bool inference = false;  ///< evaluation: BN on running statistics, no dropout, no update
 };
 
 /// What a launcher needs of the executor.
@@ -99,6 +100,12 @@ class kernel_launcher {
   /// the host (and null), the fastest of cuDNN's without a workspace on cuda.
   virtual conv_step no_workspace_conv(conv_workspace_selector& selector, const layer& l,
                                       bool forward, bool input_has_gradient);
+
+  /// The solver's settings for the kernels enqueued from now on (between iterations: the
+  /// host backend reads them when its update runs).
+  void set_sgd(const sgd_options& o) noexcept { ctx_.sgd = o; }
+  /// The seed of the dropout masks of the steps enqueued from now on.
+  void set_seed(std::uint64_t seed) noexcept { ctx_.seed = seed; }
 
   /// Enqueues the step's kernel (and, in backward, the solver's updates) on the compute
   /// stream; on `null`, only its modelled time.

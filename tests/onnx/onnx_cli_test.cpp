@@ -1,5 +1,6 @@
-// `memweave train|plan --net model.onnx`: the imported network planned and trained from
-// the model's weights, --export-onnx, and the options that do not apply to a model file.
+// `memweave train|plan|eval --net model.onnx`: the imported network planned, trained and
+// evaluated from the model's weights, --export-onnx, and the options that do not apply to a model
+// file.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -38,6 +39,14 @@ TEST_F(OnnxCli, PlansAndTrainsAModelFromItsWeights) {
   // A fixed batch in the file is the default.
   const auto own = run(plan_command, {"--net", onnx_model("fixed_batch")});
   EXPECT_NE(own.out.find("batch 2"), std::string::npos) << own.out;
+}
+
+TEST_F(OnnxCli, EvaluatesAModelWithItsWeights) {
+  const auto r = run(eval_command, {"--net", onnx_model("all_ops"), "--batch", "4", "--batches",
+                                    "2", "--policy", "liveness", "--device", "host"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("weights the model's"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("accuracy"), std::string::npos) << r.out;
 }
 
 TEST_F(OnnxCli, ExportsTheTrainedWeights) {

@@ -33,6 +33,7 @@
 #include "memweave/engine/network.hpp"
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/run_report.hpp"
+#include "memweave/engine/solver_settings.hpp"
 #include "memweave/engine/tensor_table.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
 #include "memweave/schedule/memory_schedule.hpp"
@@ -94,6 +95,8 @@ struct executor_options {
   /// run (dynamic), or none / max / fixed:<algorithm>. Workspaces are not in the memory plan:
   /// they are taken from the heap for the step's kernel and given back right after.
   conv_ws_options conv_ws = {};
+  /// The solver's initial settings (solver_settings.hpp: Caffe-form SGD, checked as
+  /// solver_settings::validate); executor::set_solver changes them between iterations.
   float learning_rate = 0.01f;
   float momentum = 0.9f;
   float weight_decay = 5e-4f;
@@ -133,6 +136,18 @@ struct executor_options {
   /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
   /// compression of swapped tensors) is refused with invalid_argument.
   bool exact = false;
+  /// The executor only evaluates (`memweave eval`): the budget must hold the forward steps
+  /// only (not the backward's), no memory schedule is planned, and run_iteration is refused.
+  bool evaluation_only = false;
+};
+
+/// What executor::evaluate measured over its batches.
+struct evaluation_result {
+  std::int64_t batches = 0;
+  std::int64_t images = 0;
+  std::int64_t correct = 0;  ///< images whose largest probability is at their label
+  double loss = 0;           ///< mean cross-entropy per image (the batches' mean losses averaged)
+  double accuracy = 0;       ///< correct / images
 };
 
 class executor {
@@ -152,6 +167,29 @@ class executor {
   /// Throws out_of_memory naming the step, the layer and the tensor when the budget cannot
   /// serve an allocation; the executor can then only be destroyed.
   double run_iteration(data_source* data, std::int64_t iteration);
+
+  /// The solver's settings the next iteration uses (at first executor_options').
+  const solver_settings& solver() const noexcept { return solver_; }
+  /// Changes them from the next iteration on (a learning-rate schedule calls it before each
+  /// iteration); invalid_argument naming the field out of range, and nothing changes.
+  void set_solver(const solver_settings& settings);
+
+  /// The seed of the dropout masks (at first executor_options::seed, which also seeded the
+  /// initial values); set_seed changes it from the next iteration on (a checkpoint's).
+  std::uint64_t seed() const noexcept { return seed_; }
+  void set_seed(std::uint64_t seed);
+
+  /// Evaluation: `batches` forward passes over batches first_batch, first_batch + 1, ... of
+  /// `data` (null on the null device), with BN normalising by its running statistics,
+  /// dropout passing everything through, and no backward pass, update or change to any
+  /// persistent tensor. Memory: under every policy, forward-only liveness: each tensor is
+  /// born at the step that writes it and freed right after its last forward reader (nothing
+  /// is kept for a backward pass, so no offload, recomputation or schedule is needed);
+  /// under utp/all the tensor cache still evicts (parameters included) when the budget
+  /// cannot serve. steps() and report() then describe the last batch. The results are the
+  /// same under every policy and budget. On null, loss and accuracy are 0 (nothing runs).
+  /// invalid_argument for batches < 1 or first_batch < 0; out_of_memory as run_iteration.
+  evaluation_result evaluate(data_source* data, std::int64_t first_batch, std::int64_t batches);
 
   /// The last iteration's rows.
   const std::vector<step_record>& steps() const noexcept { return steps_; }
@@ -260,6 +298,11 @@ class executor {
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
   void capture_watched(std::size_t step);
+  void apply_policy_moves(std::size_t s, bool forward, std::size_t position,
+                          std::span<const tensor_access> accesses);
+  void begin_iteration();
+  void finish_iteration();
+  void copy_out_predictions(const layer& loss);
   void write_persistent(tensor_id t, const float* values);
   [[noreturn]] void throw_not_alive(tensor_id t) const;
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
@@ -311,14 +354,22 @@ class executor {
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
+  solver_settings solver_;
+  std::uint64_t seed_ = 1;
   // watch(): per tensor, its host copy (empty when not watched), and per step the watched
   // tensors whose last write of an iteration it is.
   std::vector<std::vector<float>> watched_;
   std::vector<std::vector<tensor_id>> capture_after_;
-  std::vector<std::uint64_t> captured_in_;  // per tensor: iterations_run_ when captured (0: never)
-  double bookkeeping_s_ = 0;                // host time outside kernels, last iteration
-  double simulated_s_ = 0;                  // null device: simulated seconds, last iteration
-  double loss_ = 0;                         // written by the SOFTMAX forward kernel
+  std::vector<std::uint64_t> captured_in_;
+  // evaluate(): whether the step loop runs an evaluation batch; per forward step, the tensors
+  // whose last forward use it is; the loss layer's probabilities and the labels, copied out.
+  bool evaluating_ = false;
+  std::vector<std::vector<tensor_id>> eval_free_after_;
+  std::vector<float> eval_probabilities_,
+      eval_labels_;           // per tensor: iterations_run_ when captured (0: never)
+  double bookkeeping_s_ = 0;  // host time outside kernels, last iteration
+  double simulated_s_ = 0;    // null device: simulated seconds, last iteration
+  double loss_ = 0;           // written by the SOFTMAX forward kernel
 };
 
 }  // namespace memweave

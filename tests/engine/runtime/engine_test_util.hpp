@@ -15,6 +15,7 @@
 #include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
 #include "memweave/engine/executor.hpp"
+#include "memweave/engine/network_builder.hpp"
 #include "memweave/engine/zoo.hpp"
 
 namespace memweave::test {
@@ -123,6 +124,24 @@ inline network small_zoo(const std::string& name, std::int64_t batch = 2) {
   o.width_scale = 0.0625;
   o.image_side = std::max<std::int64_t>(32, zoo_min_side(name));
   return make_network(name, o);
+}
+
+/// conv -> bn -> relu -> pool -> fc x3 -> dropout -> fc -> loss, batch 4 of 3x8x8, 5
+/// classes: every kind of persistent tensor, and the FC layers (three of equal size) large
+/// enough that at the smallest utp budget their parameters cannot all stay on the device.
+inline network tiny_trainable_net() {
+  network_builder b("tiny");
+  auto x = b.data({4, 3, 8, 8}, 5);
+  auto y = b.conv(
+      x, conv_params{.out_channels = 4, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1},
+      "conv1");
+  y = b.relu(b.bn(y, {}, "bn1"), "relu1");
+  y = b.pool(y, pool_params{}, "pool1");
+  for (const char* n : {"fca", "fcb", "fcc"})
+    y = b.relu(b.fc(y, fc_params{.out_features = 256}, n));
+  y = b.dropout(y, {}, "drop1");
+  b.softmax_loss(b.fc(y, fc_params{.out_features = 5}, "fc1"), "loss");
+  return std::move(b).build();
 }
 
 }  // namespace memweave::test

@@ -6,29 +6,11 @@
 #include <vector>
 
 #include "engine_test_util.hpp"
-#include "memweave/engine/network_builder.hpp"
 
 namespace memweave {
 namespace {
 
 using test::policy_options;
-
-// conv -> bn -> relu -> pool -> fc x3 -> loss: every kind of persistent tensor.
-network tiny_net() {
-  network_builder b("tiny");
-  auto x = b.data({4, 3, 8, 8}, 5);
-  auto y = b.conv(
-      x, conv_params{.out_channels = 4, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1},
-      "conv1");
-  y = b.relu(b.bn(y, {}, "bn1"), "relu1");
-  y = b.pool(y, pool_params{}, "pool1");
-  // Three FC layers of equal size: at the smallest utp budget their parameters and momenta
-  // cannot all stay on the device.
-  for (const char* n : {"fca", "fcb", "fcc"})
-    y = b.relu(b.fc(y, fc_params{.out_features = 256}, n));
-  b.softmax_loss(b.fc(y, fc_params{.out_features = 5}, "fc1"), "loss");
-  return std::move(b).build();
-}
 
 // Distinct values for every persistent tensor (running variances kept positive).
 std::vector<float> pattern(std::size_t count, int salt) {
@@ -40,7 +22,7 @@ std::vector<float> pattern(std::size_t count, int salt) {
 }
 
 TEST(named_tensors, names_follow_read_persistent_and_read_matches_it) {
-  const network net = tiny_net();
+  const network net = test::tiny_trainable_net();
   auto dev = test::make_test_device("host");
   executor ex(net, *dev, policy_options("liveness"));
   const std::vector<std::string> names = ex.persistent_names();
@@ -57,7 +39,7 @@ TEST(named_tensors, names_follow_read_persistent_and_read_matches_it) {
 // Sets every persistent tensor and trains: the same losses and tensors under every policy,
 // including utp/all at a budget where persistent tensors wait in host memory.
 TEST(named_tensors, written_weights_train_bit_identically_under_every_policy) {
-  const network net = tiny_net();
+  const network net = test::tiny_trainable_net();
   auto run = [&](executor_options o, bool evicts = false) {
     auto dev = test::make_test_device("host");
     auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
@@ -88,7 +70,7 @@ TEST(named_tensors, written_weights_train_bit_identically_under_every_policy) {
 }
 
 TEST(named_tensors, bad_names_and_sizes_are_errors_that_write_nothing) {
-  const network net = tiny_net();
+  const network net = test::tiny_trainable_net();
   auto dev = test::make_test_device("host");
   executor ex(net, *dev, policy_options("liveness"));
   const auto before = ex.read("fc1.bias");
@@ -115,7 +97,7 @@ TEST(named_tensors, bad_names_and_sizes_are_errors_that_write_nothing) {
 // After one iteration from zero momenta, v = lr (g + wd w): the watched gradient is
 // v / lr - wd w, with w the weight before the update.
 TEST(named_tensors, parameter_gradient_is_the_last_iterations) {
-  const network net = tiny_net();
+  const network net = test::tiny_trainable_net();
   auto dev = test::make_test_device("host");
   auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
   const executor_options o = policy_options("liveness");
@@ -138,7 +120,7 @@ TEST(named_tensors, parameter_gradient_is_the_last_iterations) {
 }
 
 TEST(named_tensors, an_activation_not_watched_says_when_it_died_and_a_watched_one_is_kept) {
-  const network net = tiny_net();
+  const network net = test::tiny_trainable_net();
   for (const std::string policy : {"liveness", "utp", "recompute"}) {
     auto dev = test::make_test_device("host");
     const shape4 img = net[net.data_layer()].output_shape;

@@ -1,0 +1,69 @@
+// Temporary file, fsync, rename: POSIX calls, so that the data is on the disk before the
+// rename makes it the target's.
+#include "memweave/core/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "memweave/core/error.hpp"
+
+namespace memweave {
+
+namespace {
+
+// The temporary file: closed, and removed unless kept.
+class temp_file {
+ public:
+  explicit temp_file(std::string path)
+      : path_(std::move(path)), fd_(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644)) {}
+  ~temp_file() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!kept_) std::remove(path_.c_str());
+  }
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+  int fd() const noexcept { return fd_; }
+  const std::string& path() const noexcept { return path_; }
+  // Closes it; false with errno set when the close (the last write-back) failed.
+  bool close() noexcept {
+    const int fd = fd_;
+    fd_ = -1;
+    return ::close(fd) == 0;
+  }
+  void keep() noexcept { kept_ = true; }
+
+ private:
+  std::string path_;
+  int fd_;
+  bool kept_ = false;
+};
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view bytes,
+                           const std::string& what) {
+  auto fail = [&](const std::string& doing) {
+    throw invalid_argument(what + " '" + path + "': " + doing + " failed (" + std::strerror(errno) +
+                           "); give a path in a writable directory with space left");
+  };
+  temp_file tmp(path + ".tmp-" + std::to_string(::getpid()));
+  if (tmp.fd() < 0) fail("creating '" + tmp.path() + "'");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ::ssize_t n = ::write(tmp.fd(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("writing '" + tmp.path() + "'");
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(tmp.fd()) != 0) fail("flushing '" + tmp.path() + "'");
+  if (!tmp.close()) fail("closing '" + tmp.path() + "'");
+  if (std::rename(tmp.path().c_str(), path.c_str()) != 0) fail("renaming over it");
+  tmp.keep();
+}
+
+}  // namespace memweave

@@ -1,0 +1,245 @@
+// The checkpoint file (docs/CHECKPOINT.md): built in memory, checksummed with the
+// transfer engine's 64-bit checksum, and written atomically; read whole and checked
+// completely before the executor is touched.
+#include "memweave/engine/checkpoint.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "memweave/core/atomic_file.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/swap/transfer_engine.hpp"
+
+namespace memweave {
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the checkpoint format is little-endian, as the engine's hosts are");
+
+constexpr char k_magic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '\r', '\n'};
+constexpr std::size_t k_header_bytes = 48;  // magic, version, count, iteration, seed, solver, 0
+constexpr std::size_t k_trailer_bytes = 8;  // checksum
+constexpr std::uint32_t k_max_name = 4096;
+
+template <class T>
+void put(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+
+// Reads fields off the file's bytes, each read checked against what is left before the
+// trailer: a truncated file is reported as such, naming what was cut.
+class reader {
+ public:
+  reader(const std::string& bytes, std::size_t end, const std::string& path)
+      : bytes_(bytes), end_(end), path_(path) {}
+  template <class T>
+  T get(const std::string& what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  const char* take(std::size_t n, const std::string& what) {
+    need(n, what);
+    const char* p = bytes_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  std::size_t left() const noexcept { return end_ - pos_; }
+
+ private:
+  void need(std::size_t n, const std::string& what) const {
+    if (n > end_ - pos_) {
+      throw invalid_argument("checkpoint '" + path_ + "' is truncated or corrupt: " + what +
+                             " needs " + std::to_string(n) + " bytes at offset " +
+                             std::to_string(pos_) + ", but only " + std::to_string(end_ - pos_) +
+                             " remain before the checksum");
+    }
+  }
+  const std::string& bytes_;
+  std::size_t end_;
+  const std::string& path_;
+  std::size_t pos_ = sizeof k_magic + sizeof(std::uint32_t);  // after magic and version
+};
+
+std::string hex(std::uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+}  // namespace
+
+checkpoint_state checkpoint_state_of(const executor& ex, std::int64_t iterations) {
+  return {iterations, ex.seed(), ex.solver()};
+}
+
+void save_checkpoint(const executor& ex, const std::string& path, const checkpoint_state& state) {
+  state.solver.validate("save_checkpoint");
+  const std::vector<std::string> names = ex.persistent_names();
+  std::string out;
+  out.append(k_magic, sizeof k_magic);
+  put<std::uint32_t>(out, checkpoint_version);
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(names.size()));
+  put<std::int64_t>(out, state.iteration);
+  put<std::uint64_t>(out, state.seed);
+  put<float>(out, state.solver.learning_rate);
+  put<float>(out, state.solver.momentum);
+  put<float>(out, state.solver.weight_decay);
+  put<std::uint32_t>(out, 0);
+  for (const std::string& name : names) {
+    const tensor_info& info = ex.find_tensor(name);
+    const std::vector<float> v = ex.read(name);
+    put<std::uint32_t>(out, static_cast<std::uint32_t>(name.size()));
+    out += name;
+    for (std::int64_t d : {info.shape.n, info.shape.c, info.shape.h, info.shape.w}) {
+      put<std::int64_t>(out, d);
+    }
+    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  }
+  put<std::uint64_t>(out, transfer_checksum(out.data(), out.size()));
+  write_file_atomically(path, out, "checkpoint");
+}
+
+checkpoint_file read_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw invalid_argument("cannot open checkpoint '" + path + "': " + std::strerror(errno));
+  }
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw invalid_argument("reading checkpoint '" + path + "' failed: " + std::strerror(errno));
+  }
+  if (bytes.size() < sizeof k_magic || std::memcmp(bytes.data(), k_magic, sizeof k_magic) != 0) {
+    throw invalid_argument("'" + path +
+                           "' is not a memweave checkpoint (it does not start with the "
+                           "MWCKPT signature; see docs/CHECKPOINT.md)");
+  }
+  if (bytes.size() < k_header_bytes + k_trailer_bytes) {
+    throw invalid_argument(
+        "checkpoint '" + path + "' is truncated: " + std::to_string(bytes.size()) +
+        " bytes, less than the " + std::to_string(k_header_bytes + k_trailer_bytes) +
+        " of a header and checksum");
+  }
+  std::uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + sizeof k_magic, sizeof version);
+  if (version != checkpoint_version) {
+    throw invalid_argument("checkpoint '" + path + "' has format version " +
+                           std::to_string(version) + "; this build reads version " +
+                           std::to_string(checkpoint_version));
+  }
+  const std::size_t end = bytes.size() - k_trailer_bytes;
+  reader r(bytes, end, path);
+  checkpoint_file f;
+  const auto count = r.get<std::uint32_t>("the tensor count");
+  f.state.iteration = r.get<std::int64_t>("the iteration");
+  if (f.state.iteration < 0) {
+    throw invalid_argument("checkpoint '" + path + "' is corrupt: iteration " +
+                           std::to_string(f.state.iteration) + " is negative");
+  }
+  f.state.seed = r.get<std::uint64_t>("the seed");
+  f.state.solver.learning_rate = r.get<float>("the learning rate");
+  f.state.solver.momentum = r.get<float>("the momentum");
+  f.state.solver.weight_decay = r.get<float>("the weight decay");
+  (void)r.get<std::uint32_t>("the reserved word");
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::string which =
+        "tensor record " + std::to_string(i + 1) + " of " + std::to_string(count);
+    checkpoint_tensor t;
+    const auto name_bytes = r.get<std::uint32_t>(which + " (name length)");
+    if (name_bytes == 0 || name_bytes > k_max_name) {
+      throw invalid_argument("checkpoint '" + path + "' is corrupt: " + which + " has a name of " +
+                             std::to_string(name_bytes) + " bytes (expected 1 to " +
+                             std::to_string(k_max_name) + ")");
+    }
+    t.name.assign(r.take(name_bytes, which + " (name)"), name_bytes);
+    std::int64_t dims[4];
+    for (std::int64_t& d : dims) d = r.get<std::int64_t>(which + " '" + t.name + "' (shape)");
+    t.shape = {dims[0], dims[1], dims[2], dims[3]};
+    std::uint64_t elements = 1;
+    for (std::int64_t d : dims) {
+      // Each dimension at least 1, and the product bounded by what is left of the file.
+      if (d < 1 || static_cast<std::uint64_t>(d) > r.left() / sizeof(float) / elements) {
+        throw invalid_argument("checkpoint '" + path + "' is truncated or corrupt: tensor '" +
+                               t.name + "' has shape " + to_string(t.shape) + ", more than the " +
+                               std::to_string(r.left()) + " bytes left hold");
+      }
+      elements *= static_cast<std::uint64_t>(d);
+    }
+    const char* p = r.take(elements * sizeof(float), which + " '" + t.name + "' (values)");
+    t.values.resize(elements);
+    std::memcpy(t.values.data(), p, elements * sizeof(float));
+    f.tensors.push_back(std::move(t));
+  }
+  if (r.left() != 0) {
+    throw invalid_argument("checkpoint '" + path + "' is corrupt: " + std::to_string(r.left()) +
+                           " bytes follow its " + std::to_string(count) +
+                           " tensors before the checksum");
+  }
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + end, sizeof stored);
+  const std::uint64_t computed = transfer_checksum(bytes.data(), end);
+  if (stored != computed) {
+    throw invalid_argument("checkpoint '" + path + "' is corrupt: checksum " + hex(computed) +
+                           " computed, " + hex(stored) + " stored");
+  }
+  return f;
+}
+
+checkpoint_state load_checkpoint(executor& ex, const std::string& path) {
+  return load_checkpoint(ex, read_checkpoint(path), path);
+}
+
+checkpoint_state load_checkpoint(executor& ex, const checkpoint_file& f, const std::string& path) {
+  f.state.solver.validate("checkpoint '" + path + "'");
+  // Every name and shape is checked before anything is written.
+  std::vector<std::string> missing, unknown, shapes, twice;
+  std::set<std::string> seen;
+  for (const checkpoint_tensor& t : f.tensors) {
+    const tensor_id id = ex.table().find(t.name);
+    if (id == invalid_tensor || !ex.table()[id].persistent) {
+      unknown.push_back("'" + t.name + "'");
+    } else if (ex.table()[id].shape != t.shape) {
+      shapes.push_back("'" + t.name + "' has shape " + to_string(t.shape) + " in the file, " +
+                       to_string(ex.table()[id].shape) + " in the network");
+    }
+    if (!seen.insert(t.name).second) twice.push_back("'" + t.name + "'");
+  }
+  for (const std::string& name : ex.persistent_names()) {
+    if (!seen.contains(name)) missing.push_back("'" + name + "'");
+  }
+  const std::size_t faults = missing.size() + unknown.size() + shapes.size() + twice.size();
+  if (faults != 0) {
+    std::string m = "checkpoint '" + path + "' does not match network '" + ex.table().net().name() +
+                    "' (" + std::to_string(faults) + " faults; nothing was loaded)";
+    auto group = [&m](const char* what, const std::vector<std::string>& items) {
+      if (items.empty()) return;
+      m += std::string("; ") + what + " (" + std::to_string(items.size()) + "): ";
+      for (std::size_t i = 0; i < std::min<std::size_t>(items.size(), 4); ++i) {
+        m += (i == 0 ? "" : ", ") + items[i];
+      }
+      if (items.size() > 4) m += ", ...";
+    };
+    group("missing from the file", missing);
+    group("not persistent tensors of the network", unknown);
+    group("shapes differ", shapes);
+    group("in the file twice", twice);
+    throw invalid_argument(m);
+  }
+  for (const checkpoint_tensor& t : f.tensors) ex.write(t.name, t.values);
+  ex.set_solver(f.state.solver);
+  ex.set_seed(f.state.seed);
+  return f.state;
+}
+
+}  // namespace memweave

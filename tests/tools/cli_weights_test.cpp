@@ -1,0 +1,113 @@
+// train --init-from / --save, the learning-rate flags and `memweave eval`, driven
+// in-process: a resumed run prints the losses of a straight one, eval prints loss and
+// accuracy the same under every policy, and bad values are errors naming the flag.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "cli_harness.hpp"
+
+namespace memweave {
+namespace {
+
+using test::error_of;
+using test::run;
+using test::temp;
+
+// A small ResNet (one block per stage) on the host with one fixed convolution algorithm.
+std::vector<std::string> net_args(std::vector<std::string> extra,
+                                  const std::string& device = "host") {
+  std::vector<std::string> a = {"--net",        "resnet:1,1,1,1",
+                                "--batch",      "4",
+                                "--image-side", "32",
+                                "--width",      "0.125",
+                                "--classes",    "5",
+                                "--conv-ws",    "fixed:im2col_image",
+                                "--threads",    "2",
+                                "--device",     device};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// The "loss X" of each progress line.
+std::vector<std::string> losses(const std::string& out) {
+  std::vector<std::string> v;
+  const std::regex re("iter +[0-9]+/[0-9]+ +loss +([-0-9.]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it) {
+    v.push_back((*it)[1]);
+  }
+  return v;
+}
+
+TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
+  const std::string a = temp("a.ckpt"), b = temp("b.ckpt");
+  const std::vector<std::string> schedule = {
+      "--lr", "0.02",       "--lr-schedule", "step:2:0.5",     "--warmup",
+      "2",    "--momentum", "0.8",           "--weight-decay", "0.001"};
+  auto args = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), schedule.begin(), schedule.end());
+    return net_args(extra);
+  };
+  const auto straight = run(train_command, args({"--iterations", "5", "--policy", "liveness"}));
+  const auto first =
+      run(train_command, args({"--iterations", "2", "--policy", "liveness", "--save", a}));
+  EXPECT_NE(first.out.find("saved the weights after iteration 2 to " + a), std::string::npos)
+      << first.out;
+  const auto rest = run(
+      train_command, args({"--iterations", "3", "--policy", "utp", "--init-from", a, "--save", b}));
+  EXPECT_NE(rest.out.find("resuming at iteration 2"), std::string::npos) << rest.out;
+  std::vector<std::string> resumed = losses(first.out);
+  for (const auto& l : losses(rest.out)) resumed.push_back(l);
+  ASSERT_EQ(losses(straight.out).size(), 5u) << straight.out;
+  EXPECT_EQ(resumed, losses(straight.out));
+  // And eval of the saved weights: the same loss and accuracy under every policy.
+  const auto e = run(eval_command, net_args({"--init-from", b, "--batches", "3", "--policy",
+                                             "baseline,liveness,recompute,all"}));
+  EXPECT_EQ(e.code, 0);
+  const std::regex re("loss +([-0-9.]+) +accuracy +([0-9.]+%)");
+  std::vector<std::string> rows;
+  for (auto it = std::sregex_iterator(e.out.begin(), e.out.end(), re); it != std::sregex_iterator();
+       ++it) {
+    rows.push_back(it->str());
+  }
+  ASSERT_EQ(rows.size(), 4u) << e.out;
+  for (const auto& r : rows) EXPECT_EQ(r, rows[0]) << e.out;
+  EXPECT_NE(e.out.find("forward-only liveness"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("memory per batch: peak"), std::string::npos) << e.out;
+  // The null device: memory only, the checkpoint not needed there.
+  const auto n = run(eval_command, net_args({"--policy", "liveness"}, "null"));
+  EXPECT_NE(n.out.find("null device: memory only"), std::string::npos) << n.out;
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+}
+
+TEST(cli_weights, bad_values_are_errors_naming_the_flag) {
+  auto expect_has = [](const std::string& message, const std::string& part) {
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+  };
+  expect_has(error_of(train_command, net_args({"--momentum", "1"})), "--momentum");
+  expect_has(error_of(train_command, net_args({"--momentum", "x"})), "--momentum");
+  expect_has(error_of(train_command, net_args({"--weight-decay", "-0.1"})), "--weight-decay");
+  expect_has(error_of(train_command, net_args({"--lr-schedule", "cosine:0"})), "--lr-schedule");
+  expect_has(error_of(train_command, net_args({"--lr-schedule", "exp:3"})), "step:EVERY:GAMMA");
+  expect_has(error_of(train_command, net_args({"--warmup", "-1"})), "--warmup");
+  expect_has(error_of(train_command, net_args({"--save", "x", "--policy", "liveness,utp"})),
+             "give one --policy");
+  expect_has(error_of(train_command, net_args({"--save", "/nonexistent_memweave_dir/x"})),
+             "--save");
+  const std::string junk = temp("junk.ckpt");
+  std::ofstream(junk) << "not weights";
+  expect_has(error_of(train_command, net_args({"--init-from", junk})),
+             "--init-from: '" + junk + "' is not a memweave checkpoint");
+  expect_has(error_of(eval_command, net_args({"--init-from", temp("absent.ckpt")})),
+             "--init-from: cannot open checkpoint");
+  expect_has(error_of(eval_command, net_args({"--batches", "0"})), "--batches");
+  std::filesystem::remove(junk);
+}
+
+}  // namespace
+}  // namespace memweave

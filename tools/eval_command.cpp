@@ -1,0 +1,107 @@
+// `memweave eval`: the evaluation pass (executor::evaluate: forward only, BN on running
+// statistics, dropout off) of a network, from a checkpoint (--init-from) or its initial
+// weights (an ONNX model's, for --net PATH.onnx), over --batches batches, with each policy asked
+// for; prints the loss, the accuracy and what memory did (forward-only liveness). On the null
+// device only memory.
+#include <cstdio>
+#include <limits>
+#include <memory>
+
+#include "commands.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+#include "network_run.hpp"
+#include "training_options.hpp"
+
+namespace memweave {
+
+namespace {
+
+// One policy's evaluation on a fresh device; false when it does not fit the budget.
+bool evaluate_policy(const network& net, const network_run_options& o, const std::string& policy,
+                     const device_options& dev_opts, data_source* data, std::int64_t first,
+                     std::int64_t batches, std::ostream& out) {
+  auto dev = make_device(dev_opts);
+  executor_options eo = o.executor;
+  eo.policy = executor_policy::parse(policy);
+  eo.budget_bytes = o.budget_bytes;
+  eo.evaluation_only = true;  // the budget need not hold a backward pass
+  char line[320];
+  try {
+    executor ex(net, *dev, eo);
+    const bool computes = dev->touches_memory();
+    // The null device holds no values: the weights do not change what memory does. The
+    // model's weights, then a checkpoint's (--init-from wins).
+    if (computes) {
+      for (const auto& [name, values] : o.initial_weights) ex.write(name, values);
+    }
+    if (o.init && computes) {
+      (void)from_knob("--init-from", [&] { return load_checkpoint(ex, *o.init, o.init_path); });
+    }
+    const evaluation_result r = ex.evaluate(computes ? data : nullptr, first, batches);
+    const policy_report rep = ex.report();
+    if (computes) {
+      std::snprintf(line, sizeof line, "%-9s loss %9.5f  accuracy %6.2f%% (%lld/%lld)",
+                    policy.c_str(), r.loss, 100.0 * r.accuracy, static_cast<long long>(r.correct),
+                    static_cast<long long>(r.images));
+    } else {
+      std::snprintf(line, sizeof line, "%-9s (null device: memory only)", policy.c_str());
+    }
+    out << line << "\n";
+    std::snprintf(line, sizeof line,
+                  "          memory per batch: peak %s at step %d (parameters and state %s), "
+                  "%llu tensors allocated, %llu evicted, %s offloaded\n",
+                  format_bytes(rep.peak_bytes).c_str(), rep.peak_step,
+                  format_bytes(rep.persistent_bytes).c_str(),
+                  static_cast<unsigned long long>(rep.tensors_allocated),
+                  static_cast<unsigned long long>(rep.evictions),
+                  format_bytes(rep.bytes_offloaded).c_str());
+    out << line;
+    return true;
+  } catch (const error& e) {
+    if (!does_not_fit(e)) throw;
+    out << policy << ": does not fit: " << e.what() << "\n";
+    return false;
+  }
+}
+
+}  // namespace
+
+int eval_command(int argc, const char* const* argv, std::ostream& out) {
+  cli_args args(argc, argv, 2, {});
+  network_run_options o = read_network_run_options(args);
+  read_init_from(args, o, false);
+  const std::int64_t batches =
+      args.get_int("batches", 1, std::numeric_limits<std::int32_t>::max()).value_or(10);
+  const std::int64_t first =
+      args.get_int("first-batch", 0, std::numeric_limits<std::int64_t>::max() / 2).value_or(0);
+  const std::string data = args.get_or("data", "synthetic");
+  device_options dev = device_options::from_environment();
+  if (auto kind = args.get("device")) {
+    MEMWEAVE_EXPECTS(*kind == "auto" || *kind == "host" || *kind == "cuda" || *kind == "null",
+                     knob_value("--device", *kind) +
+                         " is not a device: expected auto, host, "
+                         "cuda or null (memory only)");
+    dev.kind = *kind;
+  }
+  if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
+  args.reject_unused();
+  const network net = make_run_network(o, nullptr);
+  const auto source =
+      make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
+  const std::string weights = o.init                       ? "from " + o.init_path
+                              : !o.initial_weights.empty() ? std::string("the model's")
+                                                           : std::string("initial (seed)");
+  out << "memweave eval " << o.net << ": " << net.size() << " layers, batch " << net.batch()
+      << ", batches " << first << ".." << first + batches - 1 << " of " << data << ", weights "
+      << weights << "\n"
+      << "memory: forward-only liveness under every policy (each tensor freed after its last "
+         "forward reader)\n";
+  bool any = false;
+  for (const std::string& policy : o.policies) {
+    any = evaluate_policy(net, o, policy, dev, source.get(), first, batches, out) || any;
+  }
+  return any ? 0 : 1;
+}
+
+}  // namespace memweave

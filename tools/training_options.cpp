@@ -1,0 +1,46 @@
+// The training state on the command line: solver settings, the learning-rate schedule and
+// checkpoints, resolved against a checkpoint's saved state (flags given win).
+#include "training_options.hpp"
+
+#include <limits>
+
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave {
+
+void read_init_from(cli_args& args, network_run_options& o, bool solver) {
+  const auto path = args.get("init-from");
+  if (!path) return;
+  o.init_path = *path;
+  o.init = std::make_shared<const checkpoint_file>(
+      from_knob("--init-from", [&] { return read_checkpoint(*path); }));
+  const checkpoint_state& st = o.init->state;
+  o.first_iteration = st.iteration;
+  if (!o.seed_given) o.executor.seed = st.seed;
+  if (!solver) return;
+  if (!o.lr_given) o.executor.learning_rate = st.solver.learning_rate;
+  o.executor.momentum = st.solver.momentum;
+  o.executor.weight_decay = st.solver.weight_decay;
+}
+
+void read_training_options(cli_args& args, network_run_options& o) {
+  if (auto m = args.get_double("momentum", 0.0, 1.0)) {
+    MEMWEAVE_EXPECTS(*m < 1.0, knob_value("--momentum", "1") +
+                                   " is out of range: expected a number from 0 to below 1 "
+                                   "(the fraction of the last step kept); change it");
+    o.executor.momentum = static_cast<float>(*m);
+  }
+  if (auto wd = args.get_double("weight-decay", 0.0, 1.0)) {
+    o.executor.weight_decay = static_cast<float>(*wd);
+  }
+  if (auto s = args.get("lr-schedule")) o.schedule = lr_schedule::parse(*s, "--lr-schedule");
+  o.schedule.warmup =
+      args.get_int("warmup", 0, std::numeric_limits<std::int32_t>::max()).value_or(0);
+  o.save = args.get_or("save", "");
+  MEMWEAVE_EXPECTS(o.save.empty() || o.policies.size() == 1,
+                   "--save " + o.save + " with " + std::to_string(o.policies.size()) +
+                       " policies: give one --policy, whose weights are saved");
+}
+
+}  // namespace memweave
