@@ -50,7 +50,7 @@ TEST_F(OnnxCli, EvaluatesAModelWithItsWeights) {
 }
 
 TEST_F(OnnxCli, ExportsTheTrainedWeights) {
-  const std::string out = test::onnx_models_dir() + "/cli_trained.onnx";
+  const std::string out = test::scratch_dir() + "/cli_trained.onnx";
   const auto r = run(train_command,
                      {"--net", onnx_model("gemm"), "--batch", "4", "--iterations", "3", "--policy",
                       "utp,liveness", "--device", "host", "--threads", "1", "--export-onnx", out});
@@ -74,12 +74,11 @@ TEST_F(OnnxCli, OptionsThatDoNotApplyToAModelAreErrors) {
   EXPECT_NE(e.find("give the batch (--batch N)"), std::string::npos) << e;
   e = error_of(train_command, {"--net", "resnet50", "--export-onnx", "/tmp/x.onnx"});
   EXPECT_NE(e.find("needs an ONNX model"), std::string::npos) << e;
-  e = error_of(plan_command, {"--net", test::onnx_models_dir() + "/none.onnx", "--batch", "2"});
-  EXPECT_NE(e.find("--net " + test::onnx_models_dir() + "/none.onnx: no such file"),
-            std::string::npos)
+  e = error_of(plan_command, {"--net", test::scratch_dir() + "/none.onnx", "--batch", "2"});
+  EXPECT_NE(e.find("--net " + test::scratch_dir() + "/none.onnx: no such file"), std::string::npos)
       << e;
   e = error_of(train_command, {"--net", net, "--batch", "2", "--export-onnx",
-                               test::onnx_models_dir() + "/no/such/dir/out.onnx"});
+                               test::scratch_dir() + "/no/such/dir/out.onnx"});
   EXPECT_NE(e.find("--export-onnx"), std::string::npos) << e;
 }
 

@@ -215,7 +215,7 @@ TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
 
 TEST_F(OnnxImport, MalformedFilesAreClearErrors) {
   namespace fs = std::filesystem;
-  const fs::path dir = test::onnx_models_dir();
+  const fs::path dir = test::scratch_dir();
   std::ifstream in(onnx_model("all_ops"), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto write = [&](const std::string& name, const std::string& content) {
@@ -248,7 +248,7 @@ void round_trip(const std::string& model, std::int64_t batch) {
   std::map<std::string, std::vector<float>> trained;
   for (const auto& b : m.bindings) trained[b.tensor] = ex.read(b.tensor);
   EXPECT_NE(trained, m.weights) << "training changed nothing";
-  const std::string out = test::onnx_models_dir() + "/" + model + "_trained.onnx";
+  const std::string out = test::scratch_dir() + "/" + model + "_trained.onnx";
   export_onnx_weights(m, trained, out);
   const imported_model back = import_onnx(out, batch);
   for (const auto& [name, v] : trained) {
@@ -266,7 +266,7 @@ TEST_F(OnnxImport, TrainedWeightsRoundTripThroughExport) {
 
 TEST_F(OnnxImport, ExportRefusesMissingOrMisSizedWeights) {
   const imported_model m = import_onnx(onnx_model("gemm"), 2);
-  const std::string out = test::onnx_models_dir() + "/never.onnx";
+  const std::string out = test::scratch_dir() + "/never.onnx";
   auto weights = m.weights;
   weights.erase("y.weight");
   try {

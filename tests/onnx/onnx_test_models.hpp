@@ -1,6 +1,7 @@
-// The ONNX models of the importer's tests, written once per test program by
-// tests/onnx/make_onnx_models.py with Debian's /usr/bin/python3 (python3-onnx; a python3
-// earlier on PATH may lack the module).
+// The ONNX models of the importer's tests, written by tests/onnx/make_onnx_models.py with
+// Debian's /usr/bin/python3 (python3-onnx; a python3 earlier on PATH may lack the module)
+// at test time, once per build folder and version of the script: the first test process to
+// need them generates them under MEMWEAVE_ONNX_MODELS_DIR, the others reuse them.
 #pragma once
 
 #include <unistd.h>
@@ -18,12 +19,54 @@ namespace memweave::test {
 
 inline constexpr const char* k_system_python = "/usr/bin/python3";
 
+namespace detail {
+
+// Removes a folder when the test program exits.
+struct folder_remover {
+  std::filesystem::path path;
+  ~folder_remover() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Runs the generator into a folder of this process, then renames it into place; a process
+// that loses the race to it keeps the winner's, the same files. "" or the failure.
+inline std::string generate_models(const std::filesystem::path& dir,
+                                   const std::filesystem::path& script) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path tmp = dir.string() + ".tmp" + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);  // and its parent
+  const std::string cmd = std::string(k_system_python) + " " + script.string() + " " + tmp.string();
+  if (std::system(cmd.c_str()) != 0) {
+    fs::remove_all(tmp, ec);
+    return "the generator failed: " + cmd;
+  }
+  fs::rename(tmp, dir, ec);
+  if (ec) fs::remove_all(tmp, ec);
+  return "";
+}
+
+}  // namespace detail
+
 /// The folder holding the generated models, or "" when they cannot be made; `why` then
 /// says why (for GTEST_SKIP: /usr/bin/python3 without the onnx module). A failing generator
-/// with the module present is not a skip: the folder is returned empty and the tests fail.
+/// with the module present is not a skip: `why` says so and the tests fail.
 inline const std::string& onnx_models_dir(std::string* why = nullptr) {
   static std::string reason;
   static const std::string dir = [] {
+    namespace fs = std::filesystem;
+    const char* src = std::getenv("MEMWEAVE_SOURCE_DIR");
+    const fs::path script = fs::path(src ? src : ".") / "tests" / "onnx" / "make_onnx_models.py";
+    // One folder per version of the script (its modification time), never removed while
+    // tests may read it: a new script gets a new folder.
+    const fs::path out =
+        fs::path(MEMWEAVE_ONNX_MODELS_DIR) /
+        ("script_" + std::to_string(fs::last_write_time(script).time_since_epoch().count()));
+    std::error_code ec;
+    if (fs::exists(out / "all_ops.onnx", ec)) return out.string();
     const std::string probe = std::string(k_system_python) + " -c 'import onnx' 2>/dev/null";
     if (std::system(probe.c_str()) != 0) {
       reason = std::string(k_system_python) +
@@ -31,25 +74,22 @@ inline const std::string& onnx_models_dir(std::string* why = nullptr) {
                "ONNX import tests";
       return std::string();
     }
-    const char* src = std::getenv("MEMWEAVE_SOURCE_DIR");
-    const std::filesystem::path out =
-        std::filesystem::temp_directory_path() / ("memweave_onnx_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(out);
-    // Removed when the test program exits.
-    static const struct remover {
-      std::filesystem::path path;
-      ~remover() {
-        std::error_code ec;
-        std::filesystem::remove_all(path, ec);
-      }
-    } cleanup{out};
-    const std::string cmd = std::string(k_system_python) + " " +
-                            (src ? std::string(src) : std::string(".")) +
-                            "/tests/onnx/make_onnx_models.py " + out.string();
-    if (std::system(cmd.c_str()) != 0) reason = "the generator failed: " + cmd;
+    reason = detail::generate_models(out, script);
     return out.string();
   }();
   if (why) *why = reason;
+  return dir;
+}
+
+/// A folder of this process for the files a test writes, removed when it exits.
+inline const std::string& scratch_dir() {
+  static const std::string dir = [] {
+    const std::filesystem::path p =
+        std::filesystem::temp_directory_path() / ("memweave_onnx_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(p);
+    static const detail::folder_remover cleanup{p};
+    return p.string();
+  }();
   return dir;
 }
 
