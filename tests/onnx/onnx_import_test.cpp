@@ -237,6 +237,14 @@ TEST_F(OnnxImport, MalformedFilesAreClearErrors) {
   }
 }
 
+// Two thirds of the heap peak of `policy` on `m` (one liveness iteration on the host).
+std::size_t run_budget(const imported_model& m, const std::string& policy) {
+  test::imported_run run = test::start_imported(m, policy);
+  auto data = make_synthetic_source(m.net[m.net.data_layer()].output_shape, m.net.classes(), 5);
+  run.ex->run_iteration(data.get(), 0);
+  return run.ex->report().peak_bytes * 2 / 3;
+}
+
 // Trains an imported model a few iterations, exports, imports the export: the weights are
 // the trained ones, with the transpositions and Gemm's alpha/beta undone in the file.
 void round_trip(const std::string& model, std::int64_t batch) {
@@ -262,6 +270,32 @@ void round_trip(const std::string& model, std::int64_t batch) {
 TEST_F(OnnxImport, TrainedWeightsRoundTripThroughExport) {
   round_trip("all_ops", 2);
   round_trip("gemm", 4);
+}
+
+// The project's oracle holds for an imported network: under the memory techniques, and a
+// budget that makes them move tensors, training is bit-identical to the baseline.
+TEST_F(OnnxImport, ImportedModelTrainsBitIdenticallyUnderEveryPolicy) {
+  const imported_model m = import_onnx(onnx_model("all_ops"), 4);
+  auto data = make_synthetic_source(m.net[m.net.data_layer()].output_shape, m.net.classes(), 5);
+  const auto train = [&](const std::string& policy, std::size_t budget) {
+    test::imported_run run = test::start_imported(m, policy, 0.05f, budget);
+    std::vector<double> losses;
+    for (int i = 0; i < 3; ++i) losses.push_back(run.ex->run_iteration(data.get(), i));
+    const policy_report rep = run.ex->report();
+    if (budget > 0) {
+      EXPECT_GT(rep.bytes_offloaded + rep.recomputations + rep.evictions, 0u)
+          << policy << ": the budget moved nothing";
+    }
+    return std::make_pair(losses, run.ex->read_persistent());
+  };
+  const auto base = train("baseline", 0);
+  const std::size_t tight = run_budget(m, "liveness");
+  for (const auto& [policy, budget] : std::vector<std::pair<std::string, std::size_t>>{
+           {"liveness", 0}, {"recompute", 0}, {"utp", tight}, {"all", tight}}) {
+    const auto r = train(policy, budget);
+    EXPECT_EQ(r.first, base.first) << policy;
+    EXPECT_TRUE(r.second == base.second) << policy << ": persistent tensors differ";
+  }
 }
 
 TEST_F(OnnxImport, ExportRefusesMissingOrMisSizedWeights) {

@@ -115,7 +115,7 @@ struct imported_run {
 };
 
 inline imported_run start_imported(const imported_model& m, const std::string& policy,
-                                   float learning_rate = 0.01f) {
+                                   float learning_rate = 0.01f, std::size_t budget = 0) {
   device_options d;
   d.kind = "host";
   d.capacity_bytes = std::size_t{256} << 20;
@@ -125,6 +125,9 @@ inline imported_run start_imported(const imported_model& m, const std::string& p
   o.policy = executor_policy::parse(policy);
   o.threads = 1;
   o.learning_rate = learning_rate;
+  o.budget_bytes = budget;
+  // One convolution algorithm: then every policy and budget computes the same bits.
+  o.conv_ws = conv_ws_options::parse("fixed:im2col_image", "test");
   r.ex = std::make_unique<executor>(m.net, *r.dev, o);
   for (const auto& [name, v] : m.weights) r.ex->write(name, v);
   return r;
