@@ -51,6 +51,8 @@ struct pool_params {
   std::int64_t stride_h = 2, stride_w = 2;
   std::int64_t pad_h = 0, pad_w = 0;
   bool global = false;  ///< kernel = input's H x W (global average pooling)
+  // Average pooling divides by kernel_h * kernel_w, padding included (cuDNN's
+  // COUNT_INCLUDE_PADDING); max ignores the padding.
   /// Output shape for input `in` (floor division, as cuDNN; windows start inside the
   /// padded input).
   shape4 output(const shape4& in) const noexcept;
@@ -62,6 +64,8 @@ struct act_params {
   act_mode mode = act_mode::relu;
 };
 
+/// Training normalises with the batch mean and biased variance; the running variance keeps
+/// the unbiased one (m / (m - 1), m = n*h*w); evaluation normalises with the running ones.
 struct bn_params {
   float epsilon = 1e-5f;
   float momentum = 0.1f;  ///< running = (1 - momentum) * running + momentum * batch

@@ -77,6 +77,30 @@ TEST(cuda_executor_test, trains_under_liveness_and_tight_utp_with_losses_close_t
   }
 }
 
+// The evaluation pass on cuda (cuDNN's BN inference, dropout with ratio 0) from the host's
+// trained weights: close to the host's evaluation of them.
+TEST(cuda_executor_test, evaluation_from_the_host_weights_is_close_to_the_host) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to evaluate on");
+  const network net = test::tiny_trainable_net();
+  const executor_options o = policy_options("liveness", k_ample, "none");
+  auto host_dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  executor host(net, *host_dev, o);
+  for (int i = 0; i < 5; ++i) host.run_iteration(data.get(), i);
+  const evaluation_result expected = host.evaluate(data.get(), 100, 4);
+  device_options d;
+  d.kind = "cuda";
+  auto dev = make_device(d);
+  executor ex(net, *dev, o);
+  const std::vector<std::string> names = host.persistent_names();
+  const auto values = host.read_persistent();
+  for (std::size_t i = 0; i < names.size(); ++i) ex.write(names[i], values[i]);
+  const evaluation_result got = ex.evaluate(data.get(), 100, 4);
+  EXPECT_NEAR(got.loss, expected.loss, 2e-3 * std::max(1.0, std::abs(expected.loss)));
+  EXPECT_NEAR(got.accuracy, expected.accuracy, 0.0625);  // one image in 16 may flip
+  EXPECT_EQ(ex.read_persistent(), values);               // nothing updated
+}
+
 TEST(cuda_executor_test, plan_and_cuda_agree_on_every_step_and_utp_moves_bytes_when_tight) {
   MEMWEAVE_GPU_OR_SKIP("nothing to compare");
   const network net = test::small_zoo("resnet50");
