@@ -97,6 +97,45 @@ save("fixed_batch", [
 ], [image(c=3, h=4, w=4, batch=2)], "y", [init("w", 5, 3), init("b", 5)])
 
 
+# ---- cases in the ONNX backend test-data layout, expected outputs computed with numpy ----
+def case(name, nodes, x, output, inits, expected):
+    folder = os.path.join(OUT, name)
+    os.makedirs(os.path.join(folder, "test_data_set_0"))
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"] + list(x.shape[1:]))],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, list(expected.shape))],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(folder, "model.onnx"))
+    for kind, value in (("input", x), ("output", expected)):
+        with open(os.path.join(folder, "test_data_set_0", kind + "_0.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(value.astype(np.float32)).SerializeToString())
+
+
+# ADD and CONCAT joins of computed tensors (the backend data's Add/Concat cases have two inputs).
+x = RNG.standard_normal((2, 2, 3, 3)).astype(np.float32)
+relu, tanh = np.maximum(x, 0), np.tanh(x)
+case("case_add_concat", [
+    node("Relu", ["x"], ["a"]), node("Tanh", ["x"], ["b"]), node("Add", ["a", "b"], ["s"]),
+    node("Concat", ["s", "a", "b"], ["c"], axis=1),
+], x, "c", {}, np.concatenate([relu + tanh, relu, tanh], axis=1))
+
+# MatMul + Add (one FC), then Gemm with transB = 0, alpha, beta and a one-value bias, Softmax.
+x = RNG.standard_normal((3, 6)).astype(np.float32)
+w1, b1 = init("w1", 6, 4), init("b1", 4)
+w2, c2 = init("w2", 4, 5), init("c2", 1)
+arrays = {t.name: numpy_helper.to_array(t) for t in (w1, b1, w2, c2)}
+h = np.maximum(x @ arrays["w1"] + arrays["b1"], 0)
+logits = 2.0 * (h @ arrays["w2"]) + 0.5 * arrays["c2"]
+e = np.exp(logits - logits.max(axis=1, keepdims=True))
+case("case_fc", [
+    node("MatMul", ["x", "w1"], ["m"]), node("Add", ["m", "b1"], ["fc1"]),
+    node("Relu", ["fc1"], ["r"]), node("Gemm", ["r", "w2", "c2"], ["fc2"], alpha=2.0, beta=0.5),
+    node("Softmax", ["fc2"], ["p"], axis=1),
+], x, "p", arrays, e / e.sum(axis=1, keepdims=True))
+
+
 # ---- models the engine cannot run: each is an error naming the node ----
 def one_conv(name, extra_nodes, out, inits=(), opset=13, **conv_attrs):
     save(name, [node("Conv", ["x", "w"], ["c"], **conv_attrs)] + extra_nodes, [image()], out,

@@ -278,6 +278,18 @@ TEST(OnnxBackendData, EveryExpressibleCaseMatchesTheExpectedOutput) {
               k_matching.size(), values, static_cast<double>(k_atol), static_cast<double>(k_rtol));
 }
 
+// The same harness on cases the onnx Python helper writes with numpy's expected outputs,
+// for what the backend data cannot give one input: ADD and CONCAT joins, MatMul + Add with a
+// Gemm after it.
+TEST(OnnxBackendData, JoinsAndFullyConnectedLayersMatchNumpy) {
+  MEMWEAVE_ONNX_MODELS_OR_SKIP();
+  for (const char* c : {"case_add_concat", "case_fc"}) {
+    const case_result r = run_case(fs::path(test::onnx_models_dir()) / c);
+    EXPECT_TRUE(r.imported && r.error.empty()) << c << ": " << r.error;
+    EXPECT_GT(r.compared, 0u) << c;
+  }
+}
+
 TEST(OnnxBackendData, CasesTheEngineCannotExpressAreRefusedNamingWhy) {
   if (!have_data()) GTEST_SKIP() << k_data << " is missing: install libonnx-testdata";
   for (const auto& [c, why] : k_refused) {
