@@ -58,8 +58,9 @@ struct window {
 
 class converter {
  public:
-  converter(const onnx::ModelProto& m, std::string name, std::int64_t batch, std::int64_t classes)
-      : model_(m), graph_(m.graph()), batch_(batch), classes_(classes) {
+  converter(const onnx::ModelProto& m, std::string name, std::int64_t batch, std::int64_t classes,
+            bool weights)
+      : model_(m), graph_(m.graph()), batch_(batch), classes_(classes), weights_(weights) {
     out_.builder.emplace(std::move(name));
   }
 
@@ -155,7 +156,7 @@ class converter {
     return n.output_size() > 0 ? n.output(0) : n.op_type();
   }
 
-  bool collecting() const noexcept { return classes_ > 0; }
+  bool collecting() const noexcept { return weights_ && classes_ > 0; }
 
   // How many node inputs and graph outputs read value `name`.
   int uses(const std::string& name) const {
@@ -813,6 +814,7 @@ class converter {
   std::int64_t batch_;
   std::int64_t model_batch_ = 0;  // the input's fixed batch in the file (0: symbolic)
   std::int64_t classes_;
+  bool weights_;  // collect the weights (in the pass with classes known)
   conversion out_;
   std::unordered_map<std::string, value> values_;
   std::unordered_map<std::string, const onnx::TensorProto*> constants_;
@@ -824,8 +826,8 @@ class converter {
 }  // namespace
 
 conversion convert_graph(const onnx::ModelProto& model, const std::string& name, std::int64_t batch,
-                         std::int64_t classes) {
-  return converter(model, name, batch, classes).run();
+                         std::int64_t classes, bool weights) {
+  return converter(model, name, batch, classes, weights).run();
 }
 
 }  // namespace memweave::onnx_detail

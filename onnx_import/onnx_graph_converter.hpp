@@ -30,8 +30,9 @@ struct conversion {
 
 /// Maps `model`'s graph onto a builder named `name`. `batch` (> 0) replaces the input's
 /// batch dimension (0: the model's, an error when symbolic). `classes` is the DATA layer's
-/// class count (0 in the first pass, which then collects no weights).
+/// class count (0 in the first pass, which collects no weights); `weights`: collect the
+/// weights and their bindings (in the pass with classes known).
 conversion convert_graph(const onnx::ModelProto& model, const std::string& name, std::int64_t batch,
-                         std::int64_t classes);
+                         std::int64_t classes, bool weights);
 
 }  // namespace memweave::onnx_detail

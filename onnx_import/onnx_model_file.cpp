@@ -4,12 +4,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 
 #include "memweave/core/error.hpp"
@@ -61,14 +61,15 @@ onnx::ModelProto load_model(const std::string& path, const std::string& knob) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw invalid_argument(file_error(knob, path, "no such file (expected an ONNX model, .onnx)"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw invalid_argument(
-        file_error(knob, path, std::string("cannot be read (") + std::strerror(errno) + ")"));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamsize size = in ? static_cast<std::streamsize>(in.tellg()) : -1;
+  if (size > std::numeric_limits<int>::max())
     throw invalid_argument(
         file_error(knob, path, "larger than the 2 GiB a protobuf message holds"));
+  std::string bytes(static_cast<std::size_t>(std::max<std::streamsize>(size, 0)), '\0');
+  if (size < 0 || !in.seekg(0) || !in.read(bytes.data(), size))
+    throw invalid_argument(
+        file_error(knob, path, std::string("cannot be read (") + std::strerror(errno) + ")"));
   onnx::ModelProto model;
   if (bytes.empty() || !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     throw invalid_argument(file_error(

@@ -86,7 +86,7 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   }
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
   args.reject_unused();
-  const network net = make_run_network(o, nullptr);
+  const network net = make_run_network(o, true);
   const auto source =
       make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
   const std::string weights = o.init                       ? "from " + o.init_path

@@ -169,22 +169,30 @@ bool is_onnx_net(const std::string& net) {
   return net.size() > ext.size() && net.compare(net.size() - ext.size(), ext.size(), ext) == 0;
 }
 
+void load_onnx_net(network_run_options& o) {
+  if (is_onnx_net(o.net) && !o.onnx_file)
+    o.onnx_file = std::make_shared<onnx_model>(o.net, "--net");
+}
+
 network make_run_network(const network_run_options& o, std::int64_t batch) {
   if (!is_onnx_net(o.net)) {
     zoo_options z = o.zoo;
     z.batch = batch;
     return make_network(o.net, z);
   }
-  return import_onnx(o.net, batch, "--net").net;
+  MEMWEAVE_EXPECTS(o.onnx_file != nullptr, "make_run_network: load_onnx_net(o) first");
+  return o.onnx_file->import(batch, false).net;
 }
 
-network make_run_network(network_run_options& o, std::optional<imported_model>* onnx) {
+network make_run_network(network_run_options& o, bool weights,
+                         std::optional<imported_model>* onnx) {
   if (!is_onnx_net(o.net)) return make_network(o.net, o.zoo);
-  imported_model m = import_onnx(o.net, o.zoo.batch, "--net");
-  o.initial_weights = m.weights;
+  load_onnx_net(o);
+  imported_model m = o.onnx_file->import(o.zoo.batch, weights);
+  o.initial_weights = std::move(m.weights);
   network net = std::move(m.net);
   if (onnx) {
-    m.net = network();
+    m.net = network();  // its net and weights were moved out: the bindings are what export needs
     onnx->emplace(std::move(m));
   }
   return net;

@@ -51,6 +51,8 @@ struct network_run_options {
   std::string save;
   /// train --export-onnx: a copy of the ONNX model with the trained weights ("" = none).
   std::string export_onnx;
+  /// --net PATH.onnx, read once (load_onnx_net) for every network made from it.
+  std::shared_ptr<const onnx_model> onnx_file;
   /// Persistent tensors to set before the first iteration, by name (an ONNX model's
   /// weights); written only on a device that touches memory.
   std::map<std::string, std::vector<float>> initial_weights;
@@ -73,13 +75,19 @@ auto from_knob(const std::string& knob, F&& parse) {
 /// Whether --net names an ONNX model file (a path ending in ".onnx") rather than a zoo network.
 bool is_onnx_net(const std::string& net);
 
-/// The network of `o` at `batch`: the zoo's, or the ONNX model's (import_onnx, its errors
-/// naming --net).
+/// Reads --net's ONNX model into o.onnx_file, once (its errors naming --net); nothing for a
+/// zoo name.
+void load_onnx_net(network_run_options& o);
+
+/// The network of `o` at `batch`, without weights (planning): the zoo's, or the ONNX
+/// model's (o.onnx_file, which load_onnx_net must have read).
 network make_run_network(const network_run_options& o, std::int64_t batch);
 
-/// The network of `o` at its batch; for an ONNX model its weights go into
-/// o.initial_weights and the import is returned too.
-network make_run_network(network_run_options& o, std::optional<imported_model>* onnx);
+/// The network of `o` at its batch (loading an ONNX model if needed). For an ONNX model and
+/// `weights` (train, eval), its weights go into o.initial_weights, and the rest of the
+/// import (bindings, source) into `*onnx` when given.
+network make_run_network(network_run_options& o, bool weights,
+                         std::optional<imported_model>* onnx = nullptr);
 
 /// Reads --net (a zoo name or a .onnx file; --image-side, --width and --classes are refused
 /// with a model file, whose shapes are its own), --batch, --image-side, --width, --classes,

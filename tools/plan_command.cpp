@@ -39,6 +39,7 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
   dev.capacity_bytes = o.budget_bytes;
   dev.host_link_gbps = null_link_gbps(o);
   const auto blocks = depth ? resnet_blocks(o.net) : std::array<std::int64_t, 4>{};
+  load_onnx_net(o);  // read once, imported at each probe's batch
   if (!o.executor.heap.trace_path.empty()) {
     // Hundreds of probes would each replace the file: a search writes no trace.
     out << "MEMWEAVE_TRACE is not written by a search (--max-batch/--max-depth); plan one "
@@ -112,7 +113,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
 
   check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
-  const network net = make_run_network(o, nullptr);
+  const network net = make_run_network(o, false);
   device_options dev;
   dev.kind = "null";
   // Without a budget the planning device is as large as address space allows, so that

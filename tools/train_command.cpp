@@ -47,7 +47,7 @@ int train_command(int argc, const char* const* argv, std::ostream& out) {
   check_output_paths(o);
 
   std::optional<imported_model> onnx;
-  const network net = make_run_network(o, &onnx);
+  const network net = make_run_network(o, true, &onnx);
   bool exported = false;
   if (!export_path.empty()) {
     o.on_trained = [&](const std::string& policy, const executor& ex) {

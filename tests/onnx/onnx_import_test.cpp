@@ -21,7 +21,7 @@
 namespace memweave {
 namespace {
 
-using test::onnx_model;
+using test::model_path;
 
 const layer& find(const network& net, const std::string& name) {
   auto id = net.find(name);
@@ -67,7 +67,7 @@ class OnnxImport : public ::testing::Test {
 };
 
 TEST_F(OnnxImport, MapsEveryOperatorOfADag) {
-  const imported_model m = import_onnx(onnx_model("all_ops"), 2);
+  const imported_model m = import_onnx(model_path("all_ops"), 2);
   const network& net = m.net;
   EXPECT_EQ(net.batch(), 2);
   EXPECT_EQ(net.classes(), 3);
@@ -124,7 +124,7 @@ TEST_F(OnnxImport, MapsEveryOperatorOfADag) {
 }
 
 TEST_F(OnnxImport, WeightsComeByEngineNameInTheEngineLayout) {
-  const std::string path = onnx_model("all_ops");
+  const std::string path = model_path("all_ops");
   const imported_model m = import_onnx(path, 2);
   const std::vector<std::string> names = {
       "c1.weight", "c1.bias",    "bn.gamma", "bn.beta",   "bn.running_mean", "bn.running_var",
@@ -145,7 +145,7 @@ TEST_F(OnnxImport, WeightsComeByEngineNameInTheEngineLayout) {
 }
 
 TEST_F(OnnxImport, GemmFoldsAlphaBetaAndAScalarBiasAndGetsALossAppended) {
-  const std::string path = onnx_model("gemm");
+  const std::string path = model_path("gemm");
   const imported_model m = import_onnx(path, 3);
   EXPECT_FALSE(m.softmax_in_model);
   EXPECT_EQ(m.net.classes(), 4);
@@ -159,7 +159,7 @@ TEST_F(OnnxImport, GemmFoldsAlphaBetaAndAScalarBiasAndGetsALossAppended) {
 }
 
 TEST_F(OnnxImport, OneDimensionalWindowsGlobalPoolAndReshapeByAConstant) {
-  const imported_model m = import_onnx(onnx_model("conv1d"), 2);
+  const imported_model m = import_onnx(model_path("conv1d"), 2);
   const network& net = m.net;
   EXPECT_EQ(net[net.data_layer()].output_shape, (shape4{2, 2, 10, 1}));
   const auto& c = params<conv_params>(net, "c");
@@ -176,14 +176,27 @@ TEST_F(OnnxImport, OneDimensionalWindowsGlobalPoolAndReshapeByAConstant) {
 }
 
 TEST_F(OnnxImport, BatchIsTheModelsOwnOrTheOneGiven) {
-  EXPECT_EQ(import_onnx(onnx_model("fixed_batch"), 0).net.batch(), 2);
-  const imported_model m = import_onnx(onnx_model("fixed_batch"), 5);
+  EXPECT_EQ(import_onnx(model_path("fixed_batch"), 0).net.batch(), 2);
+  const imported_model m = import_onnx(model_path("fixed_batch"), 5);
   EXPECT_EQ(m.net.batch(), 5);
   EXPECT_TRUE(params<pool_params>(m.net, "g").global);
   EXPECT_EQ(params<pool_params>(m.net, "g").mode, pool_mode::average);
-  const std::string e = import_error(onnx_model("all_ops"), 0);
+  const std::string e = import_error(model_path("all_ops"), 0);
   EXPECT_NE(e.find("batch dimension is symbolic ('N')"), std::string::npos) << e;
   EXPECT_NE(e.find("--batch"), std::string::npos) << e;
+}
+
+TEST_F(OnnxImport, AModelReadOnceImportsAtAnyBatchWithOrWithoutWeights) {
+  const onnx_model file(model_path("all_ops"), "--net");
+  const imported_model a = file.import(1);
+  const imported_model b = file.import(3, false);
+  EXPECT_EQ(a.net.batch(), 1);
+  EXPECT_EQ(b.net.batch(), 3);
+  EXPECT_EQ(a.weights.size(), 11u);
+  EXPECT_TRUE(b.weights.empty());
+  EXPECT_TRUE(b.bindings.empty());
+  EXPECT_EQ(a.net.parameter_count(), b.net.parameter_count());
+  EXPECT_EQ(file.path(), model_path("all_ops"));
 }
 
 TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
@@ -206,7 +219,7 @@ TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
       {"err_symbolic_width", {"dimension 3 is 'W'", "only the batch"}},
   };
   for (const auto& [model, parts] : cases) {
-    const std::string path = onnx_model(model);
+    const std::string path = model_path(model);
     const std::string e = import_error(path);
     EXPECT_EQ(e.rfind("--net " + path + ": ", 0), 0u) << e;
     for (const auto& p : parts) EXPECT_NE(e.find(p), std::string::npos) << model << ": " << e;
@@ -216,7 +229,7 @@ TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
 TEST_F(OnnxImport, MalformedFilesAreClearErrors) {
   namespace fs = std::filesystem;
   const fs::path dir = test::scratch_dir();
-  std::ifstream in(onnx_model("all_ops"), std::ios::binary);
+  std::ifstream in(model_path("all_ops"), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto write = [&](const std::string& name, const std::string& content) {
     std::ofstream(dir / name, std::ios::binary) << content;
@@ -248,7 +261,7 @@ std::size_t run_budget(const imported_model& m, const std::string& policy) {
 // Trains an imported model a few iterations, exports, imports the export: the weights are
 // the trained ones, with the transpositions and Gemm's alpha/beta undone in the file.
 void round_trip(const std::string& model, std::int64_t batch) {
-  const imported_model m = import_onnx(onnx_model(model), batch);
+  const imported_model m = import_onnx(model_path(model), batch);
   test::imported_run run = test::start_imported(m, "liveness");
   executor& ex = *run.ex;
   auto data = make_synthetic_source(m.net[m.net.data_layer()].output_shape, m.net.classes(), 3);
@@ -275,7 +288,7 @@ TEST_F(OnnxImport, TrainedWeightsRoundTripThroughExport) {
 // The project's oracle holds for an imported network: under the memory techniques, and a
 // budget that makes them move tensors, training is bit-identical to the baseline.
 TEST_F(OnnxImport, ImportedModelTrainsBitIdenticallyUnderEveryPolicy) {
-  const imported_model m = import_onnx(onnx_model("all_ops"), 4);
+  const imported_model m = import_onnx(model_path("all_ops"), 4);
   auto data = make_synthetic_source(m.net[m.net.data_layer()].output_shape, m.net.classes(), 5);
   const auto train = [&](const std::string& policy, std::size_t budget) {
     test::imported_run run = test::start_imported(m, policy, 0.05f, budget);
@@ -299,7 +312,7 @@ TEST_F(OnnxImport, ImportedModelTrainsBitIdenticallyUnderEveryPolicy) {
 }
 
 TEST_F(OnnxImport, ExportRefusesMissingOrMisSizedWeights) {
-  const imported_model m = import_onnx(onnx_model("gemm"), 2);
+  const imported_model m = import_onnx(model_path("gemm"), 2);
   const std::string out = test::scratch_dir() + "/never.onnx";
   auto weights = m.weights;
   weights.erase("y.weight");

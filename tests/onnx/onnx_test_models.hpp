@@ -103,7 +103,7 @@ inline const std::string& scratch_dir() {
   } while (0)
 
 /// The path of the generated model `name` ("all_ops" -> DIR/all_ops.onnx).
-inline std::string onnx_model(const std::string& name) {
+inline std::string model_path(const std::string& name) {
   return onnx_models_dir() + "/" + name + ".onnx";
 }
 

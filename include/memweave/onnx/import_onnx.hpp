@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,28 @@ struct imported_model {
 /// option the path came from, for messages ("--net").
 imported_model import_onnx(const std::string& path, std::int64_t batch,
                            const std::string& knob = "import_onnx");
+// (onnx_model(path, knob).import(batch).)
+
+/// A model file read and checked once, to import at several batches (a search for the
+/// largest batch that fits) without reading it again. Not thread-safe to construct; import
+/// may be called from several threads.
+class onnx_model {
+ public:
+  /// Reads and checks the model at `path`: the file errors of import_onnx.
+  explicit onnx_model(const std::string& path, const std::string& knob = "import_onnx");
+  ~onnx_model();
+  onnx_model(onnx_model&&) noexcept;
+  onnx_model& operator=(onnx_model&&) noexcept;
+
+  /// import_onnx's result at `batch`; without `with_weights` (planning) no weights nor
+  /// bindings are copied out of the model.
+  imported_model import(std::int64_t batch, bool with_weights = true) const;
+  const std::string& path() const noexcept;
+
+ private:
+  struct impl;  // the parsed ModelProto: protobuf stays out of this header
+  std::unique_ptr<impl> impl_;
+};
 
 /// Writes a copy of `model.source_path` to `out_path` whose initializers hold `weights`
 /// (engine names, as executor::read gives them) through model.bindings,
