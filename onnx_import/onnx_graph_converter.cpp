@@ -123,7 +123,8 @@ class converter {
       if (i == 0) {
         if (d.has_dim_value() && d.dim_value() > 0) model_batch_ = d.dim_value();
         if (batch_ == 0 && model_batch_ == 0)
-          throw invalid_argument(who + ": its batch dimension is symbolic ('" + d.dim_param() +
+          throw invalid_argument(who + ": its batch dimension is symbolic ('" +
+                                 (d.has_dim_param() ? d.dim_param() : std::string("unknown")) +
                                  "'); give the batch (--batch N)");
         dims.push_back(batch_ > 0 ? batch_ : model_batch_);
         continue;
