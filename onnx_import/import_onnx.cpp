@@ -12,15 +12,25 @@
 namespace memweave {
 
 const std::vector<std::string>& onnx_supported_operators() {
-  static const std::vector<std::string> ops = {"Conv",          "Gemm",
-                                               "MatMul",        "MaxPool",
-                                               "AveragePool",   "GlobalAveragePool",
-                                               "GlobalMaxPool", "Relu",
-                                               "Tanh",          "BatchNormalization",
-                                               "LRN",           "Dropout",
-                                               "Concat",        "Add",
-                                               "Flatten",       "Reshape",
-                                               "Identity",      "Constant",
+  static const std::vector<std::string> ops = {"Conv",
+                                               "Gemm",
+                                               "MatMul",
+                                               "MaxPool",
+                                               "AveragePool",
+                                               "GlobalAveragePool",
+                                               "GlobalMaxPool",
+                                               "Relu",
+                                               "Tanh",
+                                               "Sigmoid",
+                                               "BatchNormalization",
+                                               "LRN",
+                                               "Dropout",
+                                               "Concat",
+                                               "Add",
+                                               "Flatten",
+                                               "Reshape",
+                                               "Identity",
+                                               "Constant",
                                                "Softmax"};
   return ops;
 }

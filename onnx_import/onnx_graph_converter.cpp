@@ -310,6 +310,7 @@ class converter {
       if (op == "GlobalMaxPool") return global_pool(n, pool_mode::max);
       if (op == "Relu") return activation(n, act_mode::relu);
       if (op == "Tanh") return activation(n, act_mode::tanh);
+      if (op == "Sigmoid") return activation(n, act_mode::sigmoid);
       if (op == "BatchNormalization") return batch_norm(n);
       if (op == "LRN") return lrn(n);
       if (op == "Dropout") return dropout(n);

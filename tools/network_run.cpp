@@ -174,13 +174,13 @@ void load_onnx_net(network_run_options& o) {
     o.onnx_file = std::make_shared<onnx_model>(o.net, "--net");
 }
 
-network make_run_network(const network_run_options& o, std::int64_t batch) {
+network make_planning_network(const network_run_options& o, std::int64_t batch) {
   if (!is_onnx_net(o.net)) {
     zoo_options z = o.zoo;
     z.batch = batch;
     return make_network(o.net, z);
   }
-  MEMWEAVE_EXPECTS(o.onnx_file != nullptr, "make_run_network: load_onnx_net(o) first");
+  MEMWEAVE_EXPECTS(o.onnx_file != nullptr, "make_planning_network: load_onnx_net(o) first");
   return o.onnx_file->import(batch, false).net;
 }
 

@@ -81,7 +81,7 @@ void load_onnx_net(network_run_options& o);
 
 /// The network of `o` at `batch`, without weights (planning): the zoo's, or the ONNX
 /// model's (o.onnx_file, which load_onnx_net must have read).
-network make_run_network(const network_run_options& o, std::int64_t batch);
+network make_planning_network(const network_run_options& o, std::int64_t batch);
 
 /// The network of `o` at its batch (loading an ONNX model if needed). For an ONNX model and
 /// `weights` (train, eval), its weights go into o.initial_weights, and the rest of the

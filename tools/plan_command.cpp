@@ -63,7 +63,7 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
       }
       std::optional<network> net;
       try {
-        net.emplace(make_run_network(probe, batch));
+        net.emplace(make_planning_network(probe, batch));
       } catch (const invalid_argument&) {
         // The smallest value builds the user's own network: its errors are theirs. A larger
         // one that does not build has a tensor beyond any address space: it does not fit.

@@ -83,8 +83,9 @@ save("conv1d", [
     node("Conv", ["x", "w"], ["c"], auto_pad="SAME_UPPER", kernel_shape=[3]),
     node("MaxPool", ["c"], ["p"], kernel_shape=[2], strides=[2]),
     node("GlobalMaxPool", ["p"], ["g"]),
+    node("Sigmoid", ["g"], ["s"]),
     node("Constant", [], ["shape"], value=ints("shape_value", [0, -1])),
-    node("Reshape", ["g", "shape"], ["flat"]),
+    node("Reshape", ["s", "shape"], ["flat"]),
     node("Gemm", ["flat", "fc_w"], ["y"], transB=1),
 ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 10])], "y",
     [init("w", 3, 2, 3), init("fc_w", 4, 3)])
@@ -142,7 +143,7 @@ def one_conv(name, extra_nodes, out, inits=(), opset=13, **conv_attrs):
          [init("w", 2, 3, 3, 3)] + list(inits), opset=opset)
 
 
-one_conv("err_sigmoid", [node("Sigmoid", ["c"], ["s"])], "s")
+one_conv("err_leaky_relu", [node("LeakyRelu", ["c"], ["s"])], "s")
 one_conv("err_asymmetric_pads", [], "c", pads=[0, 0, 1, 1])
 one_conv("err_count_exclude_pad",
          [node("AveragePool", ["c"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], "p")

@@ -158,7 +158,7 @@ TEST_F(OnnxImport, GemmFoldsAlphaBetaAndAScalarBiasAndGetsALossAppended) {
   EXPECT_EQ(m.weights.at("y.bias"), std::vector<float>(4, 0.5f * c));  // beta = 0.5
 }
 
-TEST_F(OnnxImport, OneDimensionalWindowsGlobalPoolAndReshapeByAConstant) {
+TEST_F(OnnxImport, OneDimensionalWindowsGlobalPoolSigmoidAndReshapeByAConstant) {
   const imported_model m = import_onnx(model_path("conv1d"), 2);
   const network& net = m.net;
   EXPECT_EQ(net[net.data_layer()].output_shape, (shape4{2, 2, 10, 1}));
@@ -172,7 +172,8 @@ TEST_F(OnnxImport, OneDimensionalWindowsGlobalPoolAndReshapeByAConstant) {
   const auto& g = params<pool_params>(net, "g");
   EXPECT_TRUE(g.global);
   EXPECT_EQ(g.mode, pool_mode::max);
-  EXPECT_EQ(net[find(net, "y").inputs[0]].name, "g");
+  EXPECT_EQ(params<act_params>(net, "s").mode, act_mode::sigmoid);
+  EXPECT_EQ(net[find(net, "y").inputs[0]].name, "s");
 }
 
 TEST_F(OnnxImport, BatchIsTheModelsOwnOrTheOneGiven) {
@@ -201,7 +202,7 @@ TEST_F(OnnxImport, AModelReadOnceImportsAtAnyBatchWithOrWithoutWeights) {
 
 TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {"err_sigmoid", {"node 's' (Sigmoid)", "not supported", "supported operators: Conv"}},
+      {"err_leaky_relu", {"node 's' (LeakyRelu)", "not supported", "supported operators: Conv"}},
       {"err_asymmetric_pads", {"node 'c' (Conv)", "pads [0, 0, 1, 1]", "begin == end"}},
       {"err_count_exclude_pad", {"node 'p' (AveragePool)", "count_include_pad = 0"}},
       {"err_ceil_mode", {"node 'p' (MaxPool)", "ceil_mode = 1"}},

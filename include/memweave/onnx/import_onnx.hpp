@@ -10,7 +10,7 @@
 //     right-hand side, followed or not by an Add of a constant bias      -> FC
 //   MaxPool, AveragePool (floor mode; AveragePool counts padding, as the engine does: pads
 //     with count_include_pad = 0 are refused), GlobalAveragePool, GlobalMaxPool  -> POOL
-//   Relu, Tanh -> ACT; LRN (odd size) -> LRN; Dropout -> DROPOUT (off in evaluation)
+//   Relu, Tanh, Sigmoid -> ACT; LRN (odd size) -> LRN; Dropout -> DROPOUT (off in evaluation)
 //   BatchNormalization -> BN (ONNX's momentum weighs the running value, the engine's the
 //     batch: the engine's is 1 - ONNX's)
 //   Concat (channel axis), Add (two computed tensors of one shape) -> CONCAT, ADD
