@@ -2,8 +2,6 @@
 // parses but is not a well-formed model (a foreign protobuf often parses as an empty one).
 #include "onnx_model_file.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -12,6 +10,7 @@
 #include <fstream>
 #include <limits>
 
+#include "memweave/core/atomic_file.hpp"
 #include "memweave/core/error.hpp"
 #include "onnx/checker.h"
 
@@ -90,26 +89,10 @@ onnx::ModelProto load_model(const std::string& path, const std::string& knob) {
 }
 
 void save_model(const onnx::ModelProto& model, const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.string() + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw invalid_argument(path + ": cannot write (" + std::strerror(errno) +
-                             "); give a path in a writable directory");
-    if (!model.SerializeToOstream(&out) || !out.flush()) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw invalid_argument(path + ": writing the model failed (" + std::strerror(errno) + ")");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw invalid_argument(path + ": cannot replace it (" + ec.message() + ")");
-  }
+  std::string bytes;
+  if (!model.SerializeToString(&bytes))
+    throw invalid_argument(path + ": the model does not serialize (larger than 2 GiB?)");
+  write_file_atomically(path, bytes, "export_onnx_weights");
 }
 
 std::int64_t element_count(const onnx::TensorProto& t, const std::string& what) {

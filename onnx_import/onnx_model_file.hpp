@@ -15,7 +15,8 @@ namespace memweave::onnx_detail {
 /// (truncated, foreign) and a model the checker rejects.
 onnx::ModelProto load_model(const std::string& path, const std::string& knob);
 
-/// Writes `model` to `path` through a temporary file beside it renamed over it.
+/// Writes `model` to `path` through a temporary file beside it renamed over it
+/// (write_file_atomically).
 void save_model(const onnx::ModelProto& model, const std::string& path);
 
 /// Elements of a tensor of `dims` (each >= 0); invalid_argument naming `what` otherwise.

@@ -1,17 +1,15 @@
 // Output formats of a run_report. Pure functions of the report; no state.
 #include "report_writers.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iomanip>
+#include <sstream>
 
 #include "json_text.hpp"
+#include "memweave/core/atomic_file.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 
@@ -289,29 +287,11 @@ void write_summary(std::ostream& out, const run_report& r) {
 
 void write_file(const std::string& path, const run_report& report,
                 void (*writer)(std::ostream&, const run_report&)) {
-  // Written next to the target and renamed over it: a reader never sees half a file, and a
-  // failure leaves any earlier file at `path` as it was.
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) {
-      throw invalid_argument("cannot write '" + path + "': " + std::strerror(errno) +
-                             "; give a path in a writable directory");
-    }
-    writer(out, report);
-    if (!out.flush()) {
-      const int err = errno;
-      out.close();
-      std::remove(tmp.c_str());
-      throw invalid_argument("writing '" + path + "' failed: " + std::strerror(err));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw invalid_argument("cannot write '" + path + "': " + std::strerror(err) +
-                           "; give a path in a writable directory");
-  }
+  // Replaced atomically: a reader never sees half a file, and a failure leaves any earlier
+  // file at `path` as it was.
+  std::ostringstream text;
+  writer(text, report);
+  write_file_atomically(path, text.str(), "report");
 }
 
 }  // namespace memweave

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -112,6 +113,10 @@ void save_checkpoint(const executor& ex, const std::string& path, const checkpoi
 }
 
 checkpoint_file read_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw invalid_argument("checkpoint '" + path + "' is a directory; give a checkpoint file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw invalid_argument("cannot open checkpoint '" + path + "': " + std::strerror(errno));

@@ -100,6 +100,17 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   liveness_ = std::make_unique<liveness>(table_);
   layer_memory_ = std::make_unique<layer_memory>(table_);
   plan_ = liveness_->plan(options.policy.plan);
+  if (options.evaluation_only) {
+    // An executor that only evaluates keeps no solver state: the momenta are neither
+    // allocated nor listed (writing one, as loading a checkpoint does, is discarded).
+    discarded_.assign(table_.size(), false);
+    for (const layer& l : net.layers()) {
+      for (tensor_id m : table_.of(l.id).momenta) discarded_[m] = true;
+    }
+    std::erase_if(plan_.persistent, [this](tensor_id t) { return discarded_[t]; });
+    plan_.persistent_bytes = 0;
+    for (tensor_id t : plan_.persistent) plan_.persistent_bytes += table_[t].bytes;
+  }
 
   check_budget(net, route_, table_, plan_, dev, options);
 

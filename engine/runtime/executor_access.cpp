@@ -35,6 +35,9 @@ const tensor_info& executor::find_tensor(std::string_view name) const {
 
 std::vector<float> executor::read(std::string_view name) const {
   const tensor_info& info = find_tensor(name);
+  MEMWEAVE_EXPECTS(
+      discarded_.empty() || !discarded_[info.id],
+      "tensor '" + info.name + "': an executor made with evaluation_only keeps no momenta");
   if (info.persistent) return read_tensor(info.id);
   MEMWEAVE_EXPECTS(dev_.touches_memory(), "the " + std::string(to_string(dev_.kind())) +
                                               " device holds no values to read");
@@ -126,6 +129,7 @@ void executor::write(std::string_view name, std::span<const float> values) {
                                                std::to_string(values.size()) + " were given");
   MEMWEAVE_EXPECTS(dev_.touches_memory(), "the " + std::string(to_string(dev_.kind())) +
                                               " device holds no values to write");
+  if (!discarded_.empty() && discarded_[info.id]) return;  // a momentum, not kept
   write_persistent(info.id, values.data());
   dev_.get_stream(stream_role::compute).synchronize();  // `values` may go now
 }

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/device/stream_timeline.hpp"
 #include "memweave/engine/executor.hpp"
 
 namespace memweave {
@@ -48,6 +50,9 @@ evaluation_result executor::evaluate(data_source* data, std::int64_t first_batch
   for (std::int64_t b = 0; b < batches; ++b) {
     const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
     begin_iteration();
+    // A timeline holds the last batch, as it holds the last training iteration.
+    if (recording() != nullptr) recording()->clear();
+    if (transfers_) transfers_->engine.set_timeline(recording());
     for (std::size_t s = 0; s < layers; ++s) run_step(s, data, first_batch + b);
     finish_iteration();  // synchronizes: the copies out have landed
     loss_sum += loss_;

@@ -28,6 +28,7 @@
 #include "memweave/engine/zoo.hpp"
 #include "tools/cli_args.hpp"
 #include "tools/network_run.hpp"
+#include "tools/training_options.hpp"
 
 namespace memweave {
 namespace {
@@ -171,10 +172,11 @@ class quiet_log {
 // ---- the command line
 
 const std::vector<std::string> k_options = {
-    "net",        "batch",     "image-side",        "width",     "classes", "policy",
-    "budget",     "fit",       "conv-ws",           "recompute", "seed",    "lr",
-    "threads",    "host-pool", "prefetch-distance", "json",      "csv",     "svg",
-    "iterations", "max-batch", "max-depth",         "bugdet"};
+    "net",         "batch",     "image-side",        "width",     "classes",  "policy",
+    "budget",      "fit",       "conv-ws",           "recompute", "seed",     "lr",
+    "threads",     "host-pool", "prefetch-distance", "json",      "csv",      "svg",
+    "iterations",  "max-batch", "max-depth",         "bugdet",    "momentum", "weight-decay",
+    "lr-schedule", "warmup"};
 const std::vector<std::string> k_good_values = {"resnet:1,1,1,1",
                                                 "16",
                                                 "32",
@@ -190,7 +192,10 @@ const std::vector<std::string> k_good_values = {"resnet:1,1,1,1",
                                                 "2",
                                                 "1GiB",
                                                 "1",
-                                                "/tmp/memweave_fuzz.json"};
+                                                "/tmp/memweave_fuzz.json",
+                                                "0.9",
+                                                "step:3:0.5",
+                                                "cosine:10"};
 
 TEST(input_fuzz_test, command_line_options_are_accepted_or_rejected_by_name) {
   fuzz("command line", [](mutator& m, int, std::string& input) {
@@ -218,7 +223,8 @@ TEST(input_fuzz_test, command_line_options_are_accepted_or_rejected_by_name) {
     std::vector<const char*> argv;
     for (const auto& w : words) argv.push_back(w.c_str());
     cli_args args(static_cast<int>(argv.size()), argv.data(), 2, {"max-batch", "max-depth"});
-    const network_run_options o = read_network_run_options(args);
+    network_run_options o = read_network_run_options(args);
+    read_training_options(args, o);
     (void)args.get_int("iterations", 1, std::numeric_limits<int>::max());
     (void)args.flag("max-batch");
     (void)args.flag("max-depth");
@@ -232,6 +238,11 @@ TEST(input_fuzz_test, command_line_options_are_accepted_or_rejected_by_name) {
     EXPECT_GE(o.executor.threads, 0) << input;
     EXPECT_LE(o.executor.threads, 4096) << input;
     EXPECT_GE(o.executor.prefetch_distance, 1) << input;
+    EXPECT_TRUE(o.executor.momentum >= 0.0f && o.executor.momentum < 1.0f) << input;
+    EXPECT_TRUE(o.executor.weight_decay >= 0.0f && o.executor.weight_decay <= 1.0f) << input;
+    EXPECT_GE(o.schedule.warmup, 0) << input;
+    EXPECT_GE(o.schedule.every, 1) << input;
+    EXPECT_GE(o.schedule.t_max, 1) << input;
   });
 }
 

@@ -137,7 +137,9 @@ struct executor_options {
   /// compression of swapped tensors) is refused with invalid_argument.
   bool exact = false;
   /// The executor only evaluates (`memweave eval`): the budget must hold the forward steps
-  /// only (not the backward's), no memory schedule is planned, and run_iteration is refused.
+  /// only (not the backward's) and no momenta (they are not kept: persistent_names() omits
+  /// them, write() discards them, read() refuses them), no memory schedule is planned, and
+  /// run_iteration is refused.
   bool evaluation_only = false;
 };
 
@@ -364,6 +366,7 @@ class executor {
   // evaluate(): whether the step loop runs an evaluation batch; per forward step, the tensors
   // whose last forward use it is; the loss layer's probabilities and the labels, copied out.
   bool evaluating_ = false;
+  std::vector<bool> discarded_;  // evaluation_only: per tensor, a momentum not kept
   std::vector<std::vector<tensor_id>> eval_free_after_;
   std::vector<float> eval_probabilities_,
       eval_labels_;           // per tensor: iterations_run_ when captured (0: never)

@@ -139,6 +139,12 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   // Not loaded, but readable: the file itself is sound.
   EXPECT_EQ(read_checkpoint(other_path).tensors.size(), ex3.persistent_names().size());
   EXPECT_THROW((void)load_checkpoint(fresh, temp_path("absent")), invalid_argument);
+  try {
+    (void)load_checkpoint(fresh, std::filesystem::temp_directory_path().string());
+    ADD_FAILURE() << "a directory was loaded";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(save_checkpoint(ex, "/nonexistent_dir_memweave/x.ckpt", checkpoint_state_of(ex, 1)),
                invalid_argument);
   // And the good one loads.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine_test_util.hpp"
+#include "memweave/device/stream_timeline.hpp"
 
 namespace memweave {
 namespace {
@@ -75,7 +76,11 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
     executor ex(net, *dev, o);
     for (std::size_t i = 0; i < names.size(); ++i) ex.write(names[i], weights[i]);
     const evaluation_result r = ex.evaluate(data.get(), 50, 3);
-    EXPECT_EQ(ex.read_persistent(), weights) << o.policy.name;
+    // Nothing changed (an evaluation-only executor keeps the tensors but the momenta).
+    for (const std::string& n : ex.persistent_names()) {
+      const auto at = std::find(names.begin(), names.end(), n) - names.begin();
+      EXPECT_EQ(ex.read(n), weights[static_cast<std::size_t>(at)]) << o.policy.name << " " << n;
+    }
     return std::make_pair(r, ex.report());
   };
   const auto [reference, live] = run(policy_options("liveness"));
@@ -108,11 +113,17 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
   eval_only.evaluation_only = true;
   eval_only.budget_bytes = (live.peak_bytes / 4096 + 2) * 4096;
   ASSERT_LT(eval_only.budget_bytes, train_floor);
-  same(run(eval_only).first, "evaluation_only below the training floor");
+  const auto [eval_only_result, eval_only_report] = run(eval_only);
+  same(eval_only_result, "evaluation_only below the training floor");
+  // Without the momenta: less persistent memory, and a lower peak.
+  EXPECT_LT(eval_only_report.persistent_bytes, live.persistent_bytes);
+  EXPECT_LT(eval_only_report.peak_bytes, live.peak_bytes);
   {
     auto dev = test::make_test_device("host");
     auto data = make_synthetic_source(img, net.classes(), 7);
     executor ex(net, *dev, eval_only);
+    EXPECT_EQ(ex.persistent_names().size(), names.size() - 12);  // 6 trained layers x 2
+    EXPECT_THROW((void)ex.read("fc1.weight.momentum"), invalid_argument);
     try {
       ex.run_iteration(data.get(), 0);
       ADD_FAILURE() << "an evaluation-only executor trained";
@@ -120,6 +131,27 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
       EXPECT_NE(std::string(e.what()).find("evaluation_only"), std::string::npos) << e.what();
     }
   }
+}
+
+// A timeline holds the last batch's kernels: forward ones only, each layer's once.
+TEST(evaluate, a_timeline_holds_the_last_batchs_forward_kernels) {
+  const network net = test::tiny_trainable_net();
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  stream_timeline timeline(*dev);
+  executor_options o = policy_options("liveness");
+  o.timeline = &timeline;
+  executor ex(net, *dev, o);
+  ex.run_iteration(data.get(), 0);
+  (void)ex.evaluate(data.get(), 0, 2);
+  dev->get_stream(stream_role::compute).synchronize();
+  std::size_t kernels = 0;
+  for (const timeline_span& span : timeline.spans()) {
+    if (span.category != "kernel") continue;
+    ++kernels;
+    EXPECT_EQ(span.name.back(), 'F') << span.name;
+  }
+  EXPECT_EQ(kernels, net.size());
 }
 
 // data {2 images, 2 channels, 1x1} -> bn -> dropout -> loss over 2 classes: evaluation
