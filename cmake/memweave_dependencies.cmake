@@ -12,6 +12,11 @@ pkg_check_modules(JEMALLOC REQUIRED jemalloc)
 find_path(JEMALLOC_INCLUDE_DIR jemalloc/jemalloc.h HINTS ${JEMALLOC_INCLUDE_DIRS} REQUIRED)
 set(MEMWEAVE_JEMALLOC_SONAME "libjemalloc.so.2" CACHE STRING "jemalloc library opened at run time")
 
+# ONNX import (onnx_import/): Debian's libonnx-dev (its CMake package names protobuf's
+# targets, so protobuf comes first).
+find_package(Protobuf REQUIRED)
+find_package(ONNX CONFIG REQUIRED)
+
 if(MEMWEAVE_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)

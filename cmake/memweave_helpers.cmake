@@ -1,9 +1,10 @@
-# memweave_add_library(NAME [CUDA] SOURCES ... DEPS ...): one static, position-independent
-# library per folder, public headers under include/. CUDA: the library belongs to the
-# package's optional `cuda` component (exported to memweave-cuda-targets.cmake, loaded only
-# by find_package(memweave COMPONENTS cuda)), not to the host-only core.
+# memweave_add_library(NAME [CUDA|ONNX|INTERNAL] SOURCES ... DEPS ...): one static,
+# position-independent library per folder, public headers under include/. CUDA / ONNX: the
+# library belongs to the package's optional `cuda` / `onnx` component (exported to
+# memweave-<component>-targets.cmake, loaded only by find_package(memweave COMPONENTS ...)),
+# not to the host-only core. INTERNAL: not installed (the command line's own code).
 function(memweave_add_library name)
-  cmake_parse_arguments(ARG "CUDA" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "CUDA;ONNX;INTERNAL" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
@@ -15,7 +16,9 @@ function(memweave_add_library name)
   add_library(memweave::${short} ALIAS ${name})
   if(ARG_CUDA)
     set_property(GLOBAL APPEND PROPERTY MEMWEAVE_CUDA_EXPORTED_TARGETS ${name})
-  else()
+  elseif(ARG_ONNX)
+    set_property(GLOBAL APPEND PROPERTY MEMWEAVE_ONNX_EXPORTED_TARGETS ${name})
+  elseif(NOT ARG_INTERNAL)
     set_property(GLOBAL APPEND PROPERTY MEMWEAVE_EXPORTED_TARGETS ${name})
   endif()
 endfunction()

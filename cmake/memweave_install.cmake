@@ -23,6 +23,11 @@ if(MEMWEAVE_HAVE_CUDA)
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(EXPORT memweave-cuda-targets NAMESPACE memweave:: DESTINATION ${_mw_cmake_dir})
 endif()
+# The onnx component likewise: its file names ONNX's and protobuf's targets.
+get_property(_mw_onnx_targets GLOBAL PROPERTY MEMWEAVE_ONNX_EXPORTED_TARGETS)
+install(TARGETS ${_mw_onnx_targets} EXPORT memweave-onnx-targets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT memweave-onnx-targets NAMESPACE memweave:: DESTINATION ${_mw_cmake_dir})
 install(DIRECTORY include/memweave DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 configure_package_config_file(cmake/memweave-config.cmake.in

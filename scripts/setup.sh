@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config libjemalloc-dev libtbb-dev libopenblas-dev
-          googletest libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
+          googletest libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+          libonnx-dev libprotobuf-dev protobuf-compiler python3-onnx libonnx-testdata)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

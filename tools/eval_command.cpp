@@ -1,7 +1,8 @@
 // `memweave eval`: the evaluation pass (executor::evaluate: forward only, BN on running
 // statistics, dropout off) of a network, from a checkpoint (--init-from) or its initial
-// weights, over --batches batches, with each policy asked for; prints the loss, the
-// accuracy and what memory did (forward-only liveness). On the null device only memory.
+// weights (an ONNX model's, for --net PATH.onnx), over --batches batches, with each policy asked
+// for; prints the loss, the accuracy and what memory did (forward-only liveness). On the null
+// device only memory.
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -29,7 +30,11 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
   try {
     executor ex(net, *dev, eo);
     const bool computes = dev->touches_memory();
-    // The null device holds no values: the weights do not change what memory does.
+    // The null device holds no values: the weights do not change what memory does. The
+    // model's weights, then a checkpoint's (--init-from wins).
+    if (computes) {
+      for (const auto& [name, values] : o.initial_weights) ex.write(name, values);
+    }
     if (o.init && computes) {
       (void)from_knob("--init-from", [&] { return load_checkpoint(ex, *o.init, o.init_path); });
     }
@@ -81,12 +86,15 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   }
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
   args.reject_unused();
-  const network net = make_network(o.net, o.zoo);
+  const network net = make_run_network(o, true);
   const auto source =
       make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
-  out << "memweave eval " << o.net << ": " << net.size() << " layers, batch " << o.zoo.batch
+  const std::string weights = o.init                       ? "from " + o.init_path
+                              : !o.initial_weights.empty() ? std::string("the model's")
+                                                           : std::string("initial (seed)");
+  out << "memweave eval " << o.net << ": " << net.size() << " layers, batch " << net.batch()
       << ", batches " << first << ".." << first + batches - 1 << " of " << data << ", weights "
-      << (o.init ? "from " + o.init_path : std::string("initial (seed)")) << "\n"
+      << weights << "\n"
       << "memory: forward-only liveness under every policy (each tensor freed after its last "
          "forward reader)\n";
   bool any = false;

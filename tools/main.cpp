@@ -17,7 +17,7 @@ constexpr const char* k_usage = R"(usage: memweave <command> [options]
 
 commands:
   train   train a network under a memory budget
-          --net NAME --batch N --iterations N --budget SIZE --policy baseline,liveness,offload,utp,recompute,all
+          --net NAME|PATH.onnx --batch N --iterations N --budget SIZE --policy baseline,liveness,offload,utp,recompute,all
           [--data synthetic|cifar10:PATH] [--device auto|host|cuda] [--image-side N]
           [--width SCALE] [--classes N] [--conv-ws dynamic|none|max|fixed:ALGO]
           [--fit best|first] [--recompute cost_aware|speed_centric|memory_centric]
@@ -32,9 +32,11 @@ commands:
           [--json PATH] [--csv PATH] [--svg PATH]
           [--trace-timeline PATH (the last iteration's compute and copy streams as a
            Chrome/Perfetto trace: which copies hid under compute)]
+          [--export-onnx PATH (with --net PATH.onnx: a copy of the model with the trained
+           weights)]
   eval    the evaluation pass (forward only, BN running statistics, no dropout): loss,
           accuracy and memory per policy
-          --net NAME [--init-from FILE] [--batches N (10)] [--first-batch N (0)]
+          --net NAME|PATH.onnx [--init-from FILE] [--batches N (10)] [--first-batch N (0)]
           [--data ...] [--device auto|host|cuda|null] and train's network and memory options
   plan    the same runtime on the null device (no memory touched): per-step memory,
           peak, max(l_i), and whether each policy fits --budget (same options, no --data);
@@ -51,7 +53,8 @@ commands:
 exit codes: 0 ran and fits, 1 does not fit, 2 bad input, 3 internal error
 
 networks: alexnet vgg16 resnet50 resnet101 resnet152 resnet:<n1>,<n2>,<n3>,<n4>
-          inception_v4 densenet121
+          inception_v4 densenet121, or an ONNX model file PATH.onnx (its weights are the
+          initial ones; --image-side, --width, --classes do not apply)
 )";
 
 }  // namespace

@@ -89,12 +89,23 @@ network_run_options read_network_run_options(cli_args& args) {
   MEMWEAVE_EXPECTS(net.has_value(),
                    "--net is required: one of alexnet, vgg16, resnet50, "
                    "resnet101, resnet152, resnet:<n1>,<n2>,<n3>,<n4>, "
-                   "inception_v4, densenet121");
+                   "inception_v4, densenet121, or an ONNX model file (PATH.onnx)");
   o.net = *net;
-  o.zoo.batch = args.get_int("batch", 1, k_max_batch).value_or(32);
-  o.zoo.image_side = args.get_int("image-side", 1, k_max_side).value_or(0);
-  o.zoo.classes = args.get_int("classes", 1, k_max_classes).value_or(1000);
-  o.zoo.width_scale = args.get_double("width", k_min_width, k_max_width_scale).value_or(1.0);
+  const bool onnx = is_onnx_net(o.net);
+  // A model file's batch may be its own (0); a zoo network's defaults to 32.
+  o.zoo.batch = args.get_int("batch", 1, k_max_batch).value_or(onnx ? 0 : 32);
+  const auto side = args.get_int("image-side", 1, k_max_side);
+  const auto classes = args.get_int("classes", 1, k_max_classes);
+  const auto width = args.get_double("width", k_min_width, k_max_width_scale);
+  if (onnx) {
+    const char* given = side ? "--image-side" : classes ? "--classes" : width ? "--width" : nullptr;
+    MEMWEAVE_EXPECTS(given == nullptr, std::string(given ? given : "") +
+                                           " does not apply to an ONNX model (--net " + o.net +
+                                           "): its shapes and classes are the model's own");
+  }
+  o.zoo.image_side = side.value_or(0);
+  o.zoo.classes = classes.value_or(1000);
+  o.zoo.width_scale = width.value_or(1.0);
 
   const auto policy = args.get("policy");
   const std::string policy_knob = policy ? "--policy" : "MEMWEAVE_POLICY";
@@ -154,6 +165,40 @@ network_run_options read_network_run_options(cli_args& args) {
   return o;
 }
 
+bool is_onnx_net(const std::string& net) {
+  const std::string ext = ".onnx";
+  return net.size() > ext.size() && net.compare(net.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+void load_onnx_net(network_run_options& o) {
+  if (is_onnx_net(o.net) && !o.onnx_file)
+    o.onnx_file = std::make_shared<onnx_model>(o.net, "--net");
+}
+
+network make_planning_network(const network_run_options& o, std::int64_t batch) {
+  if (!is_onnx_net(o.net)) {
+    zoo_options z = o.zoo;
+    z.batch = batch;
+    return make_network(o.net, z);
+  }
+  MEMWEAVE_EXPECTS(o.onnx_file != nullptr, "make_planning_network: load_onnx_net(o) first");
+  return o.onnx_file->import(batch, false).net;
+}
+
+network make_run_network(network_run_options& o, bool weights,
+                         std::optional<imported_model>* onnx) {
+  if (!is_onnx_net(o.net)) return make_network(o.net, o.zoo);
+  load_onnx_net(o);
+  imported_model m = o.onnx_file->import(o.zoo.batch, weights);
+  o.initial_weights = std::move(m.weights);
+  network net = std::move(m.net);
+  if (onnx) {
+    m.net = network();  // its net and weights were moved out: the bindings are what export needs
+    onnx->emplace(std::move(m));
+  }
+  return net;
+}
+
 std::string trace_path_of(const network_run_options& o, const std::string& policy) {
   const std::string& base = o.executor.heap.trace_path;
   if (base.empty() || o.policies.size() <= 1) return base;
@@ -181,6 +226,7 @@ void check_output_paths(const network_run_options& o) {
   if (!o.json.empty()) check_output_path("--json", o.json, true, seen);
   if (!o.csv.empty()) check_output_path("--csv", o.csv, true, seen);
   if (!o.svg.empty()) check_output_path("--svg", o.svg, true, seen);
+  if (!o.export_onnx.empty()) check_output_path("--export-onnx", o.export_onnx, true, seen);
   if (!o.save.empty()) check_output_path("--save", o.save, true, seen);
   for (const auto& p : o.policies) {
     const std::string trace = trace_path_of(o, p);
@@ -260,6 +306,10 @@ policy_report run_policy(const network& net, const network_run_options& o,
     report.fits = false;
     report.failure = e.what();
     return report;
+  }
+  // The model's weights, then a checkpoint's (--init-from wins).
+  if (dev->touches_memory()) {
+    for (const auto& [name, values] : o.initial_weights) ex->write(name, values);
   }
   if (o.init) {
     // The checkpoint's tensors, then the settings resolved from it and the command line.
@@ -343,6 +393,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
                 << o.save << "\n";
     }
   }
+  if (o.on_trained) o.on_trained(policy, *ex);
   save_timeline();
   if (dev->touches_memory() && measured > 0) {
     report.seconds_per_iteration = measured_s / measured;

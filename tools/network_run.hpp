@@ -1,12 +1,15 @@
 // What `train` and `plan` share: reading the network options, building the network from
-// the zoo, running one policy through the executor on a device into a policy_report, and
-// running a list of policies so that nothing finished is lost when a later one fails.
+// the zoo or an ONNX model file, running one policy through the executor on a device into a
+// policy_report, and running a list of policies so that nothing finished is lost when a later one
+// fails.
 #pragma once
 
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -20,13 +23,14 @@
 #include "memweave/engine/network.hpp"
 #include "memweave/engine/run_report.hpp"
 #include "memweave/engine/zoo.hpp"
+#include "memweave/onnx/import_onnx.hpp"
 
 namespace memweave {
 
 /// The options common to train and plan.
 struct network_run_options {
-  std::string net;
-  zoo_options zoo;
+  std::string net;  ///< a zoo name, or an ONNX model's path (see is_onnx_net)
+  zoo_options zoo;  ///< for an ONNX model only batch applies (0: the model's own)
   std::vector<std::string> policies;
   std::size_t budget_bytes = 0;  ///< 0 = no budget
   executor_options executor;     ///< policy and budget are filled per run; heap.trace_path
@@ -47,6 +51,16 @@ struct network_run_options {
   std::shared_ptr<const checkpoint_file> init;
   std::int64_t first_iteration = 0;
   std::string save;
+  /// train --export-onnx: a copy of the ONNX model with the trained weights ("" = none).
+  std::string export_onnx;
+  /// --net PATH.onnx, read once (load_onnx_net) for every network made from it.
+  std::shared_ptr<const onnx_model> onnx_file;
+  /// Persistent tensors to set before the first iteration, by name (an ONNX model's
+  /// weights); written only on a device that touches memory.
+  std::map<std::string, std::vector<float>> initial_weights;
+  /// Called once, with the first policy that ran every iteration, before its executor goes
+  /// (train --export-onnx reads the trained weights there).
+  std::function<void(const std::string& policy, const memweave::executor&)> on_trained;
 };
 
 /// Runs `parse`; an invalid_argument it throws is rethrown prefixed with `knob`, the option
@@ -60,7 +74,26 @@ auto from_knob(const std::string& knob, F&& parse) {
   }
 }
 
-/// Reads --net, --batch, --image-side, --width, --classes, --policy, --budget, --fit,
+/// Whether --net names an ONNX model file (a path ending in ".onnx") rather than a zoo network.
+bool is_onnx_net(const std::string& net);
+
+/// Reads --net's ONNX model into o.onnx_file, once (its errors naming --net); nothing for a
+/// zoo name.
+void load_onnx_net(network_run_options& o);
+
+/// The network of `o` at `batch`, without weights (planning): the zoo's, or the ONNX
+/// model's (o.onnx_file, which load_onnx_net must have read).
+network make_planning_network(const network_run_options& o, std::int64_t batch);
+
+/// The network of `o` at its batch (loading an ONNX model if needed). For an ONNX model and
+/// `weights` (train, eval), its weights go into o.initial_weights, and the rest of the
+/// import (bindings, source) into `*onnx` when given.
+network make_run_network(network_run_options& o, bool weights,
+                         std::optional<imported_model>* onnx = nullptr);
+
+/// Reads --net (a zoo name or a .onnx file; --image-side, --width and --classes are refused
+/// with a model file, whose shapes are its own), --batch, --image-side, --width, --classes,
+/// --policy, --budget, --fit,
 /// --conv-ws, --recompute, --seed, --lr, --threads, --host-pool, --prefetch-distance,
 /// --cost-model, --json, --csv, --svg, --trace-timeline: each number to its type and range, each
 /// error naming the option.
@@ -79,8 +112,8 @@ double null_link_gbps(const network_run_options& o);
 std::string timeline_path_of(const network_run_options& o, const std::string& policy);
 
 /// Checks, before anything runs, that every file the run will write (--json, --csv, --svg,
-/// each policy's heap trace and timeline) can be: not a directory, in an existing writable
-/// directory, no two the same. Throws invalid_argument naming the option and the path.
+/// --export-onnx, each policy's heap trace and timeline) can be: not a directory, in an existing
+/// writable directory, no two the same. Throws invalid_argument naming the option and the path.
 void check_output_paths(const network_run_options& o);
 
 /// Whether `e` means "this policy does not fit the budget" (out_of_memory, or a budget

@@ -71,6 +71,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
   dev.capacity_bytes = o.budget_bytes;
   dev.host_link_gbps = null_link_gbps(o);
   const auto blocks = depth ? resnet_blocks(o.net) : std::array<std::int64_t, 4>{};
+  load_onnx_net(o);  // read once, imported at each probe's batch
   if (!o.executor.heap.trace_path.empty()) {
     // Hundreds of probes would each replace the file: a search writes no trace.
     out << "MEMWEAVE_TRACE is not written by a search (--max-batch/--max-depth); plan one "
@@ -86,17 +87,17 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
   bool any_fits = false;
   for (const std::string& policy : o.policies) {
     const largest_fit r = search_largest(1, depth ? 100000 : 1 << 20, [&](std::int64_t v) {
-      zoo_options z = o.zoo;
-      std::string name = o.net;
+      network_run_options probe = o;
+      std::int64_t batch = o.zoo.batch;
       if (depth) {
-        name = "resnet:" + std::to_string(blocks[0]) + "," + std::to_string(blocks[1]) + "," +
-               std::to_string(v) + "," + std::to_string(blocks[3]);
+        probe.net = "resnet:" + std::to_string(blocks[0]) + "," + std::to_string(blocks[1]) + "," +
+                    std::to_string(v) + "," + std::to_string(blocks[3]);
       } else {
-        z.batch = v;
+        batch = v;
       }
       std::optional<network> net;
       try {
-        net.emplace(make_network(name, z));
+        net.emplace(make_planning_network(probe, batch));
       } catch (const invalid_argument&) {
         // The smallest value builds the user's own network: its errors are theirs. A larger
         // one that does not build has a tensor beyond any address space: it does not fit.
@@ -161,15 +162,19 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
     return plan_largest(o, max_depth, c, out);
   }
   // --batch is the global batch: a device plans the largest share (the tightest rank).
-  const std::int64_t global = o.zoo.batch;
-  MEMWEAVE_EXPECTS(global >= c.ranks, "--batch " + std::to_string(global) +
+  // A model file's own batch, when --batch does not set it, is read first (one device: with
+  // the model below).
+  std::int64_t global = o.zoo.batch;
+  if (global == 0 && c.ranks > 1) global = make_run_network(o, false).batch();
+  MEMWEAVE_EXPECTS(global == 0 || global >= c.ranks, "--batch " + std::to_string(global) +
                                           " is smaller than --ranks " + std::to_string(c.ranks) +
                                           ": each device needs at least one image");
   o.zoo.batch = (global + c.ranks - 1) / c.ranks;
 
   check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
-  const network net = make_network(o.net, o.zoo);
+  const network net = make_run_network(o, false);
+  if (global == 0) global = net.batch();  // one device, the model file's batch
   device_options dev;
   dev.kind = "null";
   // Without a budget the planning device is as large as address space allows, so that
@@ -204,7 +209,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out << "memweave plan " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
-      << " parameters, batch " << o.zoo.batch << " (planned in " << std::fixed
+      << " parameters, batch " << net.batch() << " (planned in " << std::fixed
       << std::setprecision(3) << seconds << " s)\n";
   out.unsetf(std::ios::fixed);
   out << runs.str();

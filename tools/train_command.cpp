@@ -1,8 +1,9 @@
-// `memweave train`: trains a zoo network under a budget with each policy asked for, on the
-// host (or cuda) device, printing a progress line per iteration and a summary; optionally
-// from a checkpoint (--init-from) and saving one (--save), with a learning-rate schedule.
-// Everything the run will need (options, data, output paths) is checked before the first
-// policy runs.
+// `memweave train`: trains a zoo network or an ONNX model (from its weights) under a budget
+// with each policy asked for, on the host (or cuda) device, printing a progress line per
+// iteration and a summary; optionally from a checkpoint (--init-from) and saving one
+// (--save), with a learning-rate schedule; --export-onnx writes the trained weights back into
+// a copy of the model. Everything the run will need (options, data, output paths) is checked
+// before the first policy runs.
 //
 // Under an MPI launcher with several ranks (`mpirun -np N memweave train ...`) it trains
 // data-parallel: --batch is the global batch, rank r takes positions [r*B/N, (r+1)*B/N) of
@@ -10,6 +11,9 @@
 // any rank stops every rank, each naming the rank that failed (communicator.hpp).
 #include <iostream>
 #include <limits>
+#include <map>
+#include <optional>
+#include <vector>
 
 #include "commands.hpp"
 #include "memweave/comm/communicator.hpp"
@@ -42,13 +46,21 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   MEMWEAVE_EXPECTS(dev.kind != "null",
                    "MEMWEAVE_DEVICE=null cannot train: use --device host|cuda|auto "
                    "(`memweave plan` runs on the null device)");
+  o.export_onnx = args.get_or("export-onnx", "");
+  const std::string& export_path = o.export_onnx;
   args.reject_unused();
+  MEMWEAVE_EXPECTS(export_path.empty() || is_onnx_net(o.net),
+                   knob_value("--export-onnx", export_path) +
+                       " needs an ONNX model to write into: give --net PATH.onnx");
   check_output_paths(o);
 
-  // Data parallelism: this rank's share of the global batch.
-  const std::int64_t global = o.zoo.batch;
+  // Data parallelism: this rank's share of the global batch (a model file's own batch, when
+  // --batch does not set it, is read first).
   const std::int64_t ranks = comm.size(), rank = comm.rank();
-  MEMWEAVE_EXPECTS(global >= ranks, "--batch " + std::to_string(global) + " is smaller than the " +
+  std::int64_t global = o.zoo.batch;
+  if (global == 0 && ranks > 1) global = make_run_network(o, false, nullptr).batch();
+  // (0 is left only to one rank: the model file's batch, read with the model below.)
+  MEMWEAVE_EXPECTS(global == 0 || global >= ranks, "--batch " + std::to_string(global) + " is smaller than the " +
                                         std::to_string(ranks) +
                                         " ranks: each rank needs at least one image of the "
                                         "global batch; raise --batch or start fewer ranks");
@@ -59,7 +71,20 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   o.executor.first_sample = first;
   o.executor.bucket_bytes = *option_bytes("MEMWEAVE_BUCKET_BYTES");
 
-  const network net = make_network(o.net, o.zoo);
+  std::optional<imported_model> onnx;
+  const network net = make_run_network(o, true, &onnx);
+  if (global == 0) global = net.batch();  // one rank, the model file's batch
+  bool exported = false;
+  if (!export_path.empty() && rank == 0) {  // every rank holds the same weights
+    o.on_trained = [&](const std::string& policy, const executor& ex) {
+      if (exported) return;
+      std::map<std::string, std::vector<float>> trained;
+      for (const auto& b : onnx->bindings) trained[b.tensor] = ex.read(b.tensor);
+      export_onnx_weights(*onnx, trained, export_path);
+      out << "wrote " << export_path << " (the weights trained by policy " << policy << ")\n";
+      exported = true;
+    };
+  }
   // One data source for every policy (its batches depend only on the iteration), made
   // before any runs so that a bad --data fails first.
   const auto whole =
@@ -77,13 +102,17 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   shown << "memweave train " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
         << " parameters, batch " << global;
   if (ranks > 1) shown << " (" << ranks << " ranks, " << comm.name() << ")";
-  shown << ", data " << data << "\n";
+  shown << ", data " << data << (onnx && !o.init ? ", initial weights from the model" : "")
+        << "\n";
   if (o.init) {
     shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration << "\n";
   }
   // A policy that does not fit is a result, reported in the summary; exit 1 is for when
   // none does.
   const int rc = run_policies(net, o, dev, iterations, source.get(), report, shown, &shown);
+  MEMWEAVE_EXPECTS(export_path.empty() || rank != 0 || exported,
+                   "--export-onnx " + export_path +
+                       ": not written, no policy trained every iteration (see the summary)");
   comm.barrier();  // an error on rank 0 writing the reports reaches every rank
   return rc;
 }

@@ -28,7 +28,9 @@ std::string lower(const char* s) {
 std::string auto_prefix(layer_type type, const layer_params& params) {
   if (type == layer_type::act) {
     const auto* p = std::get_if<act_params>(&params);
-    return p != nullptr && p->mode == act_mode::tanh ? "tanh" : "relu";
+    if (p != nullptr && p->mode == act_mode::tanh) return "tanh";
+    if (p != nullptr && p->mode == act_mode::sigmoid) return "sigmoid";
+    return "relu";
   }
   return lower(to_string(type));
 }

@@ -162,9 +162,10 @@ inferred_layer infer_pool(const std::string& name, const pool_params& p, const l
 }
 
 inferred_layer infer_act(const std::string& name, const act_params& p, const layer& in) {
-  if (p.mode != act_mode::relu && p.mode != act_mode::tanh)
+  if (p.mode != act_mode::relu && p.mode != act_mode::tanh && p.mode != act_mode::sigmoid)
     throw invalid_argument(who(name, layer_type::act) + ": unknown activation mode " +
-                           std::to_string(static_cast<int>(p.mode)) + "; expected relu or tanh");
+                           std::to_string(static_cast<int>(p.mode)) +
+                           "; expected relu, tanh or sigmoid");
   return {in.output_shape, {}, {}};
 }
 

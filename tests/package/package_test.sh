@@ -3,7 +3,8 @@
 # temporary prefix, builds tests/package/consumer once with find_package(memweave) and once
 # with pkg-config (memweave, memweave-cpp and, with the cuda backend, memweave-cpp-cuda),
 # runs the programs, checks that the host-only C++ program neither links nor loads a CUDA
-# library, then moves the prefix and builds against it again (relocatable).
+# library, builds and runs a program of the onnx component, then moves the prefix and builds
+# against it again (relocatable).
 #
 # package_test.sh BUILD_DIR SOURCE_DIR LIBDIR HAVE_CUDA CMAKE GENERATOR CC CXX
 set -euo pipefail
@@ -56,10 +57,11 @@ configure_and_build() {
 build_with_cmake() {
   local prefix=$1 dir=$2
   # Without the cuda component, with the CUDA toolkit out of reach: the package must not
-  # look for it.
-  configure_and_build "$prefix" "$dir-host" -DCONSUMER_WITH_CUDA=OFF \
+  # look for it. The onnx component's program too (it must not need CUDA either).
+  configure_and_build "$prefix" "$dir-host" -DCONSUMER_WITH_CUDA=OFF -DCONSUMER_WITH_ONNX=ON \
     -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
   check_host_only "$dir-host/host_only"
+  "$dir-host/with_onnx" || fail "the onnx component's program failed"
   LD_LIBRARY_PATH="$prefix/$libdir" "$dir-host/c_api" || fail "the C API program failed"
   if [[ $have_cuda == ON ]]; then
     configure_and_build "$prefix" "$dir-cuda" -DCONSUMER_WITH_CUDA=ON

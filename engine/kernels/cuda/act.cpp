@@ -13,9 +13,10 @@ using detail::k_zero;
 namespace {
 
 void set_mode(const detail::activation_descriptor& d, const act_params& p) {
-  MEMWEAVE_CUDNN_CHECK(cudnnSetActivationDescriptor(
-      d.get(), p.mode == act_mode::relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_TANH,
-      CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  const cudnnActivationMode_t mode = p.mode == act_mode::relu   ? CUDNN_ACTIVATION_RELU
+                                     : p.mode == act_mode::tanh ? CUDNN_ACTIVATION_TANH
+                                                                : CUDNN_ACTIVATION_SIGMOID;
+  MEMWEAVE_CUDNN_CHECK(cudnnSetActivationDescriptor(d.get(), mode, CUDNN_NOT_PROPAGATE_NAN, 0.0));
 }
 
 }  // namespace
@@ -35,7 +36,7 @@ void act_backward(cuda_kernel_context& ctx, const shape4& s, const act_params& p
                   const float* dy, float* dx, bool accumulate) {
   const char* kernel = "act_backward";
   detail::check_tensors(kernel, s, {{"y", y}, {"dy", dy}, {"dx", dx}});
-  detail::launch_act_backward(ctx.stream(), s.count(), p.mode == act_mode::relu, y, dy, dx,
+  detail::launch_act_backward(ctx.stream(), s.count(), static_cast<int>(p.mode), y, dy, dx,
                               accumulate);
 }
 

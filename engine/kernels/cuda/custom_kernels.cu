@@ -71,13 +71,15 @@ __global__ void mask_backward_kernel(int64_t count, const float* __restrict__ ma
   }
 }
 
-__global__ void act_backward_kernel(int64_t count, bool relu, const float* __restrict__ y,
+__global__ void act_backward_kernel(int64_t count, int mode, const float* __restrict__ y,
                                     const float* dy, float* dx, bool accumulate) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    const float g = relu ? (y[i] > 0.0f ? dy[i] : 0.0f)
-                         : __fmul_rn(dy[i], __fsub_rn(1.0f, __fmul_rn(y[i], y[i])));
+    // The host's expressions with its rounding (no contraction into fused multiply-adds).
+    const float g = mode == 0   ? (y[i] > 0.0f ? dy[i] : 0.0f)
+                    : mode == 1 ? __fmul_rn(dy[i], __fsub_rn(1.0f, __fmul_rn(y[i], y[i])))
+                                : __fmul_rn(dy[i], __fmul_rn(y[i], __fsub_rn(1.0f, y[i])));
     dx[i] = accumulate ? __fadd_rn(dx[i], g) : g;
   }
 }
@@ -230,10 +232,10 @@ void launch_mask_backward(cudaStream_t stream, int64_t count, const float* mask,
   check_launch("mask_backward_kernel");
 }
 
-void launch_act_backward(cudaStream_t stream, int64_t count, bool relu, const float* y,
+void launch_act_backward(cudaStream_t stream, int64_t count, int mode, const float* y,
                          const float* dy, float* dx, bool accumulate) {
   if (count <= 0) return;
-  act_backward_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, relu, y, dy, dx,
+  act_backward_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, mode, y, dy, dx,
                                                                  accumulate);
   check_launch("act_backward_kernel");
 }

@@ -22,9 +22,10 @@ void launch_dropout_forward(cudaStream_t stream, std::int64_t count, std::uint64
 void launch_mask_backward(cudaStream_t stream, std::int64_t count, const float* mask,
                           const float* dy, float* dx, bool accumulate);
 
-/// ReLU's or tanh's gradient from the output: g = relu ? (y > 0 ? dy : 0) : dy * (1 - y*y);
-/// dx = g (accumulate: dx + g). dx may alias dy.
-void launch_act_backward(cudaStream_t stream, std::int64_t count, bool relu, const float* y,
+/// The gradient of ACT mode `mode` (act_mode's value: 0 ReLU, 1 tanh, 2 sigmoid) from the
+/// output: g = y > 0 ? dy : 0, dy * (1 - y*y), dy * (y * (1 - y)); dx = g (accumulate:
+/// dx + g). dx may alias dy.
+void launch_act_backward(cudaStream_t stream, std::int64_t count, int mode, const float* y,
                          const float* dy, float* dx, bool accumulate);
 
 /// y[i] = a[i] + b[i] (y may alias a or b).

@@ -19,12 +19,14 @@ void act_forward(const kernel_context& ctx, const shape4& s, const act_params& p
                  float* y) {
   const char* kernel = "act_forward";
   detail::check_tensors(kernel, s, {{"x", x}, {"y", y}});
-  const bool relu = p.mode == act_mode::relu;
+  const act_mode mode = p.mode;
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
-    if (relu) {
+    if (mode == act_mode::relu) {
       for (int64_t i = lo; i < hi; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-    } else {
+    } else if (mode == act_mode::tanh) {
       for (int64_t i = lo; i < hi; ++i) y[i] = std::tanh(x[i]);
+    } else {
+      for (int64_t i = lo; i < hi; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
     }
   });
 }
@@ -33,10 +35,13 @@ void act_backward(const kernel_context& ctx, const shape4& s, const act_params& 
                   const float* dy, float* dx, bool accumulate) {
   const char* kernel = "act_backward";
   detail::check_tensors(kernel, s, {{"y", y}, {"dy", dy}, {"dx", dx}});
-  const bool relu = p.mode == act_mode::relu;
+  const act_mode mode = p.mode;
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      const float g = relu ? (y[i] > 0.0f ? dy[i] : 0.0f) : dy[i] * (1.0f - y[i] * y[i]);
+      // The cuda backward kernel computes the same expressions in the same order.
+      const float g = mode == act_mode::relu   ? (y[i] > 0.0f ? dy[i] : 0.0f)
+                      : mode == act_mode::tanh ? dy[i] * (1.0f - y[i] * y[i])
+                                               : dy[i] * (y[i] * (1.0f - y[i]));
       dx[i] = accumulate ? dx[i] + g : g;
     }
   });

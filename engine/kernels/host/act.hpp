@@ -1,4 +1,4 @@
-// Activations on the host: ReLU and tanh, element by element. Backward reads the output
+// Activations on the host: ReLU, tanh and sigmoid, element by element. Backward reads the output
 // y (as cuDNN), so the forward may run in place (y == x). Bit-reproducible.
 #pragma once
 
@@ -7,11 +7,12 @@
 
 namespace memweave::kernels::host {
 
-/// y = relu(x) = (x > 0 ? x : 0) or tanh(x). y may equal x.
+/// y = relu(x) = (x > 0 ? x : 0), tanh(x) or sigmoid(x) = 1 / (1 + exp(-x)). y may equal x.
 void act_forward(const kernel_context& ctx, const shape4& s, const act_params& p, const float* x,
                  float* y);
 
-/// dx = dy * (y > 0) for ReLU, dy * (1 - y*y) for tanh. accumulate: dx[i] += g[i]
+/// dx = dy * (y > 0) for ReLU, dy * (1 - y*y) for tanh, dy * (y * (1 - y)) for sigmoid.
+/// accumulate: dx[i] += g[i]
 /// (g = what accumulate = false writes). dx may equal dy.
 void act_backward(const kernel_context& ctx, const shape4& s, const act_params& p, const float* y,
                   const float* dy, float* dx, bool accumulate);

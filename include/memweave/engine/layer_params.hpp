@@ -58,7 +58,8 @@ struct pool_params {
   shape4 output(const shape4& in) const noexcept;
 };
 
-enum class act_mode { relu, tanh };
+/// y = max(x, 0), tanh(x), or the logistic sigmoid 1 / (1 + exp(-x)).
+enum class act_mode { relu, tanh, sigmoid };
 
 struct act_params {
   act_mode mode = act_mode::relu;

@@ -94,7 +94,7 @@ TEST(host_determinism, act_bn_lrn_dropout_are_bit_identical_and_accumulate_adds)
   const shape4 s{4, 16, 15, 13};
   const auto x = random_vector(count(s), 11), dy = random_vector(count(s), 12);
   const auto gamma = random_vector(16, 13), beta = random_vector(16, 14);
-  for (act_mode m : {act_mode::relu, act_mode::tanh}) {
+  for (act_mode m : {act_mode::relu, act_mode::tanh, act_mode::sigmoid}) {
     std::vector<float> y(x.size());
     act_forward(context(), s, {m}, x.data(), y.data());
     expect_deterministic("act forward",

@@ -1,6 +1,7 @@
 // Host kernels other than convolution: forward against naive loops, every backward
 // against central differences (h = 1e-2; tolerance |numeric - analytic| <= 1e-3 +
-// 1e-3 * |analytic| for linear layers, 1e-3 + 5e-3 * |analytic| for tanh, BN and LRN, a
+// 1e-3 * |analytic| for linear layers, 1e-3 + 5e-3 * |analytic| for tanh, sigmoid, BN
+// and LRN, a
 // tighter one for the softmax loss), and each layer's particular contract.
 #include <gtest/gtest.h>
 
@@ -164,9 +165,9 @@ TEST(host_pool, padding_not_smaller_than_the_kernel_is_rejected) {
 
 // ---- ACT ---------------------------------------------------------------------------------
 
-TEST(host_act, relu_and_tanh_gradients_match_finite_differences_and_read_the_output) {
+TEST(host_act, relu_tanh_sigmoid_gradients_match_finite_differences_and_read_the_output) {
   const shape4 s{2, 3, 4, 5};
-  for (act_mode mode : {act_mode::relu, act_mode::tanh}) {
+  for (act_mode mode : {act_mode::relu, act_mode::tanh, act_mode::sigmoid}) {
     const act_params p{mode};
     auto x = random_vector(count(s), 21, -2.0f, 2.0f);
     for (float& v : x) {
@@ -176,11 +177,16 @@ TEST(host_act, relu_and_tanh_gradients_match_finite_differences_and_read_the_out
     std::vector<float> y(x.size()), dx(x.size());
     act_forward(context(), s, p, x.data(), y.data());
     for (std::size_t i = 0; i < x.size(); ++i) {
-      EXPECT_EQ(y[i], mode == act_mode::relu ? std::max(x[i], 0.0f) : std::tanh(x[i]));
+      EXPECT_EQ(y[i], mode == act_mode::relu   ? std::max(x[i], 0.0f)
+                      : mode == act_mode::tanh ? std::tanh(x[i])
+                                               : 1.0f / (1.0f + std::exp(-x[i])));
     }
     act_backward(context(), s, p, y.data(), r.data(), dx.data(), false);
     expect_gradient(
-        mode == act_mode::relu ? "relu dx" : "tanh dx", x, dx,
+        mode == act_mode::relu   ? "relu dx"
+        : mode == act_mode::tanh ? "tanh dx"
+                                 : "sigmoid dx",
+        x, dx,
         [&] {
           act_forward(context(), s, p, x.data(), y.data());
           return dot(y, r);

@@ -292,8 +292,8 @@ TEST_F(cuda_kernels_test, pool_matches_host_for_max_average_and_global) {
 
 TEST_F(cuda_kernels_test, act_matches_host_forward_and_backward_also_in_place) {
   const shape4 s{2, 3, 5, 4};
-  for (act_mode mode : {act_mode::relu, act_mode::tanh}) {
-    SCOPED_TRACE(mode == act_mode::relu ? "relu" : "tanh");
+  for (act_mode mode : {act_mode::relu, act_mode::tanh, act_mode::sigmoid}) {
+    SCOPED_TRACE(mode == act_mode::relu ? "relu" : mode == act_mode::tanh ? "tanh" : "sigmoid");
     const act_params p{mode};
     const auto x = random_vector(count_of(s), 31, -2.0f, 2.0f);
     const auto dy = random_vector(count_of(s), 32), dx0 = random_vector(count_of(s), 33);

@@ -1,0 +1,91 @@
+// `memweave train|plan|eval --net model.onnx`: the imported network planned, trained and
+// evaluated from the model's weights, --export-onnx, and the options that do not apply to a model
+// file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "memweave/onnx/import_onnx.hpp"
+#include "onnx_test_models.hpp"
+#include "support/static_tls_reexec.hpp"
+#include "tools/cli_harness.hpp"
+
+// utp moves tensors to the pinned host pool, whose jemalloc needs static TLS.
+MEMWEAVE_REEXEC_WITH_STATIC_TLS();
+
+namespace memweave {
+namespace {
+
+using test::error_of;
+using test::model_path;
+using test::run;
+
+class OnnxCli : public ::testing::Test {
+ protected:
+  void SetUp() override { MEMWEAVE_ONNX_MODELS_OR_SKIP(); }
+};
+
+TEST_F(OnnxCli, PlansAndTrainsAModelFromItsWeights) {
+  const auto plan = run(
+      plan_command, {"--net", model_path("all_ops"), "--batch", "4", "--policy", "liveness,all"});
+  EXPECT_EQ(plan.code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("16 layers, 855 parameters, batch 4"), std::string::npos) << plan.out;
+  const auto train =
+      run(train_command, {"--net", model_path("all_ops"), "--batch", "4", "--iterations", "2",
+                          "--policy", "liveness", "--device", "host", "--threads", "1"});
+  EXPECT_EQ(train.code, 0) << train.out;
+  EXPECT_NE(train.out.find("initial weights from the model"), std::string::npos) << train.out;
+  // The largest batch: the model is read once and imported at each probe's batch.
+  const auto largest = run(plan_command, {"--net", model_path("all_ops"), "--budget", "1MiB",
+                                          "--policy", "liveness", "--max-batch"});
+  EXPECT_EQ(largest.code, 0) << largest.out;
+  EXPECT_NE(largest.out.find("liveness: batch "), std::string::npos) << largest.out;
+  // A fixed batch in the file is the default.
+  const auto own = run(plan_command, {"--net", model_path("fixed_batch")});
+  EXPECT_NE(own.out.find("batch 2"), std::string::npos) << own.out;
+}
+
+TEST_F(OnnxCli, EvaluatesAModelWithItsWeights) {
+  const auto r = run(eval_command, {"--net", model_path("all_ops"), "--batch", "4", "--batches",
+                                    "2", "--policy", "liveness", "--device", "host"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("weights the model's"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("accuracy"), std::string::npos) << r.out;
+}
+
+TEST_F(OnnxCli, ExportsTheTrainedWeights) {
+  const std::string out = test::scratch_dir() + "/cli_trained.onnx";
+  const auto r = run(train_command,
+                     {"--net", model_path("gemm"), "--batch", "4", "--iterations", "3", "--policy",
+                      "utp,liveness", "--device", "host", "--threads", "1", "--export-onnx", out});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("wrote " + out + " (the weights trained by policy utp)"), std::string::npos)
+      << r.out;
+  const imported_model before = import_onnx(model_path("gemm"), 4);
+  const imported_model after = import_onnx(out, 4);
+  ASSERT_EQ(after.weights.size(), before.weights.size());
+  EXPECT_NE(after.weights, before.weights) << "the export holds the untrained weights";
+}
+
+TEST_F(OnnxCli, OptionsThatDoNotApplyToAModelAreErrors) {
+  const std::string net = model_path("all_ops");
+  for (const char* knob : {"--image-side", "--classes", "--width"}) {
+    const std::string e = error_of(plan_command, {"--net", net, "--batch", "2", knob, "4"});
+    EXPECT_NE(e.find(std::string(knob) + " does not apply to an ONNX model"), std::string::npos)
+        << e;
+  }
+  std::string e = error_of(plan_command, {"--net", net});
+  EXPECT_NE(e.find("give the batch (--batch N)"), std::string::npos) << e;
+  e = error_of(train_command, {"--net", "resnet50", "--export-onnx", "/tmp/x.onnx"});
+  EXPECT_NE(e.find("needs an ONNX model"), std::string::npos) << e;
+  e = error_of(plan_command, {"--net", test::scratch_dir() + "/none.onnx", "--batch", "2"});
+  EXPECT_NE(e.find("--net " + test::scratch_dir() + "/none.onnx: no such file"), std::string::npos)
+      << e;
+  e = error_of(train_command, {"--net", net, "--batch", "2", "--export-onnx",
+                               test::scratch_dir() + "/no/such/dir/out.onnx"});
+  EXPECT_NE(e.find("--export-onnx"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace memweave
