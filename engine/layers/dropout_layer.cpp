@@ -8,7 +8,8 @@ namespace {
 
 void forward(const k::kernel_context& ctx, const step_io& io) {
   k::dropout_forward(ctx, io.input_shapes[0], std::get<dropout_params>(io.l->params), io.seed,
-                     io.inputs[0], io.output, io.aux[0]);
+                     io.inputs[0], io.output, io.aux[0],
+                     io.first_image * io.input_shapes[0].per_image());
 }
 
 void backward(const k::kernel_context& ctx, const step_io& io) {

@@ -38,6 +38,11 @@ struct step_io {
   std::uint64_t seed = 0;            ///< DROPOUT: the mask's seed for this layer and batch
   bool update_running_stats = true;  ///< BN: false when a forward is recomputed
   double* loss = nullptr;            ///< SOFTMAX forward writes the batch's mean loss here
+  /// A micro-batch of a split step (TSPLIT, split_step.hpp): the index of its first image
+  /// in the whole batch (DROPOUT's mask), and whether the parameter gradients add to what
+  /// the micro-batches before it wrote (CONV, FC).
+  std::int64_t first_image = 0;
+  bool accumulate_param_grads = false;
 };
 
 using step_fn = void (*)(const kernels::host::kernel_context&, const step_io&);

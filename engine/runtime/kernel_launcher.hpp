@@ -51,6 +51,7 @@ struct layer_launch {
   data_source* data = nullptr;              ///< DATA: the batches (nullptr on null)
   std::int64_t iteration = 0;               ///< the batch (DATA, dropout seeds)
   bool replay = false;  ///< a recomputation: BN's running statistics and the loss stay
+  int parts = 1;        ///< TSPLIT: micro-batches the step runs in (split_step.hpp)
 };
 
 /// What a launcher needs of the executor.

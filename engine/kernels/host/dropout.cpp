@@ -32,7 +32,8 @@ float dropout_uniform(std::uint64_t seed, std::int64_t index) noexcept {
 }
 
 void dropout_forward(const kernel_context& ctx, const shape4& s, const dropout_params& p,
-                     std::uint64_t seed, const float* x, float* y, float* mask) {
+                     std::uint64_t seed, const float* x, float* y, float* mask,
+                     std::int64_t first_index) {
   const char* kernel = "dropout_forward";
   detail::check_tensors(kernel, s, {{"x", x}, {"y", y}, {"mask", mask}});
   checks::check_dropout(kernel, p);
@@ -41,7 +42,7 @@ void dropout_forward(const kernel_context& ctx, const shape4& s, const dropout_p
   const std::uint64_t seed_hash = mix64(seed);
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      const std::uint64_t h = mix64(seed_hash + static_cast<std::uint64_t>(i));
+      const std::uint64_t h = mix64(seed_hash + static_cast<std::uint64_t>(first_index + i));
       const float u = static_cast<float>(h >> 40) * 0x1.0p-24f;
       const float m = u >= ratio ? keep : 0.0f;
       mask[i] = m;

@@ -15,9 +15,11 @@ namespace memweave::kernels::host {
 float dropout_uniform(std::uint64_t seed, std::int64_t index) noexcept;
 
 /// mask[i] = (dropout_uniform(seed, i) >= ratio) ? 1/(1 - ratio) : 0; y[i] = x[i] * mask[i].
-/// Throws invalid_argument unless 0 <= ratio < 1.
+/// Throws invalid_argument unless 0 <= ratio < 1. `first_index` is the index of x[0] in the
+/// whole tensor when x is a micro-batch of it (TSPLIT), so the mask is the same.
 void dropout_forward(const kernel_context& ctx, const shape4& s, const dropout_params& p,
-                     std::uint64_t seed, const float* x, float* y, float* mask);
+                     std::uint64_t seed, const float* x, float* y, float* mask,
+                     std::int64_t first_index = 0);
 
 /// dx = dy * mask. accumulate: dx[i] += g[i]. dx may equal dy.
 void dropout_backward(const kernel_context& ctx, const shape4& s, const float* mask,

@@ -132,6 +132,9 @@ struct executor_options {
   /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
   /// compression of swapped tensors) is refused with invalid_argument.
   bool exact = false;
+  /// TSPLIT: per route step (0..2N-1; shorter: the rest 1), the number of micro-batches the
+  /// step's kernels run in (split_plan.hpp plans them). The bits are the same as unsplit.
+  std::vector<int> split_parts;
 };
 
 class executor {
