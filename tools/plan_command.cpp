@@ -7,6 +7,7 @@
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
+#include "split_report.hpp"
 
 #include <chrono>
 #include <iomanip>
@@ -91,7 +92,7 @@ int plan_largest(network_run_options o, bool depth, std::ostream& out) {
 }  // namespace
 
 int plan_command(int argc, const char* const* argv, std::ostream& out) {
-  cli_args args(argc, argv, 2, {"max-batch", "max-depth"});
+  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "split"});
   network_run_options o = read_network_run_options(args);
   // The planner's host memory is address space (committed only where jemalloc writes its
   // metadata), so model a large machine unless told otherwise.
@@ -99,7 +100,12 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
     o.executor.host_pool_bytes = std::size_t{256} << 30;
   }
   const bool max_batch = args.flag("max-batch"), max_depth = args.flag("max-depth");
+  const bool split = args.flag("split");
   args.reject_unused();
+  if (split) {  // TSPLIT's planner (split_report.hpp)
+    MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
+    return max_batch ? plan_split_largest(o, out) : plan_split(o, out);
+  }
   MEMWEAVE_EXPECTS(!(max_batch && max_depth), "give --max-batch or --max-depth, not both");
   if (max_batch || max_depth) {
     MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty() && o.timeline.empty(),
