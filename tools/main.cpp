@@ -31,7 +31,9 @@ commands:
   plan    the same runtime on the null device (no memory touched): per-step memory,
           peak, max(l_i), and whether each policy fits --budget (same options, no --data);
           --max-batch: the largest batch that fits --budget, per policy;
-          --max-depth: the deepest ResNet (n3 growing) that fits --budget at --batch
+          --max-depth: the deepest ResNet (n3 growing) that fits --budget at --batch;
+          --split: TSPLIT's split planner (micro-batches per step, the floor as the
+          largest micro-step; with --max-batch, the largest batch it plans)
   replay  drive the device heap with an allocation trace
           --trace PATH | --synthetic-layers N [--batch N] [--trace PATH]
           [--pool SIZE] [--fit best,first]

@@ -1,13 +1,13 @@
 // `memweave plan --split`; see split_report.hpp.
 #include "split_report.hpp"
 
+#include <algorithm>
 #include <iomanip>
 
 #include "largest_fit.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/engine/layer_memory.hpp"
-#include "memweave/engine/liveness.hpp"
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/split_plan.hpp"
 #include "memweave/engine/zoo.hpp"
@@ -23,24 +23,39 @@ std::size_t block_of(const network_run_options& o) {
 // The plan of `net` at the budget, or nothing when its floor is above it.
 struct split_probe {
   bool fits = false;
-  std::size_t floor_bytes = 0, iteration_bytes = 0;
+  std::size_t floor_bytes = 0;
+  std::size_t device_bytes = 0;  ///< max(budget, max(l_i)): what `all` was planned on
 };
 
+// Fits when every step's micro-steps fit the budget and the memory schedule (`all`) runs the
+// rest: it is planned on a device as large as the largest whole step (at least the budget),
+// with the host pool less that excess, which is where the split steps' other slices wait.
 split_probe probe(const network& net, const network_run_options& o) {
   const route r(net);
   const tensor_table table(net, r);
   const layer_memory memory(table);
   split_probe p;
-  // Every byte of an iteration lives on the device or in the host pool: the liveness plan's
-  // peak (persistent tensors included) bounds what must be held at once.
-  p.iteration_bytes = liveness(table).plan(memory_policy::liveness).peak_bytes;
   try {
     const split_plan plan =
         plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block_of(o), "--budget");
     p.floor_bytes = plan.floor_bytes;
-    p.fits = p.iteration_bytes <= o.budget_bytes + o.executor.host_pool_bytes;
+    p.device_bytes = std::max(o.budget_bytes, plan.max_layer_bytes);
   } catch (const budget_too_small&) {
-    p.fits = false;
+    return p;
+  }
+  const std::size_t excess = p.device_bytes - o.budget_bytes;
+  if (excess >= o.executor.host_pool_bytes) return p;
+  network_run_options ro = o;
+  ro.budget_bytes = p.device_bytes;
+  ro.executor.host_pool_bytes = o.executor.host_pool_bytes - excess;
+  device_options dev;
+  dev.kind = "null";
+  dev.capacity_bytes = p.device_bytes;
+  dev.host_link_gbps = null_link_gbps(ro);
+  try {
+    p.fits = run_policy(net, ro, "all", dev, 1, nullptr, nullptr, nullptr).fits;
+  } catch (const error& e) {
+    if (!does_not_fit(e)) throw;
   }
   return p;
 }
@@ -107,8 +122,9 @@ int plan_split_largest(const network_run_options& o, std::ostream& out) {
   zoo_options z = o.zoo;
   z.batch = r.value;
   const split_probe best = probe(make_network(o.net, z), o);
-  out << "batch " << r.value << "  (floor " << format_bytes(best.floor_bytes) << ", iteration "
-      << format_bytes(best.iteration_bytes) << "; " << r.probes << " planner runs)\n";
+  out << "batch " << r.value << "  (floor " << format_bytes(best.floor_bytes) << ", max(l_i) "
+      << format_bytes(best.device_bytes) << " planned with the excess in host memory; " << r.probes
+      << " planner runs)\n";
   return 0;
 }
 

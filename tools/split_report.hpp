@@ -12,9 +12,8 @@ namespace memweave {
 /// Prints the split plan of o.net at o.budget_bytes; 1 when the budget is below the floor.
 int plan_split(const network_run_options& o, std::ostream& out);
 
-/// The largest batch whose split plan fits o.budget_bytes and whose whole iteration (the
-/// liveness plan's bytes) fits the budget plus the host pool, beside each policy's largest
-/// batch without splits.
+/// The largest batch whose split plan fits o.budget_bytes and whose memory schedule (`all`)
+/// fits once the split steps' other slices are counted in the host pool.
 int plan_split_largest(const network_run_options& o, std::ostream& out);
 
 }  // namespace memweave
