@@ -45,6 +45,8 @@ commands:
           --ranks N [--net-gbps X]: data parallelism on N devices (--batch global, --budget
           per device), the ring allreduce over an X Gb/s network (MEMWEAVE_NET_GBPS, 100)
   (train under `mpirun -np N` trains data-parallel: --batch global, --budget per rank)
+          --split: TSPLIT's split planner (micro-batches per step, the floor as the
+          largest micro-step; with --max-batch, the largest batch it plans)
   replay  drive the device heap with an allocation trace
           --trace PATH | --synthetic-layers N [--batch N] [--trace PATH]
           [--pool SIZE] [--fit best,first]

@@ -8,6 +8,7 @@
 #include "memweave/engine/data_parallel_model.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
+#include "split_report.hpp"
 
 #include <chrono>
 #include <iomanip>
@@ -136,7 +137,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
 }  // namespace
 
 int plan_command(int argc, const char* const* argv, std::ostream& out) {
-  cli_args args(argc, argv, 2, {"max-batch", "max-depth"});
+  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "split"});
   network_run_options o = read_network_run_options(args);
   // The planner's host memory is address space (committed only where jemalloc writes its
   // metadata), so model a large machine unless told otherwise.
@@ -151,7 +152,16 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   c.bucket_bytes = *option_bytes("MEMWEAVE_BUCKET_BYTES");
   o.executor.ranks = c.ranks;
   o.executor.bucket_bytes = c.bucket_bytes;
+  const bool split = args.flag("split");
   args.reject_unused();
+  if (split) {  // TSPLIT's planner (split_report.hpp)
+    MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
+    MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");
+    MEMWEAVE_EXPECTS(!is_onnx_net(o.net),
+                     "--split plans the zoo's networks; a model file (--net " + o.net +
+                         ") is planned without it");
+    return max_batch ? plan_split_largest(o, out) : plan_split(o, out);
+  }
   MEMWEAVE_EXPECTS(!(max_batch && max_depth), "give --max-batch or --max-depth, not both");
   if (max_batch || max_depth) {
     MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty() && o.timeline.empty(),

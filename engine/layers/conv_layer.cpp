@@ -26,7 +26,7 @@ void backward(const k::kernel_context& ctx, const step_io& io) {
   }
   k::conv_backward_filter(ctx, config(io, io.filter_algo, io.filter_chunk), io.input_shapes[0], p,
                           io.inputs[0], io.output_grad, io.param_grads[0],
-                          p.bias ? io.param_grads[1] : nullptr);
+                          p.bias ? io.param_grads[1] : nullptr, io.accumulate_param_grads);
 }
 
 }  // namespace

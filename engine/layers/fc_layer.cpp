@@ -19,7 +19,8 @@ void backward(const k::kernel_context& ctx, const step_io& io) {
                         io.input_grads[0].data, io.input_grads[0].accumulate);
   }
   k::fc_backward_weights(ctx, io.input_shapes[0], p, io.inputs[0], io.output_grad,
-                         io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
+                         io.param_grads[0], p.bias ? io.param_grads[1] : nullptr,
+                         io.accumulate_param_grads);
 }
 
 }  // namespace

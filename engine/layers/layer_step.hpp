@@ -42,6 +42,11 @@ struct step_io {
   /// leaves them and its aux tensors alone), DROPOUT passes x through (y = x exactly).
   bool inference = false;
   double* loss = nullptr;  ///< SOFTMAX forward writes the batch's mean loss here
+  /// A micro-batch of a split step (TSPLIT, split_step.hpp): the index of its first image
+  /// in the whole batch (DROPOUT's mask), and whether the parameter gradients add to what
+  /// the micro-batches before it wrote (CONV, FC).
+  std::int64_t first_image = 0;
+  bool accumulate_param_grads = false;
 };
 
 using step_fn = void (*)(const kernels::host::kernel_context&, const step_io&);

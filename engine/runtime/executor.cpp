@@ -677,6 +677,11 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   step.iteration = iteration_;
   step.replay = replay;
   step.inference = evaluating_;
+  // TSPLIT: a split step runs micro-batch by micro-batch (the same bits; a replay needs no
+  // split to give them).
+  if (!replay && current_step_ < options_.split_parts.size()) {
+    step.parts = options_.split_parts[current_step_];
+  }
   if (recording() == nullptr) {
     launcher_->launch(step);
     return;

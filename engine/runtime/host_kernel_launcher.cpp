@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/kernels/host/kernel_context.hpp"
+#include "engine/layers/split_step.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 
 namespace memweave {
@@ -28,17 +29,18 @@ class host_kernel_launcher final : public kernel_launcher {
       if (step.forward) copy_batch(step);
       return;
     }
-    const layers::layer_steps& steps = layers::layer_steps_for(step.l->type);
-    const layers::step_fn fn = step.forward ? steps.forward : steps.backward;
     const k::kernel_context* context = &context_;
     const sgd_options* sgd = &ctx_.sgd;
-    ctx_.dev->get_stream(stream_role::compute).launch([fn, context, sgd, a = marshal(step)] {
-      fn(*context, a.io);
-      for (std::size_t i = 0; i < a.updates.size(); ++i) {
-        sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
-                   a.momenta[i]);
-      }
-    });
+    const bool forward = step.forward;
+    const int parts = step.parts;
+    ctx_.dev->get_stream(stream_role::compute)
+        .launch([forward, parts, context, sgd, a = marshal(step)] {
+          layers::run_split_step(*context, a.io, forward, parts);
+          for (std::size_t i = 0; i < a.updates.size(); ++i) {
+            sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
+                       a.momenta[i]);
+          }
+        });
   }
 
   void launch_updates(std::span<const layer_id> layers) override {

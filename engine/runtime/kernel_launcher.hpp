@@ -52,6 +52,7 @@ struct layer_launch {
   std::int64_t iteration = 0;               ///< the batch (DATA, dropout seeds)
   bool replay = false;     ///< a recomputation: BN's running statistics and the loss stay
   bool inference = false;  ///< evaluation: BN on running statistics, no dropout, no update
+  int parts = 1;           ///< TSPLIT: micro-batches the step runs in (split_step.hpp)
 };
 
 /// What a launcher needs of the executor.

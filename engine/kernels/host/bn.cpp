@@ -1,12 +1,14 @@
 // Host batch normalization.
 //
-// Invariants: one task per channel; every per-channel sum runs over images then positions
-// in ascending order, in double; element-wise results are fixed expressions of the saved
-// float statistics. Thread safety: none of its own; concurrent calls must not share
-// outputs.
+// Invariants: one task per channel for every per-channel sum, which runs over images then
+// positions in ascending order, in double, continuing the accumulator it is given (so a
+// batch run in micro-batches, TSPLIT, sums in the same order); element-wise results are fixed
+// expressions of the saved float statistics. Thread safety: none of its own; concurrent calls must
+// not share outputs.
 #include "engine/kernels/host/bn.hpp"
 
 #include <cmath>
+#include <vector>
 
 #include "engine/kernels/host/parallel.hpp"
 #include "engine/kernels/kernel_checks.hpp"
@@ -15,41 +17,77 @@ namespace memweave::kernels::host {
 
 using std::int64_t;
 
+void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, double* sum) {
+  const int64_t C = in.c, HW = in.h * in.w;
+  detail::parallel_for(ctx, C, detail::grain_for(in.n * HW), [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      double s = sum[c];
+      for (int64_t n = 0; n < in.n; ++n) {
+        const float* xp = x + (n * C + c) * HW;
+        for (int64_t j = 0; j < HW; ++j) s += xp[j];
+      }
+      sum[c] = s;
+    }
+  });
+}
+
+void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, const float* x,
+                               const double* mean, double* sq) {
+  const int64_t C = in.c, HW = in.h * in.w;
+  detail::parallel_for(ctx, C, detail::grain_for(in.n * HW), [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      double s = sq[c];
+      const double mean_c = mean[c];
+      for (int64_t n = 0; n < in.n; ++n) {
+        const float* xp = x + (n * C + c) * HW;
+        for (int64_t j = 0; j < HW; ++j) {
+          const double d = xp[j] - mean_c;
+          s += d * d;
+        }
+      }
+      sq[c] = s;
+    }
+  });
+}
+
+void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
+                          const double* sq, const double* mean, float* saved_mean,
+                          float* saved_invstd) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const double var = sq[c] / static_cast<double>(m);
+    saved_mean[c] = static_cast<float>(mean[c]);
+    saved_invstd[c] = static_cast<float>(1.0 / std::sqrt(var + p.epsilon));
+  }
+}
+
+void bn_normalize(const kernel_context& ctx, const shape4& in, const float* x, const float* gamma,
+                  const float* beta, const float* saved_mean, const float* saved_invstd, float* y) {
+  const int64_t C = in.c, HW = in.h * in.w;
+  detail::parallel_for(ctx, in.n * C, detail::grain_for(HW), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t c = t % C;
+      const float mean_f = saved_mean[c], invstd_f = saved_invstd[c];
+      const float gc = gamma[c], bc = beta[c];
+      const float* __restrict xp = x + t * HW;
+      float* __restrict yp = y + t * HW;
+      for (int64_t j = 0; j < HW; ++j) yp[j] = gc * ((xp[j] - mean_f) * invstd_f) + bc;
+    }
+  });
+}
+
 void bn_forward_training(const kernel_context& ctx, const shape4& in, const bn_params& p,
                          const float* x, const float* gamma, const float* beta, float* y,
                          float* saved_mean, float* saved_invstd) {
   const char* kernel = "bn_forward_training";
   checks::check_bn_forward_training(kernel, in, p, x, gamma, beta, y, saved_mean, saved_invstd);
-  const int64_t C = in.c, HW = in.h * in.w, m = in.n * HW;
-  detail::parallel_for(ctx, C, detail::grain_for(3 * m), [&](int64_t lo, int64_t hi) {
-    for (int64_t c = lo; c < hi; ++c) {
-      double sum = 0.0;
-      for (int64_t n = 0; n < in.n; ++n) {
-        const float* xp = x + (n * C + c) * HW;
-        for (int64_t j = 0; j < HW; ++j) sum += xp[j];
-      }
-      const double mean = sum / static_cast<double>(m);
-      double sq = 0.0;
-      for (int64_t n = 0; n < in.n; ++n) {
-        const float* xp = x + (n * C + c) * HW;
-        for (int64_t j = 0; j < HW; ++j) {
-          const double d = xp[j] - mean;
-          sq += d * d;
-        }
-      }
-      const double var = sq / static_cast<double>(m);
-      const float mean_f = static_cast<float>(mean);
-      const float invstd_f = static_cast<float>(1.0 / std::sqrt(var + p.epsilon));
-      saved_mean[c] = mean_f;
-      saved_invstd[c] = invstd_f;
-      const float gc = gamma[c], bc = beta[c];
-      for (int64_t n = 0; n < in.n; ++n) {
-        const float* __restrict xp = x + (n * C + c) * HW;
-        float* __restrict yp = y + (n * C + c) * HW;
-        for (int64_t j = 0; j < HW; ++j) yp[j] = gc * ((xp[j] - mean_f) * invstd_f) + bc;
-      }
-    }
-  });
+  const auto C = static_cast<std::size_t>(in.c);
+  const int64_t m = in.n * in.h * in.w;
+  std::vector<double> mean(C, 0.0), sq(C, 0.0);
+  bn_sum_images(ctx, in, x, mean.data());
+  for (double& v : mean) v /= static_cast<double>(m);
+  bn_sum_squared_deviations(ctx, in, x, mean.data(), sq.data());
+  bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), saved_mean, saved_invstd);
+  bn_normalize(ctx, in, x, gamma, beta, saved_mean, saved_invstd, y);
 }
 
 void bn_update_running(const shape4& in, const bn_params& p, const float* saved_mean,
@@ -92,44 +130,70 @@ void bn_forward_inference(const kernel_context& ctx, const shape4& in, const bn_
   });
 }
 
-void bn_backward(const kernel_context& ctx, const shape4& in, const bn_params& p, const float* x,
-                 const float* saved_mean, const float* saved_invstd, const float* gamma,
-                 const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate) {
-  const char* kernel = "bn_backward";
-  checks::check_bn_backward(kernel, in, p, x, saved_mean, saved_invstd, gamma, dy, dgamma, dbeta);
-  const int64_t C = in.c, HW = in.h * in.w, m = in.n * HW;
-  detail::parallel_for(ctx, C, detail::grain_for(3 * m), [&](int64_t lo, int64_t hi) {
+void bn_backward_sums(const kernel_context& ctx, const shape4& in, const float* x,
+                      const float* saved_mean, const float* saved_invstd, const float* dy,
+                      double* sdy, double* sdy_xhat) {
+  const int64_t C = in.c, HW = in.h * in.w;
+  detail::parallel_for(ctx, C, detail::grain_for(2 * in.n * HW), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       const float mean = saved_mean[c], invstd = saved_invstd[c];
-      double sdy = 0.0, sdy_xhat = 0.0;
+      double s = sdy[c], sx = sdy_xhat[c];
       for (int64_t n = 0; n < in.n; ++n) {
         const float* xp = x + (n * C + c) * HW;
         const float* dyp = dy + (n * C + c) * HW;
         for (int64_t j = 0; j < HW; ++j) {
           const float xhat = (xp[j] - mean) * invstd;
-          sdy += dyp[j];
-          sdy_xhat += static_cast<double>(dyp[j]) * xhat;
+          s += dyp[j];
+          sx += static_cast<double>(dyp[j]) * xhat;
         }
       }
-      dbeta[c] = static_cast<float>(sdy);
-      dgamma[c] = static_cast<float>(sdy_xhat);
-      if (dx == nullptr) continue;
+      sdy[c] = s;
+      sdy_xhat[c] = sx;
+    }
+  });
+}
+
+void bn_backward_data(const kernel_context& ctx, const shape4& in, std::int64_t m, const float* x,
+                      const float* saved_mean, const float* saved_invstd, const float* gamma,
+                      const double* sdy, const double* sdy_xhat, const float* dy, float* dx,
+                      bool accumulate) {
+  const int64_t C = in.c, HW = in.h * in.w;
+  const double md = static_cast<double>(m);
+  detail::parallel_for(ctx, in.n * C, detail::grain_for(HW), [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t c = t % C;
+      const float mean = saved_mean[c], invstd = saved_invstd[c];
       // dx = gamma * invstd / m * (m * dy - sum(dy) - x_hat * sum(dy * x_hat)), in double.
-      const double md = static_cast<double>(m);
       const double scale = static_cast<double>(gamma[c]) * invstd / md;
-      for (int64_t n = 0; n < in.n; ++n) {
-        const float* __restrict xp = x + (n * C + c) * HW;
-        const float* __restrict dyp = dy + (n * C + c) * HW;
-        float* __restrict dxp = dx + (n * C + c) * HW;
-        for (int64_t j = 0; j < HW; ++j) {
-          const float xhat = (xp[j] - mean) * invstd;
-          const float g = static_cast<float>(
-              scale * (md * dyp[j] - sdy - static_cast<double>(xhat) * sdy_xhat));
-          dxp[j] = accumulate ? dxp[j] + g : g;
-        }
+      const double s = sdy[c], sx = sdy_xhat[c];
+      const float* __restrict xp = x + t * HW;
+      const float* __restrict dyp = dy + t * HW;
+      float* __restrict dxp = dx + t * HW;
+      for (int64_t j = 0; j < HW; ++j) {
+        const float xhat = (xp[j] - mean) * invstd;
+        const float g =
+            static_cast<float>(scale * (md * dyp[j] - s - static_cast<double>(xhat) * sx));
+        dxp[j] = accumulate ? dxp[j] + g : g;
       }
     }
   });
+}
+
+void bn_backward(const kernel_context& ctx, const shape4& in, const bn_params& p, const float* x,
+                 const float* saved_mean, const float* saved_invstd, const float* gamma,
+                 const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate) {
+  const char* kernel = "bn_backward";
+  checks::check_bn_backward(kernel, in, p, x, saved_mean, saved_invstd, gamma, dy, dgamma, dbeta);
+  const auto C = static_cast<std::size_t>(in.c);
+  std::vector<double> sdy(C, 0.0), sdy_xhat(C, 0.0);
+  bn_backward_sums(ctx, in, x, saved_mean, saved_invstd, dy, sdy.data(), sdy_xhat.data());
+  for (std::size_t c = 0; c < C; ++c) {
+    dbeta[c] = static_cast<float>(sdy[c]);
+    dgamma[c] = static_cast<float>(sdy_xhat[c]);
+  }
+  if (dx == nullptr) return;
+  bn_backward_data(ctx, in, in.n * in.h * in.w, x, saved_mean, saved_invstd, gamma, sdy.data(),
+                   sdy_xhat.data(), dy, dx, accumulate);
 }
 
 }  // namespace memweave::kernels::host

@@ -8,6 +8,8 @@
 // positions in order: bit-reproducible.
 #pragma once
 
+#include <cstdint>
+
 #include "engine/kernels/host/kernel_context.hpp"
 #include "memweave/engine/layer_params.hpp"
 
@@ -34,5 +36,32 @@ void bn_forward_inference(const kernel_context& ctx, const shape4& in, const bn_
 void bn_backward(const kernel_context& ctx, const shape4& in, const bn_params& p, const float* x,
                  const float* saved_mean, const float* saved_invstd, const float* gamma,
                  const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate);
+
+// The pieces of the two, for a batch run in micro-batches (TSPLIT): the per-channel sums
+// add to the accumulators given (c doubles each, zero before the first micro-batch), in the
+// same order as the whole batch, so two passes (sums over every micro-batch, then the
+// element-wise step per micro-batch) give the same bits as one call.
+
+/// sum[c] += x over the images and positions of `in` (one micro-batch).
+void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, double* sum);
+/// sq[c] += (x - mean[c])^2 over the images and positions of `in`.
+void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, const float* x,
+                               const double* mean, double* sq);
+/// saved_mean = mean, saved_invstd = 1/sqrt(sq/m + epsilon); m = images * h * w of the batch.
+void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
+                          const double* sq, const double* mean, float* saved_mean,
+                          float* saved_invstd);
+/// y = gamma * ((x - saved_mean) * saved_invstd) + beta, element-wise.
+void bn_normalize(const kernel_context& ctx, const shape4& in, const float* x, const float* gamma,
+                  const float* beta, const float* saved_mean, const float* saved_invstd, float* y);
+/// sdy[c] += dy, sdy_xhat[c] += dy * x_hat over the images and positions of `in`.
+void bn_backward_sums(const kernel_context& ctx, const shape4& in, const float* x,
+                      const float* saved_mean, const float* saved_invstd, const float* dy,
+                      double* sdy, double* sdy_xhat);
+/// dx of `in`'s images from the whole batch's sums; m = images * h * w of the whole batch.
+void bn_backward_data(const kernel_context& ctx, const shape4& in, std::int64_t m, const float* x,
+                      const float* saved_mean, const float* saved_invstd, const float* gamma,
+                      const double* sdy, const double* sdy_xhat, const float* dy, float* dx,
+                      bool accumulate);
 
 }  // namespace memweave::kernels::host

@@ -245,16 +245,19 @@ void backward_data_direct(const kernel_context& ctx, const geom& g, const float*
 }
 
 void backward_filter_direct(const kernel_context& ctx, const geom& g, const float* x,
-                            const float* dy, float* dw) {
+                            const float* dy, float* dw, bool accumulate) {
   const int64_t P = g.p(), rs = g.r * g.s;
   parallel_for(ctx, g.k * g.cg, detail::grain_for(g.n * P * rs), [&](int64_t lo, int64_t hi) {
-    // One lane per output column: lanes[(r*S + s)*OW + ow] sums, over images and output
-    // rows, the products that output column contributes; the lanes are then summed.
+    // One lane per output column: lanes[(r*S + s)*OW + ow] sums, over one image's output
+    // rows, the products that output column contributes; the lanes are then summed and the
+    // image's contribution added to dw in image order, so that a split of the batch at any
+    // image continues the same sum (TSPLIT).
     std::vector<float> lanes(static_cast<std::size_t>(rs * g.ow));
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t k = t / g.cg, c = t % g.cg, gi = k / g.kg;
-      std::fill(lanes.begin(), lanes.end(), 0.0f);
+      float* dwp = dw + t * rs;
       for (int64_t n = 0; n < g.n; ++n) {
+        std::fill(lanes.begin(), lanes.end(), 0.0f);
         const float* dyp = dy + (n * g.k + k) * P;
         const float* xc = x + (n * g.c + gi * g.cg + c) * g.hw();
         for (int64_t r = 0; r < g.r; ++r) {
@@ -273,13 +276,14 @@ void backward_filter_direct(const kernel_context& ctx, const geom& g, const floa
             }
           }
         }
-      }
-      float* dwp = dw + t * rs;
-      for (int64_t j = 0; j < rs; ++j) {
-        double sum = 0.0;
-        const float* lane = lanes.data() + j * g.ow;
-        for (int64_t ow = 0; ow < g.ow; ++ow) sum += lane[ow];
-        dwp[j] = static_cast<float>(sum);
+        const bool add = accumulate || n > 0;
+        for (int64_t j = 0; j < rs; ++j) {
+          double sum = 0.0;
+          const float* lane = lanes.data() + j * g.ow;
+          for (int64_t ow = 0; ow < g.ow; ++ow) sum += lane[ow];
+          const float v = static_cast<float>(sum);
+          dwp[j] = add ? dwp[j] + v : v;
+        }
       }
     }
   });
@@ -394,7 +398,7 @@ detail::gemm_args filter_gemm(const geom& g, const float* dyg, const float* col,
 }
 
 void backward_filter_gemm_image(const kernel_context& ctx, const geom& g, const float* x,
-                                const float* dy, float* dw, float* ws) {
+                                const float* dy, float* dw, bool accumulate, float* ws) {
   const int64_t P = g.p();
   for (int64_t n = 0; n < g.n; ++n) {
     for (int64_t gi = 0; gi < g.groups; ++gi) {
@@ -405,22 +409,28 @@ void backward_filter_gemm_image(const kernel_context& ctx, const geom& g, const 
         col = ws;
       }
       detail::gemm(ctx, filter_gemm(g, dy + (n * g.k + gi * g.kg) * P, col, P, dw, gi),
-                   n == 0 ? 0.0f : 1.0f);
+                   n == 0 && !accumulate ? 0.0f : 1.0f);
     }
   }
 }
 
+// The batch's im2col, then one GEMM per image added in image order (as the image variant):
+// one GEMM over the chunk would sum images inside BLAS, and a split of the batch at an
+// image that is not a chunk boundary would change that sum (TSPLIT).
 void backward_filter_gemm_batch(const kernel_context& ctx, const geom& g, int64_t chunk,
-                                const float* x, const float* dy, float* dw, float* ws) {
+                                const float* x, const float* dy, float* dw, bool accumulate,
+                                float* ws) {
   const int64_t P = g.p();
   for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
     const int64_t m = std::min(chunk, g.n - n0), cols = m * P;
-    float* col = ws;
-    float* stage = ws + g.crs() * cols;
     for (int64_t gi = 0; gi < g.groups; ++gi) {
-      im2col(ctx, g, x + (n0 * g.c + gi * g.cg) * g.hw(), m, col, cols);
-      stage_dy(ctx, g, dy, n0, m, gi, stage);
-      detail::gemm(ctx, filter_gemm(g, stage, col, cols, dw, gi), n0 == 0 ? 0.0f : 1.0f);
+      im2col(ctx, g, x + (n0 * g.c + gi * g.cg) * g.hw(), m, ws, cols);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t n = n0 + i;
+        detail::gemm_args a = filter_gemm(g, dy + (n * g.k + gi * g.kg) * P, ws + i * P, P, dw, gi);
+        a.ldb = cols;  // image i's columns of the chunk's im2col
+        detail::gemm(ctx, a, n == 0 && !accumulate ? 0.0f : 1.0f);
+      }
     }
   }
 }
@@ -497,7 +507,7 @@ void conv_backward_data(const kernel_context& ctx, const conv_config& cfg, const
 
 void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
                           const conv_params& p, const float* x, const float* dy, float* dw,
-                          float* db) {
+                          float* db, bool accumulate) {
   const char* kernel = "conv_backward_filter";
   const geom g = make_geom(kernel, in, p);
   detail::check_pointer(kernel, "x", x);
@@ -506,20 +516,20 @@ void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, con
   float* ws = take_workspace(kernel, cfg, conv_pass::backward_filter, g);
   switch (cfg.algo) {
     case conv_algo::direct:
-      backward_filter_direct(ctx, g, x, dy, dw);
+      backward_filter_direct(ctx, g, x, dy, dw, accumulate);
       break;
     case conv_algo::im2col_image:
-      backward_filter_gemm_image(ctx, g, x, dy, dw, ws);
+      backward_filter_gemm_image(ctx, g, x, dy, dw, accumulate, ws);
       break;
     case conv_algo::im2col_batch:
-      backward_filter_gemm_batch(ctx, g, resolve_chunk(g, cfg.chunk), x, dy, dw, ws);
+      backward_filter_gemm_batch(ctx, g, resolve_chunk(g, cfg.chunk), x, dy, dw, accumulate, ws);
       break;
   }
-  if (db != nullptr) conv_backward_bias(ctx, in, p, dy, db);
+  if (db != nullptr) conv_backward_bias(ctx, in, p, dy, db, accumulate);
 }
 
 void conv_backward_bias(const kernel_context& ctx, const shape4& in, const conv_params& p,
-                        const float* dy, float* db) {
+                        const float* dy, float* db, bool accumulate) {
   const char* kernel = "conv_backward_bias";
   const geom g = make_geom(kernel, in, p);
   detail::check_pointer(kernel, "dy", dy);
@@ -527,12 +537,13 @@ void conv_backward_bias(const kernel_context& ctx, const shape4& in, const conv_
   const int64_t P = g.p();
   parallel_for(ctx, g.k, detail::grain_for(g.n * P), [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
-      double sum = 0.0;
       for (int64_t n = 0; n < g.n; ++n) {
         const float* dyp = dy + (n * g.k + k) * P;
+        double sum = 0.0;
         for (int64_t j = 0; j < P; ++j) sum += dyp[j];
+        const float v = static_cast<float>(sum);
+        db[k] = accumulate || n > 0 ? db[k] + v : v;
       }
-      db[k] = static_cast<float>(sum);
     }
   });
 }

@@ -64,15 +64,18 @@ void conv_backward_data(const kernel_context& ctx, const conv_config& cfg, const
                         const conv_params& p, const float* w, const float* dy, float* dx,
                         bool accumulate);
 
-/// dw = d(loss)/dw from x and dy (overwritten); when `db` is non-null also the bias
-/// gradient db (overwritten, the same bits for every algorithm).
+/// dw = d(loss)/dw from x and dy; when `db` is non-null also the bias gradient db (the
+/// same bits for every algorithm). Every algorithm adds each image's contribution to dw in
+/// image order (float), the first image overwriting unless `accumulate`: so running the
+/// batch in micro-batches, each after the first with accumulate, gives the same bits.
 void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
                           const conv_params& p, const float* x, const float* dy, float* dw,
-                          float* db);
+                          float* db, bool accumulate = false);
 
-/// db[k] = sum over images and positions of dy[., k, ., .] (double accumulation, fixed
-/// order; overwritten). `in` is the convolution's input shape.
+/// db[k] += per image, in image order, the image's sum over positions of dy[n, k, ., .]
+/// (double, then added in float); the first image overwrites unless `accumulate`. `in` is
+/// the convolution's input shape.
 void conv_backward_bias(const kernel_context& ctx, const shape4& in, const conv_params& p,
-                        const float* dy, float* db);
+                        const float* dy, float* db, bool accumulate = false);
 
 }  // namespace memweave::kernels::host

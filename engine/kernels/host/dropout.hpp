@@ -16,8 +16,8 @@ float dropout_uniform(std::uint64_t seed, std::int64_t index) noexcept;
 
 /// mask[i] = (dropout_uniform(seed, first + i) >= ratio) ? 1/(1 - ratio) : 0;
 /// y[i] = x[i] * mask[i]. `first`: the index of element 0 in the whole batch (a data-parallel
-/// rank's slice draws the mask one process draws at those positions). Throws
-/// invalid_argument unless 0 <= ratio < 1.
+/// rank's slice, or a TSPLIT micro-batch, draws the mask one process draws at those
+/// positions). Throws invalid_argument unless 0 <= ratio < 1.
 void dropout_forward(const kernel_context& ctx, const shape4& s, const dropout_params& p,
                      std::uint64_t seed, const float* x, float* y, float* mask,
                      std::int64_t first = 0);

@@ -18,9 +18,11 @@ void fc_forward(const kernel_context& ctx, const shape4& in, const fc_params& p,
 void fc_backward_data(const kernel_context& ctx, const shape4& in, const fc_params& p,
                       const float* w, const float* dy, float* dx, bool accumulate);
 
-/// dW = dy^T * x (overwritten); db = column sums of dy in double, image order (overwritten)
-/// when `db` is non-null.
+/// dW = dy^T * x and db = column sums of dy (when `db` is non-null), each added one image at
+/// a time in image order (float); overwritten unless `accumulate`, which adds to them (a
+/// micro-batch after the first: the same bits as the whole batch).
 void fc_backward_weights(const kernel_context& ctx, const shape4& in, const fc_params& p,
-                         const float* x, const float* dy, float* dw, float* db);
+                         const float* x, const float* dy, float* dw, float* db,
+                         bool accumulate = false);
 
 }  // namespace memweave::kernels::host

@@ -35,6 +35,13 @@ std::vector<int64_t> check_labels(const char* kernel, const shape4& in, const fl
 
 double softmax_loss_forward(const kernel_context& ctx, const shape4& in, const float* x,
                             const float* labels, float* y) {
+  double total = 0.0;
+  softmax_loss_add(ctx, in, x, labels, y, total);
+  return total / static_cast<double>(in.n);
+}
+
+void softmax_loss_add(const kernel_context& ctx, const shape4& in, const float* x,
+                      const float* labels, float* y, double& total) {
   const char* kernel = "softmax_loss_forward";
   detail::check_tensors(kernel, in, {{"x", x}, {"labels", labels}, {"y", y}});
   const std::vector<int64_t> label = check_labels(kernel, in, labels);
@@ -56,18 +63,16 @@ double softmax_loss_forward(const kernel_context& ctx, const shape4& in, const f
       loss[static_cast<std::size_t>(i)] = lse - xp[label[static_cast<std::size_t>(i)]];
     }
   });
-  double total = 0.0;
   for (double l : loss) total += l;
-  return total / static_cast<double>(in.n);
 }
 
 void softmax_loss_backward(const kernel_context& ctx, const shape4& in, const float* y,
-                           const float* labels, float* dx, bool accumulate) {
+                           const float* labels, float* dx, bool accumulate, std::int64_t batch) {
   const char* kernel = "softmax_loss_backward";
   detail::check_tensors(kernel, in, {{"y", y}, {"labels", labels}, {"dx", dx}});
   const std::vector<int64_t> label = check_labels(kernel, in, labels);
   const int64_t classes = in.per_image();
-  const float n = static_cast<float>(in.n);
+  const float n = static_cast<float>(batch > 0 ? batch : in.n);
   detail::parallel_for(ctx, in.n, detail::grain_for(classes), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const int64_t l = label[static_cast<std::size_t>(i)];

@@ -3,6 +3,8 @@
 // The loss is accumulated in double, image by image in order: bit-reproducible.
 #pragma once
 
+#include <cstdint>
+
 #include "engine/kernels/host/kernel_context.hpp"
 #include "memweave/engine/layer_params.hpp"
 
@@ -14,8 +16,14 @@ namespace memweave::kernels::host {
 double softmax_loss_forward(const kernel_context& ctx, const shape4& in, const float* x,
                             const float* labels, float* y);
 
-/// dx = (y - onehot(label)) / n. accumulate: dx[i] += g[i].
+/// softmax_loss_forward of a micro-batch (TSPLIT): adds its images' losses to `total` in
+/// image order (the whole batch's mean is total / batch, the same bits as one call).
+void softmax_loss_add(const kernel_context& ctx, const shape4& in, const float* x,
+                      const float* labels, float* y, double& total);
+
+/// dx = (y - onehot(label)) / batch (batch 0: in.n; a micro-batch passes the whole batch's
+/// n). accumulate: dx[i] += g[i].
 void softmax_loss_backward(const kernel_context& ctx, const shape4& in, const float* y,
-                           const float* labels, float* dx, bool accumulate);
+                           const float* labels, float* dx, bool accumulate, std::int64_t batch = 0);
 
 }  // namespace memweave::kernels::host

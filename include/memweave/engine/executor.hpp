@@ -161,6 +161,9 @@ struct executor_options {
   /// them, write() discards them, read() refuses them), no memory schedule is planned, and
   /// run_iteration is refused.
   bool evaluation_only = false;
+  /// TSPLIT: per route step (0..2N-1; shorter: the rest 1), the number of micro-batches the
+  /// step's kernels run in (split_plan.hpp plans them). The bits are the same as unsplit.
+  std::vector<int> split_parts;
 };
 
 /// What executor::evaluate measured over its batches.

@@ -1,0 +1,138 @@
+// Split execution of a layer step; see split_step.hpp.
+#include "engine/layers/split_step.hpp"
+
+#include <algorithm>
+
+namespace memweave::layers {
+namespace k = kernels::host;
+
+std::vector<std::int64_t> micro_batch_bounds(std::int64_t batch, int parts) {
+  const std::int64_t n = std::clamp<std::int64_t>(parts, 1, std::max<std::int64_t>(batch, 1));
+  std::vector<std::int64_t> bounds{0};
+  for (std::int64_t i = 0; i < n; ++i) {
+    bounds.push_back(bounds.back() + batch / n + (i < batch % n ? 1 : 0));
+  }
+  return bounds;
+}
+
+namespace {
+
+// The step_io of images [b, e): every batch-shaped pointer moved to image b, every shape's
+// n set to e - b; parameters, their gradients and per-channel aux tensors unchanged.
+step_io slice(const step_io& io, std::int64_t b, std::int64_t e, bool forward) {
+  step_io s = io;
+  const auto at = [b](const float* p, const shape4& shape) {
+    return p == nullptr ? p : p + b * shape.per_image();
+  };
+  for (std::size_t i = 0; i < s.input_shapes.size(); ++i) {
+    if (i < s.inputs.size()) s.inputs[i] = at(io.inputs[i], io.input_shapes[i]);
+    if (i < s.input_grads.size()) {
+      s.input_grads[i].data = const_cast<float*>(at(io.input_grads[i].data, io.input_shapes[i]));
+    }
+    s.input_shapes[i].n = e - b;
+  }
+  const shape4& out = io.l->output_shape;
+  s.output = const_cast<float*>(at(io.output, out));
+  s.output_grad = at(io.output_grad, out);
+  if (io.labels != nullptr) s.labels = io.labels + b;
+  if (io.l->type == layer_type::dropout) s.aux[0] = const_cast<float*>(at(io.aux[0], out));
+  s.first_image = b;
+  s.accumulate_param_grads = !forward && b > 0;
+  return s;
+}
+
+void bn_forward(const k::kernel_context& ctx, const step_io& io,
+                const std::vector<std::int64_t>& bounds) {
+  const auto& p = std::get<bn_params>(io.l->params);
+  const shape4& in = io.input_shapes[0];
+  const auto C = static_cast<std::size_t>(in.c);
+  const std::size_t parts = bounds.size() - 1;
+  std::vector<double> mean(C, 0.0), sq(C, 0.0);
+  for (std::size_t i = 0; i < parts; ++i) {
+    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
+    k::bn_sum_images(ctx, s.input_shapes[0], s.inputs[0], mean.data());
+  }
+  const std::int64_t m = in.n * in.h * in.w;
+  for (double& v : mean) v /= static_cast<double>(m);
+  for (std::size_t i = 0; i < parts; ++i) {
+    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
+    k::bn_sum_squared_deviations(ctx, s.input_shapes[0], s.inputs[0], mean.data(), sq.data());
+  }
+  k::bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), io.aux[0], io.aux[1]);
+  for (std::size_t i = 0; i < parts; ++i) {
+    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
+    k::bn_normalize(ctx, s.input_shapes[0], s.inputs[0], io.params[0], io.params[1], io.aux[0],
+                    io.aux[1], s.output);
+  }
+  if (io.update_running_stats) {
+    k::bn_update_running(in, p, io.aux[0], io.aux[1], io.params[2], io.params[3]);
+  }
+}
+
+void bn_backward(const k::kernel_context& ctx, const step_io& io,
+                 const std::vector<std::int64_t>& bounds) {
+  const shape4& in = io.input_shapes[0];
+  const auto C = static_cast<std::size_t>(in.c);
+  const std::size_t parts = bounds.size() - 1;
+  std::vector<double> sdy(C, 0.0), sdy_xhat(C, 0.0);
+  for (std::size_t i = 0; i < parts; ++i) {
+    const step_io s = slice(io, bounds[i], bounds[i + 1], false);
+    k::bn_backward_sums(ctx, s.input_shapes[0], s.inputs[0], io.aux[0], io.aux[1], s.output_grad,
+                        sdy.data(), sdy_xhat.data());
+  }
+  for (std::size_t c = 0; c < C; ++c) {
+    io.param_grads[1][c] = static_cast<float>(sdy[c]);
+    io.param_grads[0][c] = static_cast<float>(sdy_xhat[c]);
+  }
+  if (io.input_grads[0].data == nullptr) return;
+  for (std::size_t i = 0; i < parts; ++i) {
+    const step_io s = slice(io, bounds[i], bounds[i + 1], false);
+    k::bn_backward_data(ctx, s.input_shapes[0], in.n * in.h * in.w, s.inputs[0], io.aux[0],
+                        io.aux[1], io.params[0], sdy.data(), sdy_xhat.data(), s.output_grad,
+                        s.input_grads[0].data, s.input_grads[0].accumulate);
+  }
+}
+
+void loss_forward(const k::kernel_context& ctx, const step_io& io,
+                  const std::vector<std::int64_t>& bounds) {
+  double total = 0.0;
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
+    k::softmax_loss_add(ctx, s.input_shapes[0], s.inputs[0], s.labels, s.output, total);
+  }
+  if (io.loss != nullptr) *io.loss = total / static_cast<double>(io.input_shapes[0].n);
+}
+
+void loss_backward(const k::kernel_context& ctx, const step_io& io,
+                   const std::vector<std::int64_t>& bounds) {
+  if (io.input_grads[0].data == nullptr) return;
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    const step_io s = slice(io, bounds[i], bounds[i + 1], false);
+    k::softmax_loss_backward(ctx, s.input_shapes[0], s.output, s.labels, s.input_grads[0].data,
+                             s.input_grads[0].accumulate, io.input_shapes[0].n);
+  }
+}
+
+}  // namespace
+
+void run_split_step(const k::kernel_context& ctx, const step_io& io, bool forward, int parts) {
+  const layer_steps& steps = layer_steps_for(io.l->type);
+  const step_fn fn = forward ? steps.forward : steps.backward;
+  if (parts <= 1 || io.l->type == layer_type::data || io.input_shapes.empty()) {
+    if (fn != nullptr) fn(ctx, io);
+    return;
+  }
+  const std::vector<std::int64_t> bounds = micro_batch_bounds(io.input_shapes[0].n, parts);
+  if (io.l->type == layer_type::bn) {
+    forward ? bn_forward(ctx, io, bounds) : bn_backward(ctx, io, bounds);
+    return;
+  }
+  if (io.l->type == layer_type::softmax_loss) {
+    forward ? loss_forward(ctx, io, bounds) : loss_backward(ctx, io, bounds);
+    return;
+  }
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i)
+    fn(ctx, slice(io, bounds[i], bounds[i + 1], forward));
+}
+
+}  // namespace memweave::layers

@@ -1,0 +1,27 @@
+// A layer step run micro-batch by micro-batch (TSPLIT, split along the sample dimension).
+// Tensors are NCHW, so images [b, e) of a tensor are one contiguous slice: each micro-step
+// sees the slices of its inputs, output and gradients and the whole parameters. Layers whose
+// math couples the batch run in two passes: BN's statistics (and its backward's sums) over
+// every micro-batch first, then the element-wise part per micro-batch; the loss's mean and
+// gradient use the whole batch's n. The host kernels sum everything that crosses images in
+// image order (conv.hpp, fc.hpp, bn.hpp, softmax_loss.hpp), so a split step gives the same
+// bits as the whole step for every layer type and every split.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/layers/layer_step.hpp"
+
+namespace memweave::layers {
+
+/// The image ranges of `batch` images split into `parts` micro-batches: the first
+/// batch % parts get one image more. parts is clamped to [1, batch].
+std::vector<std::int64_t> micro_batch_bounds(std::int64_t batch, int parts);
+
+/// Runs the forward (or backward) of io's layer on the host in `parts` micro-batches. parts
+/// 1 (or a DATA layer) runs the whole step.
+void run_split_step(const kernels::host::kernel_context& ctx, const step_io& io, bool forward,
+                    int parts);
+
+}  // namespace memweave::layers

@@ -1,0 +1,171 @@
+// TSPLIT's first-stage planner; see split_plan.hpp. Pure arithmetic over the tensor table.
+#include "memweave/engine/split_plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/layers/layer_step.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave {
+
+namespace {
+
+std::size_t round_up(std::size_t b, std::size_t block) {
+  return (b + block - 1) / block * block;
+}
+
+// Whether tensor `t` holds one slice per image of the batch (a micro-batch needs only its own).
+bool batch_shaped(const tensor_info& t, std::int64_t batch) {
+  return batch > 1 && t.shape.n == batch &&
+         (t.role == tensor_role::data || t.role == tensor_role::gradient ||
+          t.role == tensor_role::auxiliary);
+}
+
+std::int64_t batch_of(const tensor_table& table) {
+  const network& net = table.net();
+  return net[net.data_layer()].output_shape.n;
+}
+
+}  // namespace
+
+std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
+                             std::size_t block_bytes) {
+  const std::int64_t batch = batch_of(table);
+  const std::int64_t k = std::clamp<std::int64_t>(parts, 1, std::max<std::int64_t>(batch, 1));
+  const std::int64_t images = (batch + k - 1) / k;  // the largest micro-batch
+  std::size_t bytes = 0;
+  for (const tensor_access& a : table.accesses(s)) {
+    const tensor_info& t = table[a.tensor];
+    if (t.role == tensor_role::workspace) continue;  // not in l_i either (layer_memory.hpp)
+    std::size_t b = t.bytes;
+    if (batch_shaped(t, batch))
+      b = b / static_cast<std::size_t>(batch) * static_cast<std::size_t>(images);
+    bytes += round_up(b, block_bytes);
+  }
+  return bytes;
+}
+
+std::vector<int> split_plan::parts(std::size_t step_count) const {
+  std::vector<int> p(step_count, 1);
+  for (const split_step& s : steps) {
+    if (s.step < step_count) p[s.step] = s.parts;
+  }
+  return p;
+}
+
+std::size_t split_plan::split_count() const noexcept {
+  return static_cast<std::size_t>(
+      std::count_if(steps.begin(), steps.end(), [](const split_step& s) { return s.parts > 1; }));
+}
+
+double split_plan::whole_seconds() const noexcept {
+  double t = 0;
+  for (const split_step& s : steps) t += s.whole_s;
+  return t;
+}
+
+double split_plan::split_seconds() const noexcept {
+  double t = 0;
+  for (const split_step& s : steps) t += s.split_s;
+  return t;
+}
+
+double split_plan::link_seconds() const noexcept {
+  double t = 0;
+  for (const split_step& s : steps) t += s.link_s;
+  return t;
+}
+
+split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
+                       const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
+                       const char* knob) {
+  MEMWEAVE_EXPECTS(block_bytes > 0, "plan_splits: block_bytes is 0; expected a positive size");
+  const std::int64_t batch = batch_of(table);
+  const route& r = table.steps();
+  split_plan plan;
+  plan.budget_bytes = budget_bytes;
+  for (std::size_t s = 0; s < table.step_count(); ++s) {
+    if (table.accesses(s).empty()) continue;
+    const route_step rs = r.at(s);
+    const layer& l = net[rs.layer];
+    split_step st;
+    st.step = s;
+    st.layer = l.id;
+    st.forward = rs.direction == pass::forward;
+    std::size_t reads = 0, writes = 0;
+    for (const tensor_access& a : table.accesses(s)) {
+      const tensor_info& t = table[a.tensor];
+      if (t.role == tensor_role::workspace) continue;
+      if (batch_shaped(t, batch)) {
+        st.batch_bytes += round_up(t.bytes, block_bytes);
+        (a.mode == access_mode::read ? reads : writes) += t.bytes;
+      } else {
+        st.fixed_bytes += round_up(t.bytes, block_bytes);
+      }
+    }
+    // max(l_i) as the heap sees it: each tensor rounded to blocks (as executor_checks).
+    plan.max_layer_bytes =
+        std::max(plan.max_layer_bytes, micro_step_bytes(table, s, 1, block_bytes));
+    st.least_bytes =
+        micro_step_bytes(table, s, static_cast<int>(std::max<std::int64_t>(batch, 1)), block_bytes);
+    if (st.least_bytes > plan.floor_bytes) {
+      plan.floor_bytes = st.least_bytes;
+      plan.floor_step = s;
+    }
+    // The fewest parts that fit: micro_step_bytes falls as parts grow, so bisect.
+    std::int64_t lo = 1, hi = std::max<std::int64_t>(batch, 1);
+    if (micro_step_bytes(table, s, 1, block_bytes) <= budget_bytes) {
+      hi = 1;
+    } else if (st.least_bytes > budget_bytes) {
+      hi = 0;  // nothing fits; reported below
+    } else {
+      while (lo < hi) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        if (micro_step_bytes(table, s, static_cast<int>(mid), block_bytes) <= budget_bytes) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+    }
+    if (hi == 0) {
+      st.parts = 0;  // reported once every step's floor is known
+      plan.steps.push_back(st);
+      continue;
+    }
+    st.parts = static_cast<int>(hi);
+    st.micro_bytes = micro_step_bytes(table, s, st.parts, block_bytes);
+    std::vector<shape4> in;
+    for (layer_id i : l.inputs) in.push_back(net[i].output_shape);
+    const double flops = st.forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in);
+    const double whole_bytes = static_cast<double>(st.fixed_bytes + st.batch_bytes);
+    st.whole_s = std::max(flops / model.flops, whole_bytes / model.memory_bytes_per_s);
+    st.split_s = st.whole_s;
+    if (st.parts > 1) {
+      const double k = st.parts;
+      st.split_s = k * std::max(flops / k / model.flops,
+                                static_cast<double>(st.micro_bytes) / model.memory_bytes_per_s);
+      // BN's inputs are read by both passes (statistics, then normalisation).
+      const double passes = l.type == layer_type::bn ? 2.0 : 1.0;
+      st.link_s = (static_cast<double>(reads) * passes + static_cast<double>(writes)) * (k - 1) /
+                  k / model.link_bytes_per_s;
+    }
+    plan.steps.push_back(st);
+  }
+  if (plan.floor_bytes > budget_bytes) {
+    // Name the step with the largest smallest micro-step: the budget that step needs runs
+    // every step.
+    const route_step rs = r.at(plan.floor_step);
+    throw budget_too_small("budget of " + format_bytes(budget_bytes) + " (" + knob +
+                           ") is below the smallest " + "micro-step of step " +
+                           std::to_string(plan.floor_step + 1) + " (" + net[rs.layer].name +
+                           (rs.direction == pass::forward ? " forward" : " backward") +
+                           ", one image per micro-batch): " + format_bytes(plan.floor_bytes) +
+                           "; raise " + knob + " to at least " + format_bytes(plan.floor_bytes));
+  }
+  return plan;
+}
+
+}  // namespace memweave

@@ -1,0 +1,76 @@
+// TSPLIT's planner, first stage: how many micro-batches each layer step runs in so that its
+// micro-step working set fits a budget (split along the sample dimension; split_step.hpp runs
+// them, bit-identical to the whole step on the host).
+//
+// A micro-step holds its step's batch-independent tensors whole (parameters, their gradients
+// and momenta, BN statistics) and, of every batch-shaped tensor it touches (activations,
+// gradients, the dropout mask, the labels), only the current micro-batch's slice: the other
+// slices are on the host. Each step takes the fewest parts that fit (fewest splits: a split
+// costs kernel efficiency and link traffic); a step that fits whole is not split. The floor of
+// a budget is then the largest step at one image per micro-batch, not max(l_i).
+//
+// The cost model: a step in k parts costs k micro-steps, each the larger of its compute
+// (flops / k) and its memory traffic (its micro working set: the fixed tensors are read
+// again by every micro-step, which is what smaller kernels lose), plus the link time of the
+// slices that must come from and go back to the host ((k-1)/k of the step's batch-shaped
+// bytes, inputs of BN's two passes twice), not overlapped with compute.
+//
+// Not planned here (issue 13's later stages): the memory schedule's swaps and drops of whole
+// tensors around the split steps, micro-tensors as entries of the tensor cache, and splits
+// along channels.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "memweave/engine/cost_model.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/network.hpp"
+#include "memweave/engine/tensor_table.hpp"
+
+namespace memweave {
+
+/// One step of the plan.
+struct split_step {
+  std::size_t step = 0;  ///< route step, 0..2N-1
+  layer_id layer = invalid_layer;
+  bool forward = true;
+  std::size_t fixed_bytes = 0;  ///< batch-independent tensors, block-rounded
+  std::size_t batch_bytes = 0;  ///< batch-shaped tensors, whole, block-rounded
+  int parts = 1;                ///< micro-batches planned
+  std::size_t micro_bytes = 0;  ///< the largest micro-step's working set at `parts`
+  std::size_t least_bytes = 0;  ///< the working set at one image per micro-batch
+  double whole_s = 0;           ///< the model's time of the whole step
+  double split_s = 0;           ///< its micro-steps' time (whole_s when not split)
+  double link_s = 0;            ///< its slices' host-link time (0 when not split)
+};
+
+struct split_plan {
+  std::vector<split_step> steps;  ///< every step with work, in route order
+  std::size_t budget_bytes = 0;
+  std::size_t max_layer_bytes = 0;  ///< max l_i, block-rounded (the floor without splits)
+  std::size_t floor_bytes = 0;      ///< the largest least_bytes: the floor with splits
+  std::size_t floor_step = 0;       ///< the step reaching it
+
+  /// parts per route step (steps without work: 1), for executor_options::split_parts.
+  std::vector<int> parts(std::size_t step_count) const;
+  /// How many steps run in more than one part.
+  std::size_t split_count() const noexcept;
+  double whole_seconds() const noexcept;  ///< Σ whole_s
+  double split_seconds() const noexcept;  ///< Σ split_s (the compute lost to smaller kernels)
+  double link_seconds() const noexcept;   ///< Σ link_s
+};
+
+/// The working set of step `s` of `table` in `parts` micro-batches, each tensor rounded up to
+/// `block_bytes` (the heap's block).
+std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
+                             std::size_t block_bytes);
+
+/// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
+/// naming the step, its layer and its smallest micro-step when even one image per
+/// micro-batch does not fit (`knob`: the flag or variable that set the budget).
+split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
+                       const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
+                       const char* knob);
+
+}  // namespace memweave
