@@ -73,8 +73,9 @@ void check_output_path(const std::string& knob, const std::string& path, bool re
 
 void write_outputs(const network_run_options& o, const run_report& report, std::ostream& out) {
   for (const policy_report& p : report.policies) {
-    const std::string path = timeline_path_of(o, p.policy);
-    if (!path.empty() && std::filesystem::exists(path)) out << "wrote " << path << "\n";
+    // Only what this run wrote: a policy that stopped before running leaves none (and a
+    // file of that name from an earlier run is not this run's).
+    if (!p.timeline_path.empty()) out << "wrote " << p.timeline_path << "\n";
   }
   if (!o.json.empty()) write_file(o.json, report, write_json), out << "wrote " << o.json << "\n";
   if (!o.csv.empty()) write_file(o.csv, report, write_csv), out << "wrote " << o.csv << "\n";
@@ -331,6 +332,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
       throw invalid_argument("--trace-timeline " + path + ": writing failed (" +
                              std::strerror(errno) + ")");
     }
+    report.timeline_path = path;
   };
   double measured_s = 0;
   int measured = 0;
@@ -383,8 +385,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   report = ex->report();
   report.losses = std::move(losses);
   // Under data parallelism every rank holds the same weights: rank 0 saves them.
-  if (!o.save.empty() && dev->touches_memory() &&
-      (!parallel(o) || o.executor.comm->rank() == 0)) {
+  if (!o.save.empty() && dev->touches_memory() && (!parallel(o) || o.executor.comm->rank() == 0)) {
     from_knob("--save", [&] {
       save_checkpoint(*ex, o.save, checkpoint_state_of(*ex, o.first_iteration + iterations));
     });

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "cli_harness.hpp"
@@ -65,12 +66,15 @@ TEST(cli_test, plan_writes_json_with_stable_names_and_an_svg) {
 TEST(cli_test, trace_timeline_writes_each_policys_streams_as_a_perfetto_trace) {
   const std::string base = temp("timeline.json");
   const std::string liveness = temp("timeline.liveness.json"), all = temp("timeline.all.json");
+  // A file an earlier run left at liveness's path is neither rewritten nor announced.
+  std::ofstream(liveness) << "stale";
   // Below what liveness can run in: `all` moves tensors (and parameters) to host memory.
   const auto r =
       run(train_command, with({"--iterations", "2", "--policy", "liveness,all", "--device", "host",
                                "--threads", "2", "--budget", "1MiB", "--trace-timeline", base}));
   EXPECT_NE(r.out.find("wrote " + all), std::string::npos) << r.out;
-  EXPECT_FALSE(std::filesystem::exists(liveness)) << "liveness cannot run there: no timeline";
+  EXPECT_EQ(slurp(liveness), "stale") << "liveness cannot run there: no timeline";
+  EXPECT_EQ(r.out.find("wrote " + liveness), std::string::npos) << r.out;
   const std::string t = slurp(all);
   EXPECT_EQ(t.rfind("{\"displayTimeUnit\"", 0), 0u) << t.substr(0, 200);
   for (const char* key :

@@ -84,6 +84,7 @@ struct policy_report {
   std::vector<rank_report> rank_reports;  ///< every rank's, when ranks > 1 (rank 0's report)
   int tightest_rank = 0;                  ///< the rank with the highest peak
   std::vector<double> losses;             ///< train: loss per iteration (global batch)
+  std::string timeline_path;              ///< where its streams' trace was written ("": none)
   std::vector<step_record> steps;         ///< one iteration's rows
 };
 
