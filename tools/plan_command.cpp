@@ -157,9 +157,8 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   if (split) {  // TSPLIT's planner (split_report.hpp)
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
     MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");
-    MEMWEAVE_EXPECTS(!is_onnx_net(o.net),
-                     "--split plans the zoo's networks; a model file (--net " + o.net +
-                         ") is planned without it");
+    MEMWEAVE_EXPECTS(!is_onnx_net(o.net), "--split plans the zoo's networks; a model file (--net " +
+                                              o.net + ") is planned without it");
     return max_batch ? plan_split_largest(o, out) : plan_split(o, out);
   }
   MEMWEAVE_EXPECTS(!(max_batch && max_depth), "give --max-batch or --max-depth, not both");
@@ -176,9 +175,9 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   // the model below).
   std::int64_t global = o.zoo.batch;
   if (global == 0 && c.ranks > 1) global = make_run_network(o, false).batch();
-  MEMWEAVE_EXPECTS(global == 0 || global >= c.ranks, "--batch " + std::to_string(global) +
-                                          " is smaller than --ranks " + std::to_string(c.ranks) +
-                                          ": each device needs at least one image");
+  MEMWEAVE_EXPECTS(global == 0 || global >= c.ranks,
+                   "--batch " + std::to_string(global) + " is smaller than --ranks " +
+                       std::to_string(c.ranks) + ": each device needs at least one image");
   o.zoo.batch = (global + c.ranks - 1) / c.ranks;
 
   check_output_paths(o);

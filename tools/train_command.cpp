@@ -60,10 +60,11 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   std::int64_t global = o.zoo.batch;
   if (global == 0 && ranks > 1) global = make_run_network(o, false, nullptr).batch();
   // (0 is left only to one rank: the model file's batch, read with the model below.)
-  MEMWEAVE_EXPECTS(global == 0 || global >= ranks, "--batch " + std::to_string(global) + " is smaller than the " +
-                                        std::to_string(ranks) +
-                                        " ranks: each rank needs at least one image of the "
-                                        "global batch; raise --batch or start fewer ranks");
+  MEMWEAVE_EXPECTS(global == 0 || global >= ranks,
+                   "--batch " + std::to_string(global) + " is smaller than the " +
+                       std::to_string(ranks) +
+                       " ranks: each rank needs at least one image of the "
+                       "global batch; raise --batch or start fewer ranks");
   const std::int64_t first = rank * global / ranks;
   o.zoo.batch = (rank + 1) * global / ranks - first;
   o.executor.comm = &comm;
@@ -102,8 +103,7 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   shown << "memweave train " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
         << " parameters, batch " << global;
   if (ranks > 1) shown << " (" << ranks << " ranks, " << comm.name() << ")";
-  shown << ", data " << data << (onnx && !o.init ? ", initial weights from the model" : "")
-        << "\n";
+  shown << ", data " << data << (onnx && !o.init ? ", initial weights from the model" : "") << "\n";
   if (o.init) {
     shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration << "\n";
   }
