@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "memweave/engine/layer.hpp"
+#include "memweave/engine/network.hpp"
 
 namespace memweave::layers {
 struct step_io;
@@ -54,6 +55,14 @@ struct tiled_segment {
   std::vector<layer> layers;
   std::int64_t tiles_h = 1, tiles_w = 1;
 };
+
+/// The segment of `net` whose input is layer `input`'s output and whose members are
+/// `members` (ids in increasing order; the last is the output), cut into tiles_h x tiles_w
+/// tiles. Throws invalid_argument naming the layer when a member is not a spatially-local
+/// type, reads a layer outside the segment other than `input`, or (all but the last) is
+/// read outside it, or when the grid is not in [1, output height] x [1, output width].
+tiled_segment make_segment(const network& net, layer_id input, const std::vector<layer_id>& members,
+                           std::int64_t tiles_h, std::int64_t tiles_w);
 
 /// For each tile (row-major), for each local layer, the region of that layer's output the
 /// tile computes (layer 0: the region of the segment's input it reads), clamped to the
