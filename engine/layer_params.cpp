@@ -32,6 +32,8 @@ const char* to_string(layer_type t) noexcept {
       return "CONCAT";
     case layer_type::add:
       return "ADD";
+    case layer_type::tiled:
+      return "TILED";
   }
   return "?";
 }

@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "memweave/comm/communicator.hpp"
 #include "memweave/core/checked.hpp"
@@ -177,18 +178,42 @@ void load_onnx_net(network_run_options& o) {
 }
 
 network make_planning_network(const network_run_options& o, std::int64_t batch) {
+  network_run_options probe = o;  // a search's probes do not keep their tiling
   if (!is_onnx_net(o.net)) {
     zoo_options z = o.zoo;
     z.batch = batch;
-    return make_network(o.net, z);
+    return tile_if_asked(make_network(o.net, z), probe);
   }
   MEMWEAVE_EXPECTS(o.onnx_file != nullptr, "make_planning_network: load_onnx_net(o) first");
-  return o.onnx_file->import(batch, false).net;
+  return tile_if_asked(o.onnx_file->import(batch, false).net, probe);
+}
+
+network tile_if_asked(network net, network_run_options& o) {
+  o.tiling.clear();
+  if (!o.tile) return net;
+  MEMWEAVE_EXPECTS(o.budget_bytes != 0,
+                   "--tile cuts the layers over the budget into tiles: give --budget");
+  const std::size_t block = o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
+  tiling_plan p = plan_tiling(net, o.budget_bytes, block, "--budget");
+  o.tiling = std::move(p.segments);
+  return std::move(p.net);
+}
+
+std::string describe_tiling(const network_run_options& o) {
+  std::ostringstream s;
+  for (const tiled_segment_choice& c : o.tiling) {
+    s << "tiled segment " << c.first << ".." << c.last << " (" << c.members.size() << " layers) in "
+      << c.tiles_h << "x" << c.tiles_w << " tiles: its step touches " << format_bytes(c.step_bytes)
+      << " (untiled " << format_bytes(c.untiled_bytes) << "), one tile's buffers "
+      << format_bytes(c.forward_workspace) << " forward, " << format_bytes(c.backward_workspace)
+      << " backward\n";
+  }
+  return s.str();
 }
 
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx) {
-  if (!is_onnx_net(o.net)) return make_network(o.net, o.zoo);
+  if (!is_onnx_net(o.net)) return tile_if_asked(make_network(o.net, o.zoo), o);
   load_onnx_net(o);
   imported_model m = o.onnx_file->import(o.zoo.batch, weights);
   o.initial_weights = std::move(m.weights);
@@ -197,7 +222,7 @@ network make_run_network(network_run_options& o, bool weights,
     m.net = network();  // its net and weights were moved out: the bindings are what export needs
     onnx->emplace(std::move(m));
   }
-  return net;
+  return tile_if_asked(std::move(net), o);
 }
 
 std::string trace_path_of(const network_run_options& o, const std::string& policy) {

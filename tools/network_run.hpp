@@ -22,6 +22,7 @@
 #include "memweave/engine/executor.hpp"
 #include "memweave/engine/network.hpp"
 #include "memweave/engine/run_report.hpp"
+#include "memweave/engine/tiling_plan.hpp"
 #include "memweave/engine/zoo.hpp"
 #include "memweave/onnx/import_onnx.hpp"
 
@@ -51,6 +52,10 @@ struct network_run_options {
   std::shared_ptr<const checkpoint_file> init;
   std::int64_t first_iteration = 0;
   std::string save;
+  /// --tile: fuse the layers over the budget into tiled segments (SFT, tiling_plan.hpp);
+  /// what the last network made was cut into is kept in `tiling`.
+  bool tile = false;
+  std::vector<tiled_segment_choice> tiling;
   /// train --export-onnx: a copy of the ONNX model with the trained weights ("" = none).
   std::string export_onnx;
   /// --net PATH.onnx, read once (load_onnx_net) for every network made from it.
@@ -90,6 +95,12 @@ network make_planning_network(const network_run_options& o, std::int64_t batch);
 /// import (bindings, source) into `*onnx` when given.
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx = nullptr);
+
+/// `net` cut into tiled segments for o.budget_bytes when o.tile (o.tiling records them);
+/// `net` itself otherwise. --tile needs --budget.
+network tile_if_asked(network net, network_run_options& o);
+/// One line per tiled segment of o.tiling, for the command's output ("" when none).
+std::string describe_tiling(const network_run_options& o);
 
 /// Reads --net (a zoo name or a .onnx file; --image-side, --width and --classes are refused
 /// with a model file, whose shapes are its own), --batch, --image-side, --width, --classes,

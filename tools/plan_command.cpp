@@ -137,7 +137,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
 }  // namespace
 
 int plan_command(int argc, const char* const* argv, std::ostream& out) {
-  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "split"});
+  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "split", "tile"});
   network_run_options o = read_network_run_options(args);
   // The planner's host memory is address space (committed only where jemalloc writes its
   // metadata), so model a large machine unless told otherwise.
@@ -153,7 +153,9 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   o.executor.ranks = c.ranks;
   o.executor.bucket_bytes = c.bucket_bytes;
   const bool split = args.flag("split");
+  o.tile = args.flag("tile");
   args.reject_unused();
+  MEMWEAVE_EXPECTS(!(split && o.tile), "--split and --tile are planned apart: give one of them");
   if (split) {  // TSPLIT's planner (split_report.hpp)
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
     MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");
@@ -197,6 +199,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   report.budget_bytes = o.budget_bytes;
   report.iterations = 1;
   report.ranks = c.ranks;
+  report.tiling = o.tiling;
   std::ostringstream runs;  // printed after the header, which needs the planning time
   std::exception_ptr error;
   int code = 1;
@@ -221,7 +224,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
       << " parameters, batch " << net.batch() << " (planned in " << std::fixed
       << std::setprecision(3) << seconds << " s)\n";
   out.unsetf(std::ios::fixed);
-  out << runs.str();
+  out << describe_tiling(o) << runs.str();
   if (error) std::rethrow_exception(error);
   return code;  // 1: no policy fits the budget
 }

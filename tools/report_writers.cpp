@@ -43,7 +43,17 @@ void write_json(std::ostream& out, const run_report& r) {
       << ",\n  \"network\": " << json_string(r.network) << ",\n  \"batch\": " << r.batch
       << ",\n  \"budget_bytes\": " << r.budget_bytes << ",\n  \"device\": " << json_string(r.device)
       << ",\n  \"iterations\": " << r.iterations << ",\n  \"ranks\": " << r.ranks
-      << ",\n  \"policies\": [";
+      << ",\n  \"tiled_segments\": [";
+  for (std::size_t i = 0; i < r.tiling.size(); ++i) {
+    const tiled_segment_choice& c = r.tiling[i];
+    out << (i ? "," : "") << "\n    {\"first\": " << json_string(c.first)
+        << ", \"last\": " << json_string(c.last) << ", \"layers\": " << c.members.size()
+        << ", \"tiles_h\": " << c.tiles_h << ", \"tiles_w\": " << c.tiles_w
+        << ", \"untiled_bytes\": " << c.untiled_bytes << ", \"step_bytes\": " << c.step_bytes
+        << ", \"forward_workspace_bytes\": " << c.forward_workspace
+        << ", \"backward_workspace_bytes\": " << c.backward_workspace << "}";
+  }
+  out << (r.tiling.empty() ? "]" : "\n  ]") << ",\n  \"policies\": [";
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
     const policy_report& p = r.policies[i];
     out << (i ? "," : "") << "\n    {\n      \"policy\": " << json_string(p.policy)

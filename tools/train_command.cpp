@@ -28,8 +28,9 @@ namespace memweave {
 namespace {
 
 int train(int argc, const char* const* argv, std::ostream& out, communicator& comm) {
-  cli_args args(argc, argv, 2, {});
+  cli_args args(argc, argv, 2, {"tile"});
   network_run_options o = read_network_run_options(args);
+  o.tile = args.flag("tile");
   read_init_from(args, o, true);
   read_training_options(args, o);
   const int iterations =
@@ -98,12 +99,14 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   report.budget_bytes = o.budget_bytes;
   report.iterations = iterations;
   report.ranks = comm.size();
+  report.tiling = o.tiling;
   std::ostream null_out(nullptr);
   std::ostream& shown = rank == 0 ? out : null_out;  // rank 0 speaks for all
   shown << "memweave train " << o.net << ": " << net.size() << " layers, " << net.parameter_count()
         << " parameters, batch " << global;
   if (ranks > 1) shown << " (" << ranks << " ranks, " << comm.name() << ")";
-  shown << ", data " << data << (onnx && !o.init ? ", initial weights from the model" : "") << "\n";
+  shown << ", data " << data << (onnx && !o.init ? ", initial weights from the model" : "") << "\n"
+        << describe_tiling(o);
   if (o.init) {
     shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration << "\n";
   }

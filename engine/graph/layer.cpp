@@ -13,6 +13,7 @@ cost_class cost_class_of(layer_type type) noexcept {
     case layer_type::data:
     case layer_type::conv:
     case layer_type::fc:
+    case layer_type::tiled:  // a whole segment, redone tile by tile: never replayed
       return cost_class::checkpoint;
     default:
       return cost_class::cheap;
@@ -67,6 +68,13 @@ backward_reads backward_reads_of(layer_type type, const layer_params& params) no
     case layer_type::concat:
     case layer_type::add:
       break;  // slices / copies of dy
+    case layer_type::tiled:
+      // Each tile's forward is recomputed from the segment's input; its members' weights
+      // and BN statistics (aux) are read. The output is not: the recompute gives it again.
+      r.input_data = true;
+      r.weights = true;
+      r.aux = true;
+      break;
   }
   return r;
 }

@@ -3,6 +3,7 @@
 // every other layer has at least one consumer. Const access is thread-safe.
 #include "memweave/engine/network.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "memweave/core/error.hpp"
@@ -40,6 +41,14 @@ std::int64_t network::classes() const noexcept {
   return layers_.empty() ? 0 : std::get<data_params>(layers_[data_].params).classes;
 }
 
+bool network::batch_on_host() const noexcept {
+  if (layers_.empty()) return false;
+  const std::vector<layer_id>& c = layers_[data_].consumers;
+  return !c.empty() && std::all_of(c.begin(), c.end(), [this](layer_id id) {
+    return layers_[id].type == layer_type::tiled;
+  });
+}
+
 std::int64_t network::parameter_count() const noexcept {
   std::int64_t n = 0;
   for (const layer& l : layers_) n += l.parameter_count();
@@ -53,7 +62,7 @@ std::int64_t network::state_count() const noexcept {
 }
 
 std::vector<std::size_t> network::type_histogram() const {
-  std::vector<std::size_t> h(static_cast<std::size_t>(layer_type::add) + 1, 0);
+  std::vector<std::size_t> h(static_cast<std::size_t>(layer_type::tiled) + 1, 0);
   for (const layer& l : layers_) ++h[static_cast<std::size_t>(l.type)];
   return h;
 }

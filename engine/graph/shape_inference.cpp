@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/tiling/tiled_segment.hpp"
 #include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
@@ -248,6 +249,32 @@ inferred_layer infer_add(const std::string& name, std::span<const layer* const> 
   return {a, {}, {}};
 }
 
+// A fused segment: its output is its last member's; its parameter and aux tensors are the
+// members' own, named "<member>.<name>", in member order (tiled_segment.hpp's layout).
+inferred_layer infer_tiled(const std::string& name, const tiled_params& p, const layer& in) {
+  if (p.segment == nullptr || p.segment->layers.size() < 2)
+    throw invalid_argument(who(name, layer_type::tiled) +
+                           " has no segment; cut one with tiling::make_segment");
+  const std::vector<layer>& members = p.segment->layers;
+  if (!(members.front().output_shape == in.output_shape))
+    throw invalid_argument(who(name, layer_type::tiled) + ": its segment reads " +
+                           to_string(members.front().output_shape) + " but its input is " +
+                           describe_input(in));
+  inferred_layer r;
+  r.output = members.back().output_shape;
+  for (std::size_t i = 1; i < members.size(); ++i) {
+    for (param_tensor_spec t : members[i].param_tensors) {
+      t.name = members[i].name + "." + t.name;
+      r.param_tensors.push_back(std::move(t));
+    }
+    for (aux_tensor_spec t : members[i].aux_tensors) {
+      t.name = members[i].name + "." + t.name;
+      r.aux_tensors.push_back(std::move(t));
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 std::string describe_input(const layer& l) {
@@ -297,6 +324,8 @@ inferred_layer infer_unchecked(const std::string& name, layer_type type, const l
       return infer_dropout(name, std::get<dropout_params>(params), x);
     case layer_type::softmax_loss:
       return infer_softmax(name, x, classes);
+    case layer_type::tiled:
+      return infer_tiled(name, std::get<tiled_params>(params), x);
     default:
       break;
   }

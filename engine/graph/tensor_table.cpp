@@ -113,24 +113,37 @@ tensor_table::tensor_table(const network& net, const route& r, std::vector<gradi
     lt.output = add(n + ".y", tensor_role::data, l.output_shape, l.id);
     if (l.type == layer_type::data)
       lt.labels = add(n + ".labels", tensor_role::data, {l.output_shape.n, 1, 1, 1}, l.id);
+    if (l.type == layer_type::data) tensors_[lt.output].host_resident = net.batch_on_host();
     if (has_grad[l.id])
       lt.output_grad = add(n + ".dy", tensor_role::gradient, l.output_shape, l.id);
+    // A tiled segment's parameters are its members' ("<member>.<name>"), under the names
+    // they have untiled, so a checkpoint moves between tiled and untiled training.
+    const std::string owned = l.type == layer_type::tiled ? std::string() : n + ".";
     for (const param_tensor_spec& p : l.param_tensors)
-      lt.params.push_back(add(n + "." + p.name,
+      lt.params.push_back(add(owned + p.name,
                               p.trained ? tensor_role::parameter : tensor_role::parameter_state,
                               p.shape, l.id));
     for (const param_tensor_spec& p : l.param_tensors) {
       if (!p.trained) continue;
       lt.param_grads.push_back(
-          add(n + "." + p.name + ".grad", tensor_role::parameter_gradient, p.shape, l.id));
+          add(owned + p.name + ".grad", tensor_role::parameter_gradient, p.shape, l.id));
       lt.momenta.push_back(
-          add(n + "." + p.name + ".momentum", tensor_role::parameter_state, p.shape, l.id));
+          add(owned + p.name + ".momentum", tensor_role::parameter_state, p.shape, l.id));
     }
     for (const aux_tensor_spec& a : l.aux_tensors)
-      lt.aux.push_back(add(n + "." + a.name, tensor_role::auxiliary, a.shape, l.id));
+      lt.aux.push_back(add(owned + a.name, tensor_role::auxiliary, a.shape, l.id));
     if (l.type == layer_type::conv) {
       lt.fwd_workspace = add(n + ".fwd_workspace", tensor_role::workspace, {}, l.id);
       lt.bwd_workspace = add(n + ".bwd_workspace", tensor_role::workspace, {}, l.id);
+    }
+    if (l.type == layer_type::tiled) {
+      // One tile's buffers, fixed when the segment was cut: born and gone in its step, as
+      // any transient, so liveness and every policy count them.
+      const auto& p = std::get<tiled_params>(l.params);
+      lt.fwd_workspace = add(n + ".fwd_workspace", tensor_role::workspace, {}, l.id);
+      lt.bwd_workspace = add(n + ".bwd_workspace", tensor_role::workspace, {}, l.id);
+      tensors_[lt.fwd_workspace].bytes = p.forward_workspace_bytes;
+      tensors_[lt.bwd_workspace].bytes = p.backward_workspace_bytes;
     }
   }
   build_accesses();
@@ -150,7 +163,7 @@ void tensor_table::build_accesses() {
   accesses_.clear();
   accesses_.reserve(net.size() * 12);
   auto put = [&](tensor_id t, access_mode m) {
-    if (t != invalid_tensor) accesses_.push_back({t, m});
+    if (t != invalid_tensor && !tensors_[t].host_resident) accesses_.push_back({t, m});
   };
   const std::size_t steps = r.step_count();
   std::vector<char> deferred(net.size(), 0);

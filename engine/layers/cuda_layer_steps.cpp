@@ -17,6 +17,7 @@
 
 #include "engine/kernels/cuda/cuda_kernels.hpp"
 #include "engine/layers/layer_step.hpp"
+#include "memweave/core/error.hpp"
 
 namespace memweave::layers {
 
@@ -198,6 +199,15 @@ constexpr cuda_layer_steps k_softmax_loss{softmax_loss_forward, softmax_loss_bac
 constexpr cuda_layer_steps k_concat{concat_forward, concat_backward};
 constexpr cuda_layer_steps k_add{add_forward, add_backward};
 
+// ---- TILED: not built for cuda yet (its members' cuda steps over tile regions would be).
+[[noreturn]] void tiled_unsupported(context&, const step_io& io) {
+  throw invalid_argument(
+      "layer '" + io.l->name +
+      "' is a tiled segment (SFT), which runs on the host and null devices only; "
+      "train without --tile on cuda");
+}
+constexpr cuda_layer_steps k_tiled{tiled_unsupported, tiled_unsupported};
+
 }  // namespace
 
 const cuda_layer_steps& cuda_layer_steps_for(layer_type type) noexcept {
@@ -224,6 +234,8 @@ const cuda_layer_steps& cuda_layer_steps_for(layer_type type) noexcept {
       return k_concat;
     case layer_type::add:
       return k_add;
+    case layer_type::tiled:
+      return k_tiled;
   }
   return k_data;
 }

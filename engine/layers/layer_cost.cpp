@@ -3,6 +3,7 @@
 // weights). Cheap layers count a few flops per element, which the executor turns into
 // time through a bandwidth-like rate. Pure functions.
 #include "engine/layers/layer_step.hpp"
+#include "engine/tiling/tiled_segment.hpp"
 
 namespace memweave::layers {
 namespace {
@@ -38,6 +39,8 @@ double forward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
       return 4.0 * out;
     case layer_type::data:
       return 0.0;
+    case layer_type::tiled:
+      return tiling::tiled_forward_flops(*std::get<tiled_params>(l.params).segment);
     default:
       return elements(in) + out;
   }
@@ -45,6 +48,8 @@ double forward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
 
 double backward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
   if (l.type == layer_type::data) return 0.0;
+  if (l.type == layer_type::tiled)
+    return tiling::tiled_backward_flops(*std::get<tiled_params>(l.params).segment);
   return 2.0 * forward_flops(l, in);
 }
 

@@ -27,6 +27,8 @@ const layer_steps& layer_steps_for(layer_type type) noexcept {
       return concat_layer_steps;
     case layer_type::add:
       return add_layer_steps;
+    case layer_type::tiled:
+      return tiled_layer_steps;
   }
   return data_layer_steps;
 }

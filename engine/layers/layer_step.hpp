@@ -72,6 +72,7 @@ extern const layer_steps dropout_layer_steps;
 extern const layer_steps softmax_loss_layer_steps;
 extern const layer_steps concat_layer_steps;
 extern const layer_steps add_layer_steps;
+extern const layer_steps tiled_layer_steps;
 
 // ---- cuda backend (engine/layers/cuda_layer_steps.cpp; built when MEMWEAVE_HAVE_CUDA) ----
 }  // namespace memweave::layers

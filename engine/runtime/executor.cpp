@@ -168,6 +168,12 @@ executor::executor(const network& net, device& dev, const executor_options& opti
 
   const std::size_t n = table_.size();
   persistent_ptr_.assign(n, nullptr);
+  host_resident_.resize(n);
+  for (tensor_id t = 0; t < n; ++t) {
+    if (table_[t].host_resident && dev.touches_memory()) {
+      host_resident_[t] = std::make_unique_for_overwrite<float[]>(table_[t].bytes / sizeof(float));
+    }
+  }
   residency_ = std::make_unique<residency_table>(table_);
   // The last forward step touching each tensor: after it, a tensor needed again only in
   // backward can leave the device.

@@ -79,6 +79,7 @@ void executor::free_transient(tensor_id t) noexcept {
 void* executor::device_ptr(tensor_id t) const {
   if (t == invalid_tensor) return nullptr;
   if (persistent_ptr_[t] != nullptr) return persistent_ptr_[t];
+  if (host_resident_[t] != nullptr) return host_resident_[t].get();
   return residency_->state(t) == residency::resident ? cache_->ptr(t) : nullptr;
 }
 

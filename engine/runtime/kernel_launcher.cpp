@@ -60,6 +60,17 @@ void kernel_launcher::copy_batch(const layer_launch& step) {
   stream& compute = ctx_.dev->get_stream(stream_role::compute);
   const layer_tensors& lt = ctx_.table->of(step.l->id);
   const shape4 img = step.l->output_shape;
+  if (ctx_.table->at(lt.output).host_resident) {
+    // The batch stays on the host (the tiled segments fetch it tile by tile): filled in
+    // place, held once. The compute stream orders it after the steps that read the last one.
+    staging_.resize(static_cast<std::size_t>(img.n));
+    float* images = static_cast<float*>(ctx_.device_ptr(lt.output));
+    compute.launch([images, d = step.data, it = step.iteration, n = img.n,
+                    labels = staging_.data()] { d->fill(it, n, images, labels); });
+    compute.copy_async(ctx_.device_ptr(lt.labels), staging_.data(),
+                       static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
+    return;
+  }
   staging_.resize(static_cast<std::size_t>(img.count() + img.n));
   step.data->fill(step.iteration, img.n, staging_.data(), staging_.data() + img.count());
   compute.copy_async(ctx_.device_ptr(lt.output), staging_.data(), img.bytes(),
@@ -87,6 +98,13 @@ kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& s
   const conv_step& conv = *step.conv;
   io.workspace = step.workspace;
   io.workspace_bytes = conv.workspace_bytes;
+  if (l.type == layer_type::tiled) {
+    // A segment's tile buffers are a tensor of the table (sized when it was cut), resident
+    // in its step like the others.
+    const tensor_id ws = step.forward ? lt.fwd_workspace : lt.bwd_workspace;
+    io.workspace = f(ws);
+    io.workspace_bytes = table[ws].bytes;
+  }
   io.algo = conv.forward.algo;
   io.chunk = conv.forward.chunk;
   io.data_algo = conv.data.algo;

@@ -18,7 +18,14 @@ double model_seconds(const cost_model& model, const network& net, const layer_me
   }
   const auto& row = memory.of(l.id);
   const double bytes = static_cast<double>(forward ? row.forward_bytes : row.backward_bytes);
-  return std::max(compute_s, bytes / model.memory_bytes_per_s);
+  double link_s = 0;
+  if (l.type == layer_type::tiled && net.batch_on_host()) {
+    // The tiles of the batch cross the link as they are fetched (the forward, and the
+    // backward's recompute), overlapping the tiles before them.
+    link_s = static_cast<double>(std::get<tiled_params>(l.params).input_tile_bytes) /
+             model.link_bytes_per_s;
+  }
+  return std::max({compute_s, bytes / model.memory_bytes_per_s, link_s});
 }
 
 }  // namespace memweave

@@ -366,6 +366,9 @@ class executor {
   bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
   bool host_exhausted_ = false;        // an eviction found host memory exhausted
   std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats
+  // Tensors kept in host memory (tensor_info::host_resident: the batch a tiled segment
+  // fetches tile by tile), one buffer each on a device that touches memory.
+  std::vector<std::unique_ptr<float[]>> host_resident_;
   std::unique_ptr<residency_table> residency_;        // where each cached tensor is; live counters
   std::vector<std::size_t> last_forward_use_;         // per tensor: last forward step touching it
   std::vector<bool> offload_candidate_;               // offload policy: checkpoint outputs

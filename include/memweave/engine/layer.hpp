@@ -8,11 +8,16 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "memweave/engine/layer_params.hpp"
+
+namespace memweave::tiling {
+struct tiled_segment;
+}
 
 namespace memweave {
 
@@ -38,10 +43,22 @@ struct concat_params {};
 /// ADD sums its inputs element-wise (a residual join). No parameters.
 struct add_params {};
 
+/// TILED: the segment it runs (its members, renumbered, and the tile grid) and the
+/// workspace its forward and backward steps take (one tile's buffers), fixed when the
+/// segment is cut (engine/tiling/tiled_segment.hpp).
+struct tiled_params {
+  std::shared_ptr<const tiling::tiled_segment> segment;
+  std::size_t forward_workspace_bytes = 0;
+  std::size_t backward_workspace_bytes = 0;
+  /// Bytes of the segment's input that its tiles read, halos included (each pass over the
+  /// tiles reads them again): what crosses the host link when the input stays on the host.
+  std::size_t input_tile_bytes = 0;
+};
+
 /// The parameters of any layer; the alternative must match the layer's type.
 using layer_params =
     std::variant<data_params, conv_params, fc_params, pool_params, act_params, bn_params,
-                 lrn_params, dropout_params, softmax_loss_params, concat_params, add_params>;
+                 lrn_params, dropout_params, softmax_loss_params, concat_params, add_params, tiled_params>;
 
 /// The paper's split of layers by cost (§3.4): compute-heavy layers are checkpoints, which
 /// recomputation never replays and the tensor pool offloads; the others are cheap to redo.

@@ -21,7 +21,22 @@ struct shape4 {
 /// "32x3x224x224".
 std::string to_string(const shape4& s);
 
-enum class layer_type { data, conv, fc, pool, act, bn, lrn, dropout, softmax_loss, concat, add };
+/// TILED is a fused segment of spatially-local layers run tile by tile (SFT; made by the
+/// tiling planner, engine/tiling/, never by a network description).
+enum class layer_type {
+  data,
+  conv,
+  fc,
+  pool,
+  act,
+  bn,
+  lrn,
+  dropout,
+  softmax_loss,
+  concat,
+  add,
+  tiled
+};
 
 /// "CONV", "FC", ...
 const char* to_string(layer_type t) noexcept;

@@ -46,6 +46,11 @@ class network {
   std::int64_t batch() const noexcept;
   std::int64_t classes() const noexcept;
 
+  /// Whether the batch stays in host memory: every consumer of the DATA layer is a tiled
+  /// segment (SFT), which fetches the image tile by tile, so the whole batch never needs
+  /// device memory (the tensor table then leaves it out of every step's accesses).
+  bool batch_on_host() const noexcept;
+
   /// Trained parameter elements (weights, biases, BN gamma/beta), all layers.
   std::int64_t parameter_count() const noexcept;
   /// Untrained state elements (BN running statistics), all layers.

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "memweave/engine/tiling_plan.hpp"
+
 namespace memweave {
 
 /// One step of the route (forward steps 1..N, backward N+1..2N), after it ran.
@@ -97,6 +99,7 @@ struct run_report {
   std::string device;  ///< device name
   int iterations = 0;
   int ranks = 1;  ///< data-parallel ranks; batch is the global batch
+  std::vector<tiled_segment_choice> tiling;  ///< --tile: the segments run tile by tile
   std::vector<policy_report> policies;
 };
 

@@ -96,6 +96,10 @@ struct tensor_info {
   std::size_t bytes = 0;  ///< shape.bytes(), or the workspace size
   layer_id owner = invalid_layer;
   bool persistent = false;  ///< is_persistent(role)
+  /// Kept in host memory for the whole run, never on the device, and so in no step's
+  /// accesses: the batch when the network's tiled segments fetch it tile by tile
+  /// (network::batch_on_host).
+  bool host_resident = false;
 };
 
 struct tensor_access {

@@ -1,0 +1,217 @@
+// SFT's planner and the network rewrite; see memweave/engine/tiling_plan.hpp.
+#include "memweave/engine/tiling_plan.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <unordered_map>
+
+#include "engine/tiling/tiled_segment.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+#include "memweave/engine/network_builder.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/tensor_table.hpp"
+
+namespace memweave {
+
+namespace {
+
+// The finest grid tried per side: the paper's experiments go to 32; beyond 128 a tile's
+// halo outweighs its interior on every zoo network's early layers.
+constexpr std::int64_t k_max_tiles_per_side = 128;
+
+bool tileable(const layer& l) {
+  switch (l.type) {
+    case layer_type::conv:
+    case layer_type::act:
+    case layer_type::bn:
+    case layer_type::lrn:
+    case layer_type::add:
+    case layer_type::concat:
+      return true;
+    case layer_type::pool:
+      return !std::get<pool_params>(l.params).global;
+    default:
+      return false;
+  }
+}
+
+// l_i of every layer (the larger of its two steps), each tensor rounded to heap blocks and
+// parameters counted, as the executor's floor check counts them under utp and all.
+std::vector<std::size_t> step_bytes(const network& net, std::size_t block) {
+  const route r(net);
+  const tensor_table table(net, r);
+  std::vector<std::size_t> bytes(net.size(), 0);
+  for (std::size_t s = 0; s < table.step_count(); ++s) {
+    std::size_t b = 0;
+    for (const tensor_access& a : table.accesses(s)) {
+      b += (table[a.tensor].bytes + block - 1) / block * block;
+    }
+    const layer_id l = r.at(s).layer;
+    bytes[l] = std::max(bytes[l], b);
+  }
+  return bytes;
+}
+
+// Cut points: layers v whose output is the only tensor crossing from layers <= v to layers
+// > v (ids are a topological order).
+std::vector<char> cut_points(const network& net) {
+  std::vector<char> cut(net.size(), 0);
+  layer_id reach = 0;  // the furthest consumer of any layer before v
+  for (const layer& l : net.layers()) {
+    cut[l.id] = reach <= l.id;
+    for (layer_id c : l.consumers) reach = std::max(reach, c);
+  }
+  return cut;
+}
+
+tiled_segment_choice make_choice(const network& net, layer_id input, layer_id last) {
+  tiled_segment_choice c;
+  c.input = input;
+  for (layer_id id = input + 1; id <= last; ++id) c.members.push_back(id);
+  c.first = net[input + 1].name;
+  c.last = net[last].name;
+  return c;
+}
+
+}  // namespace
+
+network tile_network(const network& net, std::span<const tiled_segment_choice> segments) {
+  // The segment each layer belongs to, and which members are their segment's last.
+  std::vector<const tiled_segment_choice*> owner(net.size(), nullptr);
+  for (const tiled_segment_choice& s : segments) {
+    MEMWEAVE_EXPECTS(!s.members.empty(), "tile_network: a segment without members");
+    for (layer_id m : s.members) {
+      MEMWEAVE_EXPECTS(
+          m < net.size() && owner[m] == nullptr,
+          "tile_network: layer " + std::to_string(m) + " is out of range or in two segments");
+      owner[m] = &s;
+    }
+  }
+  network_builder b(net.name());
+  std::vector<layer_handle> handle(net.size());
+  for (const layer& l : net.layers()) {
+    if (l.type == layer_type::data) {
+      const auto& p = std::get<data_params>(l.params);
+      handle[l.id] = b.data(p.shape, p.classes, l.name);
+      continue;
+    }
+    const tiled_segment_choice* s = owner[l.id];
+    if (s != nullptr && l.id != s->members.back()) continue;  // inside a segment
+    if (s != nullptr) {
+      tiled_params p;
+      auto seg = std::make_shared<tiling::tiled_segment>(
+          tiling::make_segment(net, s->input, s->members, s->tiles_h, s->tiles_w));
+      p.forward_workspace_bytes = tiling::tiled_workspace_bytes(*seg, false);
+      p.backward_workspace_bytes = tiling::tiled_workspace_bytes(*seg, true);
+      const shape4& in_shape = net[s->input].output_shape;
+      for (const std::vector<tiling::region>& t : tiling::tile_regions(*seg)) {
+        p.input_tile_bytes += static_cast<std::size_t>(t[0].height() * t[0].width()) *
+                              static_cast<std::size_t>(in_shape.n * in_shape.c) * sizeof(float);
+      }
+      p.segment = std::move(seg);
+      const layer_handle in[] = {handle[s->input]};
+      handle[l.id] = b.add_layer(layer_type::tiled, std::move(p), in, l.name);
+      continue;
+    }
+    std::vector<layer_handle> in;
+    for (layer_id i : l.inputs) {
+      MEMWEAVE_EXPECTS(owner[i] == nullptr || owner[i]->members.back() == i,
+                       "tile_network: layer '" + l.name + "' reads '" + net[i].name +
+                           "', inside a tiled segment; a segment's last member is the only "
+                           "one read outside it");
+      in.push_back(handle[i]);
+    }
+    handle[l.id] = b.add_layer(l.type, l.params, in, l.name);
+  }
+  return std::move(b).build();
+}
+
+tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_t block_bytes,
+                        const std::string& knob) {
+  MEMWEAVE_EXPECTS(block_bytes > 0, "plan_tiling: block_bytes is 0; expected a positive size");
+  MEMWEAVE_EXPECTS(budget_bytes > 0, "plan_tiling: " + knob + " is 0; tiling needs a budget");
+  const std::vector<std::size_t> untiled = step_bytes(net, block_bytes);
+  const std::vector<char> cut = cut_points(net);
+  tiling_plan plan;
+  plan.max_layer_bytes = *std::max_element(untiled.begin(), untiled.end());
+
+  // The fused layer's l_i with `candidate` added to the segments chosen so far.
+  auto fused_bytes = [&](const tiled_segment_choice& candidate) {
+    std::vector<tiled_segment_choice> all = plan.segments;
+    all.push_back(candidate);
+    const network tiled = tile_network(net, all);
+    const std::vector<std::size_t> bytes = step_bytes(tiled, block_bytes);
+    return bytes[*tiled.find(candidate.last)];
+  };
+
+  layer_id done = 0;  // layers up to here are settled
+  for (layer_id m = 0; m < net.size(); ++m) {
+    if (m <= done && m != 0) continue;
+    if (untiled[m] <= budget_bytes) continue;
+    const layer& must = net[m];
+    if (!tileable(must)) {
+      throw budget_too_small(
+          "budget " + format_bytes(budget_bytes) + " (" + knob + ") is below layer '" + must.name +
+          "' (" + to_string(must.type) + ", " + to_string(must.output_shape) +
+          "), whose step touches " + format_bytes(untiled[m]) +
+          " and which cannot run tile by tile (tiled segments hold CONV, POOL, ACT, BN, LRN, "
+          "ADD and CONCAT); raise " +
+          knob + " to at least " + format_bytes(untiled[m]) + " or lower the batch or image side");
+    }
+    // The segment starts after the nearest cut point before m (not inside an earlier one).
+    layer_id a = m - 1;
+    while (a > done && !cut[a]) --a;
+    for (layer_id i = a + 1; i < m; ++i) {
+      MEMWEAVE_EXPECTS(tileable(net[i]), "layer '" + must.name + "' must run tile by tile within " +
+                                             format_bytes(budget_bytes) + " (" + knob +
+                                             "), but its segment from '" + net[a].name +
+                                             "' holds '" + net[i].name + "' (" +
+                                             to_string(net[i].type) + "), which cannot be tiled");
+    }
+    std::size_t least = 0;
+    std::string least_at;
+    bool placed = false;
+    for (layer_id b = m; b < net.size() && tileable(net[b]) && !placed; ++b) {
+      if (!cut[b] || b + 1 >= net.size()) continue;
+      tiled_segment_choice c = make_choice(net, a, b);
+      c.untiled_bytes = 0;
+      for (layer_id i : c.members) c.untiled_bytes = std::max(c.untiled_bytes, untiled[i]);
+      const shape4& out = net[b].output_shape;
+      for (std::int64_t k = 1;; k *= 2) {
+        c.tiles_h = std::min(k, out.h);
+        c.tiles_w = std::min(k, out.w);
+        c.step_bytes = fused_bytes(c);
+        if (c.step_bytes <= budget_bytes) {
+          const tiling::tiled_segment seg =
+              tiling::make_segment(net, c.input, c.members, c.tiles_h, c.tiles_w);
+          c.forward_workspace = tiling::tiled_workspace_bytes(seg, false);
+          c.backward_workspace = tiling::tiled_workspace_bytes(seg, true);
+          plan.segments.push_back(c);
+          done = b;
+          placed = true;
+          break;
+        }
+        if (least == 0 || c.step_bytes < least) {
+          least = c.step_bytes;
+          least_at = "'" + c.first + "'..'" + c.last + "' in " + std::to_string(c.tiles_h) + "x" +
+                     std::to_string(c.tiles_w) + " tiles";
+        }
+        if ((c.tiles_h == out.h && c.tiles_w == out.w) || k >= k_max_tiles_per_side) break;
+      }
+    }
+    if (!placed) {
+      throw budget_too_small("budget " + format_bytes(budget_bytes) + " (" + knob +
+                             ") is too small for one tile of any segment holding layer '" +
+                             must.name + "': the smallest step is segment " + least_at +
+                             ", which needs " + format_bytes(least) + "; raise " + knob +
+                             " to at least that");
+    }
+  }
+  plan.net = plan.segments.empty() ? tile_network(net, {}) : tile_network(net, plan.segments);
+  const std::vector<std::size_t> tiled = step_bytes(plan.net, block_bytes);
+  plan.tiled_max_layer_bytes = *std::max_element(tiled.begin(), tiled.end());
+  return plan;
+}
+
+}  // namespace memweave

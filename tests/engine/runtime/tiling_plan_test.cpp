@@ -1,0 +1,147 @@
+// SFT's planner and the fused network (tiling_plan.hpp), and training with tiled segments on
+// the host: it fits a budget below the untiled floor, its losses follow untiled training
+// within float32 rounding, and it is deterministic.
+#include "memweave/engine/tiling_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "engine_test_util.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "support/static_tls_reexec.hpp"
+
+MEMWEAVE_REEXEC_WITH_STATIC_TLS();  // the host pool
+
+namespace memweave {
+namespace {
+
+constexpr std::size_t k_block = 1024;
+
+// A VGG-like chain whose first block dominates memory: two 3x3 CONVs at full resolution,
+// then pooling halves the side twice before the classifier.
+network chain(std::int64_t side, std::int64_t batch = 1) {
+  network_builder b("chain");
+  auto x = b.data({batch, 3, side, side}, 5);
+  const conv_params c3{.out_channels = 8, .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1};
+  auto y = b.relu(b.conv(x, c3, "conv1"), "relu1");
+  y = b.relu(b.conv(y, c3, "conv2"), "relu2");
+  y = b.pool(y, pool_params{}, "pool1");
+  conv_params c16 = c3;
+  c16.out_channels = 16;
+  y = b.relu(b.conv(y, c16, "conv3"), "relu3");
+  y = b.pool(y, pool_params{}, "pool2");
+  b.softmax_loss(b.fc(y, fc_params{.out_features = 5}, "fc"));
+  return std::move(b).build();
+}
+
+TEST(tiling_plan_test, a_budget_every_layer_fits_cuts_nothing) {
+  const network net = chain(32);
+  const tiling_plan p = plan_tiling(net, std::size_t{1} << 30, k_block, "--budget");
+  EXPECT_TRUE(p.segments.empty());
+  EXPECT_EQ(p.net.size(), net.size());
+  EXPECT_EQ(p.tiled_max_layer_bytes, p.max_layer_bytes);
+}
+
+TEST(tiling_plan_test, the_layers_over_the_budget_run_in_the_fewest_tiles_that_fit) {
+  const network net = chain(64);
+  const std::size_t untiled =
+      plan_tiling(net, std::size_t{1} << 30, k_block, "--budget").max_layer_bytes;
+  const std::size_t budget = untiled * 6 / 10;
+  const tiling_plan p = plan_tiling(net, budget, k_block, "--budget");
+  ASSERT_EQ(p.segments.size(), 1u);
+  const tiled_segment_choice& s = p.segments[0];
+  // The segment starts at the data and holds the full-resolution block.
+  EXPECT_EQ(s.input, net.data_layer());
+  EXPECT_EQ(s.first, "conv1");
+  EXPECT_GE(s.members.size(), 4u);
+  EXPECT_GT(s.tiles_h * s.tiles_w, 1);
+  EXPECT_LE(s.step_bytes, budget);
+  EXPECT_GT(s.untiled_bytes, budget);
+  EXPECT_LE(p.tiled_max_layer_bytes, budget);
+  // The fewest: half as many tiles per side would not fit.
+  if (s.tiles_h > 1) {
+    tiled_segment_choice coarser = s;
+    coarser.tiles_h /= 2;
+    coarser.tiles_w /= 2;
+    const tiled_segment_choice one[] = {coarser};
+    const network fused = tile_network(net, one);
+    const tiling_plan again = plan_tiling(fused, std::size_t{1} << 30, k_block, "--budget");
+    EXPECT_GT(again.max_layer_bytes, budget);
+  }
+  // One TILED layer stands for the members, under the last one's name; the parameters are
+  // the same tensors under the same names.
+  EXPECT_EQ(p.net.size(), net.size() - s.members.size() + 1);
+  const layer& fused = p.net[*p.net.find(s.last)];
+  EXPECT_EQ(fused.type, layer_type::tiled);
+  EXPECT_EQ(p.net.parameter_count(), net.parameter_count());
+  auto names = [](const network& n) {
+    const route r(n);
+    const tensor_table t(n, r);
+    std::set<std::string> out;
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (t[static_cast<tensor_id>(i)].persistent) out.insert(t[static_cast<tensor_id>(i)].name);
+    return out;
+  };
+  EXPECT_EQ(names(p.net), names(net));
+}
+
+TEST(tiling_plan_test, a_budget_below_the_finest_tile_names_the_segment_and_its_smallest_tile) {
+  const network net = chain(64);
+  try {
+    (void)plan_tiling(net, 64 * 1024, k_block, "--budget");
+    FAIL() << "a 64 KiB budget planned";
+  } catch (const budget_too_small& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--budget"), std::string::npos) << m;
+    EXPECT_NE(m.find("'conv1'"), std::string::npos) << m;
+    EXPECT_NE(m.find("tiles"), std::string::npos) << m;
+  }
+}
+
+TEST(tiling_plan_test, a_layer_that_cannot_tile_is_named) {
+  // The FC reads a large feature map: it is over the budget and not spatially local.
+  network_builder b("wide_fc");
+  auto x = b.data({1, 3, 64, 64}, 5);
+  b.softmax_loss(b.fc(x, fc_params{.out_features = 5}, "fc"));
+  const network net = std::move(b).build();
+  try {
+    (void)plan_tiling(net, 64 * 1024, k_block, "--budget");
+    FAIL() << "planned";
+  } catch (const budget_too_small& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'fc'"), std::string::npos) << m;
+    EXPECT_NE(m.find("cannot run tile by tile"), std::string::npos) << m;
+  }
+}
+
+// Training under a budget below the untiled floor: `all` cannot run the untiled network
+// there, runs the tiled one, and follows untiled training with unlimited memory: the
+// forward is bit-identical, the weight gradients sum the same products in another order
+// (tile by tile), so losses agree to float32 rounding over a few iterations.
+TEST(tiling_plan_test, tiled_training_fits_below_the_untiled_floor_and_follows_untiled_training) {
+  const network net = chain(64, 2);
+  const std::size_t untiled =
+      plan_tiling(net, std::size_t{1} << 30, k_block, "--budget").max_layer_bytes;
+  const std::size_t budget = untiled * 6 / 10;
+  const tiling_plan p = plan_tiling(net, budget, k_block, "--budget");
+  ASSERT_FALSE(p.segments.empty());
+
+  auto data_budget = [](const network&, std::size_t b) {
+    return test::policy_options("all", b, "fixed:direct");
+  };
+  const auto reference = test::train(net, test::policy_options("liveness", 0, "fixed:direct"), 3);
+  const auto tiled = test::train(p.net, data_budget(p.net, budget), 3);
+  ASSERT_EQ(tiled.losses.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(tiled.losses[i], reference.losses[i], 1e-4 * std::abs(reference.losses[i]))
+        << "iteration " << i;
+  }
+  EXPECT_EQ(tiled.losses[0], reference.losses[0]);  // the first forward is bit-identical
+  test::expect_bit_identical(tiled, test::train(p.net, data_budget(p.net, budget), 3),
+                             "tiled training run twice");
+  for (const step_record& r : tiled.steps) EXPECT_LE(r.heap_bytes, budget) << r.layer;
+}
+
+}  // namespace
+}  // namespace memweave
