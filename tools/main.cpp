@@ -34,6 +34,8 @@ commands:
            Chrome/Perfetto trace: which copies hid under compute)]
           [--export-onnx PATH (with --net PATH.onnx: a copy of the model with the trained
            weights)]
+          [--tile (SFT: the layers over --budget run tile by tile in fused segments; the
+           batch then stays in host memory and each tile is fetched)]
   eval    the evaluation pass (forward only, BN running statistics, no dropout): loss,
           accuracy and memory per policy
           --net NAME|PATH.onnx [--init-from FILE] [--batches N (10)] [--first-batch N (0)]

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "engine/tiling/tiled_segment.hpp"
@@ -145,10 +146,41 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
     return bytes[*tiled.find(candidate.last)];
   };
 
+  // The segment (a, b] holding must-tile layer m with the first cut point b >= m for which
+  // some grid fits, in the fewest tiles; the smallest step seen when none fits.
+  std::size_t least = 0;
+  std::string least_at;
+  auto place = [&](layer_id a, layer_id m) -> std::optional<tiled_segment_choice> {
+    for (layer_id b = m; b + 1 < net.size() && tileable(net[b]); ++b) {
+      if (!cut[b]) continue;
+      tiled_segment_choice c = make_choice(net, a, b);
+      for (layer_id i : c.members) c.untiled_bytes = std::max(c.untiled_bytes, untiled[i]);
+      const shape4& out = net[b].output_shape;
+      for (std::int64_t k = 1;; k *= 2) {
+        c.tiles_h = std::min(k, out.h);
+        c.tiles_w = std::min(k, out.w);
+        c.step_bytes = fused_bytes(c);
+        if (c.step_bytes <= budget_bytes) {
+          const tiling::tiled_segment seg =
+              tiling::make_segment(net, c.input, c.members, c.tiles_h, c.tiles_w);
+          c.forward_workspace = tiling::tiled_workspace_bytes(seg, false);
+          c.backward_workspace = tiling::tiled_workspace_bytes(seg, true);
+          return c;
+        }
+        if (least == 0 || c.step_bytes < least) {
+          least = c.step_bytes;
+          least_at = "'" + c.first + "'..'" + c.last + "' in " + std::to_string(c.tiles_h) + "x" +
+                     std::to_string(c.tiles_w) + " tiles";
+        }
+        if ((c.tiles_h == out.h && c.tiles_w == out.w) || k >= k_max_tiles_per_side) break;
+      }
+    }
+    return std::nullopt;
+  };
+
   layer_id done = 0;  // layers up to here are settled
   for (layer_id m = 0; m < net.size(); ++m) {
-    if (m <= done && m != 0) continue;
-    if (untiled[m] <= budget_bytes) continue;
+    if ((m <= done && m != 0) || untiled[m] <= budget_bytes) continue;
     const layer& must = net[m];
     if (!tileable(must)) {
       throw budget_too_small(
@@ -169,44 +201,23 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
                                              "' holds '" + net[i].name + "' (" +
                                              to_string(net[i].type) + "), which cannot be tiled");
     }
-    std::size_t least = 0;
-    std::string least_at;
-    bool placed = false;
-    for (layer_id b = m; b < net.size() && tileable(net[b]) && !placed; ++b) {
-      if (!cut[b] || b + 1 >= net.size()) continue;
-      tiled_segment_choice c = make_choice(net, a, b);
-      c.untiled_bytes = 0;
-      for (layer_id i : c.members) c.untiled_bytes = std::max(c.untiled_bytes, untiled[i]);
-      const shape4& out = net[b].output_shape;
-      for (std::int64_t k = 1;; k *= 2) {
-        c.tiles_h = std::min(k, out.h);
-        c.tiles_w = std::min(k, out.w);
-        c.step_bytes = fused_bytes(c);
-        if (c.step_bytes <= budget_bytes) {
-          const tiling::tiled_segment seg =
-              tiling::make_segment(net, c.input, c.members, c.tiles_h, c.tiles_w);
-          c.forward_workspace = tiling::tiled_workspace_bytes(seg, false);
-          c.backward_workspace = tiling::tiled_workspace_bytes(seg, true);
-          plan.segments.push_back(c);
-          done = b;
-          placed = true;
-          break;
-        }
-        if (least == 0 || c.step_bytes < least) {
-          least = c.step_bytes;
-          least_at = "'" + c.first + "'..'" + c.last + "' in " + std::to_string(c.tiles_h) + "x" +
-                     std::to_string(c.tiles_w) + " tiles";
-        }
-        if ((c.tiles_h == out.h && c.tiles_w == out.w) || k >= k_max_tiles_per_side) break;
-      }
+    std::optional<tiled_segment_choice> c = place(a, m);
+    // A segment that reads the previous one's output may not fit beside it (that output is
+    // large, or it would not have been cut there): grow the previous one instead.
+    while (!c && !plan.segments.empty() && plan.segments.back().members.back() == a) {
+      a = plan.segments.back().input;
+      plan.segments.pop_back();
+      c = place(a, m);
     }
-    if (!placed) {
+    if (!c) {
       throw budget_too_small("budget " + format_bytes(budget_bytes) + " (" + knob +
                              ") is too small for one tile of any segment holding layer '" +
                              must.name + "': the smallest step is segment " + least_at +
                              ", which needs " + format_bytes(least) + "; raise " + knob +
                              " to at least that");
     }
+    done = c->members.back();
+    plan.segments.push_back(std::move(*c));
   }
   plan.net = plan.segments.empty() ? tile_network(net, {}) : tile_network(net, plan.segments);
   const std::vector<std::size_t> tiled = step_bytes(plan.net, block_bytes);
