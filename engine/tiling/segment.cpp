@@ -45,8 +45,8 @@ tiled_segment make_segment(const network& net, layer_id input, const std::vector
   layer_id previous = input;
   for (const layer_id id : members) {
     const layer& l = net.at(id);
-    MEMWEAVE_EXPECTS(id > previous, "make_segment: member " + named(l) +
-                                        " is not after layer " + std::to_string(previous) +
+    MEMWEAVE_EXPECTS(id > previous, "make_segment: member " + named(l) + " is not after layer " +
+                                        std::to_string(previous) +
                                         "; expected the input, then the members in increasing id "
                                         "order");
     MEMWEAVE_EXPECTS(spatially_local(l), "make_segment: member " + named(l) +
@@ -99,9 +99,8 @@ tiled_segment make_segment(const network& net, layer_id input, const std::vector
   const shape4 out = s.layers.back().output_shape;
   MEMWEAVE_EXPECTS(tiles_h >= 1 && tiles_h <= out.h && tiles_w >= 1 && tiles_w <= out.w,
                    "make_segment: a grid of " + std::to_string(tiles_h) + " x " +
-                       std::to_string(tiles_w) + " tiles for the " + std::to_string(out.h) +
-                       " x " + std::to_string(out.w) + " output of " +
-                       named(net.at(members.back())) +
+                       std::to_string(tiles_w) + " tiles for the " + std::to_string(out.h) + " x " +
+                       std::to_string(out.w) + " output of " + named(net.at(members.back())) +
                        "; expected 1 <= tiles_h <= the output's height and 1 <= tiles_w <= its "
                        "width");
   return s;

@@ -32,8 +32,7 @@ std::size_t member_scratch(const tiled_segment& s, std::size_t m, const std::vec
 
 }  // namespace
 
-tile_layout layout_tile(const tiled_segment& s, const std::vector<region>& regions,
-                        bool backward) {
+tile_layout layout_tile(const tiled_segment& s, const std::vector<region>& regions, bool backward) {
   tile_layout t;
   const std::size_t count = s.layers.size();
   t.value.resize(count);
@@ -66,8 +65,8 @@ void copy_rect(const kernels::host::kernel_context& ctx, std::int64_t planes, co
       [&](std::int64_t lo, std::int64_t hi) {
         for (std::int64_t t = lo; t < hi; ++t) {
           const std::int64_t plane = t / rows, y = r.y0 + t % rows;
-          const float* s = src + (plane * from.height() + (y - from.y0)) * from.width() +
-                           (r.x0 - from.x0);
+          const float* s =
+              src + (plane * from.height() + (y - from.y0)) * from.width() + (r.x0 - from.x0);
           float* d = dst + (plane * to.height() + (y - to.y0)) * to.width() + (r.x0 - to.x0);
           if (add) {
             for (std::int64_t x = 0; x < cols; ++x) d[x] += s[x];

@@ -36,6 +36,8 @@ void copy_rect(const kernels::host::kernel_context& ctx, std::int64_t planes, co
                const region& from, float* dst, const region& to, const region& r, bool add);
 
 /// The whole map of a layer as a region.
-inline region whole(const shape4& s) { return {0, s.h, 0, s.w}; }
+inline region whole(const shape4& s) {
+  return {0, s.h, 0, s.w};
+}
 
 }  // namespace memweave::tiling::detail

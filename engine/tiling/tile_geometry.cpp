@@ -10,13 +10,14 @@ namespace detail {
 namespace {
 
 // Empty regions are all the same one, so that comparisons and buffer origins are simple.
-region normalized(const region& r) { return r.empty() ? region{} : r; }
+region normalized(const region& r) {
+  return r.empty() ? region{} : r;
+}
 
 region bounding_box(const region& a, const region& b) {
   if (a.empty()) return normalized(b);
   if (b.empty()) return a;
-  return {std::min(a.y0, b.y0), std::max(a.y1, b.y1), std::min(a.x0, b.x0),
-          std::max(a.x1, b.x1)};
+  return {std::min(a.y0, b.y0), std::max(a.y1, b.y1), std::min(a.x0, b.x0), std::max(a.x1, b.x1)};
 }
 
 // The input rows (or columns) a window of `kernel` taps `dilation` apart, stride `stride`

@@ -34,7 +34,9 @@ region need(const layer& c, const shape4& in_shape, const region& out);
 std::vector<region> regions_of_tile(const tiled_segment& s, std::int64_t tile);
 
 /// The number of tiles.
-inline std::int64_t tile_count(const tiled_segment& s) { return s.tiles_h * s.tiles_w; }
+inline std::int64_t tile_count(const tiled_segment& s) {
+  return s.tiles_h * s.tiles_w;
+}
 
 /// The shape (n, c, rows, columns) of local layer l's buffer for region r.
 inline shape4 region_shape(const tiled_segment& s, std::size_t l, const region& r) {

@@ -28,7 +28,9 @@ namespace {
 
 // Tiled CONV runs the direct algorithm: its per-element sum order does not depend on the
 // map's extent, so a tile's outputs have the untiled bits (im2col's GEMM tiling does).
-k::conv_config direct() { return {k::conv_algo::direct, 0, nullptr, 0}; }
+k::conv_config direct() {
+  return {k::conv_algo::direct, 0, nullptr, 0};
+}
 
 }  // namespace
 
@@ -107,8 +109,8 @@ void tile_run::forward(std::size_t m) const {
       break;
     }
     case layer_type::pool:
-      k::pool_forward_window(ctx_, shape(l.inputs[0]), std::get<pool_params>(l.params),
-                             window(m), value(l.inputs[0]), y);
+      k::pool_forward_window(ctx_, shape(l.inputs[0]), std::get<pool_params>(l.params), window(m),
+                             value(l.inputs[0]), y);
       break;
     case layer_type::act:
       k::act_forward(ctx_, shape(m), std::get<act_params>(l.params), input_at(m, 0), y);
@@ -119,8 +121,8 @@ void tile_run::forward(std::size_t m) const {
     case layer_type::bn: {
       const auto& p = std::get<bn_params>(l.params);
       if (io_.inference) {
-        k::bn_forward_inference(ctx_, shape(m), p, input_at(m, 0), params[0], params[1],
-                                params[2], params[3], y);
+        k::bn_forward_inference(ctx_, shape(m), p, input_at(m, 0), params[0], params[1], params[2],
+                                params[3], y);
       } else {
         float* const* aux = io_.aux.data() + slots_[m].aux;
         k::bn_normalize(ctx_, shape(m), input_at(m, 0), params[0], params[1], aux[0], aux[1], y);
@@ -253,8 +255,8 @@ void tile_run::bn_backward(std::size_t m, bool input_grad, const bn_sums& sums) 
   const float* x = input_at(m, 0);
   // The part linear in dy: the kernel's formula with zero sums.
   const std::vector<double> zeros(static_cast<std::size_t>(sh.c), 0.0);
-  k::bn_backward_data(ctx_, sh, count, x, mean, invstd, gamma, zeros.data(), zeros.data(),
-                      grad(m), g.data, g.accumulate);
+  k::bn_backward_data(ctx_, sh, count, x, mean, invstd, gamma, zeros.data(), zeros.data(), grad(m),
+                      g.data, g.accumulate);
   // The part of the sums, once per position: by the tile owning it.
   const region own = grid_part(s_, tile_, map.h, map.w);
   const region& r = reg(m);
@@ -294,16 +296,17 @@ sweep::sweep(const k::kernel_context& c, const tiled_segment& seg, const layers:
                        io.input_shapes[0] == in && io.inputs[0] != nullptr,
                    std::string(what) + ": expected one input of shape " + to_string(in) +
                        " (the segment's input '" + s.layers[0].name + "')");
-  MEMWEAVE_EXPECTS(io.workspace_bytes >= floats * sizeof(float) &&
-                       (floats == 0 || io.workspace != nullptr),
-                   std::string(what) + ": a workspace of " + std::to_string(io.workspace_bytes) +
-                       " bytes; expected at least " + std::to_string(floats * sizeof(float)) +
-                       " (tiled_workspace_bytes)");
+  MEMWEAVE_EXPECTS(
+      io.workspace_bytes >= floats * sizeof(float) && (floats == 0 || io.workspace != nullptr),
+      std::string(what) + ": a workspace of " + std::to_string(io.workspace_bytes) +
+          " bytes; expected at least " + std::to_string(floats * sizeof(float)) +
+          " (tiled_workspace_bytes)");
   MEMWEAVE_EXPECTS(reinterpret_cast<std::uintptr_t>(io.workspace) % alignof(float) == 0,
                    std::string(what) + ": the workspace is not aligned for float");
   const member_slots& end = slots.back();
   const layer& last = s.layers.back();
-  std::size_t params = end.param + last.param_tensors.size(), aux = end.aux + last.aux_tensors.size();
+  std::size_t params = end.param + last.param_tensors.size(),
+              aux = end.aux + last.aux_tensors.size();
   std::size_t grads = end.grad;
   for (const auto& p : last.param_tensors) grads += p.trained ? 1 : 0;
   MEMWEAVE_EXPECTS(io.params.size() == params && io.aux.size() == aux &&

@@ -77,8 +77,8 @@ class tile_run {
 /// What every pass over the tiles shares: the tiles' regions and workspace layouts and the
 /// tensor slots, after checking the io against the segment.
 struct sweep {
-  sweep(const kernels::host::kernel_context& ctx, const tiled_segment& s,
-        const layers::step_io& io, bool backward);
+  sweep(const kernels::host::kernel_context& ctx, const tiled_segment& s, const layers::step_io& io,
+        bool backward);
   /// Tile t, row-major.
   tile_run tile(std::int64_t t) const;
 

@@ -29,7 +29,8 @@ void store(float* dst, const std::vector<double>& sums, bool accumulate) {
 
 }  // namespace
 
-void tiled_backward(const k::kernel_context& ctx, const tiled_segment& s, const layers::step_io& io) {
+void tiled_backward(const k::kernel_context& ctx, const tiled_segment& s,
+                    const layers::step_io& io) {
   const detail::sweep sw(ctx, s, io, true);
   MEMWEAVE_EXPECTS(io.output_grad != nullptr, "tiled_backward: the output gradient is null");
   const std::size_t last = s.layers.size() - 1;

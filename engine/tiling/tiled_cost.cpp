@@ -39,7 +39,9 @@ double sweep_flops(const tiled_segment& s, const std::vector<std::vector<region>
 
 // BN's statistics over its whole map: one pass summing x, one summing (x - mean)^2, or
 // (backward) one summing dy and dy * x_hat: about two flops per element each.
-double statistics_flops(const layer& bn) { return 2.0 * static_cast<double>(bn.output_shape.count()); }
+double statistics_flops(const layer& bn) {
+  return 2.0 * static_cast<double>(bn.output_shape.count());
+}
 
 }  // namespace
 

@@ -33,7 +33,8 @@ owned_part owned_input(const detail::sweep& sw, const detail::tile_run& run, std
   const region own = detail::grid_part(sw.s, t, l.output_shape.h, l.output_shape.w);
   if (own.empty()) return {};
   const layer_id in = l.inputs[0];
-  float* crop = static_cast<float*>(sw.io.workspace) + sw.layouts[static_cast<std::size_t>(t)].scratch;
+  float* crop =
+      static_cast<float*>(sw.io.workspace) + sw.layouts[static_cast<std::size_t>(t)].scratch;
   const shape4& o = l.output_shape;
   detail::copy_rect(sw.ctx, o.n * o.c, run.value(in), run.reg(in), crop, own, own, false);
   return {crop, {o.n, o.c, own.height(), own.width()}};
@@ -72,7 +73,8 @@ void bn_statistics(const detail::sweep& sw, std::size_t b) {
 
 }  // namespace
 
-void tiled_forward(const k::kernel_context& ctx, const tiled_segment& s, const layers::step_io& io) {
+void tiled_forward(const k::kernel_context& ctx, const tiled_segment& s,
+                   const layers::step_io& io) {
   const detail::sweep sw(ctx, s, io, false);
   MEMWEAVE_EXPECTS(io.output != nullptr, "tiled_forward: the output is null");
   const std::vector<std::size_t> bns = detail::bn_members(s);
@@ -93,8 +95,8 @@ void tiled_forward(const k::kernel_context& ctx, const tiled_segment& s, const l
       const layer& l = s.layers[b];
       float* const* params = io.params.data() + sw.slots[b].param;
       float* const* aux = io.aux.data() + sw.slots[b].aux;
-      k::bn_update_running(l.output_shape, std::get<bn_params>(l.params), aux[0], aux[1],
-                           params[2], params[3]);
+      k::bn_update_running(l.output_shape, std::get<bn_params>(l.params), aux[0], aux[1], params[2],
+                           params[3]);
     }
   }
 }

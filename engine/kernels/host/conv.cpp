@@ -499,8 +499,7 @@ void run_forward(const char* kernel, const kernel_context& ctx, const conv_confi
 }
 
 void run_backward_data(const char* kernel, const kernel_context& ctx, const conv_config& cfg,
-                       const geom& g, const float* w, const float* dy, float* dx,
-                       bool accumulate) {
+                       const geom& g, const float* w, const float* dy, float* dx, bool accumulate) {
   detail::check_pointer(kernel, "w", w);
   detail::check_pointer(kernel, "dy", dy);
   detail::check_pointer(kernel, "dx", dx);
@@ -592,12 +591,11 @@ void conv_forward_window(const kernel_context& ctx, const conv_config& cfg, cons
   run_forward(kernel, ctx, cfg, make_window_geom(kernel, in, p, win), x, w, b, y);
 }
 
-void conv_backward_data_window(const kernel_context& ctx, const conv_config& cfg,
-                               const shape4& in, const conv_params& p, const map_window& win,
-                               const float* w, const float* dy, float* dx, bool accumulate) {
+void conv_backward_data_window(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                               const conv_params& p, const map_window& win, const float* w,
+                               const float* dy, float* dx, bool accumulate) {
   const char* kernel = "conv_backward_data_window";
-  run_backward_data(kernel, ctx, cfg, make_window_geom(kernel, in, p, win), w, dy, dx,
-                    accumulate);
+  run_backward_data(kernel, ctx, cfg, make_window_geom(kernel, in, p, win), w, dy, dx, accumulate);
 }
 
 void conv_backward_filter_window(const kernel_context& ctx, const conv_config& cfg,

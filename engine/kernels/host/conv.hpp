@@ -89,9 +89,9 @@ void conv_backward_bias(const kernel_context& ctx, const shape4& in, const conv_
 void conv_forward_window(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
                          const conv_params& p, const map_window& win, const float* x,
                          const float* w, const float* b, float* y);
-void conv_backward_data_window(const kernel_context& ctx, const conv_config& cfg,
-                               const shape4& in, const conv_params& p, const map_window& win,
-                               const float* w, const float* dy, float* dx, bool accumulate);
+void conv_backward_data_window(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                               const conv_params& p, const map_window& win, const float* w,
+                               const float* dy, float* dx, bool accumulate);
 void conv_backward_filter_window(const kernel_context& ctx, const conv_config& cfg,
                                  const shape4& in, const conv_params& p, const map_window& win,
                                  const float* x, const float* dy, float* dw, float* db,

@@ -12,8 +12,8 @@
 namespace memweave::kernels::host {
 
 struct map_window {
-  std::int64_t map_h = 0, map_w = 0;  ///< the whole input map's extent (checks the layer)
-  std::int64_t in_y0 = 0, in_x0 = 0;  ///< the input buffer's first row / column in the map
+  std::int64_t map_h = 0, map_w = 0;    ///< the whole input map's extent (checks the layer)
+  std::int64_t in_y0 = 0, in_x0 = 0;    ///< the input buffer's first row / column in the map
   std::int64_t out_y0 = 0, out_x0 = 0;  ///< the output buffer's first row / column
   std::int64_t out_h = 0, out_w = 0;    ///< the output buffer's extent
 };

@@ -80,10 +80,10 @@ inline span_range valid_outputs(std::int64_t offset, std::int64_t stride, std::i
 inline void check_window(const char* kernel, const shape4& in, const map_window& win,
                          std::int64_t whole_out_h, std::int64_t whole_out_w) {
   MEMWEAVE_EXPECTS(
-      in.h >= 0 && in.w >= 0 && win.in_y0 >= 0 && win.in_x0 >= 0 &&
-          win.in_y0 + in.h <= win.map_h && win.in_x0 + in.w <= win.map_w && win.out_y0 >= 0 &&
-          win.out_x0 >= 0 && win.out_h >= 0 && win.out_w >= 0 &&
-          win.out_y0 + win.out_h <= whole_out_h && win.out_x0 + win.out_w <= whole_out_w,
+      in.h >= 0 && in.w >= 0 && win.in_y0 >= 0 && win.in_x0 >= 0 && win.in_y0 + in.h <= win.map_h &&
+          win.in_x0 + in.w <= win.map_w && win.out_y0 >= 0 && win.out_x0 >= 0 && win.out_h >= 0 &&
+          win.out_w >= 0 && win.out_y0 + win.out_h <= whole_out_h &&
+          win.out_x0 + win.out_w <= whole_out_w,
       std::string(kernel) + ": window of input rows [" + std::to_string(win.in_y0) + ", " +
           std::to_string(win.in_y0 + in.h) + ") columns [" + std::to_string(win.in_x0) + ", " +
           std::to_string(win.in_x0 + in.w) + ") and output rows [" + std::to_string(win.out_y0) +
