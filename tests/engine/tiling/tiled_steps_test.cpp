@@ -221,5 +221,119 @@ TEST(TiledBackward, IsBitIdenticalAcrossRunsAndThreadCounts) {
   }
 }
 
+// ---- BN and LRN ----------------------------------------------------------------------------
+
+// x (2x3x20x18) -> conv 3x3 p1 -> BN -> relu (r) -> conv 3x3 s2 p1 -> BN, ADD max pool 3 s2 p1
+// of r (10x9) -> relu -> conv 1x1 s2 (5x5): the last CONV reads only the even positions,
+// so BN's statistics need the positions each tile owns beyond what it reads.
+network bn_segment() {
+  return wrap({2, 3, 20, 18}, [](network_builder& b, layer_handle x) {
+    const layer_handle r = b.relu(b.bn(b.conv(x, conv(4, 3, 1, 1))));
+    const layer_handle a = b.bn(b.conv(r, conv(4, 3, 2, 1)));
+    const layer_handle j = b.relu(b.add({a, b.pool(r, pool_p(pool_mode::max, 3, 2, 1))}));
+    return b.conv(j, conv(3, 1, 2, 0));
+  });
+}
+
+// |a - b| <= tol * max |b| element-wise, with a message naming the first element beyond.
+void expect_near_scaled(const std::vector<float>& a, const std::vector<float>& b, double tol,
+                        const std::string& what) {
+  double scale = 0;
+  for (const float v : b) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  const long at = test::first_beyond(a, b, [&](std::size_t) { return tol * scale; });
+  EXPECT_EQ(at, -1) << what << ": element " << at << " tiled " << a[std::max(at, 0L)] << " untiled "
+                    << b[std::max(at, 0L)] << " scale " << scale;
+}
+
+// BN's whole-image sums run over the tiles, then each tile's owned positions, in double,
+// where untiled sums the images' rows in order: the double sums round differently, so a
+// saved statistic may differ from untiled by one float ulp once cast. A one-ulp change of
+// the mean or inverse std moves every normalised value by at most about 2u of the layer's
+// scale (u = 2^-24), which the members after it carry on with their own rounding: the
+// output stays within 16 * D * u of its largest magnitude (D members).
+TEST(TiledForward, BnSegmentIsWithinFloatRoundingOfUntiled) {
+  const network net = bn_segment();
+  const tiled_segment one = test::whole_body(net, 1, 1);
+  const test::segment_data d = test::random_data(one, 7);
+  const test::segment_result untiled = run_untiled(one, d, false);
+  const double tol = 16.0 * static_cast<double>(one.layers.size() - 1) * std::ldexp(1.0, -24);
+  for (const auto& [th, tw] : grids(one.layers.back().output_shape)) {
+    const tiled_segment s = test::whole_body(net, th, tw);
+    const test::segment_result tiled = run_tiled(s, d, false);
+    const std::string grid = "grid " + std::to_string(th) + "x" + std::to_string(tw);
+    expect_near_scaled(tiled.output, untiled.output, tol, grid + " output");
+    for (std::size_t i = 0; i < tiled.aux.size(); ++i) {  // saved mean and inverse std
+      expect_near_scaled(tiled.aux[i], untiled.aux[i], 4 * std::ldexp(1.0, -24),
+                         grid + " aux " + std::to_string(i));
+    }
+    for (std::size_t i = 0; i < tiled.params.size(); ++i) {  // running statistics
+      expect_near_scaled(tiled.params[i], untiled.params[i], 4 * std::ldexp(1.0, -24),
+                         grid + " parameter " + std::to_string(i));
+    }
+  }
+}
+
+TEST(TiledForward, BnInferenceIsBitIdenticalToUntiled) {
+  // Evaluation normalises with the running statistics: point-wise, no passes.
+  const network net = bn_segment();
+  const tiled_segment one = test::whole_body(net, 1, 1);
+  test::segment_data d = test::random_data(one, 8);
+  std::mt19937 rng(8);
+  std::size_t i = 0;
+  for (std::size_t m = 1; m < one.layers.size(); ++m) {
+    for (const param_tensor_spec& p : one.layers[m].param_tensors) {
+      if (p.name == "running_mean" || p.name == "running_var") {
+        d.params[i] = test::random_values(d.params[i].size(), rng, 0.5f, 1.5f);
+      }
+      ++i;
+    }
+  }
+  const std::vector<float> untiled = run_untiled(one, d, false, 2, false, true).output;
+  for (const auto& [th, tw] : grids(one.layers.back().output_shape)) {
+    const tiled_segment s = test::whole_body(net, th, tw);
+    EXPECT_TRUE(same_bits(run_tiled(s, d, false, 2, true).output, untiled)) << th << "x" << tw;
+  }
+}
+
+// Backward through BN and LRN: their gradients mix signs (no bound from absolute values),
+// and BN divides by the batch's standard deviation, which scales rounding up; checked
+// against untiled at 1e-4 (about 2^10 u) of the largest gradient magnitude of the segment,
+// far below what a missing or doubled tile contribution gives (order 1). The scale is the
+// segment's, not each tensor's: a CONV bias before a BN has a true gradient of 0 (BN
+// removes the mean), so its own magnitude is rounding noise.
+void expect_backward_near(const network& net, std::uint32_t seed) {
+  const tiled_segment one = test::whole_body(net, 1, 1);
+  const test::segment_data d = test::random_data(one, seed);
+  const test::segment_result untiled = run_untiled(one, d);
+  double scale = 0;
+  auto widen = [&](const std::vector<float>& g) {
+    for (const float v : g) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  };
+  for (const auto& g : untiled.param_grads) widen(g);
+  widen(untiled.input_grad);
+  const auto tol = [&](std::size_t) { return 1e-4 * scale; };
+  for (const auto& [th, tw] : grids(one.layers.back().output_shape)) {
+    const test::segment_result tiled = run_tiled(test::whole_body(net, th, tw), d);
+    const std::string grid = "grid " + std::to_string(th) + "x" + std::to_string(tw);
+    for (std::size_t i = 0; i < tiled.param_grads.size(); ++i) {
+      EXPECT_EQ(test::first_beyond(tiled.param_grads[i], untiled.param_grads[i], tol), -1)
+          << grid << " parameter gradient " << i << " scale " << scale;
+    }
+    EXPECT_EQ(test::first_beyond(tiled.input_grad, untiled.input_grad, tol), -1)
+        << grid << " input gradient, scale " << scale;
+  }
+}
+
+TEST(TiledBackward, BnSegmentIsNearUntiled) {
+  expect_backward_near(bn_segment(), 9);
+}
+
+TEST(TiledBackward, LrnChainsAreNearUntiled) {
+  for (std::uint32_t seed = 31; seed <= 34; ++seed) {
+    SCOPED_TRACE("random chain " + std::to_string(seed));
+    expect_backward_near(random_chain(seed, true), seed);
+  }
+}
+
 }  // namespace
 }  // namespace memweave::tiling

@@ -120,8 +120,10 @@ inline std::vector<std::vector<float>> trained_grads(const tiled_segment& s) {
 /// otherwise): for CONV, POOL, ACT, ADD and CONCAT each gradient element is then the sum of
 /// the absolute values of the terms the true one sums (ReLU's and max pooling's choices, and
 /// tanh's 1 - y^2 >= 0, come from the forward).
+/// With `inference` the forward is an evaluation's (BN: the running statistics).
 inline segment_result run_untiled(const tiled_segment& s, segment_data d, bool backward = true,
-                                  int threads = 2, bool abs_backward = false) {
+                                  int threads = 2, bool abs_backward = false,
+                                  bool inference = false) {
   const auto& ctx = context(threads);
   const std::size_t count = s.layers.size();
   std::vector<std::vector<float>> y(count), dy(count);
@@ -144,6 +146,7 @@ inline segment_result run_untiled(const tiled_segment& s, segment_data d, bool b
     for (std::size_t i = 0; i < l.aux_tensors.size(); ++i) io.aux.push_back(d.aux[a++].data());
     y[m].assign(static_cast<std::size_t>(l.output_shape.count()), 0.0f);
     io.output = y[m].data();
+    io.inference = inference;
     layers::layer_steps_for(l.type).forward(ctx, io);
   }
   segment_result r;
@@ -189,9 +192,10 @@ inline segment_result run_untiled_abs(const tiled_segment& s, const segment_data
   return run_untiled(s, d, true, 2, true);
 }
 
-/// The fused tiled steps (forward, then backward unless `backward` is false).
+/// The fused tiled steps (forward, then backward unless `backward` is false; `inference`:
+/// an evaluation's forward).
 inline segment_result run_tiled(const tiled_segment& s, segment_data d, bool backward = true,
-                                int threads = 2) {
+                                int threads = 2, bool inference = false) {
   const auto& ctx = context(threads);
   layers::step_io io;
   io.input_shapes = {s.layers[0].output_shape};
@@ -204,6 +208,7 @@ inline segment_result run_tiled(const tiled_segment& s, segment_data d, bool bac
   std::vector<float> ws(tiled_workspace_bytes(s, backward) / sizeof(float) + 1);
   io.workspace = ws.data();
   io.workspace_bytes = ws.size() * sizeof(float);
+  io.inference = inference;
   tiled_forward(ctx, s, io);
   r.params = d.params;
   r.aux = d.aux;
