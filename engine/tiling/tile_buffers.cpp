@@ -32,21 +32,58 @@ std::size_t member_scratch(const tiled_segment& s, std::size_t m, const std::vec
 
 }  // namespace
 
+namespace {
+
+// One buffer to place: `floats` long, live over the closed step interval [first, last].
+struct live_buffer {
+  std::size_t floats, first, last;
+};
+
+// First fit: each buffer, in order, at the lowest offset where it overlaps no earlier
+// buffer whose interval meets its own. Deterministic; returns the offsets and the extent.
+std::vector<std::size_t> place(const std::vector<live_buffer>& b, std::size_t& extent) {
+  std::vector<std::size_t> at(b.size(), 0);
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    std::vector<std::pair<std::size_t, std::size_t>> taken;  // [offset, end) of live ones
+    for (std::size_t j = 0; j < i; ++j) {
+      if (b[j].floats > 0 && b[j].first <= b[i].last && b[i].first <= b[j].last) {
+        taken.emplace_back(at[j], at[j] + b[j].floats);
+      }
+    }
+    std::sort(taken.begin(), taken.end());
+    std::size_t offset = 0;
+    for (const auto& [lo, hi] : taken) {
+      if (lo >= offset + b[i].floats) break;
+      offset = std::max(offset, hi);
+    }
+    at[i] = offset;
+    extent = std::max(extent, offset + b[i].floats);
+  }
+  return at;
+}
+
+}  // namespace
+
 tile_layout layout_tile(const tiled_segment& s, const std::vector<region>& regions, bool backward) {
   tile_layout t;
   const std::size_t count = s.layers.size();
-  t.value.resize(count);
+  std::vector<live_buffer> buffers;
+  // Values: forward, from the step computing them to the last step reading them (the
+  // output to the copy out); backward, all of them for the whole tile (the backward reads
+  // each member's input and output).
   for (std::size_t l = 0; l < count; ++l) {
-    t.value[l] = t.floats;
-    t.floats += floats_of(s, l, regions[l]);
+    buffers.push_back(
+        {floats_of(s, l, regions[l]), backward ? 0 : l, backward ? count : last_reader(s, l)});
   }
-  if (backward) {
-    t.grad.resize(count);
-    for (std::size_t l = 0; l < count; ++l) {
-      t.grad[l] = t.floats;
-      t.floats += floats_of(s, l, regions[l]);
-    }
+  // Gradients, in backward step order (last member first): from the first consumer's
+  // backward, which adds the first contribution, to the layer's own backward. Step ids
+  // run down in the backward, so the interval in member ids is [l, last reader].
+  for (std::size_t l = 0; backward && l < count; ++l) {
+    buffers.push_back({floats_of(s, l, regions[l]), l, last_reader(s, l)});
   }
+  const std::vector<std::size_t> at = place(buffers, t.floats);
+  t.value.assign(at.begin(), at.begin() + static_cast<std::ptrdiff_t>(count));
+  if (backward) t.grad.assign(at.begin() + static_cast<std::ptrdiff_t>(count), at.end());
   std::size_t scratch = 0;
   for (std::size_t m = 1; m < count; ++m) {
     scratch = std::max(scratch, member_scratch(s, m, regions, backward));

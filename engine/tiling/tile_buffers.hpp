@@ -2,13 +2,15 @@
 // one layout both tiled_workspace_bytes and the execution use.
 //
 // Every local layer gets a buffer of its region for all images of the batch (n, c, region
-// rows, region columns), kept for the whole tile: the backward reads them all, and the
-// forward's peak is then the same figure. Looping over the images inside a tile would
-// divide the buffers by n, but huge images are trained at batch 1, where it buys nothing and
-// would cut the kernels' parallelism (they parallelise over images x channels). The backward
-// adds a gradient buffer per layer. The scratch holds the crops of a point-wise member's
-// inputs (and of their gradients) whose producer's region is larger than the member's, and
-// BN's owned part during its statistics passes.
+// rows, region columns). Looping over the images inside a tile would divide the buffers by
+// n, but huge images are trained at batch 1, where it buys nothing, and it would cut the
+// kernels' parallelism (they parallelise over images x channels). Buffers share memory when
+// their lifetimes do not meet (first fit, in step order): forward, a value lives from its
+// member's step to its last reader's; backward, every value lives for the whole tile (the
+// backward reads each member's input and output after the recomputed forward) and a
+// gradient from its last reader's backward (the first to add to it) to its own. The scratch
+// holds the crops of a point-wise member's inputs (and of their gradients) whose producer's
+// region is larger than the member's, and BN's owned part during its statistics passes.
 #pragma once
 
 #include <cstddef>

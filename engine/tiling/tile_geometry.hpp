@@ -8,6 +8,7 @@
 // tile that owns it computes it, even when nothing downstream in that tile reads it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -42,6 +43,15 @@ inline std::int64_t tile_count(const tiled_segment& s) {
 inline shape4 region_shape(const tiled_segment& s, std::size_t l, const region& r) {
   const shape4& o = s.layers[l].output_shape;
   return {o.n, o.c, r.height(), r.width()};
+}
+
+/// The last member that reads local layer l; for the segment's output, one past the last
+/// member (it is read after them: copied out, or its gradient seeded).
+inline std::size_t last_reader(const tiled_segment& s, std::size_t l) {
+  if (l + 1 == s.layers.size()) return s.layers.size();
+  std::size_t last = l;
+  for (const layer_id c : s.layers[l].consumers) last = std::max<std::size_t>(last, c);
+  return last;
 }
 
 /// Whether the member computes its output element-wise from the same position of each

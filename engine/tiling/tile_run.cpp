@@ -150,7 +150,6 @@ void tile_run::forward(std::size_t m) const {
 }
 
 void tile_run::seed_output_grad() const {
-  std::fill(ws_ + layout_.grad.front(), ws_ + layout_.scratch, 0.0f);
   const std::size_t last = s_.layers.size() - 1;
   const shape4& out = s_.layers[last].output_shape;
   copy_rect(ctx_, out.n * out.c, io_.output_grad, whole(out), grad(last), reg(last), reg(last),
@@ -173,6 +172,13 @@ void tile_run::finish_grad(std::size_t m, std::size_t input_index, const k::grad
 
 void tile_run::backward(std::size_t m, bool input_grad, bool params, const bn_sums* sums) const {
   const layer& l = s_.layers[m];
+  // An input's gradient buffer starts here, at its last reader's backward (it may share
+  // memory with gradients already consumed: tile_buffers.hpp).
+  for (const layer_id in : l.inputs) {
+    if (last_reader(s_, in) == m && (in != 0 || input_grad)) {
+      std::fill_n(grad(in), shape(in).count(), 0.0f);
+    }
+  }
   if (reg(m).empty()) return;
   const float* dy = grad(m);
   float* const* ps = io_.params.data() + slots_[m].param;

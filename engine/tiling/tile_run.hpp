@@ -48,12 +48,12 @@ class tile_run {
   /// Layer l's buffer cropped to member m's region (l's own buffer when the regions agree).
   const float* input_at(std::size_t m, std::size_t input_index) const;
 
-  /// Zeroes the gradient buffers and copies the tile's share of the output gradient.
+  /// Copies the tile's share of the output gradient into the last member's buffer.
   void seed_output_grad() const;
   /// Member m's backward over its region: adds its inputs' gradient contributions to their
-  /// buffers (layer 0's only when `input_grad`), and with `params` its parameter gradients'
-  /// contributions to io.param_grads (CONV; BN's come from the sums). BN needs `sums`, the
-  /// whole image's, complete.
+  /// buffers (zeroed first when m is their last reader; layer 0's only when `input_grad`), and with
+  /// `params` its parameter gradients' contributions to io.param_grads (CONV; BN's come from the
+  /// sums). BN needs `sums`, the whole image's, complete.
   void backward(std::size_t m, bool input_grad, bool params, const bn_sums* sums) const;
 
  private:
