@@ -461,10 +461,25 @@ std::int64_t conv_batch_chunk_for(const shape4& in, const conv_params& p, std::s
   return std::min<std::int64_t>(g.n, static_cast<std::int64_t>(bytes / per_image));
 }
 
-void conv_forward(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
-                  const conv_params& p, const float* x, const float* w, const float* b, float* y) {
-  const char* kernel = "conv_forward";
-  const geom g = make_geom(kernel, in, p);
+namespace {
+
+// The window's geometry: the layer checked on the whole map, then the buffers' extents and
+// the padding shifted to the input buffer's origin (negative when the buffer starts above
+// the first row the outputs read), so that valid_outputs skips exactly the positions
+// outside the map, as on the whole map.
+geom make_window_geom(const char* kernel, const shape4& in, const conv_params& p,
+                      const map_window& win) {
+  geom g = make_geom(kernel, {in.n, in.c, win.map_h, win.map_w}, p);
+  detail::check_window(kernel, in, win, g.oh, g.ow);
+  g.h = in.h, g.w = in.w;
+  g.ph = p.pad_h + win.in_y0 - win.out_y0 * p.stride_h;
+  g.pw = p.pad_w + win.in_x0 - win.out_x0 * p.stride_w;
+  g.oh = win.out_h, g.ow = win.out_w;
+  return g;
+}
+
+void run_forward(const char* kernel, const kernel_context& ctx, const conv_config& cfg,
+                 const geom& g, const float* x, const float* w, const float* b, float* y) {
   detail::check_pointer(kernel, "x", x);
   detail::check_pointer(kernel, "w", w);
   detail::check_pointer(kernel, "y", y);
@@ -483,11 +498,8 @@ void conv_forward(const kernel_context& ctx, const conv_config& cfg, const shape
   }
 }
 
-void conv_backward_data(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
-                        const conv_params& p, const float* w, const float* dy, float* dx,
-                        bool accumulate) {
-  const char* kernel = "conv_backward_data";
-  const geom g = make_geom(kernel, in, p);
+void run_backward_data(const char* kernel, const kernel_context& ctx, const conv_config& cfg,
+                       const geom& g, const float* w, const float* dy, float* dx, bool accumulate) {
   detail::check_pointer(kernel, "w", w);
   detail::check_pointer(kernel, "dy", dy);
   detail::check_pointer(kernel, "dx", dx);
@@ -505,11 +517,27 @@ void conv_backward_data(const kernel_context& ctx, const conv_config& cfg, const
   }
 }
 
-void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
-                          const conv_params& p, const float* x, const float* dy, float* dw,
-                          float* db, bool accumulate) {
-  const char* kernel = "conv_backward_filter";
-  const geom g = make_geom(kernel, in, p);
+void run_backward_bias(const char* kernel, const kernel_context& ctx, const geom& g,
+                       const float* dy, float* db, bool accumulate) {
+  detail::check_pointer(kernel, "dy", dy);
+  detail::check_pointer(kernel, "db", db);
+  const int64_t P = g.p();
+  parallel_for(ctx, g.k, detail::grain_for(g.n * P), [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      for (int64_t n = 0; n < g.n; ++n) {
+        const float* dyp = dy + (n * g.k + k) * P;
+        double sum = 0.0;
+        for (int64_t j = 0; j < P; ++j) sum += dyp[j];
+        const float v = static_cast<float>(sum);
+        db[k] = accumulate || n > 0 ? db[k] + v : v;
+      }
+    }
+  });
+}
+
+void run_backward_filter(const char* kernel, const kernel_context& ctx, const conv_config& cfg,
+                         const geom& g, const float* x, const float* dy, float* dw, float* db,
+                         bool accumulate) {
   detail::check_pointer(kernel, "x", x);
   detail::check_pointer(kernel, "dy", dy);
   detail::check_pointer(kernel, "dw", dw);
@@ -525,27 +553,58 @@ void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, con
       backward_filter_gemm_batch(ctx, g, resolve_chunk(g, cfg.chunk), x, dy, dw, accumulate, ws);
       break;
   }
-  if (db != nullptr) conv_backward_bias(ctx, in, p, dy, db, accumulate);
+  if (db != nullptr) run_backward_bias(kernel, ctx, g, dy, db, accumulate);
+}
+
+}  // namespace
+
+void conv_forward(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                  const conv_params& p, const float* x, const float* w, const float* b, float* y) {
+  const char* kernel = "conv_forward";
+  run_forward(kernel, ctx, cfg, make_geom(kernel, in, p), x, w, b, y);
+}
+
+void conv_backward_data(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                        const conv_params& p, const float* w, const float* dy, float* dx,
+                        bool accumulate) {
+  const char* kernel = "conv_backward_data";
+  run_backward_data(kernel, ctx, cfg, make_geom(kernel, in, p), w, dy, dx, accumulate);
+}
+
+void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                          const conv_params& p, const float* x, const float* dy, float* dw,
+                          float* db, bool accumulate) {
+  const char* kernel = "conv_backward_filter";
+  run_backward_filter(kernel, ctx, cfg, make_geom(kernel, in, p), x, dy, dw, db, accumulate);
 }
 
 void conv_backward_bias(const kernel_context& ctx, const shape4& in, const conv_params& p,
                         const float* dy, float* db, bool accumulate) {
   const char* kernel = "conv_backward_bias";
-  const geom g = make_geom(kernel, in, p);
-  detail::check_pointer(kernel, "dy", dy);
-  detail::check_pointer(kernel, "db", db);
-  const int64_t P = g.p();
-  parallel_for(ctx, g.k, detail::grain_for(g.n * P), [&](int64_t lo, int64_t hi) {
-    for (int64_t k = lo; k < hi; ++k) {
-      for (int64_t n = 0; n < g.n; ++n) {
-        const float* dyp = dy + (n * g.k + k) * P;
-        double sum = 0.0;
-        for (int64_t j = 0; j < P; ++j) sum += dyp[j];
-        const float v = static_cast<float>(sum);
-        db[k] = accumulate || n > 0 ? db[k] + v : v;
-      }
-    }
-  });
+  run_backward_bias(kernel, ctx, make_geom(kernel, in, p), dy, db, accumulate);
+}
+
+void conv_forward_window(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                         const conv_params& p, const map_window& win, const float* x,
+                         const float* w, const float* b, float* y) {
+  const char* kernel = "conv_forward_window";
+  run_forward(kernel, ctx, cfg, make_window_geom(kernel, in, p, win), x, w, b, y);
+}
+
+void conv_backward_data_window(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                               const conv_params& p, const map_window& win, const float* w,
+                               const float* dy, float* dx, bool accumulate) {
+  const char* kernel = "conv_backward_data_window";
+  run_backward_data(kernel, ctx, cfg, make_window_geom(kernel, in, p, win), w, dy, dx, accumulate);
+}
+
+void conv_backward_filter_window(const kernel_context& ctx, const conv_config& cfg,
+                                 const shape4& in, const conv_params& p, const map_window& win,
+                                 const float* x, const float* dy, float* dw, float* db,
+                                 bool accumulate) {
+  const char* kernel = "conv_backward_filter_window";
+  run_backward_filter(kernel, ctx, cfg, make_window_geom(kernel, in, p, win), x, dy, dw, db,
+                      accumulate);
 }
 
 }  // namespace memweave::kernels::host

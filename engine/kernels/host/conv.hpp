@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "engine/kernels/host/kernel_context.hpp"
+#include "engine/kernels/host/map_window.hpp"
 #include "memweave/engine/layer_params.hpp"
 
 namespace memweave::kernels::host {
@@ -77,5 +78,23 @@ void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, con
 /// the convolution's input shape.
 void conv_backward_bias(const kernel_context& ctx, const shape4& in, const conv_params& p,
                         const float* dy, float* db, bool accumulate = false);
+
+// On part of the maps (map_window.hpp; tiled segments): `in` is the input buffer's shape
+// (n, c, its rows, its columns); the output buffer is (n, out_channels, win.out_h,
+// win.out_w). With direct, each output element of conv_forward_window has the bits of the
+// whole-map call (the same products in the same order); the im2col algorithms agree to
+// rounding (their GEMM tiling depends on the extents). The backward calls give this
+// window's dy's contributions to dx and dw (accumulate as above).
+
+void conv_forward_window(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                         const conv_params& p, const map_window& win, const float* x,
+                         const float* w, const float* b, float* y);
+void conv_backward_data_window(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                               const conv_params& p, const map_window& win, const float* w,
+                               const float* dy, float* dx, bool accumulate);
+void conv_backward_filter_window(const kernel_context& ctx, const conv_config& cfg,
+                                 const shape4& in, const conv_params& p, const map_window& win,
+                                 const float* x, const float* dy, float* dw, float* db,
+                                 bool accumulate);
 
 }  // namespace memweave::kernels::host

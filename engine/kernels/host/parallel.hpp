@@ -13,6 +13,7 @@
 #include <tbb/parallel_for.h>
 
 #include "engine/kernels/host/kernel_context.hpp"
+#include "engine/kernels/host/map_window.hpp"
 #include "engine/kernels/kernel_checks.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/layer_params.hpp"
@@ -71,6 +72,25 @@ inline span_range valid_outputs(std::int64_t offset, std::int64_t stride, std::i
   if (lo < 0) lo = 0;
   if (hi > out) hi = out;
   return {lo, hi};
+}
+
+/// Checks that a map_window's buffers lie inside the maps: the input buffer `in` (n, c,
+/// rows, columns) inside the input map, the output rectangle inside the whole output
+/// (out_h x out_w of the whole map, as the whole-map kernel computes it).
+inline void check_window(const char* kernel, const shape4& in, const map_window& win,
+                         std::int64_t whole_out_h, std::int64_t whole_out_w) {
+  MEMWEAVE_EXPECTS(
+      in.h >= 0 && in.w >= 0 && win.in_y0 >= 0 && win.in_x0 >= 0 && win.in_y0 + in.h <= win.map_h &&
+          win.in_x0 + in.w <= win.map_w && win.out_y0 >= 0 && win.out_x0 >= 0 && win.out_h >= 0 &&
+          win.out_w >= 0 && win.out_y0 + win.out_h <= whole_out_h &&
+          win.out_x0 + win.out_w <= whole_out_w,
+      std::string(kernel) + ": window of input rows [" + std::to_string(win.in_y0) + ", " +
+          std::to_string(win.in_y0 + in.h) + ") columns [" + std::to_string(win.in_x0) + ", " +
+          std::to_string(win.in_x0 + in.w) + ") and output rows [" + std::to_string(win.out_y0) +
+          ", +" + std::to_string(win.out_h) + ") columns [" + std::to_string(win.out_x0) + ", +" +
+          std::to_string(win.out_w) + ") of a " + std::to_string(win.map_h) + "x" +
+          std::to_string(win.map_w) + " map with a " + std::to_string(whole_out_h) + "x" +
+          std::to_string(whole_out_w) + " output; expected both inside their maps");
 }
 
 }  // namespace memweave::kernels::host::detail

@@ -58,12 +58,24 @@ int64_t argmax(const geom& g, const float* xp, const window& win) {
   return best;
 }
 
-}  // namespace
+// The window's geometry: the layer checked on the whole map, then the buffers' extents and
+// the padding shifted to the input buffer's origin (possibly negative), so that window_of
+// clips to exactly the in-map positions, as on the whole map.
+geom make_window_geom(const char* kernel, const shape4& in, const pool_params& p,
+                      const map_window& win) {
+  MEMWEAVE_EXPECTS(
+      !p.global, std::string(kernel) + ": a global pooling has no window; expected a windowed one");
+  geom g = make_geom(kernel, {in.n, in.c, win.map_h, win.map_w}, p);
+  detail::check_window(kernel, in, win, g.oh, g.ow);
+  g.h = in.h, g.w = in.w;
+  g.ph = p.pad_h + win.in_y0 - win.out_y0 * p.stride_h;
+  g.pw = p.pad_w + win.in_x0 - win.out_x0 * p.stride_w;
+  g.oh = win.out_h, g.ow = win.out_w;
+  return g;
+}
 
-void pool_forward(const kernel_context& ctx, const shape4& in, const pool_params& p, const float* x,
-                  float* y) {
-  const char* kernel = "pool_forward";
-  const geom g = make_geom(kernel, in, p);
+void run_forward(const char* kernel, const kernel_context& ctx, const geom& g, const float* x,
+                 float* y) {
   detail::check_pointer(kernel, "x", x);
   detail::check_pointer(kernel, "y", y);
   const float inv_count = 1.0f / static_cast<float>(g.kh * g.kw);
@@ -92,10 +104,8 @@ void pool_forward(const kernel_context& ctx, const shape4& in, const pool_params
                        });
 }
 
-void pool_backward(const kernel_context& ctx, const shape4& in, const pool_params& p,
-                   const float* x, const float* y, const float* dy, float* dx, bool accumulate) {
-  const char* kernel = "pool_backward";
-  const geom g = make_geom(kernel, in, p);
+void run_backward(const char* kernel, const kernel_context& ctx, const geom& g, const float* x,
+                  const float* y, const float* dy, float* dx, bool accumulate) {
   detail::check_pointer(kernel, "dy", dy);
   detail::check_pointer(kernel, "dx", dx);
   if (g.max) {
@@ -143,6 +153,33 @@ void pool_backward(const kernel_context& ctx, const shape4& in, const pool_param
           }
         }
       });
+}
+
+}  // namespace
+
+void pool_forward(const kernel_context& ctx, const shape4& in, const pool_params& p, const float* x,
+                  float* y) {
+  const char* kernel = "pool_forward";
+  run_forward(kernel, ctx, make_geom(kernel, in, p), x, y);
+}
+
+void pool_backward(const kernel_context& ctx, const shape4& in, const pool_params& p,
+                   const float* x, const float* y, const float* dy, float* dx, bool accumulate) {
+  const char* kernel = "pool_backward";
+  run_backward(kernel, ctx, make_geom(kernel, in, p), x, y, dy, dx, accumulate);
+}
+
+void pool_forward_window(const kernel_context& ctx, const shape4& in, const pool_params& p,
+                         const map_window& win, const float* x, float* y) {
+  const char* kernel = "pool_forward_window";
+  run_forward(kernel, ctx, make_window_geom(kernel, in, p, win), x, y);
+}
+
+void pool_backward_window(const kernel_context& ctx, const shape4& in, const pool_params& p,
+                          const map_window& win, const float* x, const float* y, const float* dy,
+                          float* dx, bool accumulate) {
+  const char* kernel = "pool_backward_window";
+  run_backward(kernel, ctx, make_window_geom(kernel, in, p, win), x, y, dy, dx, accumulate);
 }
 
 }  // namespace memweave::kernels::host

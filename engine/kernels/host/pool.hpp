@@ -9,6 +9,7 @@
 #pragma once
 
 #include "engine/kernels/host/kernel_context.hpp"
+#include "engine/kernels/host/map_window.hpp"
 #include "memweave/engine/layer_params.hpp"
 
 namespace memweave::kernels::host {
@@ -21,5 +22,17 @@ void pool_forward(const kernel_context& ctx, const shape4& in, const pool_params
 /// dx from x, y, dy. accumulate: dx[i] += g[i] (g = what accumulate = false writes).
 void pool_backward(const kernel_context& ctx, const shape4& in, const pool_params& p,
                    const float* x, const float* y, const float* dy, float* dx, bool accumulate);
+
+/// On part of the maps (map_window.hpp; tiled segments; not global): `in` is the input
+/// buffer's shape, the output buffer (n, c, win.out_h, win.out_w). Each output element has
+/// the bits of the whole-map call: its window holds the same elements, scanned in the same
+/// order (max ignores, average counts, the positions outside the map as on the whole map).
+void pool_forward_window(const kernel_context& ctx, const shape4& in, const pool_params& p,
+                         const map_window& win, const float* x, float* y);
+
+/// The contributions of this window's dy to dx (accumulate as pool_backward).
+void pool_backward_window(const kernel_context& ctx, const shape4& in, const pool_params& p,
+                          const map_window& win, const float* x, const float* y, const float* dy,
+                          float* dx, bool accumulate);
 
 }  // namespace memweave::kernels::host
