@@ -35,6 +35,7 @@ liveness::liveness(const tensor_table& table)
     }
   std::vector<std::size_t> born_count(steps_ + 1, 0), dies_count(steps_ + 1, 0);
   for (const tensor_info& t : table.tensors()) {
+    if (t.host_resident) continue;  // never on the device: no life there
     if (first_[t.id] == unused)
       throw std::logic_error("liveness: tensor '" + t.name +
                              "' is touched by no step (a bug in the tensor table)");
@@ -51,7 +52,7 @@ liveness::liveness(const tensor_table& table)
   born_.resize(born_count[steps_]);
   dies_.resize(dies_count[steps_]);
   for (const tensor_info& t : table.tensors()) {
-    if (t.persistent) continue;
+    if (t.persistent || t.host_resident) continue;
     born_[born_count[first_[t.id]]++] = t.id;
     dies_[dies_count[last_[t.id]]++] = t.id;
   }

@@ -336,7 +336,9 @@ void executor::allocate_persistent(tensor_id t) {
 }
 
 void executor::initialize_persistent() {
-  // Values are a pure function of (seed, tensor, element), so every policy starts equal.
+  // Values are a pure function of (seed, tensor name, element), so every policy starts
+  // equal, and so does the same network with its layers fused into tiled segments (whose
+  // tensors keep their names but not their ids).
   // Each tensor gets its values before the next is allocated: under utp/all that allocation
   // may evict it to host memory (the copy out waits for the copy in, on the compute stream).
   // Last layer first, so that when the budget cannot hold them all, the first layers' stay.
@@ -366,10 +368,13 @@ void executor::initialize_persistent() {
     const std::string suffix = info.name.substr(info.name.rfind('.') + 1);
     if (suffix == "weight") {
       // He-uniform: bound sqrt(6 / fan_in), fan_in = inputs per output element.
+      std::uint64_t name_key = 0xcbf29ce484222325u;  // FNV-1a: the same on every platform
+      for (const char c : info.name)
+        name_key = (name_key ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
       const double fan_in = static_cast<double>(info.shape.per_image());
       const double bound = std::sqrt(6.0 / std::max(1.0, fan_in));
       for (std::size_t j = 0; j < v.size(); ++j) {
-        const std::uint64_t key = mix64(options_.seed * 1000003u + info.id) + j;
+        const std::uint64_t key = mix64(options_.seed * 1000003u + name_key) + j;
         v[j] = static_cast<float>(detail::symmetric_unit(key) * bound);
       }
     } else if (suffix == "gamma" || suffix == "running_var") {

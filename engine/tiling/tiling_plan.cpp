@@ -150,30 +150,54 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
   // some grid fits, in the fewest tiles; the smallest step seen when none fits.
   std::size_t least = 0;
   std::string least_at;
+  auto rounded = [block_bytes](std::size_t b) {
+    return (b + block_bytes - 1) / block_bytes * block_bytes;
+  };
   auto place = [&](layer_id a, layer_id m) -> std::optional<tiled_segment_choice> {
+    // The batch a segment reads straight from the DATA layer stays on the host.
+    const std::size_t in = a == net.data_layer() && net[a].consumers.size() == 1
+                               ? 0
+                               : rounded(net[a].output_shape.bytes());
     for (layer_id b = m; b + 1 < net.size() && tileable(net[b]); ++b) {
       if (!cut[b]) continue;
+      // Its input and output are whole whatever the grid: skip what they alone exceed.
+      if (in + rounded(net[b].output_shape.bytes()) > budget_bytes) continue;
       tiled_segment_choice c = make_choice(net, a, b);
       for (layer_id i : c.members) c.untiled_bytes = std::max(c.untiled_bytes, untiled[i]);
       const shape4& out = net[b].output_shape;
-      for (std::int64_t k = 1;; k *= 2) {
+      // The fewest tiles: 2^e per side (clamped to the output), e found by bisection (a
+      // finer grid never needs more).
+      auto probe = [&](int e) {
+        const std::int64_t k = std::int64_t{1} << e;
         c.tiles_h = std::min(k, out.h);
         c.tiles_w = std::min(k, out.w);
         c.step_bytes = fused_bytes(c);
-        if (c.step_bytes <= budget_bytes) {
-          const tiling::tiled_segment seg =
-              tiling::make_segment(net, c.input, c.members, c.tiles_h, c.tiles_w);
-          c.forward_workspace = tiling::tiled_workspace_bytes(seg, false);
-          c.backward_workspace = tiling::tiled_workspace_bytes(seg, true);
-          return c;
-        }
-        if (least == 0 || c.step_bytes < least) {
+        if (c.step_bytes > budget_bytes && (least == 0 || c.step_bytes < least)) {
           least = c.step_bytes;
           least_at = "'" + c.first + "'..'" + c.last + "' in " + std::to_string(c.tiles_h) + "x" +
                      std::to_string(c.tiles_w) + " tiles";
         }
-        if ((c.tiles_h == out.h && c.tiles_w == out.w) || k >= k_max_tiles_per_side) break;
+        return c.step_bytes <= budget_bytes;
+      };
+      int top = 0;
+      while ((std::int64_t{1} << top) < std::min(std::max(out.h, out.w), k_max_tiles_per_side))
+        ++top;
+      if (!probe(top)) continue;
+      int lo = 0, hi = top;  // hi fits
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (probe(mid)) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
       }
+      (void)probe(hi);
+      const tiling::tiled_segment seg =
+          tiling::make_segment(net, c.input, c.members, c.tiles_h, c.tiles_w);
+      c.forward_workspace = tiling::tiled_workspace_bytes(seg, false);
+      c.backward_workspace = tiling::tiled_workspace_bytes(seg, true);
+      return c;
     }
     return std::nullopt;
   };
@@ -201,7 +225,13 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
                                              "' holds '" + net[i].name + "' (" +
                                              to_string(net[i].type) + "), which cannot be tiled");
     }
+    // The nearest start first (the smallest segment); further back where the input of a
+    // nearer one is too large to sit beside its output.
     std::optional<tiled_segment_choice> c = place(a, m);
+    for (layer_id e = a; !c && e > done && tileable(net[e]);) {
+      --e;  // e + 1 is a member from here on
+      if (cut[e]) c = place(e, m);
+    }
     // A segment that reads the previous one's output may not fit beside it (that output is
     // large, or it would not have been cut there): grow the previous one instead.
     while (!c && !plan.segments.empty() && plan.segments.back().members.back() == a) {
@@ -210,11 +240,14 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
       c = place(a, m);
     }
     if (!c) {
-      throw budget_too_small("budget " + format_bytes(budget_bytes) + " (" + knob +
-                             ") is too small for one tile of any segment holding layer '" +
-                             must.name + "': the smallest step is segment " + least_at +
-                             ", which needs " + format_bytes(least) + "; raise " + knob +
-                             " to at least that");
+      throw budget_too_small(
+          "budget " + format_bytes(budget_bytes) + " (" + knob +
+          ") is too small for one tile of any segment holding layer '" + must.name + "': " +
+          (least == 0 ? std::string("each one's whole input and output alone "
+                                    "exceed it; raise ") +
+                            knob
+                      : "the smallest step is segment " + least_at + ", which needs " +
+                            format_bytes(least) + "; raise " + knob + " to at least that"));
     }
     done = c->members.back();
     plan.segments.push_back(std::move(*c));

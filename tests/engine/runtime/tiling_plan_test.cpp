@@ -31,6 +31,11 @@ network chain(std::int64_t side, std::int64_t batch = 1) {
   c16.out_channels = 16;
   y = b.relu(b.conv(y, c16, "conv3"), "relu3");
   y = b.pool(y, pool_params{}, "pool2");
+  y = b.pool(
+      y,
+      pool_params{
+          .mode = pool_mode::average, .kernel_h = 4, .kernel_w = 4, .stride_h = 4, .stride_w = 4},
+      "pool3");
   b.softmax_loss(b.fc(y, fc_params{.out_features = 5}, "fc"));
   return std::move(b).build();
 }
