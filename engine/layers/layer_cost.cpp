@@ -3,7 +3,6 @@
 // weights). Cheap layers count a few flops per element, which the executor turns into
 // time through a bandwidth-like rate. Pure functions.
 #include "engine/layers/layer_step.hpp"
-#include "engine/tiling/tiled_segment.hpp"
 
 namespace memweave::layers {
 namespace {
@@ -40,7 +39,7 @@ double forward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
     case layer_type::data:
       return 0.0;
     case layer_type::tiled:
-      return tiling::tiled_forward_flops(*std::get<tiled_params>(l.params).segment);
+      return std::get<tiled_params>(l.params).forward_flops;
     default:
       return elements(in) + out;
   }
@@ -49,7 +48,7 @@ double forward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
 double backward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
   if (l.type == layer_type::data) return 0.0;
   if (l.type == layer_type::tiled)
-    return tiling::tiled_backward_flops(*std::get<tiled_params>(l.params).segment);
+    return std::get<tiled_params>(l.params).backward_flops;
   return 2.0 * forward_flops(l, in);
 }
 

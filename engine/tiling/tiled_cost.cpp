@@ -3,6 +3,7 @@
 // members' own cost model, layers::forward_flops/backward_flops, applied to region-sized
 // shapes, so halos count as recomputed work). Pure; thread-safe.
 #include <algorithm>
+#include <set>
 
 #include "engine/layers/layer_step.hpp"
 #include "engine/tiling/tile_buffers.hpp"
@@ -46,8 +47,15 @@ double statistics_flops(const layer& bn) {
 }  // namespace
 
 std::size_t tiled_workspace_bytes(const tiled_segment& s, bool backward) {
+  // A layout depends only on the regions' sizes, which a near-equal grid repeats for most
+  // tiles: lay out each distinct set of sizes once (thousands of tiles, a handful of sets).
+  std::set<std::vector<std::int64_t>> seen;
   std::size_t floats = 0;
   for (const auto& r : tile_regions(s)) {
+    std::vector<std::int64_t> sizes;
+    sizes.reserve(2 * r.size());
+    for (const region& x : r) sizes.insert(sizes.end(), {x.height(), x.width()});
+    if (!seen.insert(std::move(sizes)).second) continue;
     floats = std::max(floats, detail::layout_tile(s, r, backward).floats);
   }
   return floats * sizeof(float);

@@ -77,7 +77,11 @@ tiled_segment_choice make_choice(const network& net, layer_id input, layer_id la
 
 }  // namespace
 
-network tile_network(const network& net, std::span<const tiled_segment_choice> segments) {
+namespace {
+
+// tile_network; `costs`: also the fused layers' flops and input tile bytes (a sweep over
+// every tile of every member, which the planner's probes, sizing memory only, skip).
+network fuse(const network& net, std::span<const tiled_segment_choice> segments, bool costs) {
   // The segment each layer belongs to, and which members are their segment's last.
   std::vector<const tiled_segment_choice*> owner(net.size(), nullptr);
   for (const tiled_segment_choice& s : segments) {
@@ -105,10 +109,14 @@ network tile_network(const network& net, std::span<const tiled_segment_choice> s
           tiling::make_segment(net, s->input, s->members, s->tiles_h, s->tiles_w));
       p.forward_workspace_bytes = tiling::tiled_workspace_bytes(*seg, false);
       p.backward_workspace_bytes = tiling::tiled_workspace_bytes(*seg, true);
-      const shape4& in_shape = net[s->input].output_shape;
-      for (const std::vector<tiling::region>& t : tiling::tile_regions(*seg)) {
-        p.input_tile_bytes += static_cast<std::size_t>(t[0].height() * t[0].width()) *
-                              static_cast<std::size_t>(in_shape.n * in_shape.c) * sizeof(float);
+      if (costs) {
+        p.forward_flops = tiling::tiled_forward_flops(*seg);
+        p.backward_flops = tiling::tiled_backward_flops(*seg);
+        const shape4& in_shape = net[s->input].output_shape;
+        for (const std::vector<tiling::region>& t : tiling::tile_regions(*seg)) {
+          p.input_tile_bytes += static_cast<std::size_t>(t[0].height() * t[0].width()) *
+                                static_cast<std::size_t>(in_shape.n * in_shape.c) * sizeof(float);
+        }
       }
       p.segment = std::move(seg);
       const layer_handle in[] = {handle[s->input]};
@@ -128,6 +136,12 @@ network tile_network(const network& net, std::span<const tiled_segment_choice> s
   return std::move(b).build();
 }
 
+}  // namespace
+
+network tile_network(const network& net, std::span<const tiled_segment_choice> segments) {
+  return fuse(net, segments, true);
+}
+
 tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_t block_bytes,
                         const std::string& knob) {
   MEMWEAVE_EXPECTS(block_bytes > 0, "plan_tiling: block_bytes is 0; expected a positive size");
@@ -141,7 +155,7 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
   auto fused_bytes = [&](const tiled_segment_choice& candidate) {
     std::vector<tiled_segment_choice> all = plan.segments;
     all.push_back(candidate);
-    const network tiled = tile_network(net, all);
+    const network tiled = fuse(net, all, false);
     const std::vector<std::size_t> bytes = step_bytes(tiled, block_bytes);
     return bytes[*tiled.find(candidate.last)];
   };

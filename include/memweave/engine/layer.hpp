@@ -53,6 +53,10 @@ struct tiled_params {
   /// Bytes of the segment's input that its tiles read, halos included (each pass over the
   /// tiles reads them again): what crosses the host link when the input stays on the host.
   std::size_t input_tile_bytes = 0;
+  /// The null device's cost of its steps (tiling::tiled_forward_flops / backward), worked
+  /// out once when the segment is cut: the cost model asks at every step.
+  double forward_flops = 0;
+  double backward_flops = 0;
 };
 
 /// The parameters of any layer; the alternative must match the layer's type.
