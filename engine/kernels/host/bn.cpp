@@ -50,6 +50,11 @@ void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, cons
 }
 
 void bn_mean(std::int64_t channels, std::int64_t m, const exact_sum* sum, double* mean) {
+  MEMWEAVE_EXPECTS(m <= exact_sum::k_max_terms,
+                   "bn: " + std::to_string(m) +
+                       " values per channel (images x height x width); "
+                       "expected at most 2^36, what BN's exact statistics hold; use a smaller "
+                       "batch or image");
   for (int64_t c = 0; c < channels; ++c) mean[c] = sum[c].value() / static_cast<double>(m);
 }
 

@@ -54,6 +54,7 @@ void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, 
 void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, const float* x,
                                const double* mean, exact_sum* sq);
 /// mean[c] = sum[c] / m (m = images * h * w of the batch), for bn_sum_squared_deviations.
+/// Throws invalid_argument when m exceeds exact_sum::k_max_terms.
 void bn_mean(std::int64_t channels, std::int64_t m, const exact_sum* sum, double* mean);
 /// saved_mean = mean, saved_invstd = 1/sqrt(sq/m + epsilon).
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,

@@ -20,6 +20,9 @@ namespace memweave::kernels::host {
 
 class exact_sum {
  public:
+  /// The most floats a sum holds exactly (each adds less than 2^27 to a 64-bit group).
+  static constexpr std::int64_t k_max_terms = std::int64_t{1} << 36;
+
   /// Adds v exactly.
   void add(float v) noexcept { add_to(groups_, v); }
 

@@ -1,6 +1,8 @@
 // exact_sum: the same bits for any order of the additions, exact where float or double sums
 // lose digits, signs, extremes and non-finite values.
 #include "engine/kernels/host/exact_sum.hpp"
+#include "engine/kernels/host/bn.hpp"
+#include "memweave/core/error.hpp"
 
 #include <gtest/gtest.h>
 
@@ -67,6 +69,19 @@ TEST(exact_sum, non_finite_values_sum_as_doubles) {
   EXPECT_EQ(sum_of({-inf, 1.0f}), -std::numeric_limits<double>::infinity());
   EXPECT_TRUE(std::isnan(sum_of({inf, -inf})));
   EXPECT_TRUE(std::isnan(sum_of({1.0f, std::nanf("")})));
+}
+
+TEST(exact_sum, bn_refuses_more_values_per_channel_than_the_sums_hold) {
+  const std::vector<exact_sum> sums(2);
+  std::vector<double> mean(2);
+  EXPECT_NO_THROW(bn_mean(2, exact_sum::k_max_terms, sums.data(), mean.data()));
+  try {
+    bn_mean(2, exact_sum::k_max_terms + 1, sums.data(), mean.data());
+    ADD_FAILURE() << "accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("68719476737 values per channel"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
