@@ -48,6 +48,18 @@ network residual() {
   });
 }
 
+// x (2x3x20x18) -> conv 3x3 p1 -> BN -> relu (r) -> conv 3x3 s2 p1 -> BN, ADD max pool 3 s2 p1
+// of r (10x9) -> relu -> conv 1x1 s2 (5x5): the last CONV reads only the even positions,
+// so BN's statistics need the positions each tile owns beyond what it reads.
+network bn_segment() {
+  return wrap({2, 3, 20, 18}, [](network_builder& b, layer_handle x) {
+    const layer_handle r = b.relu(b.bn(b.conv(x, conv(4, 3, 1, 1))));
+    const layer_handle a = b.bn(b.conv(r, conv(4, 3, 2, 1)));
+    const layer_handle j = b.relu(b.add({a, b.pool(r, pool_p(pool_mode::max, 3, 2, 1))}));
+    return b.conv(j, conv(3, 1, 2, 0));
+  });
+}
+
 // Output of a window of `k` taps `d` apart, stride s, padding p over `in`; < 1 when none.
 std::int64_t window_out(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p,
                         std::int64_t d = 1) {
@@ -206,7 +218,7 @@ TEST(TiledBackward, RandomChainsAreWithinTheRoundingBoundOfUntiled) {
 }
 
 TEST(TiledBackward, IsBitIdenticalAcrossRunsAndThreadCounts) {
-  for (const network& net : {chain(), residual()}) {
+  for (const network& net : {chain(), residual(), bn_segment()}) {
     const tiled_segment s = test::whole_body(net, 2, 3);
     const test::segment_data d = test::random_data(s, 5);
     const test::segment_result a = run_tiled(s, d, true, 2);
@@ -222,18 +234,6 @@ TEST(TiledBackward, IsBitIdenticalAcrossRunsAndThreadCounts) {
 }
 
 // ---- BN and LRN ----------------------------------------------------------------------------
-
-// x (2x3x20x18) -> conv 3x3 p1 -> BN -> relu (r) -> conv 3x3 s2 p1 -> BN, ADD max pool 3 s2 p1
-// of r (10x9) -> relu -> conv 1x1 s2 (5x5): the last CONV reads only the even positions,
-// so BN's statistics need the positions each tile owns beyond what it reads.
-network bn_segment() {
-  return wrap({2, 3, 20, 18}, [](network_builder& b, layer_handle x) {
-    const layer_handle r = b.relu(b.bn(b.conv(x, conv(4, 3, 1, 1))));
-    const layer_handle a = b.bn(b.conv(r, conv(4, 3, 2, 1)));
-    const layer_handle j = b.relu(b.add({a, b.pool(r, pool_p(pool_mode::max, 3, 2, 1))}));
-    return b.conv(j, conv(3, 1, 2, 0));
-  });
-}
 
 // BN's whole-image statistics are exact sums (exact_sum.hpp): summed over the tiles' owned
 // positions they have the untiled bits, and so has everything after them.
