@@ -4,11 +4,9 @@
 //   mean pass:      sum of x over the positions each tile owns, then / m;
 //   deviation pass: sum of (x - mean)^2 likewise; then the saved mean and inverse std.
 // Each pass runs only the BN's ancestors; the BNs before it normalise with their finished
-// statistics. Without BN the output has the untiled bits (tile_run.hpp). With BN the sums
-// run over the tiles, then each tile's positions, instead of the images' rows: their double
-// sums round differently, so the statistics and everything after them agree with untiled
-// to float32 rounding (the tests state the tolerance). Thread safety: one call at a time
-// per io.
+// statistics. The output has the untiled bits (tile_run.hpp), BN included: its sums are
+// exact (exact_sum.hpp), so summing the owned positions tile by tile instead of the images'
+// rows in order gives the untiled statistics. Thread safety: one call at a time per io.
 #include <vector>
 
 #include "engine/tiling/tile_run.hpp"
