@@ -47,13 +47,14 @@ void bn_forward(const k::kernel_context& ctx, const step_io& io,
   const shape4& in = io.input_shapes[0];
   const auto C = static_cast<std::size_t>(in.c);
   const std::size_t parts = bounds.size() - 1;
-  std::vector<double> mean(C, 0.0), sq(C, 0.0);
+  std::vector<k::exact_sum> sum(C), sq(C);
+  std::vector<double> mean(C);
   for (std::size_t i = 0; i < parts; ++i) {
     const step_io s = slice(io, bounds[i], bounds[i + 1], true);
-    k::bn_sum_images(ctx, s.input_shapes[0], s.inputs[0], mean.data());
+    k::bn_sum_images(ctx, s.input_shapes[0], s.inputs[0], sum.data());
   }
   const std::int64_t m = in.n * in.h * in.w;
-  for (double& v : mean) v /= static_cast<double>(m);
+  k::bn_mean(in.c, m, sum.data(), mean.data());
   for (std::size_t i = 0; i < parts; ++i) {
     const step_io s = slice(io, bounds[i], bounds[i + 1], true);
     k::bn_sum_squared_deviations(ctx, s.input_shapes[0], s.inputs[0], mean.data(), sq.data());

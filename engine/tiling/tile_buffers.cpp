@@ -39,14 +39,20 @@ struct live_buffer {
   std::size_t floats, first, last;
 };
 
-// First fit: each buffer, in order, at the lowest offset where it overlaps no earlier
-// buffer whose interval meets its own. Deterministic; returns the offsets and the extent.
+// First fit: each buffer, in order of its first step, at the lowest offset where it overlaps
+// no buffer already placed whose interval meets its own. Deterministic; returns the offsets
+// and the extent.
 std::vector<std::size_t> place(const std::vector<live_buffer>& b, std::size_t& extent) {
+  std::vector<std::size_t> order(b.size());
+  for (std::size_t i = 0; i < b.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return b[x].first < b[y].first; });
   std::vector<std::size_t> at(b.size(), 0);
-  for (std::size_t i = 0; i < b.size(); ++i) {
+  std::vector<bool> placed(b.size(), false);
+  for (const std::size_t i : order) {
     std::vector<std::pair<std::size_t, std::size_t>> taken;  // [offset, end) of live ones
-    for (std::size_t j = 0; j < i; ++j) {
-      if (b[j].floats > 0 && b[j].first <= b[i].last && b[i].first <= b[j].last) {
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      if (placed[j] && b[j].floats > 0 && b[j].first <= b[i].last && b[i].first <= b[j].last) {
         taken.emplace_back(at[j], at[j] + b[j].floats);
       }
     }
@@ -57,6 +63,7 @@ std::vector<std::size_t> place(const std::vector<live_buffer>& b, std::size_t& e
       offset = std::max(offset, hi);
     }
     at[i] = offset;
+    placed[i] = true;
     extent = std::max(extent, offset + b[i].floats);
   }
   return at;
@@ -67,19 +74,30 @@ std::vector<std::size_t> place(const std::vector<live_buffer>& b, std::size_t& e
 tile_layout layout_tile(const tiled_segment& s, const std::vector<region>& regions, bool backward) {
   tile_layout t;
   const std::size_t count = s.layers.size();
+  // One timeline for both passes: forward step j at time j (layer 0's load at 0, the
+  // output's copy out or gradient seed at L + 1), then member m's backward at 2L + 2 - m (the
+  // input gradient's scatter at 2L + 2).
+  const std::size_t L = count - 1;
+  auto backward_at = [&](std::size_t m) { return 2 * L + 2 - m; };
   std::vector<live_buffer> buffers;
-  // Values: forward, from the step computing them to the last step reading them (the
-  // output to the copy out); backward, all of them for the whole tile (the backward reads
-  // each member's input and output).
+  // Values: from their step to their last forward reader, and in the backward to the last
+  // backward step reading them (tile_run::backward reads the layers' `reads`: its own output
+  // for ACT, LRN and max POOL, its input for CONV, BN, LRN and max POOL).
   for (std::size_t l = 0; l < count; ++l) {
-    buffers.push_back(
-        {floats_of(s, l, regions[l]), backward ? 0 : l, backward ? count : last_reader(s, l)});
+    std::size_t last = last_reader(s, l);
+    if (backward) {
+      if (l > 0 && s.layers[l].reads.output_data) last = std::max(last, backward_at(l));
+      for (const layer_id c : s.layers[l].consumers) {
+        if (s.layers[c].reads.input_data) last = std::max(last, backward_at(c));
+      }
+    }
+    buffers.push_back({floats_of(s, l, regions[l]), l, last});
   }
-  // Gradients, in backward step order (last member first): from the first consumer's
-  // backward, which adds the first contribution, to the layer's own backward. Step ids
-  // run down in the backward, so the interval in member ids is [l, last reader].
+  // Gradients: from their last reader's backward, which adds the first contribution (the
+  // output's: its seed), to their own backward.
   for (std::size_t l = 0; backward && l < count; ++l) {
-    buffers.push_back({floats_of(s, l, regions[l]), l, last_reader(s, l)});
+    buffers.push_back(
+        {floats_of(s, l, regions[l]), backward_at(last_reader(s, l)), backward_at(l)});
   }
   const std::vector<std::size_t> at = place(buffers, t.floats);
   t.value.assign(at.begin(), at.begin() + static_cast<std::ptrdiff_t>(count));

@@ -5,10 +5,11 @@
 // rows, region columns). Looping over the images inside a tile would divide the buffers by
 // n, but huge images are trained at batch 1, where it buys nothing, and it would cut the
 // kernels' parallelism (they parallelise over images x channels). Buffers share memory when
-// their lifetimes do not meet (first fit, in step order): forward, a value lives from its
-// member's step to its last reader's; backward, every value lives for the whole tile (the
-// backward reads each member's input and output after the recomputed forward) and a
-// gradient from its last reader's backward (the first to add to it) to its own. The scratch
+// their lifetimes do not meet (first fit in order of their first step) on one timeline: the
+// (recomputed) forward, then the backward, last member first. A value lives from its step to
+// its last reader, forward or backward (a backward reads its own output for ACT, LRN and max
+// POOL, its input for CONV, BN, LRN and max POOL); a gradient from its last reader's
+// backward (the first to add to it) to its own. The scratch
 // holds the crops of a point-wise member's inputs (and of their gradients) whose producer's
 // region is larger than the member's, and BN's owned part during its statistics passes.
 #pragma once

@@ -4,11 +4,9 @@
 //   mean pass:      sum of x over the positions each tile owns, then / m;
 //   deviation pass: sum of (x - mean)^2 likewise; then the saved mean and inverse std.
 // Each pass runs only the BN's ancestors; the BNs before it normalise with their finished
-// statistics. Without BN the output has the untiled bits (tile_run.hpp). With BN the sums
-// run over the tiles, then each tile's positions, instead of the images' rows: their double
-// sums round differently, so the statistics and everything after them agree with untiled
-// to float32 rounding (the tests state the tolerance). Thread safety: one call at a time
-// per io.
+// statistics. The output has the untiled bits (tile_run.hpp), BN included: its sums are
+// exact (exact_sum.hpp), so summing the owned positions tile by tile instead of the images'
+// rows in order gives the untiled statistics. Thread safety: one call at a time per io.
 #include <vector>
 
 #include "engine/tiling/tile_run.hpp"
@@ -46,7 +44,8 @@ void bn_statistics(const detail::sweep& sw, std::size_t b) {
   const std::vector<bool> up = detail::ancestors(sw.s, b);
   const auto c = static_cast<std::size_t>(l.output_shape.c);
   const std::int64_t m = l.output_shape.n * l.output_shape.h * l.output_shape.w;
-  std::vector<double> mean(c, 0.0), sq(c, 0.0);
+  std::vector<k::exact_sum> sum(c), sq(c);
+  std::vector<double> mean(c);
   for (int pass = 0; pass < 2; ++pass) {
     for (std::int64_t t = 0; t < detail::tile_count(sw.s); ++t) {
       const detail::tile_run run = sw.tile(t);
@@ -57,14 +56,12 @@ void bn_statistics(const detail::sweep& sw, std::size_t b) {
       const owned_part part = owned_input(sw, run, b, t);
       if (part.x == nullptr) continue;
       if (pass == 0) {
-        k::bn_sum_images(sw.ctx, part.shape, part.x, mean.data());
+        k::bn_sum_images(sw.ctx, part.shape, part.x, sum.data());
       } else {
         k::bn_sum_squared_deviations(sw.ctx, part.shape, part.x, mean.data(), sq.data());
       }
     }
-    if (pass == 0) {
-      for (double& v : mean) v /= static_cast<double>(m);
-    }
+    if (pass == 0) k::bn_mean(l.output_shape.c, m, sum.data(), mean.data());
   }
   float* const* aux = sw.io.aux.data() + sw.slots[b].aux;
   k::bn_finish_statistics(l.output_shape.c, m, std::get<bn_params>(l.params), sq.data(),

@@ -1,10 +1,11 @@
 // Host batch normalization.
 //
-// Invariants: one task per channel for every per-channel sum, which runs over images then
-// positions in ascending order, in double, continuing the accumulator it is given (so a
-// batch run in micro-batches, TSPLIT, sums in the same order); element-wise results are fixed
-// expressions of the saved float statistics. Thread safety: none of its own; concurrent calls must
-// not share outputs.
+// Invariants: one task per channel for every per-channel sum, which continues the
+// accumulator it is given: exactly in forward (so a batch run in any parts, TSPLIT's
+// micro-batches or a tiled segment's tiles, gets the same statistics), in double over
+// images then positions in backward (so micro-batches in image order sum in the same
+// order); element-wise results are fixed expressions of the saved float statistics. Thread safety:
+// none of its own; concurrent calls must not share outputs.
 #include "engine/kernels/host/bn.hpp"
 
 #include <cmath>
@@ -17,44 +18,51 @@ namespace memweave::kernels::host {
 
 using std::int64_t;
 
-void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, double* sum) {
+void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum) {
   const int64_t C = in.c, HW = in.h * in.w;
   detail::parallel_for(ctx, C, detail::grain_for(in.n * HW), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
-      double s = sum[c];
+      exact_sum& s = sum[c];
       for (int64_t n = 0; n < in.n; ++n) {
         const float* xp = x + (n * C + c) * HW;
-        for (int64_t j = 0; j < HW; ++j) s += xp[j];
+        s.add_each(HW, [xp](int64_t j) { return xp[j]; });
       }
-      sum[c] = s;
     }
   });
 }
 
 void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, const float* x,
-                               const double* mean, double* sq) {
+                               const double* mean, exact_sum* sq) {
   const int64_t C = in.c, HW = in.h * in.w;
   detail::parallel_for(ctx, C, detail::grain_for(in.n * HW), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
-      double s = sq[c];
+      exact_sum& s = sq[c];
       const double mean_c = mean[c];
       for (int64_t n = 0; n < in.n; ++n) {
         const float* xp = x + (n * C + c) * HW;
-        for (int64_t j = 0; j < HW; ++j) {
+        s.add_each(HW, [xp, mean_c](int64_t j) {
           const double d = xp[j] - mean_c;
-          s += d * d;
-        }
+          return static_cast<float>(d * d);
+        });
       }
-      sq[c] = s;
     }
   });
 }
 
+void bn_mean(std::int64_t channels, std::int64_t m, const exact_sum* sum, double* mean) {
+  MEMWEAVE_EXPECTS(m <= exact_sum::k_max_terms,
+                   "bn: " + std::to_string(m) +
+                       " values per channel (images x height x width); "
+                       "expected at most 2^36, what BN's exact statistics hold; use a smaller "
+                       "batch or image");
+  for (int64_t c = 0; c < channels; ++c) mean[c] = sum[c].value() / static_cast<double>(m);
+}
+
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
-                          const double* sq, const double* mean, float* saved_mean,
+                          const exact_sum* sq, const double* mean, float* saved_mean,
                           float* saved_invstd) {
   for (int64_t c = 0; c < channels; ++c) {
-    const double var = sq[c] / static_cast<double>(m);
+    const double var = sq[c].value() / static_cast<double>(m);
     saved_mean[c] = static_cast<float>(mean[c]);
     saved_invstd[c] = static_cast<float>(1.0 / std::sqrt(var + p.epsilon));
   }
@@ -82,9 +90,10 @@ void bn_forward_training(const kernel_context& ctx, const shape4& in, const bn_p
   checks::check_bn_forward_training(kernel, in, p, x, gamma, beta, y, saved_mean, saved_invstd);
   const auto C = static_cast<std::size_t>(in.c);
   const int64_t m = in.n * in.h * in.w;
-  std::vector<double> mean(C, 0.0), sq(C, 0.0);
-  bn_sum_images(ctx, in, x, mean.data());
-  for (double& v : mean) v /= static_cast<double>(m);
+  std::vector<exact_sum> sum(C), sq(C);
+  std::vector<double> mean(C);
+  bn_sum_images(ctx, in, x, sum.data());
+  bn_mean(in.c, m, sum.data(), mean.data());
   bn_sum_squared_deviations(ctx, in, x, mean.data(), sq.data());
   bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), saved_mean, saved_invstd);
   bn_normalize(ctx, in, x, gamma, beta, saved_mean, saved_invstd, y);

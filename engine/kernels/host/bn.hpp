@@ -4,12 +4,17 @@
 // (saved for the backward) and y = gamma * x_hat + beta with x_hat = (x - mean) * invstd,
 // evaluated in float from the saved (float) statistics. It does NOT touch the running
 // statistics: bn_update_running does, once per step, so recomputing a forward (memory
-// recomputation) never updates them twice. Statistics are summed in double, images then
-// positions in order: bit-reproducible.
+// recomputation) never updates them twice. The statistics are exact sums of floats
+// (exact_sum.hpp: x, then the squared deviations each rounded to float), so their bits do not
+// depend on the order of the elements: a batch run whole, in micro-batches (TSPLIT) or tile
+// by tile (tiled segments) gets the same statistics. The backward's sums are summed in
+// double, images then positions in order: bit-reproducible, and continued across
+// micro-batches in the same order.
 #pragma once
 
 #include <cstdint>
 
+#include "engine/kernels/host/exact_sum.hpp"
 #include "engine/kernels/host/kernel_context.hpp"
 #include "memweave/engine/layer_params.hpp"
 
@@ -37,19 +42,23 @@ void bn_backward(const kernel_context& ctx, const shape4& in, const bn_params& p
                  const float* saved_mean, const float* saved_invstd, const float* gamma,
                  const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate);
 
-// The pieces of the two, for a batch run in micro-batches (TSPLIT): the per-channel sums
-// add to the accumulators given (c doubles each, zero before the first micro-batch), in the
-// same order as the whole batch, so two passes (sums over every micro-batch, then the
-// element-wise step per micro-batch) give the same bits as one call.
+// The pieces of the two, for a batch run in parts (TSPLIT's micro-batches, tiled segments'
+// tiles): the per-channel sums add to the accumulators given (c each, empty or zero before
+// the first part), exactly in forward, so two passes (sums over every part, then the
+// element-wise step per part) give the same bits as one call, whatever the parts; in
+// backward in the same order as the whole batch when the parts are its images in order.
 
-/// sum[c] += x over the images and positions of `in` (one micro-batch).
-void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, double* sum);
-/// sq[c] += (x - mean[c])^2 over the images and positions of `in`.
+/// sum[c] += x over the images and positions of `in` (one part).
+void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum);
+/// sq[c] += (x - mean[c])^2 (each square rounded to float) over the images and positions.
 void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, const float* x,
-                               const double* mean, double* sq);
-/// saved_mean = mean, saved_invstd = 1/sqrt(sq/m + epsilon); m = images * h * w of the batch.
+                               const double* mean, exact_sum* sq);
+/// mean[c] = sum[c] / m (m = images * h * w of the batch), for bn_sum_squared_deviations.
+/// Throws invalid_argument when m exceeds exact_sum::k_max_terms.
+void bn_mean(std::int64_t channels, std::int64_t m, const exact_sum* sum, double* mean);
+/// saved_mean = mean, saved_invstd = 1/sqrt(sq/m + epsilon).
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
-                          const double* sq, const double* mean, float* saved_mean,
+                          const exact_sum* sq, const double* mean, float* saved_mean,
                           float* saved_invstd);
 /// y = gamma * ((x - saved_mean) * saved_invstd) + beta, element-wise.
 void bn_normalize(const kernel_context& ctx, const shape4& in, const float* x, const float* gamma,

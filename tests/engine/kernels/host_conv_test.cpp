@@ -408,5 +408,63 @@ TEST(host_conv, backward_filter_overwrites_parameter_gradients) {
   }
 }
 
+// ---- map windows (tiled segments) ------------------------------------------------------------
+
+// Rows [r0, r1) and columns [c0, c1) of every plane of an (n, c, h, w) tensor.
+std::vector<float> crop(const std::vector<float>& t, const shape4& s, std::int64_t r0,
+                        std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+  std::vector<float> out;
+  for (std::int64_t p = 0; p < s.n * s.c; ++p) {
+    for (std::int64_t y = r0; y < r1; ++y) {
+      for (std::int64_t x = c0; x < c1; ++x) out.push_back(t[(p * s.h + y) * s.w + x]);
+    }
+  }
+  return out;
+}
+
+TEST(host_conv, a_window_has_the_whole_maps_bits_and_one_outside_the_map_is_refused) {
+  // 13x11 input, 3x3 kernel, stride 2, padding 2, dilation 2: output 7x6. The window's
+  // output rows [3, 6) x columns [0, 4) read input rows [4, 13) and columns [0, 9) (the
+  // left padding skipped); the buffer holds rows [3, 13) (one more than read, as a tile's
+  // union of needs can) and columns [0, 9).
+  const shape4 in{2, 3, 13, 11};
+  conv_params p;
+  p.out_channels = 4, p.kernel_h = p.kernel_w = 3, p.stride_h = p.stride_w = 2;
+  p.pad_h = p.pad_w = 2, p.dilation_h = p.dilation_w = 2;
+  const shape4 out{2, 4, 7, 6};
+  const auto x = random_vector(static_cast<std::size_t>(in.count()), 1);
+  const auto w = random_vector(4 * 3 * 9, 2), b = random_vector(4, 3);
+  std::vector<float> y(static_cast<std::size_t>(out.count()));
+  const conv_config direct{};
+  conv_forward(context(), direct, in, p, x.data(), w.data(), b.data(), y.data());
+  const auto xs = crop(x, in, 3, 13, 0, 9);
+  const map_window win{13, 11, 3, 0, 3, 0, 3, 4};
+  std::vector<float> ys(2 * 4 * 3 * 4);
+  conv_forward_window(context(), direct, {2, 3, 10, 9}, p, win, xs.data(), w.data(), b.data(),
+                      ys.data());
+  EXPECT_TRUE(same_bits(ys, crop(y, out, 3, 6, 0, 4)));
+  // The same for max and average pooling 3x3, stride 2, padding 1 (output 7x6; the window
+  // reads rows [5, 12) and columns [0, 8)).
+  for (const pool_mode mode : {pool_mode::max, pool_mode::average}) {
+    const pool_params q{mode, 3, 3, 2, 2, 1, 1, false};
+    const shape4 pout{2, 3, 7, 6};
+    std::vector<float> py(static_cast<std::size_t>(pout.count()));
+    pool_forward(context(), in, q, x.data(), py.data());
+    std::vector<float> pys(2 * 3 * 3 * 4);
+    pool_forward_window(context(), {2, 3, 10, 9}, q, win, xs.data(), pys.data());
+    EXPECT_TRUE(same_bits(pys, crop(py, pout, 3, 6, 0, 4)));
+  }
+  // Output rows [5, 8) do not exist.
+  const map_window outside{13, 11, 3, 0, 5, 0, 3, 4};
+  try {
+    conv_forward_window(context(), direct, {2, 3, 10, 9}, p, outside, xs.data(), w.data(), b.data(),
+                        ys.data());
+    ADD_FAILURE() << "accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected both inside their maps"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace memweave::kernels::host::test

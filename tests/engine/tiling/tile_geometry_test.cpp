@@ -196,13 +196,15 @@ TEST(TiledCost, WorkspaceShrinksWithTheTilesAndFlopsCountTheHalos) {
   // One tile: whole maps. The chain's buffers (floats): input 800, conv 1200, relu 1200,
   // conv 400, pool 100. Forward, a value lives from its step to its reader's: the peak is
   // input + conv + relu while the relu runs (the second conv and the pool reuse the
-  // input's and the first conv's memory). Backward: every value, and the gradients
-  // likewise reuse memory: input + conv + relu gradients at the peak.
+  // input's and the first conv's memory). Backward, a value also lives until the last
+  // backward reading it (CONV reads its input, ReLU its output, max POOL both) and a gradient
+  // from its reader's backward to its own: the peak is at the ReLU's backward, which reads
+  // its output and its gradient and writes the first CONV's gradient, while the input waits
+  // for that CONV's weight gradient; the first CONV's output is long gone (no backward
+  // reads it).
   auto bytes = [&](std::size_t l) { return one.layers[l].output_shape.bytes(); };
-  std::size_t all = 0;
-  for (std::size_t l = 0; l < one.layers.size(); ++l) all += bytes(l);
   EXPECT_EQ(tiled_workspace_bytes(one, false), bytes(0) + bytes(1) + bytes(2));
-  EXPECT_EQ(tiled_workspace_bytes(one, true), all + bytes(0) + bytes(1) + bytes(2));
+  EXPECT_EQ(tiled_workspace_bytes(one, true), bytes(0) + 2 * bytes(2) + bytes(1));
   // The largest of 16 tiles (2x2 outputs, 12x12 input rows and columns) with its halos.
   EXPECT_LT(tiled_workspace_bytes(four, false), tiled_workspace_bytes(one, false) / 2);
   EXPECT_LT(tiled_workspace_bytes(four, true), tiled_workspace_bytes(one, true) / 2);
@@ -215,6 +217,20 @@ TEST(TiledCost, WorkspaceShrinksWithTheTilesAndFlopsCountTheHalos) {
   EXPECT_GT(tiled_forward_flops(four), untiled);
   // Backward: the recomputed forward plus the backward (twice the forward here).
   EXPECT_DOUBLE_EQ(tiled_backward_flops(one), 3 * untiled);
+}
+
+TEST(TiledCost, BnAddsItsStatisticsPassesAndTheBackwardRecomputes) {
+  // x (1x1x8x8) -> BN (8 flops per element: 512) -> conv 1x1 s2 (4x4 outputs, 2 flops each:
+  // 32). Forward: 544, plus BN's two statistics passes: its ancestors' forward (the input
+  // only: 0) and 2 flops per element each (256). Backward: the recomputed forward (544),
+  // the backward (twice the forward: 1088), and BN's sums pass: a recomputed forward, the
+  // conv's backward (64) and the sums (128).
+  const network net = wrap({1, 1, 8, 8}, [](network_builder& b, layer_handle x) {
+    return b.conv(b.bn(x), conv(1, 1, 2, 0));
+  });
+  const tiled_segment s = make_segment(net, 0, {1, 2}, 1, 1);
+  EXPECT_DOUBLE_EQ(tiled_forward_flops(s), 544 + 256);
+  EXPECT_DOUBLE_EQ(tiled_backward_flops(s), 544 + 1088 + 544 + 64 + 128);
 }
 
 }  // namespace

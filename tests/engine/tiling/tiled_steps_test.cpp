@@ -1,9 +1,9 @@
 // The fused tiled steps against the members run untiled with the ordinary host layer steps:
 // forward bit-identical (memcmp) on chains, a residual ADD/CONCAT DAG and random chains
 // (strides, padding, dilation, pooling windows that do not divide the tiles) for grids from
-// 1x1 to one tile per output pixel; backward within a bound derived from float32 rounding
-// and the number of tiles, and bit-identical across runs and thread counts; BN segments
-// within a stated float32 tolerance.
+// 1x1 to one tile per output pixel, BN segments (training and evaluation) included;
+// backward within a bound derived from float32 rounding and the number of tiles (through
+// BN and LRN within a stated tolerance), and bit-identical across runs and thread counts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,6 +45,18 @@ network residual() {
     const layer_handle j = b.pool(b.relu(b.add({a, c})), pool_p(pool_mode::max, 2, 2, 0));
     const layer_handle f = b.conv(x, conv(3, 3, 2, 1));
     return b.conv(b.concat({j, f}), conv(3, 3, 1, 1));
+  });
+}
+
+// x (2x3x20x18) -> conv 3x3 p1 -> BN -> relu (r) -> conv 3x3 s2 p1 -> BN, ADD max pool 3 s2 p1
+// of r (10x9) -> relu -> conv 1x1 s2 (5x5): the last CONV reads only the even positions,
+// so BN's statistics need the positions each tile owns beyond what it reads.
+network bn_segment() {
+  return wrap({2, 3, 20, 18}, [](network_builder& b, layer_handle x) {
+    const layer_handle r = b.relu(b.bn(b.conv(x, conv(4, 3, 1, 1))));
+    const layer_handle a = b.bn(b.conv(r, conv(4, 3, 2, 1)));
+    const layer_handle j = b.relu(b.add({a, b.pool(r, pool_p(pool_mode::max, 3, 2, 1))}));
+    return b.conv(j, conv(3, 1, 2, 0));
   });
 }
 
@@ -206,7 +218,7 @@ TEST(TiledBackward, RandomChainsAreWithinTheRoundingBoundOfUntiled) {
 }
 
 TEST(TiledBackward, IsBitIdenticalAcrossRunsAndThreadCounts) {
-  for (const network& net : {chain(), residual()}) {
+  for (const network& net : {chain(), residual(), bn_segment()}) {
     const tiled_segment s = test::whole_body(net, 2, 3);
     const test::segment_data d = test::random_data(s, 5);
     const test::segment_result a = run_tiled(s, d, true, 2);
@@ -223,52 +235,23 @@ TEST(TiledBackward, IsBitIdenticalAcrossRunsAndThreadCounts) {
 
 // ---- BN and LRN ----------------------------------------------------------------------------
 
-// x (2x3x20x18) -> conv 3x3 p1 -> BN -> relu (r) -> conv 3x3 s2 p1 -> BN, ADD max pool 3 s2 p1
-// of r (10x9) -> relu -> conv 1x1 s2 (5x5): the last CONV reads only the even positions,
-// so BN's statistics need the positions each tile owns beyond what it reads.
-network bn_segment() {
-  return wrap({2, 3, 20, 18}, [](network_builder& b, layer_handle x) {
-    const layer_handle r = b.relu(b.bn(b.conv(x, conv(4, 3, 1, 1))));
-    const layer_handle a = b.bn(b.conv(r, conv(4, 3, 2, 1)));
-    const layer_handle j = b.relu(b.add({a, b.pool(r, pool_p(pool_mode::max, 3, 2, 1))}));
-    return b.conv(j, conv(3, 1, 2, 0));
-  });
-}
-
-// |a - b| <= tol * max |b| element-wise, with a message naming the first element beyond.
-void expect_near_scaled(const std::vector<float>& a, const std::vector<float>& b, double tol,
-                        const std::string& what) {
-  double scale = 0;
-  for (const float v : b) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-  const long at = test::first_beyond(a, b, [&](std::size_t) { return tol * scale; });
-  EXPECT_EQ(at, -1) << what << ": element " << at << " tiled " << a[std::max(at, 0L)] << " untiled "
-                    << b[std::max(at, 0L)] << " scale " << scale;
-}
-
-// BN's whole-image sums run over the tiles, then each tile's owned positions, in double,
-// where untiled sums the images' rows in order: the double sums round differently, so a
-// saved statistic may differ from untiled by one float ulp once cast. A one-ulp change of
-// the mean or inverse std moves every normalised value by at most about 2u of the layer's
-// scale (u = 2^-24), which the members after it carry on with their own rounding: the
-// output stays within 16 * D * u of its largest magnitude (D members).
-TEST(TiledForward, BnSegmentIsWithinFloatRoundingOfUntiled) {
+// BN's whole-image statistics are exact sums (exact_sum.hpp): summed over the tiles' owned
+// positions they have the untiled bits, and so has everything after them.
+TEST(TiledForward, BnSegmentIsBitIdenticalToUntiled) {
   const network net = bn_segment();
   const tiled_segment one = test::whole_body(net, 1, 1);
   const test::segment_data d = test::random_data(one, 7);
   const test::segment_result untiled = run_untiled(one, d, false);
-  const double tol = 16.0 * static_cast<double>(one.layers.size() - 1) * std::ldexp(1.0, -24);
   for (const auto& [th, tw] : grids(one.layers.back().output_shape)) {
     const tiled_segment s = test::whole_body(net, th, tw);
     const test::segment_result tiled = run_tiled(s, d, false);
     const std::string grid = "grid " + std::to_string(th) + "x" + std::to_string(tw);
-    expect_near_scaled(tiled.output, untiled.output, tol, grid + " output");
+    EXPECT_TRUE(same_bits(tiled.output, untiled.output)) << grid;
     for (std::size_t i = 0; i < tiled.aux.size(); ++i) {  // saved mean and inverse std
-      expect_near_scaled(tiled.aux[i], untiled.aux[i], 4 * std::ldexp(1.0, -24),
-                         grid + " aux " + std::to_string(i));
+      EXPECT_TRUE(same_bits(tiled.aux[i], untiled.aux[i])) << grid << " aux " << i;
     }
     for (std::size_t i = 0; i < tiled.params.size(); ++i) {  // running statistics
-      expect_near_scaled(tiled.params[i], untiled.params[i], 4 * std::ldexp(1.0, -24),
-                         grid + " parameter " + std::to_string(i));
+      EXPECT_TRUE(same_bits(tiled.params[i], untiled.params[i])) << grid << " parameter " << i;
     }
   }
 }
