@@ -175,7 +175,15 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
     for (layer_id b = m; b + 1 < net.size() && tileable(net[b]); ++b) {
       if (!cut[b]) continue;
       // Its input and output are whole whatever the grid: skip what they alone exceed.
-      if (in + rounded(net[b].output_shape.bytes()) > budget_bytes) continue;
+      const std::size_t whole = in + rounded(net[b].output_shape.bytes());
+      if (whole > budget_bytes) {
+        if (least == 0 || whole < least) {
+          least = whole;
+          least_at = "'" + net[a + 1].name + "'..'" + net[b].name +
+                     "' (its input and output alone, in any grid)";
+        }
+        continue;
+      }
       tiled_segment_choice c = make_choice(net, a, b);
       for (layer_id i : c.members) c.untiled_bytes = std::max(c.untiled_bytes, untiled[i]);
       const shape4& out = net[b].output_shape;
@@ -216,9 +224,20 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
     return std::nullopt;
   };
 
+  // The layers over the budget. The batch itself may be: a segment reading it straight
+  // from the DATA layer leaves it on the host, so DATA's one consumer must start one.
+  std::vector<char> must(net.size(), 0);
+  for (layer_id i = 0; i < net.size(); ++i) must[i] = untiled[i] > budget_bytes;
+  const layer& data = net[net.data_layer()];
+  if (must[data.id] && data.consumers.size() == 1 && tileable(net[data.consumers[0]]) &&
+      untiled[data.id] - rounded(data.output_shape.bytes()) <= budget_bytes) {
+    must[data.id] = 0;
+    must[data.consumers[0]] = 1;
+  }
+
   layer_id done = 0;  // layers up to here are settled
   for (layer_id m = 0; m < net.size(); ++m) {
-    if ((m <= done && m != 0) || untiled[m] <= budget_bytes) continue;
+    if ((m <= done && m != 0) || !must[m]) continue;
     const layer& must = net[m];
     if (!tileable(must)) {
       throw budget_too_small(
