@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace memweave::detail {
 
@@ -13,6 +14,15 @@ constexpr std::uint64_t mix64(std::uint64_t x) noexcept {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+/// A key for a name (FNV-1a, the same on every platform): what a tensor's initial values
+/// and a layer's dropout mask are keyed by, so that they survive renumbering (a network
+/// with its layers fused into tiled segments keeps their names, not their ids).
+constexpr std::uint64_t name_key(std::string_view name) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
 }
 
 /// Uniform in [-1, 1) from `key` (53 bits of mix64(key)).

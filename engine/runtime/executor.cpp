@@ -368,9 +368,7 @@ void executor::initialize_persistent() {
     const std::string suffix = info.name.substr(info.name.rfind('.') + 1);
     if (suffix == "weight") {
       // He-uniform: bound sqrt(6 / fan_in), fan_in = inputs per output element.
-      std::uint64_t name_key = 0xcbf29ce484222325u;  // FNV-1a: the same on every platform
-      for (const char c : info.name)
-        name_key = (name_key ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
+      const std::uint64_t name_key = detail::name_key(info.name);
       const double fan_in = static_cast<double>(info.shape.per_image());
       const double bound = std::sqrt(6.0 / std::max(1.0, fan_in));
       for (std::size_t j = 0; j < v.size(); ++j) {

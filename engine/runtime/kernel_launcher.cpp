@@ -111,7 +111,7 @@ kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& s
   io.data_chunk = conv.data.chunk;
   io.filter_algo = conv.filter.algo;
   io.filter_chunk = conv.filter.chunk;
-  io.seed = detail::mix64(detail::mix64(ctx_.seed * 1000003u + l.id) +
+  io.seed = detail::mix64(detail::mix64(ctx_.seed * 1000003u + detail::name_key(l.name)) +
                           static_cast<std::uint64_t>(step.iteration));
   io.first_sample = ctx_.first_sample;
   io.update_running_stats = !step.replay && !step.inference;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "engine_test_util.hpp"
@@ -148,6 +149,78 @@ TEST(tiling_plan_test, tiled_training_fits_below_the_untiled_floor_and_follows_u
                              "tiled training run twice");
   for (const step_record& r : tiled.steps) EXPECT_LE(r.heap_bytes, budget) << r.layer;
 }
+
+}  // namespace
+}  // namespace memweave
+
+namespace memweave {
+namespace {
+
+// Every zoo network at small size (AlexNet and VGG16 at 96 px, where their convolutions
+// rather than their FC layers are the largest steps) under the smallest budget at which the
+// planner cuts tiled segments: the forward is bit-identical to untiled training with
+// unlimited memory (the first loss), every weight gradient differs only by summation order,
+// and tiled training is deterministic.
+class zoo_tiling_test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(zoo_tiling_test, tiled_training_follows_untiled_training) {
+  const std::string& name = GetParam();
+  zoo_options z;
+  z.batch = 8;
+  z.classes = 5;
+  z.width_scale = 0.0625;
+  z.image_side =
+      name == "alexnet" || name == "vgg16" ? 96 : std::max<std::int64_t>(32, zoo_min_side(name));
+  const network net = make_network(name, z);
+  const std::size_t untiled =
+      plan_tiling(net, std::size_t{1} << 30, k_block, "--budget").max_layer_bytes;
+  std::optional<tiling_plan> p;
+  std::size_t budget = 0;
+  for (int percent = 30; percent <= 95 && !p; percent += 5) {
+    budget = untiled * static_cast<std::size_t>(percent) / 100;
+    try {
+      tiling_plan q = plan_tiling(net, budget, k_block, "--budget");
+      if (!q.segments.empty()) p = std::move(q);
+    } catch (const budget_too_small&) {
+      // below what some layer needs, tiled or not: a larger budget
+    }
+  }
+  ASSERT_TRUE(p) << "no budget cuts a tiled segment";
+  EXPECT_LE(p->tiled_max_layer_bytes, budget);
+  const auto reference = test::train(net, test::policy_options("liveness", 0, "fixed:direct"), 1);
+  const auto tiled = test::train(p->net, test::policy_options("all", budget, "fixed:direct"), 1);
+  ASSERT_EQ(tiled.losses.size(), 1u);
+  EXPECT_EQ(tiled.losses[0], reference.losses[0]) << "the forward is bit-identical";
+  // A gradient element sums at most L = batch x output pixels products per tile, and the
+  // tiles' partial sums add in another order: each differs from the untiled one by at most
+  // 2 (L + T) u max|g| (u = 2^-24, T tiles), max|g| bounding its terms' magnitudes' mean.
+  // The persistent tensors after one update are the parameters (w - lr g) and momenta (g).
+  std::int64_t tiles = 0;
+  for (const tiled_segment_choice& c : p->segments) tiles = std::max(tiles, c.tiles_h * c.tiles_w);
+  const double L = static_cast<double>(z.batch * z.image_side * z.image_side);
+  const double tol = 2.0 * (L + static_cast<double>(tiles)) * std::ldexp(1.0, -24);
+  ASSERT_EQ(tiled.persistent.size(), reference.persistent.size());
+  for (std::size_t t = 0; t < tiled.persistent.size(); ++t) {
+    const std::vector<float>& a = reference.persistent[t];
+    const std::vector<float>& b = tiled.persistent[t];
+    ASSERT_EQ(a.size(), b.size());
+    double most = 0, diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      most = std::max(most, static_cast<double>(std::abs(a[i])));
+      diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+    }
+    EXPECT_LE(diff, tol * most) << name << ": persistent tensor #" << t;
+  }
+  test::expect_bit_identical(
+      test::train(p->net, test::policy_options("all", budget, "fixed:direct"), 2),
+      test::train(p->net, test::policy_options("all", budget, "fixed:direct"), 2),
+      name + " tiled, run twice");
+}
+
+INSTANTIATE_TEST_SUITE_P(zoo, zoo_tiling_test,
+                         ::testing::Values("alexnet", "vgg16", "resnet50", "inception_v4",
+                                           "densenet121"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace memweave
