@@ -1,6 +1,7 @@
 // `memweave plan`: the same runtime as train on the null device (addresses, no memory, no
 // kernels): per-step memory, peak, max(l_i), and whether each policy fits the budget.
 #include "commands.hpp"
+#include "image_side_search.hpp"
 #include "largest_fit.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
@@ -52,19 +53,6 @@ std::string describe_communication(const policy_report& p, const cluster& c, dou
   return s.str();
 }
 
-// Whether `policy` runs one iteration of `net` within the budget on the null device. Only
-// "does not fit" is false: any other error (a bad --conv-ws, say) is the user's to fix and
-// propagates, instead of being taken for a budget too small.
-bool fits_budget(const network& net, const network_run_options& o, const std::string& policy,
-                 const device_options& dev) {
-  try {
-    return run_policy(net, o, policy, dev, 1, nullptr, nullptr, nullptr).fits;
-  } catch (const error& e) {
-    if (does_not_fit(e)) return false;
-    throw;
-  }
-}
-
 // --max-batch / --max-depth: the largest batch (or ResNet n3) that fits, per policy.
 int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostream& out) {
   MEMWEAVE_EXPECTS(o.budget_bytes != 0, std::string(depth ? "--max-depth" : "--max-batch") +
@@ -107,7 +95,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
         if (v == 1) throw;
         return false;
       }
-      return fits_budget(*net, o, policy, dev);
+      return plan_fits_budget(*net, o, policy, dev);
     });
     out << "  " << policy << ": ";
     if (r.value == 0) {
@@ -139,7 +127,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
 }  // namespace
 
 int plan_command(int argc, const char* const* argv, std::ostream& out) {
-  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "split"});
+  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "max-image-side", "split"});
   network_run_options o = read_network_run_options(args);
   // The planner's host memory is address space (committed only where jemalloc writes its
   // metadata), so model a large machine unless told otherwise.
@@ -155,7 +143,14 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   o.executor.ranks = c.ranks;
   o.executor.bucket_bytes = c.bucket_bytes;
   const bool split = args.flag("split");
+  const bool max_side = args.flag("max-image-side");
   args.reject_unused();
+  if (max_side) {  // image_side_search.hpp
+    MEMWEAVE_EXPECTS(!split && !max_batch && !max_depth && c.ranks == 1,
+                     "--max-image-side searches the side of one device's plan at --batch: give "
+                     "it without --split, --max-batch, --max-depth or --ranks");
+    return plan_max_image_side(o, out);
+  }
   if (split) {  // TSPLIT's planner (split_report.hpp)
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
     MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");

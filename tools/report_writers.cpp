@@ -43,13 +43,14 @@ void write_json(std::ostream& out, const run_report& r) {
       << ",\n  \"network\": " << json_string(r.network) << ",\n  \"batch\": " << r.batch
       << ",\n  \"budget_bytes\": " << r.budget_bytes << ",\n  \"device\": " << json_string(r.device)
       << ",\n  \"iterations\": " << r.iterations << ",\n  \"ranks\": " << r.ranks
-      << ",\n  \"policies\": [";
+      << ",\n  \"search\": " << json_string(r.search) << ",\n  \"policies\": [";
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
     const policy_report& p = r.policies[i];
     out << (i ? "," : "") << "\n    {\n      \"policy\": " << json_string(p.policy)
         << ",\n      \"fits\": " << (p.fits ? "true" : "false")
         << ",\n      \"failed\": " << (p.failed ? "true" : "false")
         << ",\n      \"failure\": " << json_string(p.failure)
+        << ",\n      \"image_side\": " << p.image_side
         << ",\n      \"peak_bytes\": " << p.peak_bytes
         << ",\n      \"peak_live_bytes\": " << p.peak_live_bytes
         << ",\n      \"peak_step\": " << p.peak_step
