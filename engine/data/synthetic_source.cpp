@@ -2,8 +2,8 @@
 // thread-safe. Every value is a pure function of (seed, iteration, image position, channel,
 // row, column) through a counter-based hash, never a stateful RNG: batch k does not depend
 // on which batches were asked for before, and a region of an image is made without the
-// rest of it. The pattern is separable (a row term plus a column term per channel), so an
-// image or region of h x w costs O(h + w) pattern work plus one hash per pixel for the noise.
+// rest of it. The waves are separable (a row term plus a column term per channel): an image
+// or region of h x w costs O(h + w) for them plus two hashes per pixel (texture, noise).
 #include <cmath>
 #include <vector>
 
@@ -101,24 +101,28 @@ class synthetic_source final : public data_source {
   // Region r of the image of `key` (its label's pattern plus its noise) into out (CHW).
   void write(std::uint64_t key, const image_region& r, float* out) const {
     const std::int64_t label = label_of(key);
+    // The class's texture: white, one value per pixel of the class.
+    const std::uint64_t texture =
+        mix64(seed_ ^ 0x7e3a11ull) +
+        static_cast<std::uint64_t>(label) * static_cast<std::uint64_t>(image_.per_image());
     std::vector<float> rows(static_cast<std::size_t>(r.h)), cols(static_cast<std::size_t>(r.w));
     for (std::int64_t c = r.c0; c < r.c0 + r.c; ++c) {
       const std::uint64_t k =
-          mix64(mix64(seed_ ^ 0x7e3a11ull) + static_cast<std::uint64_t>(label * image_.c + c));
-      const float offset = 0.25f * symmetric(k);
-      const wave down = make_wave(k + 2), across = make_wave(k + 4);
+          mix64(mix64(seed_ ^ 0x5a7e11ull) + static_cast<std::uint64_t>(label * image_.c + c));
+      const wave down = make_wave(k), across = make_wave(k + 2);
       for (std::int64_t y = 0; y < r.h; ++y)
-        rows[static_cast<std::size_t>(y)] = offset + down.at(r.y0 + y, image_.h);
+        rows[static_cast<std::size_t>(y)] = down.at(r.y0 + y, image_.h);
       for (std::int64_t x = 0; x < r.w; ++x)
         cols[static_cast<std::size_t>(x)] = across.at(r.x0 + x, image_.w);
       for (std::int64_t y = 0; y < r.h; ++y) {
-        // The noise's counter is the pixel's index in the whole image.
-        const std::uint64_t row_key =
-            key + static_cast<std::uint64_t>((c * image_.h + r.y0 + y) * image_.w + r.x0);
+        // The counters are the pixel's index in the whole image.
+        const auto pixel = static_cast<std::uint64_t>((c * image_.h + r.y0 + y) * image_.w + r.x0);
+        const std::uint64_t noise_key = key + pixel, texture_key = texture + pixel;
         float* o = out + ((c - r.c0) * r.h + y) * r.w;
         for (std::int64_t x = 0; x < r.w; ++x) {
-          o[x] = rows[static_cast<std::size_t>(y)] + cols[static_cast<std::size_t>(x)] +
-                 0.5f * symmetric(row_key + static_cast<std::uint64_t>(x));
+          const auto i = static_cast<std::uint64_t>(x);
+          o[x] = symmetric(texture_key + i) + rows[static_cast<std::size_t>(y)] +
+                 cols[static_cast<std::size_t>(x)] + 0.5f * symmetric(noise_key + i);
         }
       }
     }

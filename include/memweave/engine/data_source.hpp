@@ -59,13 +59,14 @@ std::unique_ptr<data_source> make_batch_slice(data_source& whole, std::int64_t g
 
 /// A learnable synthetic task: each class has a fixed pattern; an image is its label's
 /// pattern plus noise; labels are uniform. Made procedurally, pixel by pixel: the pattern of
-/// class k, channel c at row y, column x is d(k,c) + t(k,c,y) + u(k,c,x), a per-class
-/// colour offset plus two triangle waves of 1 to 3 periods across the image with random
-/// phases (low frequency at any side, so pooled features keep the class); the noise is a
-/// counter-based hash of (seed, iteration, image, channel, row, column). Nothing is kept
-/// per class or per image: a huge image costs only the memory it is written to, and any
-/// region of it can be made alone (fill_region). Deterministic in (seed, iteration, image
-/// position), whatever the batch size.
+/// class k, channel c at row y, column x is a white texture (uniform in [-1, 1), a hash of
+/// (seed, k, pixel): what earlier versions stored as the class's template) plus two
+/// triangle waves t(k,c,y) + u(k,c,x) of amplitude 0.5 and 1 to 3 periods across the image
+/// with random phases (low frequency at any side, so pooled features keep the class; zero
+/// mean over the image); the noise, in [-0.5, 0.5), is a hash of (seed, iteration, image
+/// position, pixel). Nothing is kept per class or per image: a huge image costs only the
+/// memory it is written to, and any region of it can be made alone (fill_region).
+/// Deterministic in (seed, iteration, image position), whatever the batch size.
 std::unique_ptr<data_source> make_synthetic_source(const shape4& image, std::int64_t classes,
                                                    std::uint64_t seed);
 

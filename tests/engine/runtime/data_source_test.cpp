@@ -119,7 +119,7 @@ TEST(data_source_test, a_tile_of_a_32768_image_costs_only_the_tile) {
       EXPECT_EQ(h[static_cast<std::size_t>(y * 32 + x)],
                 a[static_cast<std::size_t>((48 + 24 + y) * 32 + x)]);
   }
-  for (float v : a) EXPECT_TRUE(std::abs(v) <= 1.75f) << v;  // pattern 1.25 + noise 0.5
+  for (float v : a) EXPECT_TRUE(std::abs(v) <= 2.5f) << v;  // texture 1, waves 2 x 0.5, noise 0.5
 }
 
 TEST(data_source_test, synthetic_classes_survive_pooling_to_a_coarse_grid) {
