@@ -110,6 +110,10 @@ TEST(zoo_test, vgg16_takes_any_side_through_an_adaptive_pool_left_out_at_its_nat
     EXPECT_EQ(net[a.consumers[0]].name, "fc6");
     EXPECT_EQ(net.parameter_count(), 138'357'544) << side;
   }
+  EXPECT_NE(make_vgg16({1, 512, 1.0, 1000, 3})
+                .summary()
+                .find("avgpool POOL <- pool5 -> 1x512x7x7 adaptive\n"),
+            std::string::npos);
 }
 
 TEST(zoo_test, networks_ending_in_a_global_or_adaptive_pool_keep_their_parameters_at_any_side) {

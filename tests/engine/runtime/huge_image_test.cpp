@@ -4,6 +4,7 @@
 // step records) wraps or rounds: every figure is checked to the byte against the shapes.
 #include <cstdint>
 
+#include "engine/layers/layer_step.hpp"
 #include "engine_test_util.hpp"
 
 namespace memweave {
@@ -81,6 +82,22 @@ TEST(huge_image, resnet50_at_32768_plans_on_the_null_device_to_the_byte) {
   EXPECT_EQ(table[table.find("conv1.y")].bytes, float_bytes(1, 64, k_side / 2, k_side / 2));
   EXPECT_EQ(base.report().peak_bytes, all_tensors(table));
   EXPECT_LT(expect_liveness_as_planned(net, *dev), base.report().peak_bytes);
+}
+
+TEST(huge_image, an_adaptive_pool_costs_the_elements_its_windows_read) {
+  network_builder b("m");
+  auto x = b.data({1, 2, 5, 3}, 2);
+  auto p = b.pool(x, {.mode = pool_mode::average, .adaptive_h = 7, .adaptive_w = 2}, "avg");
+  b.softmax_loss(b.fc(p, {2, true}));
+  const network net = std::move(b).build();
+  // Rows: 5 to 7 windows of 1, 2, 2, 1, 2, 2, 1 rows (11); columns: 3 to 2 of 2 and 2 (4).
+  EXPECT_EQ(layers::forward_flops(net[*net.find("avg")], {{1, 2, 5, 3}}), 2.0 * 11 * 4);
+  // VGG16's at 32768: pool5's 1024 x 1024 to 7 x 7 reads each element about once.
+  const network vgg = make_network("vgg16", {1, k_side, 1.0, 1000, 3});
+  const layer& avg = vgg[*vgg.find("avgpool")];
+  const double read = layers::forward_flops(avg, {vgg[avg.inputs[0]].output_shape});
+  EXPECT_GE(read, 512.0 * 1024 * 1024);
+  EXPECT_LE(read, 512.0 * 1030 * 1030);
 }
 
 }  // namespace
