@@ -7,6 +7,8 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/engine/data_parallel_model.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/tensor_table.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
 #include "split_report.hpp"
@@ -20,7 +22,19 @@ namespace memweave {
 
 namespace {
 
-constexpr std::size_t k_unbudgeted_plan_bytes = std::size_t{32} << 40;
+// Without a budget the planning device is large enough for every policy to fit, so that
+// its real peak is measured: 1 TiB of address space while the baseline (every tensor at
+// once) takes at most half of it, else 32 TiB, a quarter of x86-64's 128 TiB of user
+// address space (VGG16's baseline at 32768x32768 takes 6.7 TiB), leaving room for the host
+// pool and the rest of the process. (The smaller reservation where it suffices keeps plans
+// runnable where address space is short: under TSan, or a ulimit -v.)
+std::size_t unbudgeted_plan_bytes(const network& net) {
+  const route r(net);
+  const tensor_table table(net, r);
+  const std::size_t small = std::size_t{1} << 40;
+  return table.persistent_bytes() + table.transient_bytes() <= small / 2 ? small
+                                                                         : std::size_t{32} << 40;
+}
 
 // --ranks N: data parallelism on N devices (--batch the global batch, --budget each
 // device's), the network between them at --net-gbps.
@@ -183,11 +197,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   if (global == 0) global = net.batch();  // one device, the model file's batch
   device_options dev;
   dev.kind = "null";
-  // Without a budget the planning device is as large as address space allows, so that
-  // every policy fits and its real peak is measured: a quarter of x86-64's 128 TiB of user
-  // address space (VGG16's baseline at 32768x32768 takes 6.7 TiB), leaving room for the
-  // host pool and the rest of the process.
-  dev.capacity_bytes = o.budget_bytes ? o.budget_bytes : k_unbudgeted_plan_bytes;
+  dev.capacity_bytes = o.budget_bytes ? o.budget_bytes : unbudgeted_plan_bytes(net);
   dev.host_link_gbps = null_link_gbps(o);
   run_report report;
   report.command = "plan";

@@ -1,5 +1,6 @@
-// plan --max-image-side (issue 14): the largest input side, a multiple of 32, that fits a
-// budget at a batch, checked against plans at the sides around it.
+// Huge images at the command line (issue 14): plans at 32768 without a budget, and plan
+// --max-image-side, the largest input side (a multiple of 32) that fits a budget at a
+// batch, checked against plans at the sides around it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -72,6 +73,20 @@ TEST(image_side_cli_test, nothing_fitting_exits_1_and_bad_combinations_name_the_
             std::string::npos);
   EXPECT_NE(error({"--max-image-side", "--budget", "1GiB", "--max-batch"}).find("--max-batch"),
             std::string::npos);
+}
+
+TEST(image_side_cli_test, without_a_budget_vgg16_and_resnet50_plan_at_32768) {
+  for (const char* net : {"vgg16", "resnet50"}) {
+    const auto r = run(plan_command, {"--net", net, "--batch", "1", "--image-side", "32768",
+                                      "--policy", "baseline,liveness", "--conv-ws", "none"});
+    EXPECT_EQ(r.code, 0) << r.out;
+    // The baseline's terabytes need the large planning device; a small plan keeps 1 TiB.
+    EXPECT_NE(r.out.find("planning, 32.00 TiB"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("baseline    yes"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("liveness    yes"), std::string::npos) << r.out;
+  }
+  const auto small = run(plan_command, narrow_vgg({"--image-side", "64"}));
+  EXPECT_NE(small.out.find("planning, 1.00 TiB"), std::string::npos) << small.out;
 }
 
 }  // namespace
