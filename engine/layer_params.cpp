@@ -47,6 +47,7 @@ shape4 conv_params::output(const shape4& in) const noexcept {
 
 shape4 pool_params::output(const shape4& in) const noexcept {
   if (global) return {in.n, in.c, 1, 1};
+  if (adaptive()) return {in.n, in.c, adaptive_h, adaptive_w};
   return {in.n, in.c, (in.h + 2 * pad_h - kernel_h) / stride_h + 1,
           (in.w + 2 * pad_w - kernel_w) / stride_w + 1};
 }

@@ -44,6 +44,8 @@ commands:
           peak, max(l_i), and whether each policy fits --budget (same options, no --data);
           --max-batch: the largest batch that fits --budget, per policy;
           --max-depth: the deepest ResNet (n3 growing) that fits --budget at --batch;
+          --max-image-side: the largest --image-side (a multiple of 32) that fits --budget
+          at --batch, per policy (its plan in --json/--csv/--svg);
           --ranks N [--net-gbps X]: data parallelism on N devices (--batch global, --budget
           per device), the ring allreduce over an X Gb/s network (MEMWEAVE_NET_GBPS, 100)
   (train under `mpirun -np N` trains data-parallel: --batch global, --budget per rank)

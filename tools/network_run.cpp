@@ -34,7 +34,6 @@ namespace {
 // the value inside the type it is stored in; sizes beyond them are caught as tensors
 // larger than the address space (engine/graph), naming the layer.
 constexpr std::int64_t k_max_batch = std::numeric_limits<std::int32_t>::max();
-constexpr std::int64_t k_max_side = 1 << 20;
 constexpr std::int64_t k_max_classes = 1 << 24;
 constexpr double k_min_width = 1e-6;
 constexpr double k_min_learning_rate = 1e-12;
@@ -72,7 +71,9 @@ void check_output_path(const std::string& knob, const std::string& path, bool re
   }
 }
 
-void write_outputs(const network_run_options& o, const run_report& report, std::ostream& out) {
+}  // namespace
+
+void write_run_outputs(const network_run_options& o, const run_report& report, std::ostream& out) {
   for (const policy_report& p : report.policies) {
     // Only what this run wrote: a policy that stopped before running leaves none (and a
     // file of that name from an earlier run is not this run's).
@@ -82,8 +83,6 @@ void write_outputs(const network_run_options& o, const run_report& report, std::
   if (!o.csv.empty()) write_file(o.csv, report, write_csv), out << "wrote " << o.csv << "\n";
   if (!o.svg.empty()) write_file(o.svg, report, write_svg), out << "wrote " << o.svg << "\n";
 }
-
-}  // namespace
 
 network_run_options read_network_run_options(cli_args& args) {
   network_run_options o;
@@ -96,7 +95,7 @@ network_run_options read_network_run_options(cli_args& args) {
   const bool onnx = is_onnx_net(o.net);
   // A model file's batch may be its own (0); a zoo network's defaults to 32.
   o.zoo.batch = args.get_int("batch", 1, k_max_batch).value_or(onnx ? 0 : 32);
-  const auto side = args.get_int("image-side", 1, k_max_side);
+  const auto side = args.get_int("image-side", 1, k_max_image_side);
   const auto classes = args.get_int("classes", 1, k_max_classes);
   const auto width = args.get_double("width", k_min_width, k_max_width_scale);
   if (onnx) {
@@ -302,6 +301,16 @@ bool does_not_fit(const std::exception& e) noexcept {
   return dynamic_cast<const out_of_memory*>(&e) || dynamic_cast<const budget_too_small*>(&e);
 }
 
+bool plan_fits_budget(const network& net, const network_run_options& o, const std::string& policy,
+                      const device_options& dev) {
+  try {
+    return run_policy(net, o, policy, dev, 1, nullptr, nullptr, nullptr).fits;
+  } catch (const error& e) {
+    if (does_not_fit(e)) return false;
+    throw;
+  }
+}
+
 policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
                          int iterations, data_source* data, std::ostream* progress,
@@ -322,6 +331,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   std::optional<stream_timeline> timeline;
   if (!o.timeline.empty()) eo.timeline = &timeline.emplace(*dev);
   policy_report report;
+  report.image_side = net[net.data_layer()].output_shape.h;
   std::unique_ptr<executor> ex;
   try {
     ex = std::make_unique<executor>(net, *dev, eo);
@@ -459,7 +469,7 @@ int run_policies(const network& net, const network_run_options& o, const device_
   }
   if (!parallel(o) || o.executor.comm->rank() == 0) {
     write_summary(out, report);
-    write_outputs(o, report, out);
+    write_run_outputs(o, report, out);
   }
   if (first_error) std::rethrow_exception(first_error);
   for (const auto& p : report.policies) {

@@ -28,6 +28,9 @@
 
 namespace memweave {
 
+/// The largest --image-side (a network at it has tensors beyond any address space anyway).
+inline constexpr std::int64_t k_max_image_side = std::int64_t{1} << 20;
+
 /// The options common to train and plan.
 struct network_run_options {
   std::string net;  ///< a zoo name, or an ONNX model's path (see is_onnx_net)
@@ -127,6 +130,10 @@ std::string timeline_path_of(const network_run_options& o, const std::string& po
 /// writable directory, no two the same. Throws invalid_argument naming the option and the path.
 void check_output_paths(const network_run_options& o);
 
+/// Writes --json, --csv and --svg from `report`, and names on `out` each file written
+/// (with the policies' timelines).
+void write_run_outputs(const network_run_options& o, const run_report& report, std::ostream& out);
+
 /// Whether `e` means "this policy does not fit the budget" (out_of_memory, or a budget
 /// below the policy's floor) rather than bad input or a failure.
 bool does_not_fit(const std::exception& e) noexcept;
@@ -140,6 +147,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
                          int iterations, data_source* data, std::ostream* progress,
                          std::string* device_name);
+
+/// Whether `policy` runs one iteration of `net` within the budget on the null device `dev`.
+/// Only "does not fit" is false: any other error (a bad --conv-ws, say) is the user's to
+/// fix and propagates, instead of being taken for a budget too small.
+bool plan_fits_budget(const network& net, const network_run_options& o, const std::string& policy,
+                      const device_options& dev);
 
 /// Runs every policy of `o` into report.policies (report's other fields are the caller's):
 /// a policy that fails is kept as a row (failed, with its error) and the next one still

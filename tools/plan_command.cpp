@@ -1,11 +1,14 @@
 // `memweave plan`: the same runtime as train on the null device (addresses, no memory, no
 // kernels): per-step memory, peak, max(l_i), and whether each policy fits the budget.
 #include "commands.hpp"
+#include "image_side_search.hpp"
 #include "largest_fit.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/engine/data_parallel_model.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/tensor_table.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
 #include "split_report.hpp"
@@ -18,6 +21,20 @@
 namespace memweave {
 
 namespace {
+
+// Without a budget the planning device is large enough for every policy to fit, so that
+// its real peak is measured: 1 TiB of address space while the baseline (every tensor at
+// once) takes at most half of it, else 32 TiB, a quarter of x86-64's 128 TiB of user
+// address space (VGG16's baseline at 32768x32768 takes 6.7 TiB), leaving room for the host
+// pool and the rest of the process. (The smaller reservation where it suffices keeps plans
+// runnable where address space is short: under TSan, or a ulimit -v.)
+std::size_t unbudgeted_plan_bytes(const network& net) {
+  const route r(net);
+  const tensor_table table(net, r);
+  const std::size_t small = std::size_t{1} << 40;
+  return table.persistent_bytes() + table.transient_bytes() <= small / 2 ? small
+                                                                         : std::size_t{32} << 40;
+}
 
 // --ranks N: data parallelism on N devices (--batch the global batch, --budget each
 // device's), the network between them at --net-gbps.
@@ -48,19 +65,6 @@ std::string describe_communication(const policy_report& p, const cluster& c, dou
     << 1e3 * p.allreduce_seconds << " ms at " << c.net_gbps << " Gb/s over " << c.ranks
     << " devices)";
   return s.str();
-}
-
-// Whether `policy` runs one iteration of `net` within the budget on the null device. Only
-// "does not fit" is false: any other error (a bad --conv-ws, say) is the user's to fix and
-// propagates, instead of being taken for a budget too small.
-bool fits_budget(const network& net, const network_run_options& o, const std::string& policy,
-                 const device_options& dev) {
-  try {
-    return run_policy(net, o, policy, dev, 1, nullptr, nullptr, nullptr).fits;
-  } catch (const error& e) {
-    if (does_not_fit(e)) return false;
-    throw;
-  }
 }
 
 // --max-batch / --max-depth: the largest batch (or ResNet n3) that fits, per policy.
@@ -105,7 +109,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
         if (v == 1) throw;
         return false;
       }
-      return fits_budget(*net, o, policy, dev);
+      return plan_fits_budget(*net, o, policy, dev);
     });
     out << "  " << policy << ": ";
     if (r.value == 0) {
@@ -137,7 +141,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
 }  // namespace
 
 int plan_command(int argc, const char* const* argv, std::ostream& out) {
-  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "split", "tile"});
+  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "max-image-side", "split", "tile"});
   network_run_options o = read_network_run_options(args);
   // The planner's host memory is address space (committed only where jemalloc writes its
   // metadata), so model a large machine unless told otherwise.
@@ -154,8 +158,15 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   o.executor.bucket_bytes = c.bucket_bytes;
   const bool split = args.flag("split");
   o.tile = args.flag("tile");
+  const bool max_side = args.flag("max-image-side");
   args.reject_unused();
   MEMWEAVE_EXPECTS(!(split && o.tile), "--split and --tile are planned apart: give one of them");
+  if (max_side) {  // image_side_search.hpp
+    MEMWEAVE_EXPECTS(!split && !max_batch && !max_depth && c.ranks == 1,
+                     "--max-image-side searches the side of one device's plan at --batch: give "
+                     "it without --split, --max-batch, --max-depth or --ranks");
+    return plan_max_image_side(o, out);
+  }
   if (split) {  // TSPLIT's planner (split_report.hpp)
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
     MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");
@@ -188,9 +199,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   if (global == 0) global = net.batch();  // one device, the model file's batch
   device_options dev;
   dev.kind = "null";
-  // Without a budget the planning device is as large as address space allows, so that
-  // every policy fits and its real peak is measured.
-  dev.capacity_bytes = o.budget_bytes ? o.budget_bytes : (std::size_t{1} << 40);
+  dev.capacity_bytes = o.budget_bytes ? o.budget_bytes : unbudgeted_plan_bytes(net);
   dev.host_link_gbps = null_link_gbps(o);
   run_report report;
   report.command = "plan";

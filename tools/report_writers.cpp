@@ -43,7 +43,7 @@ void write_json(std::ostream& out, const run_report& r) {
       << ",\n  \"network\": " << json_string(r.network) << ",\n  \"batch\": " << r.batch
       << ",\n  \"budget_bytes\": " << r.budget_bytes << ",\n  \"device\": " << json_string(r.device)
       << ",\n  \"iterations\": " << r.iterations << ",\n  \"ranks\": " << r.ranks
-      << ",\n  \"tiled_segments\": [";
+      << ",\n  \"search\": " << json_string(r.search) << ",\n  \"tiled_segments\": [";
   for (std::size_t i = 0; i < r.tiling.size(); ++i) {
     const tiled_segment_choice& c = r.tiling[i];
     out << (i ? "," : "") << "\n    {\"first\": " << json_string(c.first)
@@ -60,6 +60,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"fits\": " << (p.fits ? "true" : "false")
         << ",\n      \"failed\": " << (p.failed ? "true" : "false")
         << ",\n      \"failure\": " << json_string(p.failure)
+        << ",\n      \"image_side\": " << p.image_side
         << ",\n      \"peak_bytes\": " << p.peak_bytes
         << ",\n      \"peak_live_bytes\": " << p.peak_live_bytes
         << ",\n      \"peak_step\": " << p.peak_step

@@ -1,5 +1,5 @@
-// A data-parallel rank's share of the global batch, and the default slice of a source that
-// cannot produce one image alone.
+// A data-parallel rank's share of the global batch, and the defaults of a source that
+// cannot produce one image (or a region of one, or labels) alone.
 #include <algorithm>
 #include <vector>
 
@@ -18,6 +18,43 @@ void data_source::fill_slice(std::int64_t iteration, std::int64_t batch, std::in
   std::copy_n(all_labels.begin() + first, n, labels);
 }
 
+void check_image_region(const data_source& source, std::int64_t batch, std::int64_t image,
+                        const image_region& r) {
+  const shape4 s = source.image_shape();
+  auto inside = [](std::int64_t lo, std::int64_t n, std::int64_t size) {
+    return lo >= 0 && n >= 0 && lo <= size && n <= size - lo;
+  };
+  MEMWEAVE_EXPECTS(
+      image >= 0 && image < batch && inside(r.c0, r.c, s.c) && inside(r.y0, r.h, s.h) &&
+          inside(r.x0, r.w, s.w),
+      source.name() + ": region channels " + std::to_string(r.c0) + "+" + std::to_string(r.c) +
+          ", rows " + std::to_string(r.y0) + "+" + std::to_string(r.h) + ", columns " +
+          std::to_string(r.x0) + "+" + std::to_string(r.w) + " of image " + std::to_string(image) +
+          " is outside the batch of " + std::to_string(batch) + " images of " + to_string(s));
+}
+
+void data_source::fill_region(std::int64_t iteration, std::int64_t batch, std::int64_t image,
+                              const image_region& r, float* out) {
+  check_image_region(*this, batch, image, r);
+  const shape4 s = image_shape();
+  std::vector<float> one(static_cast<std::size_t>(s.per_image()));
+  float label = 0;
+  fill_slice(iteration, batch, image, 1, one.data(), &label);
+  for (std::int64_t c = 0; c < r.c; ++c) {
+    for (std::int64_t y = 0; y < r.h; ++y) {
+      std::copy_n(one.begin() + ((r.c0 + c) * s.h + r.y0 + y) * s.w + r.x0, r.w,
+                  out + (c * r.h + y) * r.w);
+    }
+  }
+}
+
+void data_source::fill_labels(std::int64_t iteration, std::int64_t batch, std::int64_t first,
+                              std::int64_t n, float* labels) {
+  std::vector<float> one(static_cast<std::size_t>(image_shape().per_image()));
+  for (std::int64_t i = 0; i < n; ++i)
+    fill_slice(iteration, batch, first + i, 1, one.data(), labels + i);
+}
+
 namespace {
 
 class batch_slice final : public data_source {
@@ -33,6 +70,24 @@ class batch_slice final : public data_source {
                          std::to_string(first_) + " overruns the global batch of " +
                          std::to_string(global_batch_));
     whole_.fill_slice(iteration, global_batch_, first_, n, images, labels);
+  }
+  // Image i of the rank's batch is image first + i of the global one.
+  void fill_region(std::int64_t iteration, std::int64_t n, std::int64_t image,
+                   const image_region& r, float* out) override {
+    MEMWEAVE_EXPECTS(image >= 0 && image < n && first_ + n <= global_batch_,
+                     "image " + std::to_string(image) + " of a slice of " + std::to_string(n) +
+                         " images from position " + std::to_string(first_) +
+                         " is outside it or the global batch of " + std::to_string(global_batch_));
+    whole_.fill_region(iteration, global_batch_, first_ + image, r, out);
+  }
+  void fill_labels(std::int64_t iteration, std::int64_t n, std::int64_t first, std::int64_t count,
+                   float* labels) override {
+    MEMWEAVE_EXPECTS(first >= 0 && count >= 0 && first + count <= n && first_ + n <= global_batch_,
+                     "labels " + std::to_string(first) + "+" + std::to_string(count) +
+                         " of a slice of " + std::to_string(n) + " images from position " +
+                         std::to_string(first_) + " overrun it or the global batch of " +
+                         std::to_string(global_batch_));
+    whole_.fill_labels(iteration, global_batch_, first_ + first, count, labels);
   }
 
  private:

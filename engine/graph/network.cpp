@@ -77,6 +77,7 @@ std::string network::summary() const {
     for (std::size_t k = 0; k < l.inputs.size(); ++k)
       os << (k == 0 ? " " : ",") << layers_[l.inputs[k]].name;
     os << " -> " << to_string(l.output_shape);
+    if (const auto* p = std::get_if<pool_params>(&l.params); p && p->adaptive()) os << " adaptive";
     if (const auto p = l.parameter_count(); p > 0) os << " params " << p;
     os << '\n';
   }

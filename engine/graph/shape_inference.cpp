@@ -146,7 +146,15 @@ inferred_layer infer_pool(const std::string& name, const pool_params& p, const l
   if (p.mode != pool_mode::max && p.mode != pool_mode::average)
     throw invalid_argument(who(name, t) + ": unknown pooling mode " +
                            std::to_string(static_cast<int>(p.mode)) + "; expected max or average");
-  if (!p.global) {
+  if (p.adaptive()) {
+    expect_positive(name, t, "adaptive_h", p.adaptive_h);
+    expect_positive(name, t, "adaptive_w", p.adaptive_w);
+    if (p.mode != pool_mode::average || p.global)
+      throw invalid_argument(who(name, t) + ": adaptive pooling to " +
+                             hw(p.adaptive_h, p.adaptive_w) +
+                             " is average pooling only, and not global; use mode average and "
+                             "global = false (or adaptive 1x1 for a global average)");
+  } else if (!p.global) {
     expect_positive(name, t, "kernel_h", p.kernel_h);
     expect_positive(name, t, "kernel_w", p.kernel_w);
     expect_positive(name, t, "stride_h", p.stride_h);

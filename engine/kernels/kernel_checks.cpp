@@ -4,6 +4,7 @@
 // and pooling checks share between their messages, which is built up front.
 #include "engine/kernels/kernel_checks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -97,6 +98,20 @@ pool_window pool_geometry(const char* kernel, const shape4& in, const pool_param
                           shape_check check) {
   check(kernel, in);
   pool_window g{};
+  if (p.adaptive()) {
+    MEMWEAVE_EXPECTS(
+        p.adaptive_h >= 1 && p.adaptive_w >= 1 && p.mode == pool_mode::average && !p.global,
+        std::string(kernel) + ": input " + shape_text(in) + ", adaptive output " +
+            std::to_string(p.adaptive_h) + "x" + std::to_string(p.adaptive_w) +
+            ": expected an average, not global, pooling to at least 1x1");
+    g.adaptive = true;
+    g.oh = p.adaptive_h, g.ow = p.adaptive_w;
+    // The largest window along an axis spans at most ceil(in / out) + 1 inputs.
+    g.kh = std::min(in.h, (in.h + g.oh - 1) / g.oh + 1);
+    g.kw = std::min(in.w, (in.w + g.ow - 1) / g.ow + 1);
+    g.sh = g.sw = 1, g.ph = g.pw = 0;
+    return g;
+  }
   if (p.global) {
     g.kh = in.h, g.kw = in.w, g.sh = 1, g.sw = 1, g.ph = 0, g.pw = 0;
   } else {

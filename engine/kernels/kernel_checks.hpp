@@ -55,14 +55,18 @@ shape4 conv_output(const char* kernel, const shape4& in, const conv_params& p,
                    shape_check check = check_shape);
 
 /// The window of a pooling: kernel, stride and pad (those of the whole input when
-/// pool_params::global), and the output extent.
+/// pool_params::global), and the output extent. Adaptive pooling (pool_params::adaptive)
+/// has windows of varying size: kh x kw is then the largest, stride 1 and pad 0 mean
+/// nothing, and adaptive_begin/end give each window.
 struct pool_window {
   std::int64_t kh, kw, sh, sw, ph, pw;
   std::int64_t oh, ow;
+  bool adaptive = false;
 };
 
 /// Checks a pooling of input `in` by `p`: the input shape (with `check`), kernel and stride
-/// >= 1, 0 <= pad < kernel, and that the kernel fits the padded input. Returns the window.
+/// >= 1, 0 <= pad < kernel, and that the kernel fits the padded input; adaptive: an output
+/// of at least 1x1, average mode. Returns the window.
 pool_window pool_geometry(const char* kernel, const shape4& in, const pool_params& p,
                           shape_check check = check_shape);
 

@@ -13,6 +13,18 @@ double elements(const std::vector<shape4>& in) noexcept {
   return n;
 }
 
+// The elements adaptive pooling's windows read, summed over its outputs: the product of
+// the window lengths' sums along each axis (windows overlap by at most one row or column).
+double adaptive_window_elements(const shape4& in, const pool_params& p) noexcept {
+  auto axis = [](std::int64_t length, std::int64_t out) {
+    double sum = 0;
+    for (std::int64_t i = 0; i < out; ++i)
+      sum += static_cast<double>(adaptive_end(i, length, out) - adaptive_begin(i, length, out));
+    return sum;
+  };
+  return static_cast<double>(in.n * in.c) * axis(in.h, p.adaptive_h) * axis(in.w, p.adaptive_w);
+}
+
 }  // namespace
 
 double forward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
@@ -28,6 +40,7 @@ double forward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
       return 2.0 * out * static_cast<double>(in.at(0).per_image());
     case layer_type::pool: {
       const auto& p = std::get<pool_params>(l.params);
+      if (p.adaptive()) return adaptive_window_elements(in.at(0), p);
       return p.global ? elements(in) : out * static_cast<double>(p.kernel_h * p.kernel_w);
     }
     case layer_type::lrn:

@@ -703,6 +703,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
 policy_report executor::report() const {
   policy_report r;
   r.policy = options_.policy.name;
+  r.image_side = net_[net_.data_layer()].output_shape.h;
   r.max_layer_bytes = layer_memory_->max_layer_bytes();
   r.persistent_bytes = plan_.persistent_bytes;
   r.tensors_allocated = tensors_allocated_;

@@ -76,7 +76,7 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
           (moves_persistent ? step + "(parameters and state included) " + format_bytes(minimum)
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
                                   format_bytes(worst_step) + " = " + format_bytes(minimum)) +
-          "; raise --budget to at least that, or lower --batch" +
+          "; raise --budget to at least that, or lower --batch or --image-side" +
           (moves_persistent ? "" : " (utp and all also move parameters to host memory)"));
     }
   }

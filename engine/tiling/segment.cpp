@@ -28,7 +28,7 @@ bool spatially_local(const layer& l) {
     case layer_type::concat:
       return true;
     case layer_type::pool:
-      return !std::get<pool_params>(l.params).global;
+      return !std::get<pool_params>(l.params).global && !std::get<pool_params>(l.params).adaptive();
     default:
       return false;
   }
@@ -51,7 +51,7 @@ tiled_segment make_segment(const network& net, layer_id input, const std::vector
                                         "order");
     MEMWEAVE_EXPECTS(spatially_local(l), "make_segment: member " + named(l) +
                                              " is not spatially local; expected CONV, POOL "
-                                             "(not global), ACT, BN, LRN, ADD or CONCAT");
+                                             "(not global or adaptive), ACT, BN, LRN, ADD or CONCAT");
     local.emplace(id, static_cast<layer_id>(local.size()));
     previous = id;
   }

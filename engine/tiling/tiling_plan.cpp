@@ -31,7 +31,7 @@ bool tileable(const layer& l) {
     case layer_type::concat:
       return true;
     case layer_type::pool:
-      return !std::get<pool_params>(l.params).global;
+      return !std::get<pool_params>(l.params).global && !std::get<pool_params>(l.params).adaptive();
     default:
       return false;
   }

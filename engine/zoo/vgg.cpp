@@ -1,7 +1,8 @@
 // VGG16 (Simonyan & Zisserman, configuration D): 13 3x3 convolutions with biases in five
 // stages separated by 2x2 max pools, then FC 4096 - 4096 - classes with ReLU and dropout 0.5.
-// No BN (the published network has none). At width 1, 224x224 and 1000 classes:
-// 138,357,544 trained parameters.
+// No BN (the published network has none). At width 1 and 1000 classes: 138,357,544 trained
+// parameters at any side (an adaptive average pool to 7x7 feeds fc6 where pool5 is not
+// 7x7, as torchvision's).
 #include "zoo_common.hpp"
 
 namespace memweave {
@@ -28,6 +29,15 @@ network make_vgg16(const zoo_options& opts) {
     }
     x = b.pool(x, pool_p(pool_mode::max, 2, 2, 0), "pool" + std::to_string(si));
     ++si;
+  }
+  // torchvision's AdaptiveAvgPool2d((7, 7)): fc6 takes 512x7x7 at any side. At the native
+  // side (224 to 255: five halvings give 7) it is the identity and is left out, so the
+  // network there is the published one, layer for layer.
+  if (const shape4& s = b.shape(x); s.h != 7 || s.w != 7) {
+    pool_params avg;
+    avg.mode = pool_mode::average;
+    avg.adaptive_h = avg.adaptive_w = 7;
+    x = b.pool(x, avg, "avgpool");
   }
   const std::int64_t f = scaled(4096, w);
   x = b.fc(x, fc_params{f, true}, "fc6");

@@ -215,6 +215,65 @@ __global__ void sgd_kernel(int64_t count, float lr, float momentum, float weight
   }
 }
 
+// Adaptive average pooling (the host's engine/kernels/host/pool.cpp). One thread per output
+// (forward) or input (backward) element of a plane stack; windows as adaptive_begin/end of
+// layer_params.hpp, restated here (nvcc compiles this file as C++17).
+__device__ inline int64_t adaptive_lo(int64_t i, int64_t in, int64_t out) {
+  return i * in / out;
+}
+__device__ inline int64_t adaptive_hi(int64_t i, int64_t in, int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+// Each output sums its window in row-major order, then divides by the window's size: the
+// host's order and rounding.
+__global__ void adaptive_avg_pool_forward_kernel(int64_t planes, int64_t h, int64_t w, int64_t oh,
+                                                 int64_t ow, const float* __restrict__ x,
+                                                 float* __restrict__ y) {
+  const int64_t count = planes * oh * ow;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t t = i / (oh * ow), r = i / ow % oh, c = i % ow;
+    const int64_t h0 = adaptive_lo(r, h, oh), h1 = adaptive_hi(r, h, oh);
+    const int64_t w0 = adaptive_lo(c, w, ow), w1 = adaptive_hi(c, w, ow);
+    const float* xp = x + t * h * w;
+    float sum = 0.0f;
+    for (int64_t ih = h0; ih < h1; ++ih) {
+      for (int64_t iw = w0; iw < w1; ++iw) sum = __fadd_rn(sum, xp[ih * w + iw]);
+    }
+    y[i] = __fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0)));
+  }
+}
+
+// A gather: each input element sums the shares dy / size of the windows holding it in
+// output scan order, which is the order the host's scatter adds them in.
+__global__ void adaptive_avg_pool_backward_kernel(int64_t planes, int64_t h, int64_t w, int64_t oh,
+                                                  int64_t ow, const float* __restrict__ dy,
+                                                  float* dx, bool accumulate) {
+  const int64_t count = planes * h * w;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t t = i / (h * w), ih = i / w % h, iw = i % w;
+    // Windows holding row ih: r in [floor(ih * oh / h), ceil((ih + 1) * oh / h)).
+    const int64_t r0 = ih * oh / h, r1 = ((ih + 1) * oh + h - 1) / h;
+    const int64_t c0 = iw * ow / w, c1 = ((iw + 1) * ow + w - 1) / w;
+    const float* dyp = dy + t * oh * ow;
+    float g = 0.0f;
+    for (int64_t r = r0; r < r1 && r < oh; ++r) {
+      const int64_t h0 = adaptive_lo(r, h, oh), h1 = adaptive_hi(r, h, oh);
+      if (ih < h0 || ih >= h1) continue;
+      for (int64_t c = c0; c < c1 && c < ow; ++c) {
+        const int64_t w0 = adaptive_lo(c, w, ow), w1 = adaptive_hi(c, w, ow);
+        if (iw < w0 || iw >= w1) continue;
+        g = __fadd_rn(g, __fdiv_rn(dyp[r * ow + c], static_cast<float>((h1 - h0) * (w1 - w0))));
+      }
+    }
+    dx[i] = accumulate ? __fadd_rn(dx[i], g) : g;
+  }
+}
+
 }  // namespace
 
 void launch_dropout_forward(cudaStream_t stream, int64_t count, std::uint64_t seed, float ratio,
@@ -284,6 +343,25 @@ void launch_sgd(cudaStream_t stream, int64_t count, float learning_rate, float m
   sgd_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, learning_rate, momentum,
                                                         weight_decay, g, w, v);
   check_launch("sgd_kernel");
+}
+
+void launch_adaptive_avg_pool_forward(cudaStream_t stream, int64_t planes, int64_t h, int64_t w,
+                                      int64_t oh, int64_t ow, const float* x, float* y) {
+  const int64_t count = planes * oh * ow;
+  if (count <= 0) return;
+  adaptive_avg_pool_forward_kernel<<<grid_for(count), k_threads, 0, stream>>>(planes, h, w, oh, ow,
+                                                                              x, y);
+  check_launch("adaptive_avg_pool_forward_kernel");
+}
+
+void launch_adaptive_avg_pool_backward(cudaStream_t stream, int64_t planes, int64_t h, int64_t w,
+                                       int64_t oh, int64_t ow, const float* dy, float* dx,
+                                       bool accumulate) {
+  const int64_t count = planes * h * w;
+  if (count <= 0) return;
+  adaptive_avg_pool_backward_kernel<<<grid_for(count), k_threads, 0, stream>>>(planes, h, w, oh, ow,
+                                                                               dy, dx, accumulate);
+  check_launch("adaptive_avg_pool_backward_kernel");
 }
 
 }  // namespace memweave::kernels::cuda::detail

@@ -60,4 +60,16 @@ void launch_bn_param_grads(cudaStream_t stream, std::int64_t n, std::int64_t c, 
 void launch_sgd(cudaStream_t stream, std::int64_t count, float learning_rate, float momentum,
                 float weight_decay, const float* g, float* w, float* v);
 
+/// Adaptive average pooling of `planes` planes of h x w to oh x ow (pool_params::adaptive):
+/// each output the sum of its window in row-major order divided by the window's size.
+void launch_adaptive_avg_pool_forward(cudaStream_t stream, std::int64_t planes, std::int64_t h,
+                                      std::int64_t w, std::int64_t oh, std::int64_t ow,
+                                      const float* x, float* y);
+
+/// Its gradient: dx = the sum of dy / size over the windows holding each element, in output
+/// scan order (accumulate: dx + that); the host's bits.
+void launch_adaptive_avg_pool_backward(cudaStream_t stream, std::int64_t planes, std::int64_t h,
+                                       std::int64_t w, std::int64_t oh, std::int64_t ow,
+                                       const float* dy, float* dx, bool accumulate);
+
 }  // namespace memweave::kernels::cuda::detail

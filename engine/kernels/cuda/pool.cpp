@@ -1,10 +1,12 @@
-// cuDNN pooling. Invariants: the geometry is checked as the host kernels check it before a
+// cuDNN pooling; adaptive average pooling, which cuDNN lacks, by the custom kernels
+// (custom_kernels.cu). Invariants: the geometry is checked as the host kernels check it before a
 // descriptor is made. Average backward does not read x or y, but cuDNN's interface takes
 // them: when the caller has none (the engine keeps neither for average pooling), dy and dx,
 // which have y's and x's shapes, stand in for them. Thread safety: none of its own.
 #include "engine/kernels/cuda/pool.hpp"
 
 #include "engine/kernels/cuda/cudnn_descriptors.hpp"
+#include "engine/kernels/cuda/custom_kernels.hpp"
 #include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::cuda {
@@ -39,6 +41,14 @@ struct pool_descs {
 void pool_forward(cuda_kernel_context& ctx, const shape4& in, const pool_params& p, const float* x,
                   float* y) {
   const char* kernel = "pool_forward";
+  if (p.adaptive()) {
+    const checks::pool_window g = checks::pool_geometry(kernel, in, p, detail::check_shape);
+    detail::check_pointer(kernel, "x", x);
+    detail::check_pointer(kernel, "y", y);
+    detail::launch_adaptive_avg_pool_forward(ctx.stream(), in.n * in.c, in.h, in.w, g.oh, g.ow, x,
+                                             y);
+    return;
+  }
   const pool_descs d(kernel, in, p);
   detail::check_pointer(kernel, "x", x);
   detail::check_pointer(kernel, "y", y);
@@ -49,6 +59,14 @@ void pool_forward(cuda_kernel_context& ctx, const shape4& in, const pool_params&
 void pool_backward(cuda_kernel_context& ctx, const shape4& in, const pool_params& p, const float* x,
                    const float* y, const float* dy, float* dx, bool accumulate) {
   const char* kernel = "pool_backward";
+  if (p.adaptive()) {
+    const checks::pool_window g = checks::pool_geometry(kernel, in, p, detail::check_shape);
+    detail::check_pointer(kernel, "dy", dy);
+    detail::check_pointer(kernel, "dx", dx);
+    detail::launch_adaptive_avg_pool_backward(ctx.stream(), in.n * in.c, in.h, in.w, g.oh, g.ow, dy,
+                                              dx, accumulate);
+    return;
+  }
   const pool_descs d(kernel, in, p);
   detail::check_pointer(kernel, "dy", dy);
   detail::check_pointer(kernel, "dx", dx);

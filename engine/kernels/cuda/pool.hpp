@@ -2,9 +2,10 @@
 // (engine/kernels/host/pool.hpp): windows start inside the padded input (floor division);
 // max ignores the padding (CUDNN_POOLING_MAX); average divides by kernel_h * kernel_w,
 // padding included (CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING); global = one window over
-// the whole H x W. Max backward routes each dy to its window's maximum, found again from x
-// and y (no index tensor); ties, which random data does not have, may route differently
-// from the host's first-in-scan-order rule.
+// the whole H x W; adaptive average pooling by a custom kernel with the host's order and
+// rounding (bit-identical to it). Max backward routes each dy to its window's maximum, found again
+// from x and y (no index tensor); ties, which random data does not have, may route differently from
+// the host's first-in-scan-order rule.
 #pragma once
 
 #include "engine/kernels/cuda/cuda_kernel_context.hpp"

@@ -20,7 +20,7 @@ namespace {
 
 struct geom {
   int64_t planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-  bool max;
+  bool max, adaptive;
 };
 
 geom make_geom(const char* kernel, const shape4& in, const pool_params& p) {
@@ -30,6 +30,7 @@ geom make_geom(const char* kernel, const shape4& in, const pool_params& p) {
   g.max = p.mode == pool_mode::max;
   g.kh = win.kh, g.kw = win.kw, g.sh = win.sh, g.sw = win.sw, g.ph = win.ph, g.pw = win.pw;
   g.oh = win.oh, g.ow = win.ow;
+  g.adaptive = win.adaptive;
   return g;
 }
 
@@ -38,9 +39,19 @@ struct window {
   int64_t h0, h1, w0, w1;
 };
 window window_of(const geom& g, int64_t oh, int64_t ow) {
+  if (g.adaptive) {
+    return {adaptive_begin(oh, g.h, g.oh), adaptive_end(oh, g.h, g.oh),
+            adaptive_begin(ow, g.w, g.ow), adaptive_end(ow, g.w, g.ow)};
+  }
   const int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
   return {std::max<int64_t>(hs, 0), std::min(hs + g.kh, g.h), std::max<int64_t>(ws, 0),
           std::min(ws + g.kw, g.w)};
+}
+
+// An adaptive window's divisor: its own element count (exact in float below 2^24, far
+// above any window an image gives).
+float window_size(const window& win) {
+  return static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
 }
 
 // The first maximum of the window in scan order.
@@ -63,8 +74,9 @@ int64_t argmax(const geom& g, const float* xp, const window& win) {
 // clips to exactly the in-map positions, as on the whole map.
 geom make_window_geom(const char* kernel, const shape4& in, const pool_params& p,
                       const map_window& win) {
-  MEMWEAVE_EXPECTS(
-      !p.global, std::string(kernel) + ": a global pooling has no window; expected a windowed one");
+  MEMWEAVE_EXPECTS(!p.global && !p.adaptive(),
+                   std::string(kernel) +
+                       ": a global or adaptive pooling has no fixed window; expected a windowed one");
   geom g = make_geom(kernel, {in.n, in.c, win.map_h, win.map_w}, p);
   detail::check_window(kernel, in, win, g.oh, g.ow);
   g.h = in.h, g.w = in.w;
@@ -80,28 +92,27 @@ void run_forward(const char* kernel, const kernel_context& ctx, const geom& g, c
   detail::check_pointer(kernel, "y", y);
   const float inv_count = 1.0f / static_cast<float>(g.kh * g.kw);
   const int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
-  detail::parallel_for(ctx, g.planes, detail::grain_for(ohw * g.kh * g.kw),
-                       [&](int64_t lo, int64_t hi) {
-                         for (int64_t t = lo; t < hi; ++t) {
-                           const float* xp = x + t * hw;
-                           float* yp = y + t * ohw;
-                           for (int64_t oh = 0; oh < g.oh; ++oh) {
-                             for (int64_t ow = 0; ow < g.ow; ++ow) {
-                               const window win = window_of(g, oh, ow);
-                               if (g.max) {
-                                 yp[oh * g.ow + ow] = xp[argmax(g, xp, win)];
-                               } else {
-                                 float sum = 0.0f;
-                                 for (int64_t ih = win.h0; ih < win.h1; ++ih) {
-                                   for (int64_t iw = win.w0; iw < win.w1; ++iw)
-                                     sum += xp[ih * g.w + iw];
-                                 }
-                                 yp[oh * g.ow + ow] = sum * inv_count;
-                               }
-                             }
-                           }
-                         }
-                       });
+  detail::parallel_for(
+      ctx, g.planes, detail::grain_for(ohw * g.kh * g.kw), [&](int64_t lo, int64_t hi) {
+        for (int64_t t = lo; t < hi; ++t) {
+          const float* xp = x + t * hw;
+          float* yp = y + t * ohw;
+          for (int64_t oh = 0; oh < g.oh; ++oh) {
+            for (int64_t ow = 0; ow < g.ow; ++ow) {
+              const window win = window_of(g, oh, ow);
+              if (g.max) {
+                yp[oh * g.ow + ow] = xp[argmax(g, xp, win)];
+              } else {
+                float sum = 0.0f;
+                for (int64_t ih = win.h0; ih < win.h1; ++ih) {
+                  for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += xp[ih * g.w + iw];
+                }
+                yp[oh * g.ow + ow] = g.adaptive ? sum / window_size(win) : sum * inv_count;
+              }
+            }
+          }
+        }
+      });
 }
 
 void run_backward(const char* kernel, const kernel_context& ctx, const geom& g, const float* x,
@@ -141,7 +152,7 @@ void run_backward(const char* kernel, const kernel_context& ctx, const geom& g, 
                 if (at < 0) at = argmax(g, xp, win);
                 tgt[at] += d;
               } else {
-                const float share = d * inv_count;
+                const float share = g.adaptive ? d / window_size(win) : d * inv_count;
                 for (int64_t ih = win.h0; ih < win.h1; ++ih) {
                   for (int64_t iw = win.w0; iw < win.w1; ++iw) tgt[ih * g.w + iw] += share;
                 }

@@ -3,9 +3,10 @@
 // Windows start inside the padded input (floor division); max ignores the padding;
 // average divides by kernel_h * kernel_w, padding included (cuDNN's
 // CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING); global = average (or max) over the whole
-// H x W. Backward of max recomputes the argmax, the first element of the window in scan
-// order equal to y, so no index tensor is kept. Deterministic: each gradient element sums
-// its contributions in output scan order.
+// H x W; adaptive (pool_params::adaptive) averages each output's own window
+// [adaptive_begin, adaptive_end) per axis and divides by that window's size. Backward of max
+// recomputes the argmax, the first element of the window in scan order equal to y, so no index
+// tensor is kept. Deterministic: each gradient element sums its contributions in output scan order.
 #pragma once
 
 #include "engine/kernels/host/kernel_context.hpp"

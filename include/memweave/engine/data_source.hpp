@@ -10,6 +10,13 @@
 
 namespace memweave {
 
+/// A rectangle of one image: channels [c0, c0 + c), rows [y0, y0 + h), columns [x0, x0 + w).
+struct image_region {
+  std::int64_t c0 = 0, c = 0;
+  std::int64_t y0 = 0, h = 0;
+  std::int64_t x0 = 0, w = 0;
+};
+
 class data_source {
  public:
   virtual ~data_source() = default;
@@ -26,7 +33,23 @@ class data_source {
   /// batch). The default fills the whole batch and copies the slice out.
   virtual void fill_slice(std::int64_t iteration, std::int64_t batch, std::int64_t first,
                           std::int64_t n, float* images, float* labels);
+  /// Writes region `r` of image `image` of batch `iteration` of `batch` images into `out`
+  /// (r.c x r.h x r.w floats, CHW): exactly what fill(iteration, batch, ...) puts there (a
+  /// tile of a huge input). The default fills the one image (fill_slice) and copies the
+  /// region out; a source that can make a region alone (synthetic) touches only it. Throws
+  /// invalid_argument for an image outside the batch or a region outside the image.
+  virtual void fill_region(std::int64_t iteration, std::int64_t batch, std::int64_t image,
+                           const image_region& r, float* out);
+  /// Writes the labels of positions [first, first + n) of batch `iteration` of `batch`
+  /// images: what fill_slice writes. The default fills the images too, one at a time.
+  virtual void fill_labels(std::int64_t iteration, std::int64_t batch, std::int64_t first,
+                           std::int64_t n, float* labels);
 };
+
+/// Checks that `image` is in a batch of `batch` and region `r` inside `source`'s image
+/// shape; else invalid_argument naming the source, the region and the shape.
+void check_image_region(const data_source& source, std::int64_t batch, std::int64_t image,
+                        const image_region& r);
 
 /// Rank r's view of `whole` in data parallelism: its fill(iteration, n) gives positions
 /// [first, first + n) of `whole`'s batch `iteration` of `global_batch` images. `whole` must
@@ -34,8 +57,16 @@ class data_source {
 std::unique_ptr<data_source> make_batch_slice(data_source& whole, std::int64_t global_batch,
                                               std::int64_t first);
 
-/// A learnable synthetic task: each class has a fixed random template; an image is its
-/// label's template plus noise; labels are uniform. Deterministic in (seed, iteration).
+/// A learnable synthetic task: each class has a fixed pattern; an image is its label's
+/// pattern plus noise; labels are uniform. Made procedurally, pixel by pixel: the pattern of
+/// class k, channel c at row y, column x is a white texture (uniform in [-1, 1), a hash of
+/// (seed, k, pixel): what earlier versions stored as the class's template) plus two
+/// triangle waves t(k,c,y) + u(k,c,x) of amplitude 0.5 and 1 to 3 periods across the image
+/// with random phases (low frequency at any side, so pooled features keep the class; zero
+/// mean over the image); the noise, in [-0.5, 0.5), is a hash of (seed, iteration, image
+/// position, pixel). Nothing is kept per class or per image: a huge image costs only the
+/// memory it is written to, and any region of it can be made alone (fill_region).
+/// Deterministic in (seed, iteration, image position), whatever the batch size.
 std::unique_ptr<data_source> make_synthetic_source(const shape4& image, std::int64_t classes,
                                                    std::uint64_t seed);
 

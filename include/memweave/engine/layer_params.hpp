@@ -66,12 +66,28 @@ struct pool_params {
   std::int64_t stride_h = 2, stride_w = 2;
   std::int64_t pad_h = 0, pad_w = 0;
   bool global = false;  ///< kernel = input's H x W (global average pooling)
+  /// Adaptive average pooling (torchvision's AdaptiveAvgPool2d) when both are > 0: the
+  /// output is adaptive_h x adaptive_w whatever the input's H x W; kernel, stride and pad
+  /// are unused. Output row i averages input rows [adaptive_begin(i, H, adaptive_h),
+  /// adaptive_end(i, H, adaptive_h)) (columns alike), divided by its own window's size.
+  std::int64_t adaptive_h = 0, adaptive_w = 0;
   // Average pooling divides by kernel_h * kernel_w, padding included (cuDNN's
   // COUNT_INCLUDE_PADDING); max ignores the padding.
   /// Output shape for input `in` (floor division, as cuDNN; windows start inside the
   /// padded input).
   shape4 output(const shape4& in) const noexcept;
+  bool adaptive() const noexcept { return adaptive_h > 0 || adaptive_w > 0; }
 };
+
+/// The window of output index i of an adaptive pooling along one axis of `in` inputs and
+/// `out` outputs: [floor(i * in / out), ceil((i + 1) * in / out)), never empty. Exact for
+/// in, out up to 2^31 (the products stay below 2^63).
+inline std::int64_t adaptive_begin(std::int64_t i, std::int64_t in, std::int64_t out) noexcept {
+  return i * in / out;
+}
+inline std::int64_t adaptive_end(std::int64_t i, std::int64_t in, std::int64_t out) noexcept {
+  return ((i + 1) * in + out - 1) / out;
+}
 
 /// y = max(x, 0), tanh(x), or the logistic sigmoid 1 / (1 + exp(-x)).
 enum class act_mode { relu, tanh, sigmoid };

@@ -53,6 +53,7 @@ struct policy_report {
   std::string policy;                     ///< "baseline", "liveness", ...
   bool fits = true;                       ///< whether it ran within the budget
   std::string failure;                    ///< why not, when !fits
+  std::int64_t image_side = 0;            ///< the input side planned or trained (0: none)
   bool failed = false;                    ///< stopped by an error other than not fitting
                                           ///< (fits is false, failure holds the error)
   std::size_t peak_bytes = 0;             ///< max over steps of heap_bytes
@@ -100,6 +101,9 @@ struct run_report {
   int iterations = 0;
   int ranks = 1;  ///< data-parallel ranks; batch is the global batch
   std::vector<tiled_segment_choice> tiling;  ///< --tile: the segments run tile by tile
+  /// "max_image_side" when each policy's row is its plan at the largest side that fits
+  /// (plan --max-image-side); "" for a run at the given side.
+  std::string search;
   std::vector<policy_report> policies;
 };
 

@@ -43,7 +43,9 @@ struct zoo_options {
 network make_alexnet(const zoo_options& o);
 
 /// VGG16 (configuration D, no BN): 13 3x3 CONV+RELU in 5 stages with max pools, FC 4096,
-/// 4096, classes, with dropout. Native side 224, smallest 32.
+/// 4096, classes, with dropout. Native side 224, smallest 32; at a side whose pool5 is not
+/// 7x7 (outside 224..255) an adaptive average pool to 7x7 ("avgpool", torchvision's) comes
+/// before fc6, so the FC layers keep their shapes at any side.
 network make_vgg16(const zoo_options& o);
 
 /// A bottleneck ResNet (v1.5: stride on the 3x3) with n[0..3] blocks in its four stages,

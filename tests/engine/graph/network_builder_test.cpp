@@ -161,6 +161,24 @@ TEST(network_builder_test, concat_of_different_sides_is_rejected_naming_layers_a
                   {"'cat'", "CONCAT", "'big' (2x4x8x8)", "'small' (2x4x4x4)"});
 }
 
+TEST(network_builder_test, adaptive_pooling_gives_its_output_at_any_input_and_is_average_only) {
+  network_builder b("m");
+  auto x = b.data({2, 3, 37, 5}, 2);
+  const pool_params avg{.mode = pool_mode::average, .adaptive_h = 7, .adaptive_w = 7};
+  EXPECT_EQ(b.shape(b.pool(x, avg, "avg")), (shape4{2, 3, 7, 7}));
+  pool_params max = avg;
+  max.mode = pool_mode::max;
+  expect_contains(error_of([&] { b.pool(x, max, "amax"); }),
+                  {"'amax'", "POOL", "adaptive pooling to 7x7", "average pooling only"});
+  pool_params global = avg;
+  global.global = true;
+  expect_contains(error_of([&] { b.pool(x, global, "aglobal"); }), {"'aglobal'", "not global"});
+  pool_params half = avg;
+  half.adaptive_w = 0;
+  expect_contains(error_of([&] { b.pool(x, half, "ahalf"); }),
+                  {"'ahalf'", "adaptive_w = 0", "expected from 1"});
+}
+
 TEST(network_builder_test, conv_kernel_larger_than_padded_input_is_rejected) {
   network_builder b("m");
   auto x = b.data({2, 3, 4, 4}, 2);

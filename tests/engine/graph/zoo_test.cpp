@@ -94,6 +94,38 @@ TEST(zoo_test, networks_use_bn_where_the_architectures_have_it) {
   EXPECT_EQ(count(make_vgg16({}), layer_type::fc), 3u);
 }
 
+TEST(zoo_test, vgg16_takes_any_side_through_an_adaptive_pool_left_out_at_its_native_side) {
+  for (std::int64_t side : {224, 255}) {  // pool5 is 7x7: the published network
+    const network net = make_vgg16({1, side, 1.0, 1000, 3});
+    EXPECT_FALSE(net.find("avgpool").has_value()) << side;
+    EXPECT_EQ(net.size(), 40u);
+  }
+  for (std::int64_t side : {32, 100, 256, 20480, 32768}) {
+    const network net = make_vgg16({1, side, 1.0, 1000, 3});
+    const auto avg = net.find("avgpool");
+    ASSERT_TRUE(avg.has_value()) << side;
+    const layer& a = net[*avg];
+    EXPECT_EQ(a.output_shape, (shape4{1, 512, 7, 7})) << side;
+    EXPECT_EQ(net[a.inputs[0]].name, "pool5");
+    EXPECT_EQ(net[a.consumers[0]].name, "fc6");
+    EXPECT_EQ(net.parameter_count(), 138'357'544) << side;
+  }
+  EXPECT_NE(make_vgg16({1, 512, 1.0, 1000, 3})
+                .summary()
+                .find("avgpool POOL <- pool5 -> 1x512x7x7 adaptive\n"),
+            std::string::npos);
+}
+
+TEST(zoo_test, networks_ending_in_a_global_or_adaptive_pool_keep_their_parameters_at_any_side) {
+  for (const char* name : {"vgg16", "resnet50", "inception_v4", "densenet121"}) {
+    const std::int64_t native = make_network(name, {1, 0, 1.0, 1000, 3}).parameter_count();
+    EXPECT_EQ(make_network(name, {1, 32768, 1.0, 1000, 3}).parameter_count(), native) << name;
+  }
+  // AlexNet (Caffe's) flattens pool5 into fc1: its weights grow with the side.
+  EXPECT_GT(make_network("alexnet", {1, 2048, 1.0, 1000, 3}).parameter_count(),
+            10 * make_network("alexnet", {1, 0, 1.0, 1000, 3}).parameter_count());
+}
+
 TEST(zoo_test, resnet_depth_is_three_per_block_plus_two) {
   for (std::array<std::int64_t, 4> n :
        {std::array<std::int64_t, 4>{3, 4, 6, 3}, {3, 4, 23, 3}, {3, 8, 36, 3}, {1, 2, 3, 4}}) {
@@ -116,8 +148,12 @@ TEST(zoo_test, small_versions_keep_the_full_topology) {
     network full = make_network(name, zoo_options{});
     zoo_options small{2, std::max<std::int64_t>(32, zoo_min_side(name)), 0.125, 10, 3};
     network tiny = make_network(name, small);
-    EXPECT_EQ(tiny.size(), full.size()) << name;
-    EXPECT_EQ(tiny.type_histogram(), full.type_histogram()) << name;
+    // Off its native side VGG16 has one layer more: the adaptive pool to 7x7 before fc6.
+    const bool vgg = std::string(name) == "vgg16";
+    auto histogram = full.type_histogram();
+    if (vgg) ++histogram[static_cast<std::size_t>(layer_type::pool)];
+    EXPECT_EQ(tiny.size(), full.size() + (vgg ? 1 : 0)) << name;
+    EXPECT_EQ(tiny.type_histogram(), histogram) << name;
     EXPECT_EQ(fans(tiny), fans(full)) << name;
     EXPECT_EQ(joins(tiny), joins(full)) << name;
     EXPECT_LT(tiny.parameter_count() * 20, full.parameter_count()) << name;

@@ -156,6 +156,83 @@ TEST(host_pool, max_backward_sends_a_tied_window_gradient_to_its_first_maximum_o
   EXPECT_EQ(dx, (std::vector<float>{0.0f, 5.0f, 0.0f, 0.0f}));
 }
 
+// Adaptive average pooling: PyTorch's windows [floor(i*H/oh), ceil((i+1)*H/oh)), computed
+// here in double, each output divided by its own window's size.
+struct adaptive_case {
+  shape4 in;
+  std::int64_t oh, ow;
+};
+
+const adaptive_case adaptive_cases[] = {
+    {{2, 3, 7, 6}, 3, 4},  // overlapping windows of two sizes
+    {{1, 2, 5, 3}, 7, 2},  // more outputs than input rows: windows repeat rows
+    {{1, 1, 8, 8}, 2, 2},  // divides evenly: 4x4 blocks
+    {{1, 1, 4, 5}, 4, 5},  // the identity
+};
+
+pool_params adaptive_params(const adaptive_case& c) {
+  return {.mode = pool_mode::average, .adaptive_h = c.oh, .adaptive_w = c.ow};
+}
+
+TEST(host_pool, adaptive_average_matches_pytorch_s_windows) {
+  for (const adaptive_case& c : adaptive_cases) {
+    SCOPED_TRACE(shape_text(c.in));
+    const auto x = random_vector(count(c.in), 14);
+    std::vector<float> y(static_cast<std::size_t>(c.in.n * c.in.c * c.oh * c.ow));
+    pool_forward(context(), c.in, adaptive_params(c), x.data(), y.data());
+    auto lo = [](std::int64_t i, std::int64_t in, std::int64_t out) {
+      return static_cast<std::int64_t>(std::floor(double(i) * double(in) / double(out)));
+    };
+    auto hi = [](std::int64_t i, std::int64_t in, std::int64_t out) {
+      return static_cast<std::int64_t>(std::ceil(double(i + 1) * double(in) / double(out)));
+    };
+    for (std::int64_t t = 0; t < c.in.n * c.in.c; ++t) {
+      for (std::int64_t oh = 0; oh < c.oh; ++oh) {
+        for (std::int64_t ow = 0; ow < c.ow; ++ow) {
+          double sum = 0;
+          std::int64_t n = 0;
+          for (std::int64_t ih = lo(oh, c.in.h, c.oh); ih < hi(oh, c.in.h, c.oh); ++ih) {
+            for (std::int64_t iw = lo(ow, c.in.w, c.ow); iw < hi(ow, c.in.w, c.ow); ++iw, ++n)
+              sum += x[static_cast<std::size_t>((t * c.in.h + ih) * c.in.w + iw)];
+          }
+          EXPECT_NEAR(y[static_cast<std::size_t>((t * c.oh + oh) * c.ow + ow)], sum / double(n),
+                      1e-6);
+        }
+      }
+    }
+  }
+  // Three rows to two: [0, 2) and [1, 3), each divided by 2.
+  const std::vector<float> x{1.0f, 3.0f, 7.0f};
+  std::vector<float> y(2), dx(3);
+  const pool_params p{.mode = pool_mode::average, .adaptive_h = 2, .adaptive_w = 1};
+  pool_forward(context(), {1, 1, 3, 1}, p, x.data(), y.data());
+  EXPECT_EQ(y, (std::vector<float>{2.0f, 5.0f}));
+  const std::vector<float> dy{2.0f, 4.0f};
+  pool_backward(context(), {1, 1, 3, 1}, p, nullptr, nullptr, dy.data(), dx.data(), false);
+  EXPECT_EQ(dx, (std::vector<float>{1.0f, 3.0f, 2.0f}));
+}
+
+TEST(host_pool, adaptive_average_gradients_match_finite_differences_and_accumulate) {
+  for (const adaptive_case& c : adaptive_cases) {
+    SCOPED_TRACE(shape_text(c.in));
+    const pool_params p = adaptive_params(c);
+    auto x = random_vector(count(c.in), 15);
+    const auto r = random_vector(static_cast<std::size_t>(c.in.n * c.in.c * c.oh * c.ow), 16);
+    std::vector<float> y(r.size()), dx(x.size());
+    pool_backward(context(), c.in, p, nullptr, nullptr, r.data(), dx.data(), false);
+    expect_gradient(
+        "adaptive pool dx", x, dx,
+        [&] {
+          pool_forward(context(), c.in, p, x.data(), y.data());
+          return dot(y, r);
+        },
+        k_linear);
+    std::vector<float> acc(x.size(), 1.0f);
+    pool_backward(context(), c.in, p, nullptr, nullptr, r.data(), acc.data(), true);
+    for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(acc[i], 1.0f + dx[i]);
+  }
+}
+
 TEST(host_pool, padding_not_smaller_than_the_kernel_is_rejected) {
   const shape4 in{1, 1, 4, 4};
   const pool_params p{.kernel_h = 2, .kernel_w = 2, .pad_h = 2};

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "memweave/core/error.hpp"
@@ -285,6 +286,33 @@ TEST_F(cuda_kernels_test, pool_matches_host_for_max_average_and_global) {
     pool_backward(ctx(), in, c.p, max ? dx_.get() : nullptr, max ? y.get() : nullptr, dy_.get(),
                   dx.get(), true);
     expect_near(dx_acc, read(dx), k_atol, k_rtol, "accumulating backward");
+  }
+}
+
+TEST_F(cuda_kernels_test, adaptive_average_pool_gives_the_host_s_bits) {
+  // Overlapping windows of two sizes, repeated rows (more outputs than rows), and 7x7 from a
+  // side that is no multiple of 7 (VGG16's avgpool).
+  for (const auto& [in, oh, ow] :
+       {std::tuple{shape4{2, 3, 7, 6}, 3, 4}, std::tuple{shape4{1, 2, 5, 3}, 7, 2},
+        std::tuple{shape4{1, 4, 17, 12}, 7, 7}}) {
+    SCOPED_TRACE(to_string(in));
+    const pool_params p{.mode = pool_mode::average, .adaptive_h = oh, .adaptive_w = ow};
+    const shape4 out{in.n, in.c, oh, ow};
+    const auto x = random_vector(count_of(in), 24);
+    const auto dy = random_vector(count_of(out), 25), dx0 = random_vector(count_of(in), 26);
+    std::vector<float> y_ref(count_of(out)), dx_ref(count_of(in)), dx_acc = dx0;
+    h::pool_forward(host_ctx(), in, p, x.data(), y_ref.data());
+    h::pool_backward(host_ctx(), in, p, nullptr, nullptr, dy.data(), dx_ref.data(), false);
+    h::pool_backward(host_ctx(), in, p, nullptr, nullptr, dy.data(), dx_acc.data(), true);
+
+    device_buffer x_(x), dy_(dy), y(count_of(out)), dx(count_of(in));
+    pool_forward(ctx(), in, p, x_.get(), y.get());
+    EXPECT_EQ(y_ref, read(y));
+    pool_backward(ctx(), in, p, nullptr, nullptr, dy_.get(), dx.get(), false);
+    EXPECT_EQ(dx_ref, read(dx));
+    dx.write(dx0);
+    pool_backward(ctx(), in, p, nullptr, nullptr, dy_.get(), dx.get(), true);
+    EXPECT_EQ(dx_acc, read(dx));
   }
 }
 

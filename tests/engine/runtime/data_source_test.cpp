@@ -38,6 +38,131 @@ TEST(data_source_test, synthetic_batches_depend_only_on_seed_and_iteration) {
   EXPECT_NE(ia, ib);
 }
 
+// The CHW region r of image i of a whole batch `all` of images of `s`.
+std::vector<float> cut(const std::vector<float>& all, const shape4& s, std::int64_t i,
+                       const image_region& r) {
+  std::vector<float> out;
+  for (std::int64_t c = r.c0; c < r.c0 + r.c; ++c) {
+    for (std::int64_t y = r.y0; y < r.y0 + r.h; ++y) {
+      for (std::int64_t x = r.x0; x < r.x0 + r.w; ++x)
+        out.push_back(all[static_cast<std::size_t>(((i * s.c + c) * s.h + y) * s.w + x)]);
+    }
+  }
+  return out;
+}
+
+// A source with only fill(): every other entry point is data_source's default.
+class fill_only final : public data_source {
+ public:
+  explicit fill_only(data_source& inner) : inner_(inner) {}
+  std::string name() const override { return "fill_only"; }
+  shape4 image_shape() const override { return inner_.image_shape(); }
+  std::int64_t classes() const override { return inner_.classes(); }
+  void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) override {
+    inner_.fill(iteration, n, images, labels);
+  }
+
+ private:
+  data_source& inner_;
+};
+
+TEST(data_source_test, a_region_or_the_labels_are_exactly_what_fill_writes_there) {
+  const shape4 s{1, 3, 9, 7};
+  auto synthetic = make_synthetic_source(s, 4, 5);
+  fill_only defaults(*synthetic);
+  std::vector<float> images(static_cast<std::size_t>(5 * s.per_image())), labels(5);
+  synthetic->fill(2, 5, images.data(), labels.data());
+  for (data_source* src :
+       {static_cast<data_source*>(synthetic.get()), static_cast<data_source*>(&defaults)}) {
+    SCOPED_TRACE(src->name());
+    for (const image_region& r : {image_region{0, 3, 0, 9, 0, 7}, image_region{1, 2, 4, 5, 3, 4},
+                                  image_region{2, 1, 8, 1, 6, 1}, image_region{0, 1, 3, 0, 0, 7}}) {
+      for (std::int64_t i : {0, 4}) {
+        std::vector<float> out(static_cast<std::size_t>(r.c * r.h * r.w));
+        src->fill_region(2, 5, i, r, out.data());
+        EXPECT_EQ(out, cut(images, s, i, r)) << "image " << i << " rows " << r.y0 << "+" << r.h;
+      }
+    }
+    std::vector<float> some(3);
+    src->fill_labels(2, 5, 1, 3, some.data());
+    EXPECT_EQ(some, std::vector<float>(labels.begin() + 1, labels.begin() + 4));
+    std::vector<float> out(100);
+    EXPECT_THROW(src->fill_region(2, 5, 5, {0, 1, 0, 1, 0, 1}, out.data()), invalid_argument);
+    EXPECT_THROW(src->fill_region(2, 5, 0, {0, 1, 5, 5, 0, 1}, out.data()), invalid_argument);
+    EXPECT_THROW(src->fill_region(2, 5, 0, {3, 1, 0, 1, 0, 1}, out.data()), invalid_argument);
+  }
+  // A data-parallel rank's image i is the global batch's image first + i.
+  auto rank = make_batch_slice(*synthetic, 5, 2);
+  const image_region r{0, 3, 2, 3, 1, 4};
+  std::vector<float> out(static_cast<std::size_t>(r.c * r.h * r.w)), label(1);
+  rank->fill_region(2, 3, 1, r, out.data());
+  EXPECT_EQ(out, cut(images, s, 3, r));
+  rank->fill_labels(2, 3, 1, 1, label.data());
+  EXPECT_EQ(label[0], labels[3]);
+}
+
+TEST(data_source_test, a_tile_of_a_32768_image_costs_only_the_tile) {
+  // 1000 classes of 3 x 32768 x 32768: a stored template per class would be 12 TiB.
+  const shape4 s{1, 3, 32768, 32768};
+  auto src = make_synthetic_source(s, 1000, 9);
+  const image_region tile{0, 3, 32768 - 48, 48, 20000, 32};
+  std::vector<float> a(static_cast<std::size_t>(3 * 48 * 32)), b(a.size());
+  src->fill_region(7, 1, 0, tile, a.data());
+  src->fill_region(7, 1, 0, tile, b.data());
+  EXPECT_EQ(a, b);
+  // Its lower half, made alone, is the same pixels.
+  const image_region half{1, 1, 32768 - 24, 24, 20000, 32};
+  std::vector<float> h(static_cast<std::size_t>(24 * 32));
+  src->fill_region(7, 1, 0, half, h.data());
+  for (std::int64_t y = 0; y < 24; ++y) {
+    for (std::int64_t x = 0; x < 32; ++x)
+      EXPECT_EQ(h[static_cast<std::size_t>(y * 32 + x)],
+                a[static_cast<std::size_t>((48 + 24 + y) * 32 + x)]);
+  }
+  for (float v : a) EXPECT_TRUE(std::abs(v) <= 2.5f) << v;  // texture 1, waves 2 x 0.5, noise 0.5
+}
+
+TEST(data_source_test, synthetic_classes_survive_pooling_to_a_coarse_grid) {
+  // At a large side what a network keeps after its pools is a coarse grid of averages:
+  // there images of one class agree (the noise averages out) and classes differ.
+  const shape4 s{1, 3, 256, 256};
+  const std::int64_t n = 24, cell = 32, grid = 256 / cell;
+  auto src = make_synthetic_source(s, 3, 4);
+  std::vector<float> images(static_cast<std::size_t>(n * s.per_image())), labels(n);
+  src->fill(0, n, images.data(), labels.data());
+  std::vector<std::vector<double>> pooled(n, std::vector<double>(3 * grid * grid, 0.0));
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t c = 0; c < 3; ++c) {
+      for (std::int64_t y = 0; y < 256; ++y) {
+        for (std::int64_t x = 0; x < 256; ++x)
+          pooled[i][(c * grid + y / cell) * grid + x / cell] +=
+              images[static_cast<std::size_t>(((i * 3 + c) * 256 + y) * 256 + x)] /
+              double(cell * cell);
+      }
+    }
+  }
+  auto rms = [&](std::int64_t a, std::int64_t b) {
+    double sum = 0;
+    for (std::size_t k = 0; k < pooled[a].size(); ++k)
+      sum += (pooled[a][k] - pooled[b][k]) * (pooled[a][k] - pooled[b][k]);
+    return std::sqrt(sum / double(pooled[a].size()));
+  };
+  int same = 0, different = 0;
+  for (std::int64_t a = 0; a < n; ++a) {
+    for (std::int64_t b = a + 1; b < n; ++b) {
+      if (labels[a] == labels[b]) {
+        EXPECT_LT(rms(a, b), 0.05) << a << " and " << b << ", class " << labels[a];
+        ++same;
+      } else {
+        EXPECT_GT(rms(a, b), 0.15) << a << " and " << b;
+        ++different;
+      }
+    }
+  }
+  EXPECT_GT(same, 0);
+  EXPECT_GT(different, 0);
+}
+
 TEST(data_source_test, cifar10_records_are_read_in_order_and_normalized) {
   const std::string path = temp_path("cifar.bin");
   std::vector<unsigned char> bytes;

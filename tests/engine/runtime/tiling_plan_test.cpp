@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -156,21 +157,39 @@ TEST(tiling_plan_test, tiled_training_fits_below_the_untiled_floor_and_follows_u
 namespace memweave {
 namespace {
 
-// Every zoo network at small size (AlexNet and VGG16 at 96 px, where their convolutions
-// rather than their FC layers are the largest steps) under the smallest budget at which the
-// planner cuts tiled segments: the forward is bit-identical to untiled training with
+// Every zoo network at small size (AlexNet at 96 px and VGG16 at 224, where their
+// convolutions rather than their FC layers are the largest steps) under the smallest budget at
+// which the planner cuts tiled segments: the forward is bit-identical to untiled training with
 // unlimited memory (the first loss), every weight gradient differs only by summation order,
 // and tiled training is deterministic.
 class zoo_tiling_test : public ::testing::TestWithParam<std::string> {};
 
+// One iteration on the host: its loss and every persistent tensor by name (a tiled network
+// numbers its tensors differently; they keep their names).
+struct named_run {
+  double loss = 0;
+  std::map<std::string, std::vector<float>> persistent;
+};
+
+named_run train_named(const network& net, const executor_options& o) {
+  auto dev = test::make_test_device("host");
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  executor ex(net, *dev, o);
+  named_run r;
+  r.loss = ex.run_iteration(data.get(), 0);
+  for (const std::string& n : ex.persistent_names()) r.persistent[n] = ex.read(n);
+  return r;
+}
+
 TEST_P(zoo_tiling_test, tiled_training_follows_untiled_training) {
   const std::string& name = GetParam();
   zoo_options z;
-  z.batch = 8;
+  z.batch = name == "vgg16" ? 4 : 8;
   z.classes = 5;
   z.width_scale = 0.0625;
-  z.image_side =
-      name == "alexnet" || name == "vgg16" ? 96 : std::max<std::int64_t>(32, zoo_min_side(name));
+  z.image_side = name == "alexnet" ? 96
+                 : name == "vgg16" ? 224
+                                   : std::max<std::int64_t>(32, zoo_min_side(name));
   const network net = make_network(name, z);
   const std::size_t untiled =
       plan_tiling(net, std::size_t{1} << 30, k_block, "--budget").max_layer_bytes;
@@ -187,10 +206,9 @@ TEST_P(zoo_tiling_test, tiled_training_follows_untiled_training) {
   }
   ASSERT_TRUE(p) << "no budget cuts a tiled segment";
   EXPECT_LE(p->tiled_max_layer_bytes, budget);
-  const auto reference = test::train(net, test::policy_options("liveness", 0, "fixed:direct"), 1);
-  const auto tiled = test::train(p->net, test::policy_options("all", budget, "fixed:direct"), 1);
-  ASSERT_EQ(tiled.losses.size(), 1u);
-  EXPECT_EQ(tiled.losses[0], reference.losses[0]) << "the forward is bit-identical";
+  const named_run reference = train_named(net, test::policy_options("liveness", 0, "fixed:direct"));
+  const named_run tiled = train_named(p->net, test::policy_options("all", budget, "fixed:direct"));
+  EXPECT_EQ(tiled.loss, reference.loss) << "the forward is bit-identical";
   // A gradient element sums at most L = batch x output pixels products per tile, and the
   // tiles' partial sums add in another order: each differs from the untiled one by at most
   // 2 (L + T) u max|g| (u = 2^-24, T tiles), max|g| bounding its terms' magnitudes' mean.
@@ -199,17 +217,27 @@ TEST_P(zoo_tiling_test, tiled_training_follows_untiled_training) {
   for (const tiled_segment_choice& c : p->segments) tiles = std::max(tiles, c.tiles_h * c.tiles_w);
   const double L = static_cast<double>(z.batch * z.image_side * z.image_side);
   const double tol = 2.0 * (L + static_cast<double>(tiles)) * std::ldexp(1.0, -24);
+  // BN's gamma and beta gradients sum terms of both signs, whose magnitudes can exceed the
+  // sum's: they are bounded against the network's largest gradient instead, 1e-4 of it
+  // (as the segment tests, tests/engine/tiling).
+  double largest = 0;
+  for (const auto& [tensor, g] : reference.persistent) {
+    if (!tensor.ends_with(".momentum")) continue;
+    for (float v : g) largest = std::max(largest, static_cast<double>(std::abs(v)));
+  }
   ASSERT_EQ(tiled.persistent.size(), reference.persistent.size());
-  for (std::size_t t = 0; t < tiled.persistent.size(); ++t) {
-    const std::vector<float>& a = reference.persistent[t];
-    const std::vector<float>& b = tiled.persistent[t];
-    ASSERT_EQ(a.size(), b.size());
+  for (const auto& [tensor, a] : reference.persistent) {
+    ASSERT_TRUE(tiled.persistent.contains(tensor)) << tensor;
+    const std::vector<float>& b = tiled.persistent.at(tensor);
+    ASSERT_EQ(a.size(), b.size()) << tensor;
     double most = 0, diff = 0;
     for (std::size_t i = 0; i < a.size(); ++i) {
       most = std::max(most, static_cast<double>(std::abs(a[i])));
       diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
     }
-    EXPECT_LE(diff, tol * most) << name << ": persistent tensor #" << t;
+    const bool mixed =
+        tensor.find(".gamma") != std::string::npos || tensor.find(".beta") != std::string::npos;
+    EXPECT_LE(diff, mixed ? 1e-4 * largest : tol * most) << name << ": " << tensor;
   }
   test::expect_bit_identical(
       test::train(p->net, test::policy_options("all", budget, "fixed:direct"), 2),

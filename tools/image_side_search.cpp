@@ -1,0 +1,95 @@
+// The search of image_side_search.hpp. Single-threaded.
+#include "image_side_search.hpp"
+
+#include <iomanip>
+#include <optional>
+
+#include "largest_fit.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+#include "report_writers.hpp"
+
+namespace memweave {
+
+int plan_max_image_side(network_run_options o, std::ostream& out) {
+  MEMWEAVE_EXPECTS(o.budget_bytes != 0, "--max-image-side needs --budget (the memory to fit in)");
+  MEMWEAVE_EXPECTS(!is_onnx_net(o.net),
+                   "--max-image-side varies a zoo network's input side; a "
+                   "model file's (--net " +
+                       o.net + ") is its own");
+  MEMWEAVE_EXPECTS(o.zoo.image_side == 0,
+                   "--max-image-side searches the side: give it without --image-side");
+  MEMWEAVE_EXPECTS(o.timeline.empty(),
+                   "--max-image-side writes no --trace-timeline; plan the side it finds to get "
+                   "one");
+  check_output_paths(o);
+  if (!o.executor.heap.trace_path.empty()) {
+    out << "MEMWEAVE_TRACE is not written by a search (--max-image-side); plan one side to "
+           "trace it\n";
+    o.executor.heap.trace_path.clear();
+  }
+  device_options dev;
+  dev.kind = "null";
+  dev.capacity_bytes = o.budget_bytes;
+  dev.host_link_gbps = null_link_gbps(o);
+  auto network_at = [&](std::int64_t side) {
+    zoo_options z = o.zoo;
+    z.image_side = side;
+    network_run_options probe = o;  // --tile: cut for this side
+    return tile_if_asked(make_network(o.net, z), probe);
+  };
+  const std::int64_t step = k_image_side_step;
+  const std::int64_t low = (zoo_min_side(o.net) + step - 1) / step;  // in steps
+  out << "memweave plan " << o.net << ": the largest image side (a multiple of " << step
+      << ") at batch " << o.zoo.batch << " within " << format_bytes(o.budget_bytes) << "\n";
+  run_report report;
+  report.command = "plan";
+  report.network = o.net;
+  report.batch = o.zoo.batch;
+  report.budget_bytes = o.budget_bytes;
+  report.iterations = 1;
+  report.search = "max_image_side";
+  bool any_fits = false;
+  for (const std::string& policy : o.policies) {
+    const largest_fit r = search_largest(low, k_max_image_side / step, [&](std::int64_t v) {
+      std::optional<network> net;
+      try {
+        net.emplace(network_at(v * step));
+      } catch (const budget_too_small&) {
+        return false;  // --tile: no segment's tile fits at this side
+      } catch (const invalid_argument&) {
+        // The smallest side's errors are the user's (a width, a class count); a larger side
+        // that does not build has a tensor beyond any address space: it does not fit.
+        if (v == low) throw;
+        return false;
+      }
+      return plan_fits_budget(*net, o, policy, dev);
+    });
+    out << "  " << policy << ": ";
+    if (r.value == 0) {
+      out << "nothing fits, not even side " << low * step;
+      policy_report none;
+      none.policy = policy;
+      none.fits = false;
+      none.failure = "no image side from " + std::to_string(low * step) + " fits " +
+                     format_bytes(o.budget_bytes);
+      report.policies.push_back(std::move(none));
+    } else {
+      const std::int64_t side = r.value * step;
+      policy_report p =
+          run_policy(network_at(side), o, policy, dev, 1, nullptr, nullptr, &report.device);
+      out << "side " << side << " (" << side << "x" << side << "), peak "
+          << format_bytes(p.peak_bytes);
+      report.policies.push_back(std::move(p));
+    }
+    out << "  (" << r.probes << " planner runs, " << std::fixed << std::setprecision(2) << r.seconds
+        << " s)\n";
+    out.unsetf(std::ios::fixed);
+    any_fits = any_fits || r.value > 0;
+  }
+  write_summary(out, report);
+  write_run_outputs(o, report, out);
+  return any_fits ? 0 : 1;
+}
+
+}  // namespace memweave
