@@ -302,7 +302,7 @@ TEST(schedule_test, fp16_compression_is_refused_for_exact_results_and_still_trai
   }
   o.exact = false;
   o.link_gbps = 2.0;  // planned on the throttled link: swaps are worth halving
-  o.learning_rate = 0.001f;
+  o.learning_rate = 0.005f;
   const int iterations = 32;
   const host_run run = train_on_host(net, o, iterations);
   const policy_report& r = run.reports.back();
