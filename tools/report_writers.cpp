@@ -272,9 +272,11 @@ void write_summary(std::ostream& out, const run_report& r) {
           << std::setprecision(5) << (p.losses.empty() ? 0.0 : p.losses.back());
       out.unsetf(std::ios::fixed);
     }
-    if (r.command == "plan" && !p.fits) out << std::setw(10) << "-";
+    // A space of its own: a huge image's iteration (1e7 ms) fills the column.
+    if (r.command == "plan" && !p.fits) out << ' ' << std::setw(9) << "-";
     if (r.command == "plan" && p.fits) {
-      out << std::setw(10) << std::fixed << std::setprecision(1) << 1e3 * p.seconds_per_iteration;
+      out << ' ' << std::setw(9) << std::fixed << std::setprecision(1)
+          << 1e3 * p.seconds_per_iteration;
       out.unsetf(std::ios::fixed);
     }
     out << "\n";
