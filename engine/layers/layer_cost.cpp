@@ -60,8 +60,7 @@ double forward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
 
 double backward_flops(const layer& l, const std::vector<shape4>& in) noexcept {
   if (l.type == layer_type::data) return 0.0;
-  if (l.type == layer_type::tiled)
-    return std::get<tiled_params>(l.params).backward_flops;
+  if (l.type == layer_type::tiled) return std::get<tiled_params>(l.params).backward_flops;
   return 2.0 * forward_flops(l, in);
 }
 

@@ -49,9 +49,10 @@ tiled_segment make_segment(const network& net, layer_id input, const std::vector
                                         std::to_string(previous) +
                                         "; expected the input, then the members in increasing id "
                                         "order");
-    MEMWEAVE_EXPECTS(spatially_local(l), "make_segment: member " + named(l) +
-                                             " is not spatially local; expected CONV, POOL "
-                                             "(not global or adaptive), ACT, BN, LRN, ADD or CONCAT");
+    MEMWEAVE_EXPECTS(spatially_local(l),
+                     "make_segment: member " + named(l) +
+                         " is not spatially local; expected CONV, POOL "
+                         "(not global or adaptive), ACT, BN, LRN, ADD or CONCAT");
     local.emplace(id, static_cast<layer_id>(local.size()));
     previous = id;
   }

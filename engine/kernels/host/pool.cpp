@@ -74,9 +74,10 @@ int64_t argmax(const geom& g, const float* xp, const window& win) {
 // clips to exactly the in-map positions, as on the whole map.
 geom make_window_geom(const char* kernel, const shape4& in, const pool_params& p,
                       const map_window& win) {
-  MEMWEAVE_EXPECTS(!p.global && !p.adaptive(),
-                   std::string(kernel) +
-                       ": a global or adaptive pooling has no fixed window; expected a windowed one");
+  MEMWEAVE_EXPECTS(
+      !p.global && !p.adaptive(),
+      std::string(kernel) +
+          ": a global or adaptive pooling has no fixed window; expected a windowed one");
   geom g = make_geom(kernel, {in.n, in.c, win.map_h, win.map_w}, p);
   detail::check_window(kernel, in, win, g.oh, g.ow);
   g.h = in.h, g.w = in.w;

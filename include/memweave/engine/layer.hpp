@@ -60,9 +60,9 @@ struct tiled_params {
 };
 
 /// The parameters of any layer; the alternative must match the layer's type.
-using layer_params =
-    std::variant<data_params, conv_params, fc_params, pool_params, act_params, bn_params,
-                 lrn_params, dropout_params, softmax_loss_params, concat_params, add_params, tiled_params>;
+using layer_params = std::variant<data_params, conv_params, fc_params, pool_params, act_params,
+                                  bn_params, lrn_params, dropout_params, softmax_loss_params,
+                                  concat_params, add_params, tiled_params>;
 
 /// The paper's split of layers by cost (§3.4): compute-heavy layers are checkpoints, which
 /// recomputation never replays and the tensor pool offloads; the others are cheap to redo.

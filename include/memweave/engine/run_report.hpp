@@ -99,7 +99,7 @@ struct run_report {
   std::size_t budget_bytes = 0;
   std::string device;  ///< device name
   int iterations = 0;
-  int ranks = 1;  ///< data-parallel ranks; batch is the global batch
+  int ranks = 1;                             ///< data-parallel ranks; batch is the global batch
   std::vector<tiled_segment_choice> tiling;  ///< --tile: the segments run tile by tile
   /// "max_image_side" when each policy's row is its plan at the largest side that fits
   /// (plan --max-image-side); "" for a run at the given side.
