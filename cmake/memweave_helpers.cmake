@@ -57,6 +57,7 @@ function(memweave_add_test name)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
+  set_property(GLOBAL APPEND PROPERTY MEMWEAVE_TEST_TARGETS ${name})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
   # gtest_discover_tests splits list values of PROPERTIES, so labels (a list) are set by an
