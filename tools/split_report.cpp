@@ -69,7 +69,8 @@ int plan_split(const network_run_options& o, std::ostream& out) {
   const tensor_table table(net, r);
   const layer_memory memory(table);
   out << "memweave plan " << o.net << " --split: batch " << o.zoo.batch << " within "
-      << format_bytes(o.budget_bytes) << " (TSPLIT, split along the batch)\n";
+      << format_bytes(o.budget_bytes)
+      << " (TSPLIT, split along the batch, then CONV/FC output channels)\n";
   split_plan plan;
   try {
     plan =
@@ -79,14 +80,21 @@ int plan_split(const network_run_options& o, std::ostream& out) {
     return 1;
   }
   out << "  max(l_i) " << format_bytes(plan.max_layer_bytes) << "; floor with splits (largest "
-      << "micro-step at one image) " << format_bytes(plan.floor_bytes) << " at step "
-      << plan.floor_step + 1 << " (" << net[r.at(plan.floor_step).layer].name << ")\n";
-  out << "  " << plan.split_count() << " of " << plan.steps.size() << " steps split\n";
+      << "micro-step at one image, one channel per CONV/FC group) "
+      << format_bytes(plan.floor_bytes) << " at step " << plan.floor_step + 1 << " ("
+      << net[r.at(plan.floor_step).layer].name << ")\n";
+  out << "  " << plan.split_count() << " of " << plan.steps.size() << " steps split";
+  if (plan.channel_split_count() > 0) {
+    out << ", " << plan.channel_split_count() << " along output channels";
+  }
+  out << "\n";
   for (const split_step& s : plan.steps) {
-    if (s.parts == 1) continue;
+    if (s.parts == 1 && s.channel_parts == 1) continue;
     out << "    step " << std::setw(4) << s.step + 1 << " " << std::left << std::setw(28)
         << (net[s.layer].name + (s.forward ? " F" : " B")) << std::right << std::setw(6) << s.parts
-        << " parts  whole " << std::setw(10) << format_bytes(s.fixed_bytes + s.batch_bytes)
+        << " parts";
+    if (s.channel_parts > 1) out << " x " << s.channel_parts << " channel groups";
+    out << "  whole " << std::setw(10) << format_bytes(s.fixed_bytes + s.batch_bytes)
         << "  micro-step " << format_bytes(s.micro_bytes) << "\n";
   }
   const double whole = plan.whole_seconds(), split = plan.split_seconds(),

@@ -2,6 +2,7 @@
 #include "engine/layers/split_step.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 namespace memweave::layers {
 namespace k = kernels::host;
@@ -134,6 +135,119 @@ void run_split_step(const k::kernel_context& ctx, const step_io& io, bool forwar
   }
   for (std::size_t i = 0; i + 1 < bounds.size(); ++i)
     fn(ctx, slice(io, bounds[i], bounds[i + 1], forward));
+}
+
+namespace {
+
+// One output-channel group's view of a CONV or FC step: channels [k0, k1) of K, each
+// `plane` floats per image in y and dy, `wrow` weights per channel.
+struct channel_group {
+  std::int64_t k0, k1, K, plane, wrow, n;
+  std::int64_t size() const { return k1 - k0; }
+};
+
+// Copies the group's channels of every image between the whole NCHW tensor and a packed
+// (n, k1 - k0, plane) buffer.
+void gather(const channel_group& g, const float* whole, float* packed) {
+  for (std::int64_t i = 0; i < g.n; ++i) {
+    std::memcpy(packed + i * g.size() * g.plane, whole + (i * g.K + g.k0) * g.plane,
+                static_cast<std::size_t>(g.size() * g.plane) * sizeof(float));
+  }
+}
+void scatter(const channel_group& g, const float* packed, float* whole) {
+  for (std::int64_t i = 0; i < g.n; ++i) {
+    std::memcpy(whole + (i * g.K + g.k0) * g.plane, packed + i * g.size() * g.plane,
+                static_cast<std::size_t>(g.size() * g.plane) * sizeof(float));
+  }
+}
+
+void conv_group(const k::kernel_context& ctx, const step_io& io, bool forward,
+                const channel_group& g, float* dx, std::vector<float>& buf) {
+  conv_params p = std::get<conv_params>(io.l->params);
+  p.out_channels = g.size();
+  const shape4& in = io.input_shapes[0];
+  const float* w = io.params[0] + g.k0 * g.wrow;
+  buf.resize(static_cast<std::size_t>(g.n * g.size() * g.plane));
+  if (forward) {
+    const k::conv_config cfg{io.algo, io.chunk, io.workspace, io.workspace_bytes};
+    k::conv_forward(ctx, cfg, in, p, io.inputs[0], w, p.bias ? io.params[1] + g.k0 : nullptr,
+                    buf.data());
+    scatter(g, buf.data(), io.output);
+    return;
+  }
+  gather(g, io.output_grad, buf.data());
+  if (dx != nullptr) {
+    const k::conv_config cfg{io.data_algo, io.data_chunk, io.workspace, io.workspace_bytes};
+    if (g.k0 == 0) {
+      k::conv_backward_data(ctx, cfg, in, p, w, buf.data(), dx, false);
+    } else {
+      k::conv_backward_data_extend(ctx, cfg, in, p, w, buf.data(), dx);
+    }
+  }
+  const k::conv_config cfg{io.filter_algo, io.filter_chunk, io.workspace, io.workspace_bytes};
+  k::conv_backward_filter(ctx, cfg, in, p, io.inputs[0], buf.data(),
+                          io.param_grads[0] + g.k0 * g.wrow,
+                          p.bias ? io.param_grads[1] + g.k0 : nullptr, io.accumulate_param_grads);
+}
+
+void fc_group(const k::kernel_context& ctx, const step_io& io, bool forward, const channel_group& g,
+              float* dx, std::vector<float>& buf) {
+  fc_params p = std::get<fc_params>(io.l->params);
+  p.out_features = g.size();
+  const shape4& in = io.input_shapes[0];
+  const float* w = io.params[0] + g.k0 * g.wrow;
+  buf.resize(static_cast<std::size_t>(g.n * g.size()));
+  if (forward) {
+    k::fc_forward(ctx, in, p, io.inputs[0], w, p.bias ? io.params[1] + g.k0 : nullptr, buf.data());
+    scatter(g, buf.data(), io.output);
+    return;
+  }
+  gather(g, io.output_grad, buf.data());
+  if (dx != nullptr) {
+    if (g.k0 == 0) {
+      k::fc_backward_data(ctx, in, p, w, buf.data(), dx, false);
+    } else {
+      k::fc_backward_data_extend(ctx, in, p, w, buf.data(), dx);
+    }
+  }
+  k::fc_backward_weights(ctx, in, p, io.inputs[0], buf.data(), io.param_grads[0] + g.k0 * g.wrow,
+                         p.bias ? io.param_grads[1] + g.k0 : nullptr, io.accumulate_param_grads);
+}
+
+}  // namespace
+
+void run_channel_split_step(const k::kernel_context& ctx, const step_io& io, bool forward,
+                            int parts) {
+  const layer& l = *io.l;
+  const bool conv = l.type == layer_type::conv && std::get<conv_params>(l.params).groups == 1;
+  if (parts <= 1 || !(conv || l.type == layer_type::fc)) {
+    run_split_step(ctx, io, forward, 1);
+    return;
+  }
+  const shape4& in = io.input_shapes[0];
+  const shape4& out = l.output_shape;
+  channel_group g{0, 0, out.c, out.h * out.w, 0, in.n};
+  g.wrow = conv ? in.c * std::get<conv_params>(l.params).kernel_h *
+                      std::get<conv_params>(l.params).kernel_w
+                : in.per_image();
+  // dx: the groups write and continue the sum in dx itself, or, when the step adds to a
+  // gradient other consumers wrote, in a buffer added to dx at the end, as the whole
+  // kernel adds its finished sum (dx[i] + g[i]).
+  const k::grad_out dx = forward || io.input_grads.empty() ? k::grad_out{} : io.input_grads[0];
+  std::vector<float> sum(dx.data != nullptr && dx.accumulate ? static_cast<std::size_t>(in.count())
+                                                             : 0);
+  float* target = dx.accumulate ? sum.data() : dx.data;
+  std::vector<float> buf;
+  const std::vector<std::int64_t> bounds = micro_batch_bounds(g.K, parts);
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    g.k0 = bounds[i];
+    g.k1 = bounds[i + 1];
+    conv ? conv_group(ctx, io, forward, g, target, buf)
+         : fc_group(ctx, io, forward, g, target, buf);
+  }
+  if (dx.data != nullptr && dx.accumulate) {
+    for (std::size_t i = 0; i < sum.size(); ++i) dx.data[i] += sum[i];
+  }
 }
 
 }  // namespace memweave::layers

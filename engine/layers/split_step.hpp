@@ -1,4 +1,5 @@
-// A layer step run micro-batch by micro-batch (TSPLIT, split along the sample dimension).
+// A layer step run micro-batch by micro-batch (TSPLIT, split along the sample dimension),
+// or CONV/FC channel group by channel group (split along the output channels).
 // Tensors are NCHW, so images [b, e) of a tensor are one contiguous slice: each micro-step
 // sees the slices of its inputs, output and gradients and the whole parameters. Layers whose
 // math couples the batch run in two passes: BN's statistics (and its backward's sums) over
@@ -23,5 +24,17 @@ std::vector<std::int64_t> micro_batch_bounds(std::int64_t batch, int parts);
 /// 1 (or a DATA layer) runs the whole step.
 void run_split_step(const kernels::host::kernel_context& ctx, const step_io& io, bool forward,
                     int parts);
+
+/// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
+/// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):
+/// each group reads the whole input and its slice of the weights and bias, and writes its
+/// channels of y, dW and db (each image's channel group is one contiguous block of NCHW y
+/// and dy, gathered and scattered by copy). dx sums over the output channels: the first
+/// group writes it and the others continue the sum (conv/fc_backward_data_extend), so the
+/// step is bit-identical to the whole step for FC and for CONV's `direct`; CONV's im2col
+/// algorithms round differently (their GEMMs' sums depend on the matrix sizes;
+/// ARCHITECTURE.md, TSPLIT). Other layer types, grouped CONV and parts 1 run the whole step.
+void run_channel_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
+                            bool forward, int parts);
 
 }  // namespace memweave::layers

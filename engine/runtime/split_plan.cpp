@@ -28,13 +28,30 @@ std::int64_t batch_of(const tensor_table& table) {
   return net[net.data_layer()].output_shape.n;
 }
 
+// Whether tensor `t`, touched by a step of layer `l`, is cut by a split of l's output
+// channels: its output and output gradient, its parameters, their gradients and momenta.
+bool channel_shaped(const tensor_info& t, const layer& l) {
+  return t.owner == l.id && t.role != tensor_role::auxiliary && t.role != tensor_role::workspace;
+}
+
 }  // namespace
 
+std::int64_t splittable_channels(const layer& l) noexcept {
+  if (l.type == layer_type::fc) return l.output_shape.c;
+  if (l.type == layer_type::conv && std::get<conv_params>(l.params).groups == 1)
+    return l.output_shape.c;
+  return 1;
+}
+
 std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
-                             std::size_t block_bytes) {
+                             std::size_t block_bytes, int channel_parts) {
   const std::int64_t batch = batch_of(table);
   const std::int64_t k = std::clamp<std::int64_t>(parts, 1, std::max<std::int64_t>(batch, 1));
   const std::int64_t images = (batch + k - 1) / k;  // the largest micro-batch
+  const layer& l = table.net()[table.steps().at(s).layer];
+  const std::int64_t K = splittable_channels(l);
+  const std::int64_t c = std::clamp<std::int64_t>(channel_parts, 1, K);
+  const std::int64_t channels = (K + c - 1) / c;  // the largest channel group
   std::size_t bytes = 0;
   for (const tensor_access& a : table.accesses(s)) {
     const tensor_info& t = table[a.tensor];
@@ -42,6 +59,8 @@ std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts
     std::size_t b = t.bytes;
     if (batch_shaped(t, batch))
       b = b / static_cast<std::size_t>(batch) * static_cast<std::size_t>(images);
+    if (c > 1 && channel_shaped(t, l))
+      b = b / static_cast<std::size_t>(K) * static_cast<std::size_t>(channels);
     bytes += round_up(b, block_bytes);
   }
   return bytes;
@@ -58,6 +77,11 @@ std::vector<int> split_plan::parts(std::size_t step_count) const {
 std::size_t split_plan::split_count() const noexcept {
   return static_cast<std::size_t>(
       std::count_if(steps.begin(), steps.end(), [](const split_step& s) { return s.parts > 1; }));
+}
+
+std::size_t split_plan::channel_split_count() const noexcept {
+  return static_cast<std::size_t>(std::count_if(
+      steps.begin(), steps.end(), [](const split_step& s) { return s.channel_parts > 1; }));
 }
 
 double split_plan::whole_seconds() const noexcept {
@@ -108,49 +132,57 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
     // max(l_i) as the heap sees it: each tensor rounded to blocks (as executor_checks).
     plan.max_layer_bytes =
         std::max(plan.max_layer_bytes, micro_step_bytes(table, s, 1, block_bytes));
-    st.least_bytes =
-        micro_step_bytes(table, s, static_cast<int>(std::max<std::int64_t>(batch, 1)), block_bytes);
+    const int images = static_cast<int>(std::max<std::int64_t>(batch, 1));
+    const int channels = static_cast<int>(splittable_channels(l));
+    st.least_bytes = micro_step_bytes(table, s, images, block_bytes, channels);
     if (st.least_bytes > plan.floor_bytes) {
       plan.floor_bytes = st.least_bytes;
       plan.floor_step = s;
     }
-    // The fewest parts that fit: micro_step_bytes falls as parts grow, so bisect.
-    std::int64_t lo = 1, hi = std::max<std::int64_t>(batch, 1);
-    if (micro_step_bytes(table, s, 1, block_bytes) <= budget_bytes) {
-      hi = 1;
-    } else if (st.least_bytes > budget_bytes) {
-      hi = 0;  // nothing fits; reported below
-    } else {
+    if (st.least_bytes > budget_bytes) {
+      st.parts = 0;  // reported once every step's floor is known
+      plan.steps.push_back(st);
+      continue;
+    }
+    // The fewest channel groups that fit at one image per micro-batch (1 where one image
+    // fits whole), then the fewest micro-batches at those groups: micro_step_bytes falls as
+    // either grows, so bisect.
+    const auto fewest = [budget_bytes](std::int64_t hi, const auto& bytes_at) {
+      std::int64_t lo = 1;
       while (lo < hi) {
         const std::int64_t mid = lo + (hi - lo) / 2;
-        if (micro_step_bytes(table, s, static_cast<int>(mid), block_bytes) <= budget_bytes) {
+        if (bytes_at(static_cast<int>(mid)) <= budget_bytes) {
           hi = mid;
         } else {
           lo = mid + 1;
         }
       }
-    }
-    if (hi == 0) {
-      st.parts = 0;  // reported once every step's floor is known
-      plan.steps.push_back(st);
-      continue;
-    }
-    st.parts = static_cast<int>(hi);
-    st.micro_bytes = micro_step_bytes(table, s, st.parts, block_bytes);
+      return static_cast<int>(hi);
+    };
+    st.channel_parts =
+        fewest(channels, [&](int c) { return micro_step_bytes(table, s, images, block_bytes, c); });
+    st.parts = fewest(images, [&](int k) {
+      return micro_step_bytes(table, s, k, block_bytes, st.channel_parts);
+    });
+    st.micro_bytes = micro_step_bytes(table, s, st.parts, block_bytes, st.channel_parts);
     std::vector<shape4> in;
     for (layer_id i : l.inputs) in.push_back(net[i].output_shape);
     const double flops = st.forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in);
     const double whole_bytes = static_cast<double>(st.fixed_bytes + st.batch_bytes);
     st.whole_s = std::max(flops / model.flops, whole_bytes / model.memory_bytes_per_s);
     st.split_s = st.whole_s;
-    if (st.parts > 1) {
-      const double k = st.parts;
-      st.split_s = k * std::max(flops / k / model.flops,
-                                static_cast<double>(st.micro_bytes) / model.memory_bytes_per_s);
+    if (st.parts > 1 || st.channel_parts > 1) {
+      const double k = st.parts, c = st.channel_parts;
+      st.split_s = k * c *
+                   std::max(flops / (k * c) / model.flops,
+                            static_cast<double>(st.micro_bytes) / model.memory_bytes_per_s);
       // BN's inputs are read by both passes (statistics, then normalisation).
       const double passes = l.type == layer_type::bn ? 2.0 : 1.0;
       st.link_s = (static_cast<double>(reads) * passes + static_cast<double>(writes)) * (k - 1) /
                   k / model.link_bytes_per_s;
+      // The weight slices (and their gradients and momenta) not resident come over the link
+      // once per micro-batch.
+      st.link_s += static_cast<double>(st.fixed_bytes) * (c - 1) / c * k / model.link_bytes_per_s;
     }
     plan.steps.push_back(st);
   }
@@ -158,12 +190,13 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
     // Name the step with the largest smallest micro-step: the budget that step needs runs
     // every step.
     const route_step rs = r.at(plan.floor_step);
-    throw budget_too_small("budget of " + format_bytes(budget_bytes) + " (" + knob +
-                           ") is below the smallest " + "micro-step of step " +
-                           std::to_string(plan.floor_step + 1) + " (" + net[rs.layer].name +
-                           (rs.direction == pass::forward ? " forward" : " backward") +
-                           ", one image per micro-batch): " + format_bytes(plan.floor_bytes) +
-                           "; raise " + knob + " to at least " + format_bytes(plan.floor_bytes));
+    throw budget_too_small(
+        "budget of " + format_bytes(budget_bytes) + " (" + knob + ") is below the smallest " +
+        "micro-step of step " + std::to_string(plan.floor_step + 1) + " (" + net[rs.layer].name +
+        (rs.direction == pass::forward ? " forward" : " backward") + ", one image per micro-batch" +
+        (splittable_channels(net[rs.layer]) > 1 ? ", one channel per group" : "") +
+        "): " + format_bytes(plan.floor_bytes) + "; raise " + knob + " to at least " +
+        format_bytes(plan.floor_bytes));
   }
   return plan;
 }

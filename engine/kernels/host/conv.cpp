@@ -208,16 +208,19 @@ void forward_direct(const kernel_context& ctx, const geom& g, const float* x, co
   });
 }
 
+// extend: no scratch and no zeroing: the (k, r, s) terms continue the sum in dx, so a call
+// over output channels [0, a) then an extend over [a, b) give one call's bits over [0, b).
 void backward_data_direct(const kernel_context& ctx, const geom& g, const float* w, const float* dy,
-                          float* dx, bool accumulate) {
+                          float* dx, bool accumulate, bool extend = false) {
   const int64_t P = g.p(), HW = g.hw(), rs = g.r * g.s;
+  if (extend) accumulate = false;
   parallel_for(ctx, g.n * g.c, detail::grain_for(P * g.kg * rs), [&](int64_t lo, int64_t hi) {
     std::vector<float> scratch(accumulate ? static_cast<std::size_t>(HW) : 0);
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t n = t / g.c, cin = t % g.c, gi = cin / g.cg, c = cin % g.cg;
       float* dxp = dx + t * HW;
       float* __restrict tgt = accumulate ? scratch.data() : dxp;
-      std::fill_n(tgt, HW, 0.0f);
+      if (!extend) std::fill_n(tgt, HW, 0.0f);
       for (int64_t kk = 0; kk < g.kg; ++kk) {
         const int64_t k = gi * g.kg + kk;
         const float* dyp = dy + (n * g.k + k) * P;
@@ -499,20 +502,22 @@ void run_forward(const char* kernel, const kernel_context& ctx, const conv_confi
 }
 
 void run_backward_data(const char* kernel, const kernel_context& ctx, const conv_config& cfg,
-                       const geom& g, const float* w, const float* dy, float* dx, bool accumulate) {
+                       const geom& g, const float* w, const float* dy, float* dx, bool accumulate,
+                       bool extend = false) {
   detail::check_pointer(kernel, "w", w);
   detail::check_pointer(kernel, "dy", dy);
   detail::check_pointer(kernel, "dx", dx);
   float* ws = take_workspace(kernel, cfg, conv_pass::backward_data, g);
   switch (cfg.algo) {
     case conv_algo::direct:
-      backward_data_direct(ctx, g, w, dy, dx, accumulate);
+      backward_data_direct(ctx, g, w, dy, dx, accumulate, extend);
       break;
-    case conv_algo::im2col_image:
-      backward_data_gemm_image(ctx, g, w, dy, dx, accumulate, ws);
+    case conv_algo::im2col_image:  // extend: dx + this call's gradient (not continued)
+      backward_data_gemm_image(ctx, g, w, dy, dx, accumulate || extend, ws);
       break;
     case conv_algo::im2col_batch:
-      backward_data_gemm_batch(ctx, g, resolve_chunk(g, cfg.chunk), w, dy, dx, accumulate, ws);
+      backward_data_gemm_batch(ctx, g, resolve_chunk(g, cfg.chunk), w, dy, dx, accumulate || extend,
+                               ws);
       break;
   }
 }
@@ -569,6 +574,12 @@ void conv_backward_data(const kernel_context& ctx, const conv_config& cfg, const
                         bool accumulate) {
   const char* kernel = "conv_backward_data";
   run_backward_data(kernel, ctx, cfg, make_geom(kernel, in, p), w, dy, dx, accumulate);
+}
+
+void conv_backward_data_extend(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                               const conv_params& p, const float* w, const float* dy, float* dx) {
+  const char* kernel = "conv_backward_data_extend";
+  run_backward_data(kernel, ctx, cfg, make_geom(kernel, in, p), w, dy, dx, false, true);
 }
 
 void conv_backward_filter(const kernel_context& ctx, const conv_config& cfg, const shape4& in,

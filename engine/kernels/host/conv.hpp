@@ -65,6 +65,15 @@ void conv_backward_data(const kernel_context& ctx, const conv_config& cfg, const
                         const conv_params& p, const float* w, const float* dy, float* dx,
                         bool accumulate);
 
+/// dx += the gradient through the p.out_channels output channels of w and dy (a channel
+/// group of a split step, groups 1). direct: each element continues the (k, r, s) sum that
+/// a call over the channels before these left in dx, so conv_backward_data over [0, a)
+/// then this over [a, b) gives the bits of conv_backward_data over [0, b). im2col_image and
+/// im2col_batch: dx + this group's gradient, which rounds differently (their GEMMs sum the
+/// channels inside BLAS, in an order that depends on the matrix sizes).
+void conv_backward_data_extend(const kernel_context& ctx, const conv_config& cfg, const shape4& in,
+                               const conv_params& p, const float* w, const float* dy, float* dx);
+
 /// dw = d(loss)/dw from x and dy; when `db` is non-null also the bias gradient db (the
 /// same bits for every algorithm). Every algorithm adds each image's contribution to dw in
 /// image order (float), the first image overwriting unless `accumulate`: so running the

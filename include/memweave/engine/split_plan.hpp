@@ -15,12 +15,21 @@
 // slices that must come from and go back to the host ((k-1)/k of the step's batch-shaped
 // bytes, inputs of BN's two passes twice), not overlapped with compute.
 //
+// Where one image per micro-batch still does not fit (batch 1, or FC weights), a CONV
+// (groups 1) or FC step also splits along its output channels (features): a micro-step then
+// holds 1/channel_parts of its output, output gradient, weights, bias and their gradients and
+// momenta, and the whole input (split_step.hpp's run_channel_split_step runs it). It takes
+// the fewest channel parts that fit at one image per micro-batch, then the fewest
+// micro-batches at those channel parts. Its link time adds the weight slices not resident:
+// (c-1)/c of its parameter bytes per micro-batch. The floor is the largest micro-step after
+// both splits (one image, one channel per group for CONV/FC).
+//
 // Not planned here (issue 13's later stages): the memory schedule's swaps and drops of whole
-// tensors around the split steps, micro-tensors as entries of the tensor cache, and splits
-// along channels.
+// tensors around the split steps, and micro-tensors as entries of the tensor cache.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "memweave/engine/cost_model.hpp"
@@ -38,8 +47,10 @@ struct split_step {
   std::size_t fixed_bytes = 0;  ///< batch-independent tensors, block-rounded
   std::size_t batch_bytes = 0;  ///< batch-shaped tensors, whole, block-rounded
   int parts = 1;                ///< micro-batches planned
+  int channel_parts = 1;        ///< output-channel groups planned (CONV/FC only)
   std::size_t micro_bytes = 0;  ///< the largest micro-step's working set at `parts`
-  std::size_t least_bytes = 0;  ///< the working set at one image per micro-batch
+  std::size_t least_bytes = 0;  ///< the working set at one image per micro-batch (and, for
+                                ///< CONV/FC, one output channel per group)
   double whole_s = 0;           ///< the model's time of the whole step
   double split_s = 0;           ///< its micro-steps' time (whole_s when not split)
   double link_s = 0;            ///< its slices' host-link time (0 when not split)
@@ -56,15 +67,22 @@ struct split_plan {
   std::vector<int> parts(std::size_t step_count) const;
   /// How many steps run in more than one part.
   std::size_t split_count() const noexcept;
+  /// How many steps (CONV/FC) run in more than one channel group.
+  std::size_t channel_split_count() const noexcept;
   double whole_seconds() const noexcept;  ///< Σ whole_s
   double split_seconds() const noexcept;  ///< Σ split_s (the compute lost to smaller kernels)
   double link_seconds() const noexcept;   ///< Σ link_s
 };
 
-/// The working set of step `s` of `table` in `parts` micro-batches, each tensor rounded up to
-/// `block_bytes` (the heap's block).
+/// The working set of step `s` of `table` in `parts` micro-batches (and, for a CONV of
+/// groups 1 or an FC step, `channel_parts` output-channel groups; other steps ignore it),
+/// each tensor rounded up to `block_bytes` (the heap's block).
 std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
-                             std::size_t block_bytes);
+                             std::size_t block_bytes, int channel_parts = 1);
+
+/// The output channels (features) a step of `l` can be split into: CONV of groups 1 and FC,
+/// their output channels; 1 for every other layer.
+std::int64_t splittable_channels(const layer& l) noexcept;
 
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per

@@ -46,13 +46,43 @@ TEST(split_plan_test, fewest_parts_that_fit_below_the_largest_layer) {
     EXPECT_GT(plan.split_count(), 0u) << name;
     for (const split_step& s : plan.steps) {
       EXPECT_LE(s.micro_bytes, budget) << name << " step " << s.step;
-      EXPECT_EQ(s.micro_bytes, micro_step_bytes(p.table, s.step, s.parts, k_block));
+      EXPECT_EQ(s.micro_bytes,
+                micro_step_bytes(p.table, s.step, s.parts, k_block, s.channel_parts));
       if (s.parts > 1) {
-        EXPECT_GT(micro_step_bytes(p.table, s.step, s.parts - 1, k_block), budget)
+        EXPECT_GT(micro_step_bytes(p.table, s.step, s.parts - 1, k_block, s.channel_parts), budget)
             << name << " step " << s.step << ": fewer parts would fit";
+      }
+      if (s.channel_parts > 1) {
+        EXPECT_GT(micro_step_bytes(p.table, s.step, 8, k_block, s.channel_parts - 1), budget)
+            << name << " step " << s.step << ": fewer channel groups would fit";
+      }
+      if (s.parts > 1 || s.channel_parts > 1) {
         EXPECT_GE(s.split_s, s.whole_s) << name;
         EXPECT_GT(s.link_s, 0.0) << name;
       }
+    }
+  }
+}
+
+// At batch 1 a sample split cannot help: the planner cuts CONV/FC steps along their output
+// channels, and the floor falls below the largest whole step.
+TEST(split_plan_test, batch_one_splits_conv_and_fc_along_output_channels) {
+  for (const char* name : {"vgg16", "resnet50"}) {
+    const planned p(test::small_zoo(name, 1));
+    const split_plan unlimited = p.at(std::size_t{1} << 40);
+    ASSERT_LT(unlimited.floor_bytes, unlimited.max_layer_bytes / 2) << name;
+    const std::size_t budget = unlimited.max_layer_bytes / 2;
+    const split_plan plan = p.at(budget);
+    EXPECT_EQ(plan.split_count(), 0u) << name << ": one image cannot be split";
+    EXPECT_GT(plan.channel_split_count(), 0u) << name;
+    for (const split_step& s : plan.steps) {
+      EXPECT_LE(s.micro_bytes, budget) << name << " step " << s.step;
+      if (s.channel_parts == 1) continue;
+      const layer& l = p.net[s.layer];
+      EXPECT_TRUE(l.type == layer_type::conv || l.type == layer_type::fc) << l.name;
+      EXPECT_LE(s.channel_parts, splittable_channels(l)) << l.name;
+      EXPECT_GT(micro_step_bytes(p.table, s.step, 1, k_block, s.channel_parts - 1), budget)
+          << name << " step " << s.step << ": fewer channel groups would fit";
     }
   }
 }
