@@ -35,8 +35,7 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
   auto network_at = [&](std::int64_t side) {
     zoo_options z = o.zoo;
     z.image_side = side;
-    network_run_options probe = o;  // --tile: cut for this side
-    return tile_if_asked(make_network(o.net, z), probe);
+    return tile_if_asked(make_network(o.net, z), o);  // --tile: cut for this side
   };
   const std::int64_t step = k_image_side_step;
   const std::int64_t low = (zoo_min_side(o.net) + step - 1) / step;  // in steps

@@ -177,24 +177,24 @@ void load_onnx_net(network_run_options& o) {
 }
 
 network make_planning_network(const network_run_options& o, std::int64_t batch) {
-  network_run_options probe = o;  // a search's probes do not keep their tiling
   if (!is_onnx_net(o.net)) {
     zoo_options z = o.zoo;
     z.batch = batch;
-    return tile_if_asked(make_network(o.net, z), probe);
+    return tile_if_asked(make_network(o.net, z), o);
   }
   MEMWEAVE_EXPECTS(o.onnx_file != nullptr, "make_planning_network: load_onnx_net(o) first");
-  return tile_if_asked(o.onnx_file->import(batch, false).net, probe);
+  return tile_if_asked(o.onnx_file->import(batch, false).net, o);
 }
 
-network tile_if_asked(network net, network_run_options& o) {
-  o.tiling.clear();
+network tile_if_asked(network net, const network_run_options& o,
+                      std::vector<tiled_segment_choice>* segments) {
+  if (segments != nullptr) segments->clear();
   if (!o.tile) return net;
   MEMWEAVE_EXPECTS(o.budget_bytes != 0,
                    "--tile cuts the layers over the budget into tiles: give --budget");
   const std::size_t block = o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
   tiling_plan p = plan_tiling(net, o.budget_bytes, block, "--budget");
-  o.tiling = std::move(p.segments);
+  if (segments != nullptr) *segments = std::move(p.segments);
   return std::move(p.net);
 }
 
@@ -212,7 +212,7 @@ std::string describe_tiling(const network_run_options& o) {
 
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx) {
-  if (!is_onnx_net(o.net)) return tile_if_asked(make_network(o.net, o.zoo), o);
+  if (!is_onnx_net(o.net)) return tile_if_asked(make_network(o.net, o.zoo), o, &o.tiling);
   load_onnx_net(o);
   imported_model m = o.onnx_file->import(o.zoo.batch, weights);
   o.initial_weights = std::move(m.weights);
@@ -221,7 +221,7 @@ network make_run_network(network_run_options& o, bool weights,
     m.net = network();  // its net and weights were moved out: the bindings are what export needs
     onnx->emplace(std::move(m));
   }
-  return tile_if_asked(std::move(net), o);
+  return tile_if_asked(std::move(net), o, &o.tiling);
 }
 
 std::string trace_path_of(const network_run_options& o, const std::string& policy) {

@@ -99,9 +99,10 @@ network make_planning_network(const network_run_options& o, std::int64_t batch);
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx = nullptr);
 
-/// `net` cut into tiled segments for o.budget_bytes when o.tile (o.tiling records them);
-/// `net` itself otherwise. --tile needs --budget.
-network tile_if_asked(network net, network_run_options& o);
+/// `net` cut into tiled segments for o.budget_bytes when o.tile (the segments into
+/// `*segments` when given); `net` itself otherwise. --tile needs --budget.
+network tile_if_asked(network net, const network_run_options& o,
+                      std::vector<tiled_segment_choice>* segments = nullptr);
 /// One line per tiled segment of o.tiling, for the command's output ("" when none).
 std::string describe_tiling(const network_run_options& o);
 

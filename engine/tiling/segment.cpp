@@ -16,6 +16,8 @@ std::string named(const layer& l) {
   return "layer " + std::to_string(l.id) + " '" + l.name + "' (" + to_string(l.type) + ")";
 }
 
+}  // namespace
+
 // The types whose output element (y, x) depends only on a bounded window of their inputs
 // around (y, x), which is what cutting the image into tiles with halos needs.
 bool spatially_local(const layer& l) {
@@ -33,8 +35,6 @@ bool spatially_local(const layer& l) {
       return false;
   }
 }
-
-}  // namespace
 
 tiled_segment make_segment(const network& net, layer_id input, const std::vector<layer_id>& members,
                            std::int64_t tiles_h, std::int64_t tiles_w) {

@@ -56,6 +56,11 @@ struct tiled_segment {
   std::int64_t tiles_h = 1, tiles_w = 1;
 };
 
+/// Whether layer `l` may be a member of a segment: its output element (y, x) depends only on
+/// a bounded window of its inputs around (y, x) (CONV, POOL but global or adaptive, ACT, BN,
+/// LRN, ADD, CONCAT).
+bool spatially_local(const layer& l);
+
 /// The segment of `net` whose input is layer `input`'s output and whose members are
 /// `members` (ids in increasing order; the last is the output), cut into tiles_h x tiles_w
 /// tiles. Throws invalid_argument naming the layer when a member is not a spatially-local

@@ -21,22 +21,6 @@ namespace {
 // halo outweighs its interior on every zoo network's early layers.
 constexpr std::int64_t k_max_tiles_per_side = 128;
 
-bool tileable(const layer& l) {
-  switch (l.type) {
-    case layer_type::conv:
-    case layer_type::act:
-    case layer_type::bn:
-    case layer_type::lrn:
-    case layer_type::add:
-    case layer_type::concat:
-      return true;
-    case layer_type::pool:
-      return !std::get<pool_params>(l.params).global && !std::get<pool_params>(l.params).adaptive();
-    default:
-      return false;
-  }
-}
-
 // l_i of every layer (the larger of its two steps), each tensor rounded to heap blocks and
 // parameters counted, as the executor's floor check counts them under utp and all.
 std::vector<std::size_t> step_bytes(const network& net, std::size_t block) {
@@ -172,7 +156,7 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
     const std::size_t in = a == net.data_layer() && net[a].consumers.size() == 1
                                ? 0
                                : rounded(net[a].output_shape.bytes());
-    for (layer_id b = m; b + 1 < net.size() && tileable(net[b]); ++b) {
+    for (layer_id b = m; b + 1 < net.size() && tiling::spatially_local(net[b]); ++b) {
       if (!cut[b]) continue;
       // Its input and output are whole whatever the grid: skip what they alone exceed.
       const std::size_t whole = in + rounded(net[b].output_shape.bytes());
@@ -229,7 +213,8 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
   std::vector<char> must(net.size(), 0);
   for (layer_id i = 0; i < net.size(); ++i) must[i] = untiled[i] > budget_bytes;
   const layer& data = net[net.data_layer()];
-  if (must[data.id] && data.consumers.size() == 1 && tileable(net[data.consumers[0]]) &&
+  if (must[data.id] && data.consumers.size() == 1 &&
+      tiling::spatially_local(net[data.consumers[0]]) &&
       untiled[data.id] - rounded(data.output_shape.bytes()) <= budget_bytes) {
     must[data.id] = 0;
     must[data.consumers[0]] = 1;
@@ -239,7 +224,7 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
   for (layer_id m = 0; m < net.size(); ++m) {
     if ((m <= done && m != 0) || !must[m]) continue;
     const layer& must = net[m];
-    if (!tileable(must)) {
+    if (!tiling::spatially_local(must)) {
       throw budget_too_small(
           "budget " + format_bytes(budget_bytes) + " (" + knob + ") is below layer '" + must.name +
           "' (" + to_string(must.type) + ", " + to_string(must.output_shape) +
@@ -252,16 +237,16 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
     layer_id a = m - 1;
     while (a > done && !cut[a]) --a;
     for (layer_id i = a + 1; i < m; ++i) {
-      MEMWEAVE_EXPECTS(tileable(net[i]), "layer '" + must.name + "' must run tile by tile within " +
-                                             format_bytes(budget_bytes) + " (" + knob +
-                                             "), but its segment from '" + net[a].name +
-                                             "' holds '" + net[i].name + "' (" +
-                                             to_string(net[i].type) + "), which cannot be tiled");
+      MEMWEAVE_EXPECTS(tiling::spatially_local(net[i]),
+                       "layer '" + must.name + "' must run tile by tile within " +
+                           format_bytes(budget_bytes) + " (" + knob + "), but its segment from '" +
+                           net[a].name + "' holds '" + net[i].name + "' (" +
+                           to_string(net[i].type) + "), which cannot be tiled");
     }
     // The nearest start first (the smallest segment); further back where the input of a
     // nearer one is too large to sit beside its output.
     std::optional<tiled_segment_choice> c = place(a, m);
-    for (layer_id e = a; !c && e > done && tileable(net[e]);) {
+    for (layer_id e = a; !c && e > done && tiling::spatially_local(net[e]);) {
       --e;  // e + 1 is a member from here on
       if (cut[e]) c = place(e, m);
     }
