@@ -2,6 +2,7 @@
 #include "engine/layers/split_step.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace memweave::layers {
@@ -42,99 +43,171 @@ step_io slice(const step_io& io, std::int64_t b, std::int64_t e, bool forward) {
   return s;
 }
 
-void bn_forward(const k::kernel_context& ctx, const step_io& io,
-                const std::vector<std::int64_t>& bounds) {
+// The micro-steps of one split step: each micro-batch's step_io, its staged tensors' slices
+// copied into their micro buffers before it runs and, after the step's last pass, back out.
+class micro_steps {
+ public:
+  micro_steps(const step_io& io, bool forward, int parts, std::span<const staged_tensor> staged)
+      : io_(io),
+        forward_(forward),
+        staged_(staged),
+        bounds_(micro_batch_bounds(io.input_shapes[0].n, parts)) {}
+
+  // Runs f(micro-batch io) for each micro-batch in order; `last_pass`: the step is done with
+  // them afterwards (what it wrote is copied out).
+  template <class F>
+  void each(F&& f, bool last_pass = true) const {
+    for (std::size_t i = 0; i + 1 < bounds_.size(); ++i) {
+      const std::int64_t b = bounds_[i], e = bounds_[i + 1];
+      step_io s = slice(io_, b, e, forward_);
+      if (staged_.empty()) {
+        f(s);
+        continue;
+      }
+      stage_in(s, b, e);
+      f(s);
+      if (last_pass) stage_out(b, e);
+    }
+  }
+
+ private:
+  static std::size_t bytes(const staged_tensor& t, std::int64_t images) {
+    return static_cast<std::size_t>(images * t.per_image) * sizeof(float);
+  }
+
+  // Where a pointer into a staged tensor's slice of images [b, e) lands in its micro buffer.
+  float* remap(const float* p, std::int64_t b) const {
+    const auto q = reinterpret_cast<std::uintptr_t>(p);
+    for (const staged_tensor& t : staged_) {
+      const auto lo = reinterpret_cast<std::uintptr_t>(t.whole);
+      if (p != nullptr && q >= lo && q < lo + bytes(t, t.n)) {
+        return t.micro + (p - t.whole) - b * t.per_image;
+      }
+    }
+    return const_cast<float*>(p);
+  }
+
+  void stage_in(step_io& s, std::int64_t b, std::int64_t e) const {
+    for (const staged_tensor& t : staged_) {
+      if (t.read) std::memcpy(t.micro, t.whole + b * t.per_image, bytes(t, e - b));
+    }
+    for (const float*& p : s.inputs) p = remap(p, b);
+    for (auto& g : s.input_grads) g.data = remap(g.data, b);
+    for (float*& p : s.aux) p = remap(p, b);
+    s.output = remap(s.output, b);
+    s.output_grad = remap(s.output_grad, b);
+    s.labels = remap(s.labels, b);
+  }
+
+  void stage_out(std::int64_t b, std::int64_t e) const {
+    for (const staged_tensor& t : staged_) {
+      if (t.written) std::memcpy(t.whole + b * t.per_image, t.micro, bytes(t, e - b));
+    }
+  }
+
+  const step_io& io_;
+  bool forward_;
+  std::span<const staged_tensor> staged_;
+  std::vector<std::int64_t> bounds_;
+};
+
+void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
   const auto& p = std::get<bn_params>(io.l->params);
   const shape4& in = io.input_shapes[0];
   const auto C = static_cast<std::size_t>(in.c);
-  const std::size_t parts = bounds.size() - 1;
   std::vector<k::exact_sum> sum(C), sq(C);
   std::vector<double> mean(C);
-  for (std::size_t i = 0; i < parts; ++i) {
-    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
-    k::bn_sum_images(ctx, s.input_shapes[0], s.inputs[0], sum.data());
-  }
+  steps.each(
+      [&](const step_io& s) { k::bn_sum_images(ctx, s.input_shapes[0], s.inputs[0], sum.data()); },
+      false);
   const std::int64_t m = in.n * in.h * in.w;
   k::bn_mean(in.c, m, sum.data(), mean.data());
-  for (std::size_t i = 0; i < parts; ++i) {
-    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
-    k::bn_sum_squared_deviations(ctx, s.input_shapes[0], s.inputs[0], mean.data(), sq.data());
-  }
+  steps.each(
+      [&](const step_io& s) {
+        k::bn_sum_squared_deviations(ctx, s.input_shapes[0], s.inputs[0], mean.data(), sq.data());
+      },
+      false);
   k::bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), io.aux[0], io.aux[1]);
-  for (std::size_t i = 0; i < parts; ++i) {
-    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
+  steps.each([&](const step_io& s) {
     k::bn_normalize(ctx, s.input_shapes[0], s.inputs[0], io.params[0], io.params[1], io.aux[0],
                     io.aux[1], s.output);
-  }
+  });
   if (io.update_running_stats) {
     k::bn_update_running(in, p, io.aux[0], io.aux[1], io.params[2], io.params[3]);
   }
 }
 
-void bn_backward(const k::kernel_context& ctx, const step_io& io,
-                 const std::vector<std::int64_t>& bounds) {
+void bn_backward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
   const shape4& in = io.input_shapes[0];
   const auto C = static_cast<std::size_t>(in.c);
-  const std::size_t parts = bounds.size() - 1;
   std::vector<double> sdy(C, 0.0), sdy_xhat(C, 0.0);
-  for (std::size_t i = 0; i < parts; ++i) {
-    const step_io s = slice(io, bounds[i], bounds[i + 1], false);
-    k::bn_backward_sums(ctx, s.input_shapes[0], s.inputs[0], io.aux[0], io.aux[1], s.output_grad,
-                        sdy.data(), sdy_xhat.data());
-  }
+  const bool dx = io.input_grads[0].data != nullptr;
+  steps.each(
+      [&](const step_io& s) {
+        k::bn_backward_sums(ctx, s.input_shapes[0], s.inputs[0], io.aux[0], io.aux[1],
+                            s.output_grad, sdy.data(), sdy_xhat.data());
+      },
+      !dx);
   for (std::size_t c = 0; c < C; ++c) {
     io.param_grads[1][c] = static_cast<float>(sdy[c]);
     io.param_grads[0][c] = static_cast<float>(sdy_xhat[c]);
   }
-  if (io.input_grads[0].data == nullptr) return;
-  for (std::size_t i = 0; i < parts; ++i) {
-    const step_io s = slice(io, bounds[i], bounds[i + 1], false);
+  if (!dx) return;
+  steps.each([&](const step_io& s) {
     k::bn_backward_data(ctx, s.input_shapes[0], in.n * in.h * in.w, s.inputs[0], io.aux[0],
                         io.aux[1], io.params[0], sdy.data(), sdy_xhat.data(), s.output_grad,
                         s.input_grads[0].data, s.input_grads[0].accumulate);
-  }
+  });
 }
 
-void loss_forward(const k::kernel_context& ctx, const step_io& io,
-                  const std::vector<std::int64_t>& bounds) {
+void loss_forward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
   double total = 0.0;
-  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
-    const step_io s = slice(io, bounds[i], bounds[i + 1], true);
+  steps.each([&](const step_io& s) {
     k::softmax_loss_add(ctx, s.input_shapes[0], s.inputs[0], s.labels, s.output, total);
-  }
+  });
   if (io.loss != nullptr) *io.loss = total / static_cast<double>(io.input_shapes[0].n);
 }
 
-void loss_backward(const k::kernel_context& ctx, const step_io& io,
-                   const std::vector<std::int64_t>& bounds) {
+void loss_backward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
   if (io.input_grads[0].data == nullptr) return;
-  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
-    const step_io s = slice(io, bounds[i], bounds[i + 1], false);
+  steps.each([&](const step_io& s) {
     k::softmax_loss_backward(ctx, s.input_shapes[0], s.output, s.labels, s.input_grads[0].data,
                              s.input_grads[0].accumulate, io.input_shapes[0].n);
-  }
+  });
 }
 
 }  // namespace
 
-void run_split_step(const k::kernel_context& ctx, const step_io& io, bool forward, int parts) {
+void run_split_step(const k::kernel_context& ctx, const step_io& io, bool forward, int parts,
+                    std::span<const staged_tensor> staged) {
   const layer_steps& steps = layer_steps_for(io.l->type);
   const step_fn fn = forward ? steps.forward : steps.backward;
-  if (parts <= 1 || io.l->type == layer_type::data || io.input_shapes.empty()) {
+  if ((parts <= 1 && staged.empty()) || io.l->type == layer_type::data || io.input_shapes.empty()) {
     if (fn != nullptr) fn(ctx, io);
     return;
   }
-  const std::vector<std::int64_t> bounds = micro_batch_bounds(io.input_shapes[0].n, parts);
+  const micro_steps micro(io, forward, parts, staged);
   if (io.l->type == layer_type::bn) {
-    forward ? bn_forward(ctx, io, bounds) : bn_backward(ctx, io, bounds);
+    forward ? bn_forward(ctx, io, micro) : bn_backward(ctx, io, micro);
     return;
   }
   if (io.l->type == layer_type::softmax_loss) {
-    forward ? loss_forward(ctx, io, bounds) : loss_backward(ctx, io, bounds);
+    forward ? loss_forward(ctx, io, micro) : loss_backward(ctx, io, micro);
     return;
   }
-  for (std::size_t i = 0; i + 1 < bounds.size(); ++i)
-    fn(ctx, slice(io, bounds[i], bounds[i + 1], forward));
+  if (fn != nullptr) micro.each([&](const step_io& s) { fn(ctx, s); });
+}
+
+std::size_t staged_copy_bytes(layer_type type, bool forward,
+                              std::span<const staged_tensor> staged) noexcept {
+  const std::size_t passes = type == layer_type::bn ? (forward ? 3 : 2) : 1;
+  std::size_t b = 0;
+  for (const staged_tensor& t : staged) {
+    const std::size_t whole = static_cast<std::size_t>(t.n * t.per_image) * sizeof(float);
+    if (t.read) b += passes * whole;
+    if (t.written) b += whole;
+  }
+  return b;
 }
 
 namespace {

@@ -9,7 +9,9 @@
 // bits as the whole step for every layer type and every split.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/layers/layer_step.hpp"
@@ -20,10 +22,31 @@ namespace memweave::layers {
 /// batch % parts get one image more. parts is clamped to [1, batch].
 std::vector<std::int64_t> micro_batch_bounds(std::int64_t batch, int parts);
 
+/// A tensor of a split step whose whole value stays in host memory while the step runs
+/// (TSPLIT's micro-tensors: only the running micro-batch's slices are on the device). Each
+/// micro-step's slice is copied into `micro` (room for the largest micro-batch) before it
+/// runs and back into `whole` after it; io's pointers into `whole` are the whole tensor's.
+struct staged_tensor {
+  float* whole = nullptr;      ///< n images of per_image floats (host memory)
+  float* micro = nullptr;      ///< device memory for the largest micro-batch's slice
+  std::int64_t per_image = 0;  ///< floats per image
+  std::int64_t n = 0;          ///< images
+  bool read = false;           ///< copied in before every pass over the micro-batches
+  bool written = false;        ///< copied out after the step's last pass
+};
+
 /// Runs the forward (or backward) of io's layer on the host in `parts` micro-batches. parts
-/// 1 (or a DATA layer) runs the whole step.
+/// 1 (or a DATA layer) runs the whole step. With `staged`, each micro-step runs on the
+/// staged tensors' micro buffers (copied in and out around it) instead of slices of their
+/// whole values: the same bits.
 void run_split_step(const kernels::host::kernel_context& ctx, const step_io& io, bool forward,
-                    int parts);
+                    int parts, std::span<const staged_tensor> staged = {});
+
+/// The bytes run_split_step copies between `whole` and `micro` for a step of layer type
+/// `type` (the link traffic of staging): read tensors once per pass over the micro-batches
+/// (BN: 3 passes forward, 2 backward), written ones once.
+std::size_t staged_copy_bytes(layer_type type, bool forward,
+                              std::span<const staged_tensor> staged) noexcept;
 
 /// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
 /// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):

@@ -51,6 +51,7 @@
 #include "engine/layers/layer_step.hpp"
 #include "engine/random.hpp"
 #include "engine/runtime/executor_checks.hpp"
+#include "engine/runtime/executor_staging.hpp"
 #include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "engine/runtime/recompute_inputs.hpp"
@@ -243,6 +244,28 @@ executor::executor(const network& net, device& dev, const executor_options& opti
       }
     }
   }
+  // TSPLIT: the split steps whose micro-tensors stay in host memory.
+  staging_ = std::make_unique<staging>();
+  staging_->buffer.resize(n);
+  staging_->step.assign(route_.step_count(), false);
+  bool any_staged = false;
+  for (std::size_t st = 0; st < route_.step_count(); ++st) {
+    staging_->step[st] = staged_split_step(options, net, route_, st);
+    if (!staging_->step[st]) continue;
+    any_staged = true;
+    // What a staged step reads is never dropped: rebuilding it would replay its producer
+    // whole, which is what the split avoids.
+    for (const auto& a : table_.accesses(st)) {
+      if (staged_slice(table_[a.tensor], net[net.data_layer()].output_shape.n)) {
+        droppable_[a.tensor] = false;
+      }
+    }
+  }
+  MEMWEAVE_EXPECTS(!any_staged || dev.kind() != device_kind::cuda,
+                   "split steps with their micro-tensors in host memory (split_parts under " +
+                       options.policy.name +
+                       ") run on the host and null devices only: the cuda backend runs every "
+                       "step whole; give no split, or run on --device host");
   last_write_.assign(n, 0);
   // Write-back starts below twice the most any step allocates anew.
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
@@ -267,7 +290,10 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   broadcast_parameters();
   if (options.exact)
     require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
-  if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only) {
+  // Staged split steps are not in the schedule's model (it assumes each step's tensors whole
+  // on the device): `all` then evicts reactively, as utp does, and rebuilds.
+  if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only &&
+      !any_staged) {
     if (std::optional<memory_schedule> planned = plan_schedule()) use_schedule(std::move(*planned));
   }
   launcher_->check_ready();
@@ -425,6 +451,7 @@ void executor::begin_iteration() {
   residency_->forget_dropped();
   ++iterations_run_;
   deferred_prefetches_.clear();
+  staging_->bytes_staged = 0;
 }
 
 // After the last step: copies landed, persistent tensors back in place, the streams
@@ -435,6 +462,7 @@ void executor::finish_iteration() {
   reap_offloads(0, true);
   restore_persistent_placement();
   compute.synchronize();
+  staging_->retired.clear();  // the stream no longer reads them
   loss_ = finish_reductions(loss_);
   if (transfers_) {
     // Write-backs of tensors that died meanwhile land (and are discarded) before the check.
@@ -541,15 +569,33 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   //    is locked at once, so making room for the next cannot evict it. utp/all: when the
   //    heap cannot serve although everything unlocked has left, what the step already
   //    holds is in the way (scattered over the arena): repack and try once more.
+  //    A staged split step (TSPLIT) first moves its micro-tensors to host memory; only the
+  //    rest is acquired whole, and a buffer for one micro-batch's slices is taken after.
   std::vector<tensor_id> locked;
   const auto accesses = table_.accesses(s);
+  const bool staged = staging_->step[s] && !evaluating_;
+  if (staged) stage_step(s, accesses);
+  const std::span<const tensor_access> on_device =
+      staged ? std::span<const tensor_access>(staging_->whole) : accesses;
   try {
-    acquire(s, accesses, locked, false);
+    acquire(s, on_device, locked, false);
   } catch (const out_of_memory&) {
     // Only device memory is repacked; host memory running out is an error to report.
     if (!options_.policy.evict_to_host || host_exhausted_) throw;
-    repack(s, accesses, locked);
-    acquire(s, accesses, locked, true);
+    repack(s, on_device, locked);
+    acquire(s, on_device, locked, true);
+  }
+  if (staged) {
+    try {
+      take_micro_buffer(s);
+    } catch (const out_of_memory&) {
+      // The whole tensors just placed split the free memory: empty the arena, take the
+      // micro buffer first and place them after it, largest first.
+      if (host_exhausted_) throw;
+      repack(s, on_device, locked);
+      take_micro_buffer(s);
+      acquire(s, on_device, locked, true);
+    }
   }
   // Under baseline, everything of the iteration is born at the first step (an evaluation
   // keeps to forward-only liveness under every policy).
@@ -614,6 +660,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   for (tensor_id t : locked) cache_->unlock(t);
   if (workspace != nullptr) (void)heap_->deallocate(workspace);
   residency_->workspace_returned(conv.workspace_bytes);
+  if (staged) end_staged_step();
   for (tensor_id t : evaluating_ ? eval_free_after_[s] : free_after_[s]) free_transient(t);
   // A rebuild may have re-created intermediates whose life was already over (inputs of the
   // replay that was wanted): they go again now.
@@ -690,6 +737,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   // split to give them).
   if (!replay && current_step_ < options_.split_parts.size()) {
     step.parts = options_.split_parts[current_step_];
+    if (staging_->step[current_step_] && !evaluating_) step.staged = staging_->tensors;
   }
   if (recording() == nullptr) {
     launcher_->launch(step);
@@ -708,6 +756,9 @@ policy_report executor::report() const {
   r.persistent_bytes = plan_.persistent_bytes;
   r.tensors_allocated = tensors_allocated_;
   r.recomputations = recomputations_;
+  r.bytes_staged = staging_->bytes_staged;
+  r.staged_steps =
+      static_cast<std::size_t>(std::count(staging_->step.begin(), staging_->step.end(), true));
   for (const step_record& s : steps_) {
     if (s.heap_bytes > r.peak_bytes) r.peak_bytes = s.heap_bytes, r.peak_step = s.step;
     r.peak_live_bytes = std::max(r.peak_live_bytes, s.bytes_live);

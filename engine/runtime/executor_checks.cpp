@@ -4,8 +4,10 @@
 #include <cmath>
 #include <string>
 
+#include "engine/runtime/executor_staging.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/engine/split_plan.hpp"
 
 namespace memweave {
 
@@ -51,8 +53,14 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
   const std::size_t checked = options.evaluation_only ? steps.layer_count() : table.step_count();
   for (std::size_t s = 0; s < checked; ++s) {
     std::size_t b = 0;
-    for (const auto& a : table.accesses(s)) {
-      if (moves_persistent || !table[a.tensor].persistent) b += rounded(table[a.tensor].bytes);
+    if (staged_split_step(options, net, steps, s)) {
+      // TSPLIT: its micro-step (its micro-tensors' slices for the largest micro-batch, and
+      // its other tensors whole).
+      b = micro_step_bytes(table, s, options.split_parts[s], block);
+    } else {
+      for (const auto& a : table.accesses(s)) {
+        if (moves_persistent || !table[a.tensor].persistent) b += rounded(table[a.tensor].bytes);
+      }
     }
     if (b > worst_step) worst_step = b, worst_index = s;
   }
@@ -67,8 +75,14 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
     }
     if (options.budget_bytes < minimum) {
       const route_step rs = steps.at(worst_index);
-      const std::string step = "the tensors of step " + std::to_string(worst_index + 1) + " (" +
-                               net[rs.layer].name + " " + to_string(rs.direction) + ") ";
+      const bool split = staged_split_step(options, net, steps, worst_index);
+      const std::string step =
+          (split ? "the micro-step of step " : "the tensors of step ") +
+          std::to_string(worst_index + 1) + " (" + net[rs.layer].name + " " +
+          to_string(rs.direction) +
+          (split ? ", in " + std::to_string(options.split_parts[worst_index]) + " micro-batches"
+                 : "") +
+          ") ";
       throw budget_too_small(
           "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
           options.policy.name + " can " + (options.evaluation_only ? "evaluate " : "run ") +

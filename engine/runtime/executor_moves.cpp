@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/runtime/executor_staging.hpp"
 #include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "engine/runtime/residency_table.hpp"
@@ -67,6 +68,9 @@ void executor::free_transient(tensor_id t) noexcept {
       }
       (void)heap_->deallocate(residency_->aside(t));
       break;
+    case residency::staged:
+      retire_staging(t);
+      break;
     case residency::on_host:
     case residency::dropped:
     case residency::absent:
@@ -80,6 +84,9 @@ void* executor::device_ptr(tensor_id t) const {
   if (t == invalid_tensor) return nullptr;
   if (persistent_ptr_[t] != nullptr) return persistent_ptr_[t];
   if (host_resident_[t] != nullptr) return host_resident_[t].get();
+  // A staged tensor's whole value, in host memory: a split step's kernel reaches it only
+  // through its micro buffer (split_step.hpp); a watched copy reads it directly.
+  if (residency_->state(t) == residency::staged) return staging_->buffer[t].get();
   return residency_->state(t) == residency::resident ? cache_->ptr(t) : nullptr;
 }
 
@@ -247,6 +254,9 @@ void executor::ensure_resident(tensor_id t, std::size_t step) {
     case residency::dropped:
       rebuild(t, step);
       (void)cache_->check(t);
+      return;
+    case residency::staged:
+      fetch_staged(t, step);
       return;
     case residency::absent:
       break;

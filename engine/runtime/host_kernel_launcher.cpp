@@ -3,6 +3,7 @@
 // are measured once per shape, with the stream drained (queued kernels would share the
 // cores and skew them).
 #include <string>
+#include <vector>
 
 #include "engine/kernels/host/kernel_context.hpp"
 #include "engine/layers/split_step.hpp"
@@ -33,9 +34,10 @@ class host_kernel_launcher final : public kernel_launcher {
     const sgd_options* sgd = &ctx_.sgd;
     const bool forward = step.forward;
     const int parts = step.parts;
+    std::vector<layers::staged_tensor> staged(step.staged.begin(), step.staged.end());
     ctx_.dev->get_stream(stream_role::compute)
-        .launch([forward, parts, context, sgd, a = marshal(step)] {
-          layers::run_split_step(*context, a.io, forward, parts);
+        .launch([forward, parts, context, sgd, a = marshal(step), staged = std::move(staged)] {
+          layers::run_split_step(*context, a.io, forward, parts, staged);
           for (std::size_t i = 0; i < a.updates.size(); ++i) {
             sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
                        a.momenta[i]);

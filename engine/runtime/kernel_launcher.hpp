@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/layers/layer_step.hpp"
+#include "engine/layers/split_step.hpp"
 #include "engine/runtime/conv_selection.hpp"
 #include "engine/solver/sgd.hpp"
 #include "memweave/alloc/device_heap.hpp"
@@ -53,6 +54,10 @@ struct layer_launch {
   bool replay = false;     ///< a recomputation: BN's running statistics and the loss stay
   bool inference = false;  ///< evaluation: BN on running statistics, no dropout, no update
   int parts = 1;           ///< TSPLIT: micro-batches the step runs in (split_step.hpp)
+  /// TSPLIT: the step's tensors whose whole values stay in host memory, each micro-batch's
+  /// slice copied through its micro buffer (split_step.hpp; on null, only the sizes count:
+  /// the copies are charged at the link's rate).
+  std::span<const layers::staged_tensor> staged;
 };
 
 /// What a launcher needs of the executor.

@@ -58,6 +58,11 @@ void residency_table::back_in_cache(tensor_id t) noexcept {
   state_[t] = residency::resident;
 }
 
+void residency_table::staged(tensor_id t) noexcept {
+  if (state_[t] == residency::resident) count_out(t);
+  state_[t] = residency::staged;
+}
+
 void residency_table::freed(tensor_id t) noexcept {
   switch (state_[t]) {
     case residency::resident:
@@ -66,6 +71,7 @@ void residency_table::freed(tensor_id t) noexcept {
       count_out(t);
       break;
     case residency::on_host:
+    case residency::staged:
     case residency::dropped:
     case residency::absent:
       break;

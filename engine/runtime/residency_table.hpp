@@ -10,7 +10,7 @@
 //
 // Invariants: a resident tensor's device memory is the tensor cache's; an offloading or
 // prefetching one's is aside(t), outside the cache (a copy may still touch it); on_host,
-// dropped and absent ones hold none. bytes_live and tensors_live sum the tensors holding
+// staged, dropped and absent ones hold none. bytes_live and tensors_live sum the tensors holding
 // device memory (persistent ones outside the cache included), plus the bytes of the step's
 // workspaces.
 #pragma once
@@ -31,6 +31,8 @@ enum class residency : std::uint8_t {
   on_host,      ///< only the host copy exists
   prefetching,  ///< copy back in flight into device memory held aside
   dropped,      ///< recompute/all: freed, to be rebuilt by re-running its layer's forward
+  staged,       ///< TSPLIT: whole in the executor's host staging memory, read and written
+                ///< by split steps one micro-batch's slice at a time
 };
 
 class residency_table {
@@ -64,6 +66,9 @@ class residency_table {
   void prefetch_started(tensor_id t, void* ptr) noexcept;
   /// offloading or prefetching -> resident: the cache took the memory held aside.
   void back_in_cache(tensor_id t) noexcept;
+  /// absent, resident, on_host or dropped -> staged: its value (if any) was copied into the
+  /// host staging memory, and its device memory (if any) went back.
+  void staged(tensor_id t) noexcept;
   /// Any -> absent: whatever it held is given back (by the caller, before).
   void freed(tensor_id t) noexcept;
   /// absent -> `before` (absent or dropped): a birth undone before the tensor held a value.

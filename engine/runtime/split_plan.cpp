@@ -104,7 +104,7 @@ double split_plan::link_seconds() const noexcept {
 
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
                        const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
-                       const char* knob) {
+                       const char* knob, bool channel_splits) {
   MEMWEAVE_EXPECTS(block_bytes > 0, "plan_splits: block_bytes is 0; expected a positive size");
   const std::int64_t batch = batch_of(table);
   const route& r = table.steps();
@@ -133,7 +133,7 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
     plan.max_layer_bytes =
         std::max(plan.max_layer_bytes, micro_step_bytes(table, s, 1, block_bytes));
     const int images = static_cast<int>(std::max<std::int64_t>(batch, 1));
-    const int channels = static_cast<int>(splittable_channels(l));
+    const int channels = channel_splits ? static_cast<int>(splittable_channels(l)) : 1;
     st.least_bytes = micro_step_bytes(table, s, images, block_bytes, channels);
     if (st.least_bytes > plan.floor_bytes) {
       plan.floor_bytes = st.least_bytes;
@@ -194,7 +194,8 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
         "budget of " + format_bytes(budget_bytes) + " (" + knob + ") is below the smallest " +
         "micro-step of step " + std::to_string(plan.floor_step + 1) + " (" + net[rs.layer].name +
         (rs.direction == pass::forward ? " forward" : " backward") + ", one image per micro-batch" +
-        (splittable_channels(net[rs.layer]) > 1 ? ", one channel per group" : "") +
+        (channel_splits && splittable_channels(net[rs.layer]) > 1 ? ", one channel per group"
+                                                                  : "") +
         "): " + format_bytes(plan.floor_bytes) + "; raise " + knob + " to at least " +
         format_bytes(plan.floor_bytes));
   }

@@ -163,6 +163,10 @@ struct executor_options {
   bool evaluation_only = false;
   /// TSPLIT: per route step (0..2N-1; shorter: the rest 1), the number of micro-batches the
   /// step's kernels run in (split_plan.hpp plans them). The bits are the same as unsplit.
+  /// Under utp/all a split step (but DATA's) is staged: its batch-shaped tensors stay in host
+  /// memory and only the running micro-batch's slices are on the device, so the budget
+  /// needs each step's micro-step (split_plan.hpp's micro_step_bytes), not l_i
+  /// (engine/runtime/executor_staging.hpp). Host and null only: cuda refuses it.
   std::vector<int> split_parts;
 };
 
@@ -280,6 +284,15 @@ class executor {
   void reduce_buckets(std::size_t step);
   double finish_reductions(double local_loss);
   struct transfers;
+  // TSPLIT's staged split steps (executor_staging.cpp).
+  struct staging;
+  float* new_staging(tensor_id t);
+  void retire_staging(tensor_id t) noexcept;
+  void stage(tensor_id t, access_mode mode, std::size_t step);
+  void fetch_staged(tensor_id t, std::size_t step);
+  void stage_step(std::size_t s, std::span<const tensor_access> accesses);
+  void take_micro_buffer(std::size_t s);
+  void end_staged_step() noexcept;
 
   /// utp/all: persistent tensors live in the tensor cache too (and may leave for host
   /// memory); otherwise they come from the heap once and persistent_ptr_ holds them.
@@ -351,6 +364,7 @@ class executor {
   std::unique_ptr<kernel_launcher> launcher_;   // the backend's kernels
   std::unique_ptr<tensor_cache> cache_;         // transient tensors' device memory
   std::unique_ptr<transfers> transfers_;        // offload/utp only
+  std::unique_ptr<staging> staging_;            // split steps' micro-tensors (utp/all)
   std::unique_ptr<recompute_plan> recompute_;   // recompute/all only
   std::unique_ptr<memory_schedule> schedule_;   // all, when liveness exceeds the budget
   std::uint64_t schedule_misses_ = 0;           // tensors not where the schedule put them

@@ -76,6 +76,8 @@ struct policy_report {
   double bound_seconds = 0.0;             ///< all: the least any exact schedule could take
   replan_report replan;                   ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;     ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
+  std::size_t staged_steps = 0;           ///< TSPLIT: split steps run on micro-tensors
+  std::uint64_t bytes_staged = 0;         ///< TSPLIT: bytes they copied over the link
   double max_compression_error = 0.0;     ///< the largest relative fp16 round-trip error
   double images_per_s = 0.0;              ///< train only
   double seconds_per_iteration = 0.0;     ///< train: measured; plan: simulated

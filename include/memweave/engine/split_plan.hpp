@@ -87,8 +87,10 @@ std::int64_t splittable_channels(const layer& l) noexcept;
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per
 /// micro-batch does not fit (`knob`: the flag or variable that set the budget).
+/// `channel_splits` false plans micro-batches only (what the executor runs: its staged
+/// steps split along the batch; channel groups are planned, not yet run below l_i).
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
                        const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
-                       const char* knob);
+                       const char* knob, bool channel_splits = true);
 
 }  // namespace memweave

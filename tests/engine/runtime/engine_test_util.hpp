@@ -116,6 +116,16 @@ inline std::size_t smallest_budget(const network& net, executor_options options)
   return hi;
 }
 
+/// A random DAG of 25 layers with every layer type, batch 4.
+inline network random_dag_with_every_type(std::uint64_t seed) {
+  random_dag_options r;
+  r.seed = seed;
+  r.layers = 25;
+  r.all_types = true;
+  r.batch = 4;
+  return make_random_dag(r);
+}
+
 /// A small version of a zoo network (full topology, few channels, small images).
 inline network small_zoo(const std::string& name, std::int64_t batch = 2) {
   zoo_options o;

@@ -113,12 +113,7 @@ TEST(split_oracle_test, im2col_batch_cut_inside_a_chunk_is_within_float32_roundi
 
 TEST(split_oracle_test, random_dags_with_every_layer_type) {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    random_dag_options r;
-    r.seed = seed;
-    r.layers = 25;
-    r.all_types = true;
-    r.batch = 4;
-    const network net = make_random_dag(r);
+    const network net = test::random_dag_with_every_type(seed);
     const auto reference = train(net, split_options(net, "im2col_image", 0), 2);
     const auto split = train(net, split_options(net, "im2col_image", static_cast<int>(seed)), 2);
     expect_bit_identical(reference, split, net.name());
@@ -142,6 +137,9 @@ TEST(split_oracle_test, replays_of_split_steps_rebuild_the_same_bits) {
     }
     const auto split = train(net, o, 2);
     expect_bit_identical(reference, split, policy);
+    // Under all the split steps are staged (split_staging_test): what they read is never
+    // dropped, and the schedule is not planned, so only recompute's replays are counted.
+    if (std::string(policy) == "all") continue;
     std::int64_t replays = 0;
     for (const auto& s : split.steps) replays += s.replays;
     EXPECT_GT(replays, 0) << policy << ": nothing was rebuilt";

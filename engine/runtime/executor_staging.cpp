@@ -1,0 +1,202 @@
+// The executor's staged split steps (TSPLIT micro-tensors); see executor_staging.hpp.
+#include "engine/runtime/executor_staging.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "engine/runtime/executor_transfers.hpp"
+#include "engine/runtime/residency_table.hpp"
+#include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
+
+namespace memweave {
+
+bool staged_split_step(const executor_options& options, const network& net, const route& r,
+                       std::size_t s) noexcept {
+  return options.policy.evict_to_host && !options.evaluation_only &&
+         s < options.split_parts.size() && options.split_parts[s] > 1 &&
+         net[r.at(s).layer].type != layer_type::tiled;
+}
+
+bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept {
+  return batch > 1 && t.shape.n == batch && t.bytes != 0 && !t.persistent && !t.host_resident &&
+         (t.role == tensor_role::data || t.role == tensor_role::gradient ||
+          t.role == tensor_role::auxiliary);
+}
+
+namespace {
+
+std::int64_t batch_of(const network& net) {
+  return net[net.data_layer()].output_shape.n;
+}
+
+}  // namespace
+
+float* executor::new_staging(tensor_id t) {
+  auto& b = staging_->buffer[t];
+  if (b != nullptr) staging_->retired.push_back(std::move(b));
+  if (dev_.touches_memory()) b = std::make_unique_for_overwrite<float[]>(table_[t].bytes / 4);
+  return b.get();
+}
+
+void executor::retire_staging(tensor_id t) noexcept {
+  auto& b = staging_->buffer[t];
+  if (b == nullptr) return;
+  try {
+    staging_->retired.push_back(std::move(b));
+  } catch (...) {
+    // No room to defer the free: wait for the stream instead (it may still read b).
+    try {
+      dev_.get_stream(stream_role::compute).synchronize();
+    } catch (...) {
+      // The kernel's failure is reported by run_iteration; b's readers are done either way.
+    }
+    b.reset();
+  }
+}
+
+// Moves `t` into host staging memory before the staged step `step` (which accesses it as
+// `mode`), copying its value when the step reads or adds to it.
+void executor::stage(tensor_id t, access_mode mode, std::size_t step) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  const tensor_info& info = table_[t];
+  const bool keep_value = mode != access_mode::write;
+  if (residency_->state(t) == residency::offloading) finish_offload(t, &compute);
+  if (residency_->state(t) == residency::prefetching) {
+    transfers_->engine.make_ready(t, compute);
+    cache_->insert(t, residency_->aside(t), info.bytes);
+    residency_->back_in_cache(t);
+  }
+  if (residency_->state(t) == residency::dropped && keep_value) rebuild(t, step);
+  switch (residency_->state(t)) {
+    case residency::staged:
+      return;
+    case residency::resident: {
+      float* h = new_staging(t);
+      if (keep_value) {
+        compute.copy_async(h, cache_->ptr(t), info.bytes, copy_kind::device_to_host);
+        staging_->bytes_staged += info.bytes;
+      }
+      forget_host(t);
+      cache_->release(t);  // stream order: the copy above reads it first
+      residency_->staged(t);
+      return;
+    }
+    case residency::on_host: {
+      float* h = new_staging(t);
+      transfers_->engine.wait_offloaded(t);
+      if (keep_value && h != nullptr) std::memcpy(h, transfers_->engine.host_copy(t), info.bytes);
+      forget_host(t);
+      residency_->staged(t);
+      return;
+    }
+    case residency::absent:
+    case residency::dropped:
+      if (keep_value) {
+        throw std::logic_error("executor: staged step " + std::to_string(step + 1) + " reads " +
+                               info.name + ", which is not alive");
+      }
+      new_staging(t);
+      residency_->staged(t);
+      return;
+    case residency::offloading:
+    case residency::prefetching:
+      break;
+  }
+  throw std::logic_error("executor: " + info.name + " is still moving at staged step " +
+                         std::to_string(step + 1));
+}
+
+// A step that runs whole needs staged `t` on the device: one copy in, as a fetch from host
+// memory.
+void executor::fetch_staged(tensor_id t, std::size_t step) {
+  void* p = allocate_transient(t, step);
+  const float* h = staging_->buffer[t].get();
+  dev_.get_stream(stream_role::compute)
+      .copy_async(p, h, table_[t].bytes, copy_kind::host_to_device);
+  staging_->bytes_staged += table_[t].bytes;
+  retire_staging(t);
+  // An offload of it must wait for this copy (enqueued in this step), not for the staged
+  // step that wrote it last.
+  last_write_[t] = step;
+}
+
+// Before staged step `s`'s kernel: its micro-tensors go to host staging memory and the rest
+// of its accesses are listed to be acquired whole.
+void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses) {
+  staging& st = *staging_;
+  st.whole.clear();
+  st.ids.clear();
+  st.tensors.clear();
+  const std::int64_t batch = batch_of(net_);
+  for (const tensor_access& a : accesses) {
+    if (!in_cache(a.tensor) || !staged_slice(table_[a.tensor], batch)) {
+      st.whole.push_back(a);
+      continue;
+    }
+    stage(a.tensor, a.mode, s);
+    if (a.mode != access_mode::read) last_write_[a.tensor] = s;
+    st.ids.push_back(a.tensor);
+    layers::staged_tensor m;
+    m.n = batch;
+    m.per_image = static_cast<std::int64_t>(table_[a.tensor].bytes / sizeof(float)) / batch;
+    m.read = a.mode != access_mode::write;
+    m.written = a.mode != access_mode::read;
+    st.tensors.push_back(m);
+  }
+}
+
+// With the step's whole tensors locked: one device buffer for the largest micro-batch's
+// slices (taken like a convolution workspace, evicting unlocked tensors when needed).
+void executor::take_micro_buffer(std::size_t s) {
+  staging& st = *staging_;
+  if (net_[route_.at(s).layer].type == layer_type::data) {
+    // DATA writes the batch straight into its staging memory: no slice is on the device.
+    st.tensors.clear();
+    st.ids.clear();
+    return;
+  }
+  const std::int64_t batch = batch_of(net_);
+  const std::int64_t parts = std::clamp<std::int64_t>(options_.split_parts[s], 1, batch);
+  const std::int64_t images = (batch + parts - 1) / parts;
+  std::vector<std::size_t> offset;
+  std::size_t total = 0;
+  for (const layers::staged_tensor& m : st.tensors) {
+    offset.push_back(total);
+    total += heap_->round_up(static_cast<std::size_t>(m.per_image * images) * sizeof(float));
+  }
+  st.micro_bytes = total;
+  st.micro = total == 0 ? nullptr : take_workspace(total, true);
+  if (total != 0 && st.micro == nullptr) {
+    throw_out_of_budget(s,
+                        "the micro-batch buffers of " + std::to_string(st.tensors.size()) +
+                            " split tensors (" + std::to_string(images) + " of " +
+                            std::to_string(batch) + " images)",
+                        total);
+  }
+  residency_->workspace_taken(total);
+  for (std::size_t i = 0; i < st.tensors.size(); ++i) {
+    st.tensors[i].whole = staging_->buffer[st.ids[i]].get();
+    st.tensors[i].micro = reinterpret_cast<float*>(static_cast<char*>(st.micro) + offset[i]);
+  }
+  // What the micro-steps copy, as the null device charges it.
+  const route_step rs = route_.at(s);
+  staging_->bytes_staged +=
+      layers::staged_copy_bytes(net_[rs.layer].type, rs.direction == pass::forward, st.tensors);
+}
+
+// After the staged step's kernel is enqueued: its buffer goes back (stream order: later
+// kernels run after this one).
+void executor::end_staged_step() noexcept {
+  staging& st = *staging_;
+  if (st.micro != nullptr) (void)heap_->deallocate(st.micro);
+  residency_->workspace_returned(st.micro_bytes);
+  st.micro = nullptr;
+  st.micro_bytes = 0;
+  st.tensors.clear();
+  st.ids.clear();
+  st.whole.clear();
+}
+
+}  // namespace memweave

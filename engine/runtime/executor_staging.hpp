@@ -1,0 +1,47 @@
+// TSPLIT's micro-tensors in the executor: a split step under a policy that moves tensors
+// (utp, all) keeps the whole values of its batch-shaped tensors (activations, their
+// gradients, the dropout mask, the labels) in host memory, and holds on the device only
+// the running micro-batch's slices, in one buffer sized for the largest micro-batch. So a
+// step needs its micro-step's working set, not l_i: budgets below max(l_i) run.
+//
+// A staged tensor (residency::staged) stays in host memory across consecutive split steps;
+// a step that runs whole brings it back like a tensor evicted to host memory (one copy in),
+// and a split step takes a resident one out (one copy out, its device memory given back).
+// The copies run on the compute stream, in order with the kernels, so a staged value is
+// always the one the previous step left; host buffers given up while the stream may still
+// use them are kept until the iteration's end.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "engine/layers/split_step.hpp"
+#include "memweave/engine/executor.hpp"
+
+namespace memweave {
+
+/// Whether route step `s` is staged: planned in more than one micro-batch, under a policy
+/// that moves tensors to host memory (not a tiled segment, which splits itself). A staged
+/// DATA step writes the batch into host memory, where the split steps after it read it.
+bool staged_split_step(const executor_options& options, const network& net, const route& r,
+                       std::size_t s) noexcept;
+
+/// Whether `t` is one of a staged step's micro-tensors (one slice per image of `batch`).
+bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept;
+
+struct executor::staging {
+  std::vector<bool> step;                         // per route step: staged
+  std::vector<std::unique_ptr<float[]>> buffer;   // per tensor: its whole value (host)
+  std::vector<std::unique_ptr<float[]>> retired;  // buffers the stream may still read
+  // The running staged step's: what goes to the device whole, the micro-tensors, and the
+  // buffer holding their slices.
+  std::vector<tensor_access> whole;
+  std::vector<layers::staged_tensor> tensors;
+  std::vector<tensor_id> ids;  // tensors[i]'s tensor
+  void* micro = nullptr;
+  std::size_t micro_bytes = 0;
+  std::uint64_t bytes_staged = 0;  // this iteration: bytes copied between device and staging
+};
+
+}  // namespace memweave

@@ -1,0 +1,138 @@
+// TSPLIT below the largest layer: under utp and all, a split step keeps its micro-tensors in
+// host memory and holds only one micro-batch's slices on the device, so budgets below
+// max(l_i) train, bit-identical to unsplit training with unlimited memory, with `plan`
+// (null) and `train` (host) agreeing step by step.
+#include "engine/runtime/executor_staging.hpp"
+#include "engine_test_util.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/split_plan.hpp"
+#include "support/static_tls_reexec.hpp"
+
+MEMWEAVE_REEXEC_WITH_STATIC_TLS();  // utp/all: the host pool
+
+namespace memweave {
+namespace {
+
+constexpr std::size_t k_block = 1024;
+// A convolution algorithm without workspace: im2col's per-image matrix alone exceeds these
+// budgets (a workspace is not a micro-tensor).
+constexpr const char* k_conv = "fixed:direct";
+
+// The split plan of `net` at `fraction` of its max(l_i), and the options that run it.
+struct staged_run {
+  std::size_t max_layer = 0;
+  std::size_t budget = 0;
+  split_plan plan;
+  executor_options options;
+};
+
+// The budget: `fraction` of max(l_i), or the floor of micro-batch splits where that is higher
+// (parameter-heavy steps, which a batch split does not cut).
+staged_run plan_below_largest_layer(const network& net, const std::string& policy,
+                                    double fraction) {
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  staged_run s;
+  const split_plan ample =
+      plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40, k_block, "test", false);
+  s.max_layer = ample.max_layer_bytes;
+  s.budget = std::max(static_cast<std::size_t>(fraction * static_cast<double>(s.max_layer)),
+                      ample.floor_bytes);
+  s.plan = plan_splits(net, table, memory, cost_model{}, s.budget, k_block, "test", false);
+  s.options = test::policy_options(policy, s.budget, k_conv);
+  s.options.split_parts = s.plan.parts(table.step_count());
+  return s;
+}
+
+std::size_t peak(const std::vector<step_record>& steps) {
+  std::size_t p = 0;
+  for (const step_record& s : steps) p = std::max(p, s.heap_bytes);
+  return p;
+}
+
+class zoo_staging_test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(zoo_staging_test, trains_below_the_largest_layer_bit_identically) {
+  const network net = test::small_zoo(GetParam(), 8);
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+  for (const char* policy : {"utp", "all"}) {
+    const staged_run s = plan_below_largest_layer(net, policy, 0.6);
+    ASSERT_LT(s.budget, s.max_layer) << GetParam() << ": nothing to split";
+    ASSERT_GT(s.plan.split_count(), 0u) << GetParam();
+    const auto staged = test::train(net, s.options, 2);
+    expect_bit_identical(reference, staged, GetParam() + " " + policy);
+    EXPECT_LE(peak(staged.steps), s.budget) << GetParam() << " " << policy;
+    EXPECT_LT(peak(staged.steps), s.max_layer) << GetParam() << " " << policy;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(zoo, zoo_staging_test,
+                         ::testing::Values("alexnet", "vgg16", "resnet50", "inception_v4",
+                                           "densenet121"),
+                         [](const auto& info) { return info.param; });
+
+TEST(split_staging_test, random_dags_below_the_largest_layer) {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    const network net = test::random_dag_with_every_type(seed);
+    const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+    const staged_run s = plan_below_largest_layer(net, "utp", 0.6);
+    ASSERT_LT(s.budget, s.max_layer) << net.name() << ": nothing to split";
+    expect_bit_identical(reference, test::train(net, s.options, 2), net.name());
+  }
+}
+
+TEST(split_staging_test, plan_and_train_agree_step_by_step) {
+  const network net = test::small_zoo("resnet50", 8);
+  const staged_run s = plan_below_largest_layer(net, "utp", 0.5);
+  ASSERT_LT(s.budget, s.max_layer);
+  auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor planned(net, *null_dev, s.options);
+  planned.run_iteration(nullptr, 0);
+  const auto trained = test::train(net, s.options, 1);
+  ASSERT_EQ(planned.steps().size(), trained.steps.size());
+  for (std::size_t i = 0; i < trained.steps.size(); ++i) {
+    EXPECT_EQ(planned.steps()[i].heap_bytes, trained.steps[i].heap_bytes) << "step " << i + 1;
+    EXPECT_EQ(planned.steps()[i].bytes_live, trained.steps[i].bytes_live) << "step " << i + 1;
+  }
+  const policy_report r = planned.report();
+  EXPECT_EQ(r.staged_steps, s.plan.split_count());
+  EXPECT_GT(r.bytes_staged, 0u);
+  // The null device charges the staging copies at the link's rate: the split iteration takes
+  // longer than the same network unsplit with unlimited memory.
+  auto ample_dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor ample(net, *ample_dev, test::policy_options("liveness", 0, k_conv));
+  ample.run_iteration(nullptr, 0);
+  EXPECT_GT(r.seconds_per_iteration, ample.report().seconds_per_iteration);
+}
+
+TEST(split_staging_test, a_budget_below_the_micro_step_names_it) {
+  // The plan's budget with too few micro-batches: a split step's micro-step is then the
+  // largest working set, and the error names it.
+  const network net = test::small_zoo("resnet50", 8);
+  staged_run s = plan_below_largest_layer(net, "utp", 0.5);
+  for (int& parts : s.options.split_parts) parts = std::min(parts, 2);
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  try {
+    executor ex(net, *dev, s.options);
+    FAIL() << "a budget below the largest micro-step was accepted";
+  } catch (const budget_too_small& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-step of step"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("in 2 micro-batches"), std::string::npos) << e.what();
+  }
+}
+
+TEST(split_staging_test, liveness_runs_split_steps_whole_on_the_device) {
+  // Without a policy that moves tensors, split steps are not staged: l_i must fit.
+  const network net = test::small_zoo("resnet50", 8);
+  const staged_run s = plan_below_largest_layer(net, "liveness", 0.5);
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  EXPECT_THROW(executor(net, *dev, s.options), budget_too_small);
+  for (std::size_t st = 0; st < s.options.split_parts.size(); ++st) {
+    EXPECT_FALSE(staged_split_step(s.options, net, route(net), st));
+  }
+}
+
+}  // namespace
+}  // namespace memweave
