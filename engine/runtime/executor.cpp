@@ -247,6 +247,7 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   // TSPLIT: the split steps whose micro-tensors stay in host memory.
   staging_ = std::make_unique<staging>();
   staging_->buffer.resize(n);
+  staging_->holds.assign(n, false);
   staging_->step.assign(route_.step_count(), false);
   bool any_staged = false;
   for (std::size_t st = 0; st < route_.step_count(); ++st) {

@@ -34,13 +34,31 @@ std::int64_t batch_of(const network& net) {
 }  // namespace
 
 float* executor::new_staging(tensor_id t) {
+  retire_staging(t);
+  const std::size_t bytes = table_[t].bytes;
+  const std::size_t pool = transfers_->pool.capacity(), swapped = transfers_->pool.bytes_in_use();
+  const std::size_t used = swapped + staging_->held;
+  if (used + bytes > pool) {
+    host_exhausted_ = true;  // not a matter of packing device memory: no repack
+    throw out_of_memory("host memory for the split steps' micro-tensors: " + table_[t].name +
+                            " needs " + format_bytes(bytes) + "; the host pool of " +
+                            format_bytes(pool) + " holds " + format_bytes(swapped) +
+                            " of swapped tensors and " + format_bytes(staging_->held) +
+                            " of staged ones (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
+                        bytes, used < pool ? pool - used : 0, used < pool ? pool - used : 0);
+  }
+  staging_->held += bytes;
+  staging_->holds[t] = true;
   auto& b = staging_->buffer[t];
-  if (b != nullptr) staging_->retired.push_back(std::move(b));
-  if (dev_.touches_memory()) b = std::make_unique_for_overwrite<float[]>(table_[t].bytes / 4);
+  if (dev_.touches_memory()) b = std::make_unique_for_overwrite<float[]>(bytes / sizeof(float));
   return b.get();
 }
 
 void executor::retire_staging(tensor_id t) noexcept {
+  if (staging_->holds[t]) {
+    staging_->held -= table_[t].bytes;
+    staging_->holds[t] = false;
+  }
   auto& b = staging_->buffer[t];
   if (b == nullptr) return;
   try {

@@ -9,7 +9,9 @@
 // and a split step takes a resident one out (one copy out, its device memory given back).
 // The copies run on the compute stream, in order with the kernels, so a staged value is
 // always the one the previous step left; host buffers given up while the stream may still
-// use them are kept until the iteration's end.
+// use them are kept until the iteration's end. Staged bytes count against the host pool's
+// capacity (MEMWEAVE_HOST_POOL_BYTES, --host-pool) together with the swapped tensors' host
+// copies, on every device, so that `plan` finds host memory running out where `train` would.
 #pragma once
 
 #include <cstddef>
@@ -31,8 +33,10 @@ bool staged_split_step(const executor_options& options, const network& net, cons
 bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept;
 
 struct executor::staging {
-  std::vector<bool> step;                         // per route step: staged
-  std::vector<std::unique_ptr<float[]>> buffer;   // per tensor: its whole value (host)
+  std::vector<bool> step;                        // per route step: staged
+  std::vector<std::unique_ptr<float[]>> buffer;  // per tensor: its whole value (host)
+  std::vector<bool> holds;                       // per tensor: counted in `held`
+  std::size_t held = 0;  // bytes staged now: with the swapped tensors', within the host pool
   std::vector<std::unique_ptr<float[]>> retired;  // buffers the stream may still read
   // The running staged step's: what goes to the device whole, the micro-tensors, and the
   // buffer holding their slices.

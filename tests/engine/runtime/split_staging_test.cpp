@@ -123,6 +123,26 @@ TEST(split_staging_test, a_budget_below_the_micro_step_names_it) {
   }
 }
 
+TEST(split_staging_test, staged_bytes_count_against_the_host_pool) {
+  zoo_options z;
+  z.batch = 8;
+  z.classes = 5;
+  z.width_scale = 0.0625;
+  z.image_side = 224;  // conv1_1's output alone is 6.1 MiB
+  const network net = make_network("vgg16", z);
+  staged_run s = plan_below_largest_layer(net, "utp", 0.5);
+  s.options.host_pool_bytes = std::size_t{8} << 20;  // the pool's least
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor ex(net, *dev, s.options);
+  try {
+    ex.run_iteration(nullptr, 0);
+    FAIL() << "8 MiB of host memory held every staged tensor";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("host memory for the split steps"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(split_staging_test, liveness_runs_split_steps_whole_on_the_device) {
   // Without a policy that moves tensors, split steps are not staged: l_i must fit.
   const network net = test::small_zoo("resnet50", 8);
