@@ -22,6 +22,9 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/device/stream_timeline.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/split_plan.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
 #include "report_writers.hpp"
 #include "timeline_writer.hpp"
@@ -198,6 +201,18 @@ network tile_if_asked(network net, const network_run_options& o,
   return std::move(p.net);
 }
 
+std::vector<int> split_parts_if_asked(const network& net, const network_run_options& o) {
+  if (!o.split) return {};
+  MEMWEAVE_EXPECTS(o.budget_bytes != 0,
+                   "--split runs the steps over the budget in micro-batches: give --budget");
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  const std::size_t block = o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
+  return plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget", false)
+      .parts(table.step_count());
+}
+
 std::string describe_tiling(const network_run_options& o) {
   std::ostringstream s;
   for (const tiled_segment_choice& c : o.tiling) {
@@ -334,6 +349,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   report.image_side = net[net.data_layer()].output_shape.h;
   std::unique_ptr<executor> ex;
   try {
+    eo.split_parts = split_parts_if_asked(net, o);
     ex = std::make_unique<executor>(net, *dev, eo);
   } catch (const error& e) {  // below the policy's floor, or not even the parameters fit
     // Data parallelism: one rank not fitting stops every rank (train_command.cpp).

@@ -59,6 +59,9 @@ struct network_run_options {
   /// what the last network made was cut into is kept in `tiling`.
   bool tile = false;
   std::vector<tiled_segment_choice> tiling;
+  /// --split: TSPLIT: the steps whose working set exceeds --budget run in micro-batches
+  /// (split_parts_if_asked), their micro-tensors in host memory under utp and all.
+  bool split = false;
   /// train --export-onnx: a copy of the ONNX model with the trained weights ("" = none).
   std::string export_onnx;
   /// --net PATH.onnx, read once (load_onnx_net) for every network made from it.
@@ -103,6 +106,10 @@ network make_run_network(network_run_options& o, bool weights,
 /// `*segments` when given); `net` itself otherwise. --tile needs --budget.
 network tile_if_asked(network net, const network_run_options& o,
                       std::vector<tiled_segment_choice>* segments = nullptr);
+/// --split: the micro-batches per route step of `net` at o.budget_bytes (plan_splits along
+/// the batch: what the executor runs); empty without --split. budget_too_small when even one
+/// image per micro-batch does not fit.
+std::vector<int> split_parts_if_asked(const network& net, const network_run_options& o);
 /// One line per tiled segment of o.tiling, for the command's output ("" when none).
 std::string describe_tiling(const network_run_options& o);
 

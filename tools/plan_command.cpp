@@ -167,12 +167,17 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                      "it without --split, --max-batch, --max-depth or --ranks");
     return plan_max_image_side(o, out);
   }
-  if (split) {  // TSPLIT's planner (split_report.hpp)
+  if (split) {  // TSPLIT (split_report.hpp); without --max-batch, the plan then the runs
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
     MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");
-    MEMWEAVE_EXPECTS(!is_onnx_net(o.net), "--split plans the zoo's networks; a model file (--net " +
-                                              o.net + ") is planned without it");
-    return max_batch ? plan_split_largest(o, out) : plan_split(o, out);
+    if (max_batch) {
+      MEMWEAVE_EXPECTS(!is_onnx_net(o.net),
+                       "--split --max-batch searches the zoo's networks; a "
+                       "model file (--net " +
+                           o.net + ") is searched without --split");
+      return plan_split_largest(o, out);
+    }
+    o.split = true;
   }
   MEMWEAVE_EXPECTS(!(max_batch && max_depth), "give --max-batch or --max-depth, not both");
   if (max_batch || max_depth) {
@@ -196,6 +201,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
   const network net = make_run_network(o, false);
+  if (o.split && plan_split(net, o, out) != 0) return 1;
   if (global == 0) global = net.batch();  // one device, the model file's batch
   device_options dev;
   dev.kind = "null";

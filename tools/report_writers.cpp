@@ -85,6 +85,8 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"copy_latency_us\": " << json_number(p.replan.copy_latency_us)
         << ", \"gaps_changed\": " << p.replan.gaps_changed
         << ", \"note\": " << json_string(p.replan.note) << "}"
+        << ",\n      \"staged_steps\": " << p.staged_steps
+        << ",\n      \"bytes_staged\": " << p.bytes_staged
         << ",\n      \"bytes_compressed\": " << p.bytes_compressed
         << ",\n      \"max_compression_error\": " << json_number(p.max_compression_error)
         << ",\n      \"transfer_wait_s\": " << json_number(p.transfer_wait_s)
@@ -320,6 +322,11 @@ void write_summary(std::ostream& out, const run_report& r) {
       } else {
         out << p.replan.note << "\n";
       }
+    }
+    if (p.staged_steps != 0) {
+      out << "  " << p.policy << ": TSPLIT: " << p.staged_steps
+          << " steps ran in micro-batches with their micro-tensors in host memory, "
+          << format_bytes(p.bytes_staged) << " over the link per iteration\n";
     }
     if (p.bytes_compressed != 0) {
       out << "  " << p.policy << ": FP16 compression (lossy, MEMWEAVE_SCHEDULE_COMPRESS): "

@@ -28,9 +28,13 @@ namespace memweave {
 namespace {
 
 int train(int argc, const char* const* argv, std::ostream& out, communicator& comm) {
-  cli_args args(argc, argv, 2, {"tile"});
+  cli_args args(argc, argv, 2, {"tile", "split"});
   network_run_options o = read_network_run_options(args);
   o.tile = args.flag("tile");
+  o.split = args.flag("split");
+  MEMWEAVE_EXPECTS(!(o.split && o.tile), "--split and --tile are planned apart: give one of them");
+  MEMWEAVE_EXPECTS(!o.split || comm.size() == 1,
+                   "--split runs on one device: start one rank, or train without --split");
   read_init_from(args, o, true);
   read_training_options(args, o);
   const int iterations =

@@ -575,27 +575,16 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   std::vector<tensor_id> locked;
   const auto accesses = table_.accesses(s);
   const bool staged = staging_->step[s] && !evaluating_;
-  if (staged) stage_step(s, accesses);
-  const std::span<const tensor_access> on_device =
-      staged ? std::span<const tensor_access>(staging_->whole) : accesses;
-  try {
-    acquire(s, on_device, locked, false);
-  } catch (const out_of_memory&) {
-    // Only device memory is repacked; host memory running out is an error to report.
-    if (!options_.policy.evict_to_host || host_exhausted_) throw;
-    repack(s, on_device, locked);
-    acquire(s, on_device, locked, true);
-  }
   if (staged) {
+    acquire_staged(s, accesses, locked);
+  } else {
     try {
-      take_micro_buffer(s);
+      acquire(s, accesses, locked, false);
     } catch (const out_of_memory&) {
-      // The whole tensors just placed split the free memory: empty the arena, take the
-      // micro buffer first and place them after it, largest first.
-      if (host_exhausted_) throw;
-      repack(s, on_device, locked);
-      take_micro_buffer(s);
-      acquire(s, on_device, locked, true);
+      // Only device memory is repacked; host memory running out is an error to report.
+      if (!options_.policy.evict_to_host || host_exhausted_) throw;
+      repack(s, accesses, locked);
+      acquire(s, accesses, locked, true);
     }
   }
   // Under baseline, everything of the iteration is born at the first step (an evaluation

@@ -140,16 +140,58 @@ void executor::fetch_staged(tensor_id t, std::size_t step) {
   last_write_[t] = step;
 }
 
-// Before staged step `s`'s kernel: its micro-tensors go to host staging memory and the rest
-// of its accesses are listed to be acquired whole.
-void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses) {
+// Before staged step `s`'s kernel: which of its batch-shaped tensors stay whole on the device
+// and which go to host staging memory, the rest of its accesses listed to be acquired whole.
+// With `keep`, as many as the budget holds beside the micro-step stay whole (deterministic:
+// from the budget and residency, not from what the heap happens to hold), first those already
+// resident that the step reads (staging them would copy them out and their slices back in),
+// then those it writes anew; the others are staged. Without `keep`, every one is staged.
+void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep) {
   staging& st = *staging_;
   st.whole.clear();
   st.ids.clear();
   st.tensors.clear();
   const std::int64_t batch = batch_of(net_);
+  const std::int64_t parts = std::clamp<std::int64_t>(options_.split_parts[s], 1, batch);
+  const std::int64_t images = (batch + parts - 1) / parts;
+  const auto slice_bytes = [&](tensor_id t) {
+    return heap_->round_up(table_[t].bytes / static_cast<std::size_t>(batch) *
+                           static_cast<std::size_t>(images));
+  };
+  std::vector<const tensor_access*> sliced;
+  std::size_t need = 0;  // the micro-step: whole tensors plus every slice
   for (const tensor_access& a : accesses) {
     if (!in_cache(a.tensor) || !staged_slice(table_[a.tensor], batch)) {
+      st.whole.push_back(a);
+      if (in_cache(a.tensor)) need += heap_->round_up(table_[a.tensor].bytes);
+      continue;
+    }
+    sliced.push_back(&a);
+    need += slice_bytes(a.tensor);
+  }
+  const std::size_t budget =
+      options_.budget_bytes != 0 ? options_.budget_bytes : heap_->stats().bytes_reserved;
+  std::size_t room = budget > need ? budget - need : 0;
+  std::vector<bool> kept(sliced.size(), false);
+  const auto holds_device = [&](tensor_id t) {
+    const residency r = residency_->state(t);
+    return r == residency::resident || r == residency::offloading || r == residency::prefetching;
+  };
+  for (int pass = 0; keep && pass < 2; ++pass) {
+    for (std::size_t i = 0; i < sliced.size(); ++i) {
+      const tensor_access& a = *sliced[i];
+      const bool candidate = pass == 0 ? holds_device(a.tensor) && a.mode != access_mode::write
+                                       : a.mode == access_mode::write &&
+                                             residency_->state(a.tensor) != residency::staged;
+      const std::size_t extra = heap_->round_up(table_[a.tensor].bytes) - slice_bytes(a.tensor);
+      if (kept[i] || !candidate || extra > room) continue;
+      kept[i] = true;
+      room -= extra;
+    }
+  }
+  for (std::size_t i = 0; i < sliced.size(); ++i) {
+    const tensor_access& a = *sliced[i];
+    if (kept[i]) {
       st.whole.push_back(a);
       continue;
     }
@@ -163,6 +205,29 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
     m.written = a.mode != access_mode::read;
     st.tensors.push_back(m);
   }
+}
+
+// A staged step's tensors: its micro-tensors to host staging memory (or kept whole where the
+// budget allows), the rest acquired and locked, then the micro buffer. When the heap cannot
+// place them (the tensors kept whole split the free memory), every micro-tensor is staged
+// and, failing that too, the arena is emptied (repack) and the micro buffer taken first.
+void executor::acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
+                              std::vector<tensor_id>& locked) {
+  for (const bool keep : {true, false}) {
+    stage_step(s, accesses, keep);
+    try {
+      acquire(s, staging_->whole, locked, false);
+      take_micro_buffer(s);
+      return;
+    } catch (const out_of_memory&) {
+      if (host_exhausted_) throw;  // host memory is not repacked
+    }
+    for (tensor_id t : locked) cache_->unlock(t);
+    locked.clear();
+  }
+  repack(s, staging_->whole, locked);
+  take_micro_buffer(s);
+  acquire(s, staging_->whole, locked, true);
 }
 
 // With the step's whole tensors locked: one device buffer for the largest micro-batch's

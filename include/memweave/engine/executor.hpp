@@ -290,8 +290,10 @@ class executor {
   void retire_staging(tensor_id t) noexcept;
   void stage(tensor_id t, access_mode mode, std::size_t step);
   void fetch_staged(tensor_id t, std::size_t step);
-  void stage_step(std::size_t s, std::span<const tensor_access> accesses);
+  void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep);
   void take_micro_buffer(std::size_t s);
+  void acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
+                      std::vector<tensor_id>& locked);
   void end_staged_step() noexcept;
 
   /// utp/all: persistent tensors live in the tensor cache too (and may leave for host
