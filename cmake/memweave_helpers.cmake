@@ -60,6 +60,7 @@ function(memweave_add_test name)
   set_property(GLOBAL APPEND PROPERTY MEMWEAVE_TEST_TARGETS ${name})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  target_precompile_headers(${name} REUSE_FROM memweave_test_pch)
   # gtest_discover_tests splits list values of PROPERTIES, so labels (a list) are set by an
   # include file that runs after discovery, over the discovered names.
   gtest_discover_tests(${name}

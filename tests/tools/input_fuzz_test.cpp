@@ -345,7 +345,9 @@ TEST(input_fuzz_test, cifar_files_are_read_or_rejected_naming_the_file) {
     }
     input = "size " + std::to_string(bytes.size()) + ", labels";
     for (std::size_t r = 0; r * record < bytes.size(); ++r) {
-      input += " " + std::to_string(static_cast<unsigned char>(bytes[r * record]));
+      // Appended in two parts: GCC 12 warns (wrongly) on " " + std::string&& here.
+      input += ' ';
+      input += std::to_string(static_cast<unsigned char>(bytes[r * record]));
     }
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
     auto source = make_cifar10_source(path);
