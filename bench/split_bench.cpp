@@ -1,8 +1,10 @@
 // Question: what does running layer steps in micro-batches (TSPLIT) cost on the host? One
 // training iteration of a small ResNet-50 (batch 32, 64-pixel images, width 0.25) with the
-// split plan's parts at half of max(l_i) against the same iteration unsplit (the kernels'
-// efficiency lost to smaller GEMMs and the second BN pass; memory is not constrained here:
-// the executor keeps whole tensors resident, so no micro-tensor moves).
+// split plan's parts at half of max(l_i) against the same iteration unsplit, two ways:
+// under liveness with no budget (the kernels' efficiency lost to smaller GEMMs and the second
+// BN pass: whole tensors stay resident, no micro-tensor moves), and staged under utp within
+// that budget (only the running micro-batch's slices on the device: the copies to and from
+// host staging memory added, run in the step's own work).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -28,22 +30,25 @@ network small_resnet() {
   return make_network("resnet50", z);
 }
 
-void BM_split_iteration(benchmark::State& state, double budget_fraction) {
+void BM_split_iteration(benchmark::State& state, double budget_fraction, bool staged) {
   const network net = small_resnet();
   executor_options o;
-  o.policy = executor_policy::parse("liveness");
+  o.policy = executor_policy::parse(staged ? "utp" : "liveness");
   o.conv_ws = conv_ws_options::parse("fixed:im2col_image", "bench");
   if (budget_fraction > 0) {
     const route r(net);
     const tensor_table table(net, r);
     const layer_memory memory(table);
+    // Along the batch only: what the executor runs.
     const split_plan whole =
-        plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40, 1024, "bench");
+        plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40, 1024, "bench", false);
     const auto budget = std::max(
         static_cast<std::size_t>(budget_fraction * static_cast<double>(whole.max_layer_bytes)),
         whole.floor_bytes);
-    const split_plan plan = plan_splits(net, table, memory, cost_model{}, budget, 1024, "bench");
+    const split_plan plan =
+        plan_splits(net, table, memory, cost_model{}, budget, 1024, "bench", false);
     o.split_parts = plan.parts(table.step_count());
+    if (staged) o.budget_bytes = budget;
     state.counters["split_steps"] = static_cast<double>(plan.split_count());
     state.counters["model_kernels_x"] = plan.split_seconds() / plan.whole_seconds();
     state.counters["model_with_link_x"] =
@@ -58,15 +63,28 @@ void BM_split_iteration(benchmark::State& state, double budget_fraction) {
   ex.run_iteration(data.get(), 0);  // warm: conv buffers, first touches
   std::int64_t it = 1;
   for (auto _ : state) ex.run_iteration(data.get(), it++);
+  if (staged) {
+    state.counters["staged_MiB"] = static_cast<double>(ex.report().bytes_staged) / (1 << 20);
+  }
   state.counters["img_per_s"] =
       benchmark::Counter(static_cast<double>(32 * state.iterations()), benchmark::Counter::kIsRate);
 }
 
-BENCHMARK_CAPTURE(BM_split_iteration, unsplit, 0.0)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_split_iteration, half_max_layer, 0.5)
+BENCHMARK_CAPTURE(BM_split_iteration, unsplit, 0.0, false)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_split_iteration, floor, 0.0001)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_split_iteration, half_max_layer, 0.5, false)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_split_iteration, floor, 0.0001, false)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_split_iteration, staged_half_max_layer, 0.5, true)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_split_iteration, staged_floor, 0.0001, true)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace memweave

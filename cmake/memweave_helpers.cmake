@@ -41,6 +41,14 @@ function(memweave_add_whole_archive name)
   set_property(GLOBAL APPEND PROPERTY MEMWEAVE_CUDA_EXPORTED_TARGETS ${name}_whole)
 endfunction()
 
+# Sanitizer builds compile test files at -O1 (a third less time than -O2 under ASan); the
+# code under test is the libraries', built at the preset's -O2 as in release.
+function(memweave_test_optimization name)
+  if(MEMWEAVE_SANITIZE)
+    target_compile_options(${name} PRIVATE -O1)
+  endif()
+endfunction()
+
 # memweave_add_test(NAME SOURCES ... LIBS ... LABELS ...): a GoogleTest binary whose cases
 # are registered one by one with CTest; a GTEST_SKIP shows as skipped, not passed.
 function(memweave_add_test name)
@@ -61,6 +69,7 @@ function(memweave_add_test name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
   target_precompile_headers(${name} REUSE_FROM memweave_test_pch)
+  memweave_test_optimization(${name})
   # gtest_discover_tests splits list values of PROPERTIES, so labels (a list) are set by an
   # include file that runs after discovery, over the discovered names.
   gtest_discover_tests(${name}

@@ -36,6 +36,8 @@ commands:
            weights)]
           [--tile (SFT: the layers over --budget run tile by tile in fused segments; the
            batch then stays in host memory and each tile is fetched)]
+          [--split (TSPLIT: the steps over --budget run in micro-batches; under utp and
+           all only the running micro-batch's slices are on the device: below max(l_i))]
   eval    the evaluation pass (forward only, BN running statistics, no dropout): loss,
           accuracy and memory per policy
           --net NAME|PATH.onnx [--init-from FILE] [--batches N (10)] [--first-batch N (0)]
@@ -49,8 +51,9 @@ commands:
           --ranks N [--net-gbps X]: data parallelism on N devices (--batch global, --budget
           per device), the ring allreduce over an X Gb/s network (MEMWEAVE_NET_GBPS, 100)
   (train under `mpirun -np N` trains data-parallel: --batch global, --budget per rank)
-          --split: TSPLIT's split planner (micro-batches per step, the floor as the
-          largest micro-step; with --max-batch, the largest batch it plans)
+          --split: TSPLIT's split plan (micro-batches per step, the floor as the
+          largest micro-step), then the policies run with it; with --max-batch, the
+          largest batch `all` trains with it
   replay  drive the device heap with an allocation trace
           --trace PATH | --synthetic-layers N [--batch N] [--trace PATH]
           [--pool SIZE] [--fit best,first]

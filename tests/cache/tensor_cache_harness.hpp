@@ -40,9 +40,12 @@ struct cache_harness {
               (yes ? evicted : refused).push_back(key);
               return yes;
             },
-            with_names
-                ? tensor_cache::name_callback([](tensor_key k) { return "t" + std::to_string(k); })
-                : tensor_cache::name_callback()) {}
+            with_names ? tensor_cache::name_callback([](tensor_key k) {
+              // Built in two parts: GCC 12 warns (wrongly) on "t" + std::string&&.
+              std::string name = "t";
+              return name += std::to_string(k);
+            })
+                       : tensor_cache::name_callback()) {}
 
   std::vector<tensor_key> evicted_keys() {
     std::lock_guard lk(mu);
