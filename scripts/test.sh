@@ -7,8 +7,9 @@
 #            and 5 x that under ASan) and the zoo oracle's Inception v4 and DenseNet-121
 #            (14 and 11 s in release, 48 and 38 s under ASan): the same code paths run under
 #            ASan in the oracle's other networks, the random DAGs and the schedule tests
-#            (likewise the tiled-training zoo test's Inception v4 and DenseNet-121, 4 and 3 s
-#            in release: the tiling runs under ASan in its other networks and tests);
+#            (likewise the tiled-training zoo test's Inception v4, DenseNet-121 and VGG16, 4, 3
+#            and 12 s in release, VGG16 43 s under ASan: the tiling runs under ASan in its
+#            other networks and tests);
 #   tsan:    the tests labelled concurrent under ThreadSanitizer.
 # The sanitizer builds carry line tables only (-g1): stack traces keep file and line, and
 # the builds take a fifth less time than with full debug information.
