@@ -120,7 +120,8 @@ void write_json(std::ostream& out, const run_report& r) {
           << ", \"tensors_live\": " << s.tensors_live
           << ", \"workspace_bytes\": " << s.workspace_bytes
           << ", \"algorithm\": " << json_string(s.algorithm) << ", \"offloads\": " << s.offloads
-          << ", \"prefetches\": " << s.prefetches << ", \"replays\": " << s.replays << "}";
+          << ", \"prefetches\": " << s.prefetches << ", \"replays\": " << s.replays
+          << ", \"parts\": " << s.parts << ", \"staged\": " << (s.staged ? "true" : "false") << "}";
     }
     out << (p.steps.empty() ? "" : "\n      ") << "]\n    }";
   }
@@ -129,12 +130,13 @@ void write_json(std::ostream& out, const run_report& r) {
 
 void write_csv(std::ostream& out, const run_report& r) {
   out << "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm,"
-         "offloads,prefetches,replays\n";
+         "offloads,prefetches,replays,parts,staged\n";
   for (const policy_report& p : r.policies) {
     for (const step_record& s : p.steps) {
       out << p.policy << ',' << s.step << ',' << s.layer << ',' << s.pass << ',' << s.bytes_live
           << ',' << s.heap_bytes << ',' << s.tensors_live << ',' << s.workspace_bytes << ','
-          << s.algorithm << ',' << s.offloads << ',' << s.prefetches << ',' << s.replays << '\n';
+          << s.algorithm << ',' << s.offloads << ',' << s.prefetches << ',' << s.replays << ','
+          << s.parts << ',' << (s.staged ? 1 : 0) << '\n';
     }
   }
 }

@@ -633,6 +633,8 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.tensors_live = static_cast<int>(residency_->tensors_live());
   rec.workspace_bytes = conv.workspace_bytes;
   rec.algorithm = conv.name;
+  if (s < options_.split_parts.size()) rec.parts = std::max(1, options_.split_parts[s]);
+  rec.staged = staged;
   steps_.push_back(std::move(rec));
 
   // 3. The kernel, and the event marking its end (what offloads of its outputs wait for).

@@ -24,6 +24,8 @@ struct step_record {
   int offloads = 0;                 ///< tensor copies to host started after the step
   int prefetches = 0;               ///< tensor copies back started after the step
   int replays = 0;                  ///< layer forwards re-run before the step (rebuilds)
+  int parts = 1;                    ///< TSPLIT: micro-batches its kernels ran in
+  bool staged = false;              ///< TSPLIT: its micro-tensors were in host memory
 };
 
 /// all on a device that computes: re-planning the schedule from the first iteration's

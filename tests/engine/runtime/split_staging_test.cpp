@@ -98,6 +98,12 @@ TEST(split_staging_test, plan_and_train_agree_step_by_step) {
   }
   const policy_report r = planned.report();
   EXPECT_EQ(r.staged_steps, s.plan.split_count());
+  // The step rows say how each step ran: its parts, and staged where split.
+  const std::vector<int> parts = s.plan.parts(trained.steps.size());
+  for (std::size_t i = 0; i < trained.steps.size(); ++i) {
+    EXPECT_EQ(trained.steps[i].parts, parts[i]) << "step " << i + 1;
+    EXPECT_EQ(trained.steps[i].staged, parts[i] > 1) << "step " << i + 1;
+  }
   EXPECT_GT(r.bytes_staged, 0u);
   // The null device charges the staging copies at the link's rate: the split iteration takes
   // longer than the same network unsplit with unlimited memory.
