@@ -189,13 +189,17 @@ network make_planning_network(const network_run_options& o, std::int64_t batch) 
   return tile_if_asked(o.onnx_file->import(batch, false).net, o);
 }
 
+std::size_t heap_block_of(const network_run_options& o) noexcept {
+  return o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
+}
+
 network tile_if_asked(network net, const network_run_options& o,
                       std::vector<tiled_segment_choice>* segments) {
   if (segments != nullptr) segments->clear();
   if (!o.tile) return net;
   MEMWEAVE_EXPECTS(o.budget_bytes != 0,
                    "--tile cuts the layers over the budget into tiles: give --budget");
-  const std::size_t block = o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
+  const std::size_t block = heap_block_of(o);
   tiling_plan p = plan_tiling(net, o.budget_bytes, block, "--budget");
   if (segments != nullptr) *segments = std::move(p.segments);
   return std::move(p.net);
@@ -208,7 +212,7 @@ std::vector<int> split_parts_if_asked(const network& net, const network_run_opti
   const route r(net);
   const tensor_table table(net, r);
   const layer_memory memory(table);
-  const std::size_t block = o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
+  const std::size_t block = heap_block_of(o);
   return plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget", false)
       .parts(table.step_count());
 }

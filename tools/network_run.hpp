@@ -106,6 +106,8 @@ network make_run_network(network_run_options& o, bool weights,
 /// `*segments` when given); `net` itself otherwise. --tile needs --budget.
 network tile_if_asked(network net, const network_run_options& o,
                       std::vector<tiled_segment_choice>* segments = nullptr);
+/// The heap's block size the planners round to (executor.heap.block_bytes; 0: the heap's 1024).
+std::size_t heap_block_of(const network_run_options& o) noexcept;
 /// --split: the micro-batches per route step of `net` at o.budget_bytes (plan_splits along
 /// the batch: what the executor runs); empty without --split. budget_too_small when even one
 /// image per micro-batch does not fit.

@@ -16,10 +16,6 @@ namespace memweave {
 
 namespace {
 
-std::size_t block_of(const network_run_options& o) {
-  return o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
-}
-
 // Whether the executor trains `net` within the budget with --split under `all` (its split
 // steps staged, the rest under the memory policy), on the null device.
 struct split_probe {
@@ -33,8 +29,8 @@ split_probe probe(const network& net, const network_run_options& o) {
   const layer_memory memory(table);
   split_probe p;
   try {
-    p.floor_bytes = plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block_of(o),
-                                "--budget", false)
+    p.floor_bytes = plan_splits(net, table, memory, o.executor.model, o.budget_bytes,
+                                heap_block_of(o), "--budget", false)
                         .floor_bytes;
   } catch (const budget_too_small&) {
     return p;
@@ -61,15 +57,16 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
   // CONV/FC output-channel groups are planned and run bit-identically by the kernels, but the
   // executor does not yet keep their slices off the device: their floor is reported apart.
   const auto describe_channel_floor = [&] {
-    const split_plan channels = plan_splits(net, table, memory, o.executor.model,
-                                            std::size_t{1} << 62, block_of(o), "--budget", true);
+    const split_plan channels =
+        plan_splits(net, table, memory, o.executor.model, std::size_t{1} << 62, heap_block_of(o),
+                    "--budget", true);
     out << "  with CONV/FC output-channel groups as well (planned only, not run below l_i yet): "
         << "floor " << format_bytes(channels.floor_bytes) << " at step " << channels.floor_step + 1
         << " (" << net[r.at(channels.floor_step).layer].name << ")\n";
   };
   split_plan plan;
   try {
-    plan = plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block_of(o),
+    plan = plan_splits(net, table, memory, o.executor.model, o.budget_bytes, heap_block_of(o),
                        "--budget", false);
   } catch (const budget_too_small& e) {
     out << "  does not fit: " << e.what() << "\n";

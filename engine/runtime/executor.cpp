@@ -729,7 +729,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   // split to give them).
   if (!replay && current_step_ < options_.split_parts.size()) {
     step.parts = options_.split_parts[current_step_];
-    if (staging_->step[current_step_] && !evaluating_) step.staged = staging_->tensors;
+    step.staged = staging_->tensors;  // empty but in a staged step
   }
   if (recording() == nullptr) {
     launcher_->launch(step);

@@ -9,6 +9,7 @@
 #include "engine/runtime/residency_table.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/engine/split_plan.hpp"
 
 namespace memweave {
 
@@ -20,9 +21,7 @@ bool staged_split_step(const executor_options& options, const network& net, cons
 }
 
 bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept {
-  return batch > 1 && t.shape.n == batch && t.bytes != 0 && !t.persistent && !t.host_resident &&
-         (t.role == tensor_role::data || t.role == tensor_role::gradient ||
-          t.role == tensor_role::auxiliary);
+  return batch_shaped(t, batch) && t.bytes != 0 && !t.persistent && !t.host_resident;
 }
 
 namespace {
@@ -152,8 +151,7 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
   st.ids.clear();
   st.tensors.clear();
   const std::int64_t batch = batch_of(net_);
-  const std::int64_t parts = std::clamp<std::int64_t>(options_.split_parts[s], 1, batch);
-  const std::int64_t images = (batch + parts - 1) / parts;
+  const std::int64_t images = largest_micro_batch(batch, options_.split_parts[s]);
   const auto slice_bytes = [&](tensor_id t) {
     return heap_->round_up(table_[t].bytes / static_cast<std::size_t>(batch) *
                            static_cast<std::size_t>(images));
@@ -241,8 +239,7 @@ void executor::take_micro_buffer(std::size_t s) {
     return;
   }
   const std::int64_t batch = batch_of(net_);
-  const std::int64_t parts = std::clamp<std::int64_t>(options_.split_parts[s], 1, batch);
-  const std::int64_t images = (batch + parts - 1) / parts;
+  const std::int64_t images = largest_micro_batch(batch, options_.split_parts[s]);
   std::vector<std::size_t> offset;
   std::size_t total = 0;
   for (const layers::staged_tensor& m : st.tensors) {

@@ -16,13 +16,6 @@ std::size_t round_up(std::size_t b, std::size_t block) {
   return (b + block - 1) / block * block;
 }
 
-// Whether tensor `t` holds one slice per image of the batch (a micro-batch needs only its own).
-bool batch_shaped(const tensor_info& t, std::int64_t batch) {
-  return batch > 1 && t.shape.n == batch &&
-         (t.role == tensor_role::data || t.role == tensor_role::gradient ||
-          t.role == tensor_role::auxiliary);
-}
-
 std::int64_t batch_of(const tensor_table& table) {
   const network& net = table.net();
   return net[net.data_layer()].output_shape.n;
@@ -36,6 +29,17 @@ bool channel_shaped(const tensor_info& t, const layer& l) {
 
 }  // namespace
 
+bool batch_shaped(const tensor_info& t, std::int64_t batch) noexcept {
+  return batch > 1 && t.shape.n == batch &&
+         (t.role == tensor_role::data || t.role == tensor_role::gradient ||
+          t.role == tensor_role::auxiliary);
+}
+
+std::int64_t largest_micro_batch(std::int64_t batch, int parts) noexcept {
+  const std::int64_t k = std::clamp<std::int64_t>(parts, 1, std::max<std::int64_t>(batch, 1));
+  return (batch + k - 1) / k;
+}
+
 std::int64_t splittable_channels(const layer& l) noexcept {
   if (l.type == layer_type::fc) return l.output_shape.c;
   if (l.type == layer_type::conv && std::get<conv_params>(l.params).groups == 1)
@@ -46,8 +50,7 @@ std::int64_t splittable_channels(const layer& l) noexcept {
 std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
                              std::size_t block_bytes, int channel_parts) {
   const std::int64_t batch = batch_of(table);
-  const std::int64_t k = std::clamp<std::int64_t>(parts, 1, std::max<std::int64_t>(batch, 1));
-  const std::int64_t images = (batch + k - 1) / k;  // the largest micro-batch
+  const std::int64_t images = largest_micro_batch(batch, parts);
   const layer& l = table.net()[table.steps().at(s).layer];
   const std::int64_t K = splittable_channels(l);
   const std::int64_t c = std::clamp<std::int64_t>(channel_parts, 1, K);

@@ -80,6 +80,14 @@ struct split_plan {
 std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
                              std::size_t block_bytes, int channel_parts = 1);
 
+/// Whether tensor `t` holds one slice per image of a batch of `batch` (activations, their
+/// gradients, the dropout mask, the labels): a micro-batch needs only its own slice.
+bool batch_shaped(const tensor_info& t, std::int64_t batch) noexcept;
+
+/// The images of the largest of `parts` micro-batches of `batch` (parts clamped to
+/// [1, batch], as micro_batch_bounds splits them).
+std::int64_t largest_micro_batch(std::int64_t batch, int parts) noexcept;
+
 /// The output channels (features) a step of `l` can be split into: CONV of groups 1 and FC,
 /// their output channels; 1 for every other layer.
 std::int64_t splittable_channels(const layer& l) noexcept;
