@@ -131,11 +131,11 @@ constexpr std::array<option_info, 37> k_options{{
      "all: at most this many gaps get an action (TFLMS's n_tensors; 0 = no limit)",
      {1, 2147483647, true}},
     {"MEMWEAVE_SCHEDULE_LINK_CHARGE",
-     "0.5",
+     "",
      f::number,
      "",
      "all: share of a swap's link time counted as added time even when its copies hide (the "
-     "link is then taken from later swaps)",
+     "link is then taken from later swaps); unset = plan with 0.5, 1 and 2, keep the fastest",
      {0, 100, true}},
     {"MEMWEAVE_SCHEDULE_REPLAN", "1", f::boolean, "",
      "all, on host and cuda: re-plan the memory schedule once from the first iteration's "

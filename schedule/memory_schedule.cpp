@@ -712,7 +712,11 @@ schedule_options schedule_options::from_environment() {
   o.min_bytes = *option_bytes("MEMWEAVE_SCHEDULE_MIN_BYTES");
   o.min_swap_distance = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_MIN_DISTANCE"));
   o.max_actions = static_cast<std::size_t>(*option_int("MEMWEAVE_SCHEDULE_MAX_ACTIONS"));
-  o.link_charge = *option_double("MEMWEAVE_SCHEDULE_LINK_CHARGE");
+  // Unset: the executor tries several shares (link_charge_auto); set: that share alone.
+  if (const auto charge = option_double("MEMWEAVE_SCHEDULE_LINK_CHARGE")) {
+    o.link_charge = *charge;
+    o.link_charge_auto = false;
+  }
   o.slack_seconds = *option_double("MEMWEAVE_SCHEDULE_SLACK_MS") / 1e3;
   o.prefetch_lb = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_LB"));
   o.prefetch_ub = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_UB"));

@@ -416,6 +416,20 @@ TEST(memory_schedule_test, exact_mode_refuses_fp16_compression_naming_the_variab
   }
 }
 
+TEST(memory_schedule_test, the_link_charge_is_automatic_unless_memweave_sets_it) {
+  ::unsetenv("MEMWEAVE_SCHEDULE_LINK_CHARGE");
+  const schedule_options unset = schedule_options::from_environment();
+  EXPECT_TRUE(unset.link_charge_auto);
+  EXPECT_EQ(unset.link_charge, 0.5);
+  ::setenv("MEMWEAVE_SCHEDULE_LINK_CHARGE", "1.5", 1);
+  const schedule_options set = schedule_options::from_environment();
+  EXPECT_FALSE(set.link_charge_auto);
+  EXPECT_EQ(set.link_charge, 1.5);
+  ::setenv("MEMWEAVE_SCHEDULE_LINK_CHARGE", "-1", 1);
+  EXPECT_THROW((void)schedule_options::from_environment(), invalid_argument);
+  ::unsetenv("MEMWEAVE_SCHEDULE_LINK_CHARGE");
+}
+
 TEST(memory_schedule_test, memweave_schedule_compress_is_read_and_checked) {
   EXPECT_FALSE(schedule_options::from_environment().compress) << "off by default";
   ::setenv("MEMWEAVE_SCHEDULE_COMPRESS", "fp16", 1);

@@ -95,6 +95,11 @@ struct schedule_options {
   /// copies hide under compute: the link they take is then unavailable to later swaps, so a
   /// cheap rebuild is preferred to a hidden round trip.
   double link_charge = 0.5;
+  /// Which share suits a problem depends on how busy the link ends up (no one share is best
+  /// across the zoo's networks and budgets): when set, the executor plans with link_charge,
+  /// twice it and four times it, and keeps the fastest predicted plan. Off when the user
+  /// fixes the share (MEMWEAVE_SCHEDULE_LINK_CHARGE); plan_memory_schedule itself plans once.
+  bool link_charge_auto = true;
   /// A prefetch is issued at least this many steps before the step that needs it (TFLMS's
   /// lb; 0 or 1 = right before it at the latest).
   std::uint32_t prefetch_lb = 0;
