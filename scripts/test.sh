@@ -9,7 +9,9 @@
 #            ASan in the oracle's other networks, the random DAGs and the schedule tests
 #            (likewise the tiled-training zoo test's Inception v4, DenseNet-121 and VGG16, 4, 3
 #            and 12 s in release, VGG16 43 s under ASan: the tiling runs under ASan in its
-#            other networks and tests);
+#            other networks and tests; and the weighing of `all` against recompute on
+#            full-size DenseNet-121, 6 s in release: the weighing runs under ASan wherever
+#            `all` has a budget);
 #   tsan:    the tests labelled concurrent under ThreadSanitizer.
 # The sanitizer builds carry line tables only (-g1): stack traces keep file and line, and
 # the builds take a fifth less time than with full debug information.

@@ -78,6 +78,9 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"schedule_misses\": " << p.schedule_misses
         << ",\n      \"predicted_seconds\": " << json_number(p.predicted_seconds)
         << ",\n      \"bound_seconds\": " << json_number(p.bound_seconds)
+        << ",\n      \"weighed\": {\"all_seconds\": " << json_number(p.weighed_all_seconds)
+        << ", \"recompute_seconds\": " << json_number(p.weighed_recompute_seconds)
+        << ", \"ran_as_recompute\": " << (p.ran_as_recompute ? "true" : "false") << "}"
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
@@ -295,6 +298,12 @@ void write_summary(std::ostream& out, const run_report& r) {
       out << " allreduce " << std::setprecision(4) << 1e3 * p.allreduce_seconds << " ms per "
           << "iteration of which " << 1e3 * p.allreduce_wait_seconds
           << " ms not hidden behind backward (rank 0)\n";
+    }
+    if (p.ran_as_recompute) {
+      out << "  " << p.policy << ": ran as recompute, faster here in the plan's model ("
+          << std::setprecision(4) << 1e3 * p.weighed_recompute_seconds
+          << " ms per iteration against " << 1e3 * p.weighed_all_seconds
+          << " ms with its own schedule and cache)\n";
     }
     if (p.scheduled_swaps + p.scheduled_drops != 0) {
       out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "

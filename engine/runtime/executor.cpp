@@ -107,12 +107,13 @@ std::vector<gradient_bucket> buckets_for(const network& net, const route& r,
 
 }  // namespace
 
-executor::executor(const network& net, device& dev, const executor_options& options)
+executor::executor(const network& net, device& dev, const executor_options& requested)
     : net_(net),
       dev_(dev),
-      options_(options),
+      options_(weigh_policy(net, requested, choice_)),
       route_(net),
-      table_(net, route_, buckets_for(net, route_, options)) {
+      table_(net, route_, buckets_for(net, route_, requested)) {
+  const executor_options& options = options_;  // as weighed: `all` may run as recompute
   check_executor_options(options);
   if (options.policy.planned) options.schedule.validate();
   liveness_ = std::make_unique<liveness>(table_);
@@ -295,7 +296,10 @@ executor::executor(const network& net, device& dev, const executor_options& opti
   // on the device): `all` then evicts reactively, as utp does, and rebuilds.
   if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only &&
       !any_staged) {
-    if (std::optional<memory_schedule> planned = plan_schedule()) use_schedule(std::move(*planned));
+    // The weighing run planned the same schedule (same network, budget and model).
+    std::optional<memory_schedule> planned =
+        choice_.weighed ? std::move(choice_.schedule) : plan_schedule();
+    if (planned) use_schedule(std::move(*planned));
   }
   launcher_->check_ready();
 }
@@ -779,6 +783,11 @@ policy_report executor::report() const {
     r.bound_seconds = schedule_->bound_seconds;
     r.schedule_misses = schedule_misses_;
     r.replan = replan_;
+  }
+  if (choice_.weighed) {
+    r.weighed_all_seconds = choice_.all_s;
+    r.weighed_recompute_seconds = choice_.recompute_s;
+    r.ran_as_recompute = !options_.policy.planned;
   }
   r.ranks = ranks();
   r.allreduce_bytes = reduce_bytes_;

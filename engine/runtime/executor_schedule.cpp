@@ -15,8 +15,10 @@
 #include "engine/runtime/kernel_launcher.hpp"
 #include "engine/runtime/residency_table.hpp"
 #include "engine/runtime/schedule_inputs.hpp"
+#include "memweave/comm/communicator.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/device/device.hpp"
 #include "memweave/device/stream_timeline.hpp"
 
 namespace memweave {
@@ -42,6 +44,54 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   in.measured_seconds = measured_seconds;
   in.copy_latency_s = copy_latency_s;
   return plan_executor_schedule(in, options_.schedule);
+}
+
+// Both runs are the same runtime on the null device with the schedule's link and model:
+// what `memweave plan` reports for each. No communicator (the plan's buckets are kept by
+// `ranks`), no files written, nothing re-planned, and no weighing inside them.
+executor_options executor::weigh_policy(const network& net, const executor_options& options,
+                                        policy_choice& choice) {
+  if (!options.policy.planned || !options.weigh_recompute || options.budget_bytes == 0 ||
+      options.evaluation_only) {
+    return options;
+  }
+  executor_options o = options;
+  o.weigh_recompute = false;
+  o.comm = nullptr;
+  o.ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
+  o.timeline = nullptr;
+  o.heap.trace_path.clear();
+  o.replan_from_measured = false;
+  device_options d;
+  d.kind = "null";
+  d.capacity_bytes = std::max(options.budget_bytes, std::size_t{1} << 40);
+  d.host_link_gbps = options.link_gbps > 0 ? options.link_gbps : 0;
+  if (d.host_link_gbps <= 0) d.host_link_gbps = *option_double("MEMWEAVE_HOST_LINK_GBPS");
+  if (d.host_link_gbps <= 0) d.host_link_gbps = options.model.link_bytes_per_s / 1e9;
+  auto run = [&](const executor_policy& policy, std::optional<memory_schedule>* schedule) {
+    executor_options q = o;
+    q.policy = policy;
+    try {
+      auto null_device = make_device(d);
+      executor ex(net, *null_device, q);
+      ex.run_iteration(nullptr, 0);
+      if (schedule != nullptr && ex.schedule() != nullptr) *schedule = *ex.schedule();
+      return ex.report().seconds_per_iteration;
+    } catch (const error&) {
+      return 0.0;  // does not run here (the executor itself will say why, if it cannot)
+    }
+  };
+  choice.weighed = true;
+  choice.all_s = run(options.policy, &choice.schedule);
+  executor_policy recompute = executor_policy::parse("recompute");
+  choice.recompute_s = run(recompute, nullptr);
+  executor_options chosen = options;
+  if (choice.recompute_s > 0 && (choice.all_s == 0 || choice.recompute_s < choice.all_s)) {
+    recompute.name = options.policy.name;  // still `all` to the user; the report says why
+    chosen.policy = recompute;
+    choice.schedule.reset();
+  }
+  return chosen;
 }
 
 void executor::use_schedule(memory_schedule planned) {

@@ -168,6 +168,11 @@ struct executor_options {
   /// needs each step's micro-step (split_plan.hpp's micro_step_bytes), not l_i
   /// (engine/runtime/executor_staging.hpp). Host and null only: cuda refuses it.
   std::vector<int> split_parts;
+  /// all under a budget: before it starts, `all` and `recompute` are each run for one
+  /// iteration on a null device of the same model (what `memweave plan` reports), and where
+  /// recompute alone is faster (the schedule's greedy planner does not always find what
+  /// recomputing every cheap layer gives), `all` runs as recompute; the report says so.
+  bool weigh_recompute = true;
 };
 
 /// What executor::evaluate measured over its batches.
@@ -186,7 +191,7 @@ class executor {
   /// BN running statistics 0 and 1). Throws invalid_argument when the budget cannot hold
   /// even the persistent tensors plus the largest layer (no policy could run), or exceeds
   /// the device; out_of_memory when the device cannot give the arena.
-  executor(const network& net, device& dev, const executor_options& options);
+  executor(const network& net, device& dev, const executor_options& requested);
   ~executor();
   executor(const executor&) = delete;
   executor& operator=(const executor&) = delete;
@@ -353,8 +358,18 @@ class executor {
   [[noreturn]] void throw_out_of_budget(std::size_t step, const std::string& what,
                                         std::size_t bytes) const;
 
+  // all: what weighing it against recompute found (weigh_policy, executor_schedule.cpp).
+  struct policy_choice {
+    bool weighed = false;
+    double all_s = 0, recompute_s = 0;        // modelled iterations
+    std::optional<memory_schedule> schedule;  // the weighing run's, planned the same: reused
+  };
+  static executor_options weigh_policy(const network& net, const executor_options& options,
+                                       policy_choice& choice);
+
   const network& net_;
   device& dev_;
+  policy_choice choice_;  // before options_: weigh_policy fills it as options_ is made
   executor_options options_;
   route route_;
   tensor_table table_;

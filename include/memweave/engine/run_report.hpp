@@ -52,30 +52,35 @@ struct rank_report {
 
 /// The result of one policy.
 struct policy_report {
-  std::string policy;                     ///< "baseline", "liveness", ...
-  bool fits = true;                       ///< whether it ran within the budget
-  std::string failure;                    ///< why not, when !fits
-  std::int64_t image_side = 0;            ///< the input side planned or trained (0: none)
-  bool failed = false;                    ///< stopped by an error other than not fitting
-                                          ///< (fits is false, failure holds the error)
-  std::size_t peak_bytes = 0;             ///< max over steps of heap_bytes
-  std::size_t peak_live_bytes = 0;        ///< max over steps of bytes_live
-  int peak_step = 0;                      ///< the step where peak_bytes is reached
-  std::size_t max_layer_bytes = 0;        ///< max_i l_i (the paper's lower bound)
-  std::size_t persistent_bytes = 0;       ///< parameters, their momentum and state
-  std::uint64_t tensors_allocated = 0;    ///< tensor allocations in one iteration
-  std::uint64_t bytes_offloaded = 0;      ///< device->host bytes in one iteration
-  std::uint64_t bytes_prefetched = 0;     ///< host->device bytes in one iteration
-  std::uint64_t recomputations = 0;       ///< extra forward layer computations per iteration
-  std::uint64_t cache_hits = 0;           ///< tensor cache: tensors found resident
-  std::uint64_t cache_misses = 0;         ///< tensor cache: tensors brought back
-  std::uint64_t evictions = 0;            ///< tensor cache: tensors pushed out to make room
-  double transfer_wait_s = 0.0;           ///< seconds the step loop blocked on transfers
-  std::uint64_t scheduled_swaps = 0;      ///< all: gaps the memory schedule swaps
-  std::uint64_t scheduled_drops = 0;      ///< all: gaps the memory schedule drops and rebuilds
-  std::uint64_t schedule_misses = 0;      ///< all: scheduled actions the safety net pre-empted
-  double predicted_seconds = 0.0;         ///< all: the schedule's modelled iteration time
-  double bound_seconds = 0.0;             ///< all: the least any exact schedule could take
+  std::string policy;                   ///< "baseline", "liveness", ...
+  bool fits = true;                     ///< whether it ran within the budget
+  std::string failure;                  ///< why not, when !fits
+  std::int64_t image_side = 0;          ///< the input side planned or trained (0: none)
+  bool failed = false;                  ///< stopped by an error other than not fitting
+                                        ///< (fits is false, failure holds the error)
+  std::size_t peak_bytes = 0;           ///< max over steps of heap_bytes
+  std::size_t peak_live_bytes = 0;      ///< max over steps of bytes_live
+  int peak_step = 0;                    ///< the step where peak_bytes is reached
+  std::size_t max_layer_bytes = 0;      ///< max_i l_i (the paper's lower bound)
+  std::size_t persistent_bytes = 0;     ///< parameters, their momentum and state
+  std::uint64_t tensors_allocated = 0;  ///< tensor allocations in one iteration
+  std::uint64_t bytes_offloaded = 0;    ///< device->host bytes in one iteration
+  std::uint64_t bytes_prefetched = 0;   ///< host->device bytes in one iteration
+  std::uint64_t recomputations = 0;     ///< extra forward layer computations per iteration
+  std::uint64_t cache_hits = 0;         ///< tensor cache: tensors found resident
+  std::uint64_t cache_misses = 0;       ///< tensor cache: tensors brought back
+  std::uint64_t evictions = 0;          ///< tensor cache: tensors pushed out to make room
+  double transfer_wait_s = 0.0;         ///< seconds the step loop blocked on transfers
+  std::uint64_t scheduled_swaps = 0;    ///< all: gaps the memory schedule swaps
+  std::uint64_t scheduled_drops = 0;    ///< all: gaps the memory schedule drops and rebuilds
+  std::uint64_t schedule_misses = 0;    ///< all: scheduled actions the safety net pre-empted
+  double predicted_seconds = 0.0;       ///< all: the schedule's modelled iteration time
+  double bound_seconds = 0.0;           ///< all: the least any exact schedule could take
+  /// all under a budget: the modelled iterations it was weighed by before it started (0: not
+  /// weighed, or the policy could not run there), and whether it ran as recompute for it.
+  double weighed_all_seconds = 0.0;
+  double weighed_recompute_seconds = 0.0;
+  bool ran_as_recompute = false;
   replan_report replan;                   ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;     ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
   std::size_t staged_steps = 0;           ///< TSPLIT: split steps run on micro-tensors

@@ -34,6 +34,24 @@ planned_run plan_run(const network& net, const executor_options& o) {
   return r;
 }
 
+// `all` with its schedule, not weighed against recompute (which has its own test below).
+executor_options scheduled_options(const std::string& policy, std::size_t budget = 0,
+                                   const std::string& conv_ws = "") {
+  executor_options o =
+      conv_ws.empty() ? policy_options(policy, budget) : policy_options(policy, budget, conv_ws);
+  o.weigh_recompute = false;
+  return o;
+}
+
+// At full size: the model's own algorithm choice (dynamic), and host memory for what moves.
+executor_options full_size_options(const std::string& policy, std::size_t budget,
+                                   bool weigh_recompute = false) {
+  executor_options o = scheduled_options(policy, budget, "dynamic");
+  o.host_pool_bytes = std::size_t{64} << 30;
+  o.weigh_recompute = weigh_recompute;
+  return o;
+}
+
 // Every swap is offloaded after the use that opens its gap, released later, prefetched no
 // earlier than released and before the step that reads it; a drop is rebuilt at the step
 // that closes its gap.
@@ -65,7 +83,7 @@ TEST(schedule_test, all_at_half_of_livenesss_peak_runs_its_schedule_bit_identica
     const network net = activation_heavy(name);
     const std::size_t peak =
         plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
-    executor_options o = policy_options("all", peak / 2, "fixed:direct");
+    executor_options o = scheduled_options("all", peak / 2, "fixed:direct");
     // The plan's schedule all along (re-planning from measured times has its own test).
     o.replan_from_measured = false;
     const planned_run plan = plan_run(net, o);
@@ -108,7 +126,7 @@ TEST(schedule_test, random_dags_under_their_schedules_are_bit_identical_to_basel
     const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 2);
     for (double fraction : {0.8, 0.65}) {
       const executor_options o =
-          policy_options("all", static_cast<std::size_t>(fraction * peak), "fixed:direct");
+          scheduled_options("all", static_cast<std::size_t>(fraction * peak), "fixed:direct");
       planned_run plan;
       try {
         plan = plan_run(net, o);
@@ -132,11 +150,8 @@ TEST(schedule_test, the_planners_prediction_is_what_the_null_device_measures_at_
   zoo_options z;
   z.batch = 16;
   const network net = make_network("resnet50", z);
-  // The model's own algorithm choice (dynamic), and host memory for what moves.
   auto options = [](const std::string& policy, std::size_t budget) {
-    executor_options o = policy_options(policy, budget, "dynamic");
-    o.host_pool_bytes = std::size_t{64} << 30;
-    return o;
+    return full_size_options(policy, budget);
   };
   const std::size_t peak = plan_run(net, options("liveness", 0)).report.peak_bytes;
   // (At a third of the peak the heap's fragmentation, which the planner does not model, can
@@ -163,14 +178,8 @@ TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans)
   zoo_options z;
   z.batch = 16;
   const network net = make_network("resnet50", z);
-  auto options = [](std::size_t budget) {
-    executor_options o = policy_options("all", budget, "dynamic");
-    o.host_pool_bytes = std::size_t{64} << 30;
-    return o;
-  };
-  executor_options l = options(0);
-  l.policy = executor_policy::parse("liveness");
-  const std::size_t budget = plan_run(net, l).report.peak_bytes / 2;
+  auto options = [](std::size_t budget) { return full_size_options("all", budget); };
+  const std::size_t budget = plan_run(net, full_size_options("liveness", 0)).report.peak_bytes / 2;
   executor_options automatic = options(budget);
   ASSERT_TRUE(automatic.schedule.link_charge_auto) << "the default tries several charges";
   const planned_run best = plan_run(net, automatic);
@@ -188,10 +197,40 @@ TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans)
   EXPECT_LT(best.report.predicted_seconds, fixed_half * 0.99);
 }
 
+// Before it starts, `all` is weighed against recompute in the model: on DenseNet-121 at a
+// third of liveness's peak, recomputing every cheap layer beats the greedy's schedule (17.4
+// against 21.8 ms), so `all` runs as recompute, exactly as fast; at half, its schedule wins
+// and runs as planned by the weighing run.
+TEST(schedule_test, all_runs_as_recompute_where_that_is_faster_in_the_model) {
+  zoo_options z;
+  z.batch = 4;
+  const network net = make_network("densenet121", z);
+  auto options = [](const std::string& policy, std::size_t budget) {
+    return full_size_options(policy, budget, true);
+  };
+  const std::size_t peak = plan_run(net, options("liveness", 0)).report.peak_bytes;
+  const std::size_t third = peak / 3;
+  const planned_run recompute = plan_run(net, options("recompute", third));
+  const planned_run weighed = plan_run(net, options("all", third));
+  EXPECT_EQ(weighed.report.policy, "all");
+  EXPECT_TRUE(weighed.report.ran_as_recompute);
+  EXPECT_FALSE(weighed.scheduled);
+  EXPECT_EQ(weighed.report.seconds_per_iteration, recompute.report.seconds_per_iteration);
+  EXPECT_EQ(weighed.report.weighed_recompute_seconds, recompute.report.seconds_per_iteration);
+  EXPECT_LT(weighed.report.weighed_recompute_seconds, weighed.report.weighed_all_seconds);
+
+  const planned_run half = plan_run(net, options("all", peak / 2));
+  ASSERT_TRUE(half.scheduled);
+  EXPECT_FALSE(half.report.ran_as_recompute);
+  EXPECT_GT(half.report.weighed_recompute_seconds, half.report.weighed_all_seconds);
+  // The weighing run's schedule is the one carried out: the same seconds, to the bit.
+  EXPECT_EQ(half.report.seconds_per_iteration, half.report.weighed_all_seconds);
+}
+
 TEST(schedule_test, a_budget_liveness_fits_in_schedules_and_moves_nothing) {
   const network net = activation_heavy("resnet50");
   const std::size_t peak = plan_run(net, policy_options("liveness")).report.peak_bytes;
-  const planned_run plan = plan_run(net, policy_options("all", peak + peak / 10));
+  const planned_run plan = plan_run(net, scheduled_options("all", peak + peak / 10));
   EXPECT_TRUE(!plan.scheduled || plan.schedule.gaps.empty());
   EXPECT_EQ(plan.report.bytes_offloaded, 0u);
   EXPECT_EQ(plan.report.recomputations, 0u);
@@ -235,7 +274,7 @@ TEST(schedule_test, the_first_iteration_measured_on_host_replans_the_schedule_on
   const network net = activation_heavy("resnet50");
   const std::size_t peak =
       plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
-  const executor_options o = policy_options("all", peak / 2, "fixed:direct");
+  const executor_options o = scheduled_options("all", peak / 2, "fixed:direct");
   const host_run run = train_on_host(net, o, 3);
   ASSERT_EQ(run.schedules.size(), 3u);
   const replan_report& first = run.reports[0].replan;
@@ -275,7 +314,7 @@ TEST(schedule_test, the_timeline_and_the_step_marks_show_every_kernel_copy_and_r
   const network net = activation_heavy("densenet121");
   const std::size_t peak =
       plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
-  executor_options o = policy_options("all", peak / 2, "fixed:direct");
+  executor_options o = scheduled_options("all", peak / 2, "fixed:direct");
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
   stream_timeline timeline(*dev);
   o.timeline = &timeline;
@@ -320,7 +359,7 @@ TEST(schedule_test, fp16_compression_is_refused_for_exact_results_and_still_trai
   const network net = activation_heavy("resnet50");
   const std::size_t peak =
       plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
-  executor_options o = policy_options("all", peak / 2, "fixed:direct");
+  executor_options o = scheduled_options("all", peak / 2, "fixed:direct");
   o.schedule.compress = true;
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
   try {
@@ -367,7 +406,7 @@ TEST(schedule_test, fp16_compression_is_refused_for_exact_results_and_still_trai
 
 TEST(schedule_test, impossible_schedule_controls_are_errors_naming_them) {
   const network net = test::small_zoo("resnet50", 4);
-  executor_options o = policy_options("all", 1u << 20);
+  executor_options o = scheduled_options("all", 1u << 20);
   o.schedule.headroom = -0.5;
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
   try {
