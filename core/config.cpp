@@ -105,10 +105,11 @@ constexpr std::array<option_info, 37> k_options{{
     {"MEMWEAVE_SCHEDULE", "swap,drop", f::choice, "swap,drop|swap|drop",
      "all: what the memory schedule may do to a tensor idle across an over-budget step"},
     {"MEMWEAVE_SCHEDULE_HEADROOM",
-     "0.08",
+     "",
      f::number,
      "",
-     "all: fraction of the budget the memory schedule leaves unplanned, for heap fragmentation",
+     "all: fraction of the budget the memory schedule leaves unplanned, for heap fragmentation; "
+     "unset = 0.08, and half of it is tried too (both run on the null device, the faster kept)",
      {0, 0.9, true}},
     {"MEMWEAVE_SCHEDULE_MIN_BYTES",
      "0",

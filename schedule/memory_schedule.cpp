@@ -708,7 +708,11 @@ schedule_options schedule_options::from_environment() {
   const std::string what = option_string("MEMWEAVE_SCHEDULE");
   o.allow_swap = what != "drop";
   o.allow_drop = what != "swap";
-  o.headroom = *option_double("MEMWEAVE_SCHEDULE_HEADROOM");
+  // Unset: 0.08, and the executor may try half of it (headroom_auto); set: that alone.
+  if (const auto headroom = option_double("MEMWEAVE_SCHEDULE_HEADROOM")) {
+    o.headroom = *headroom;
+    o.headroom_auto = false;
+  }
   o.min_bytes = *option_bytes("MEMWEAVE_SCHEDULE_MIN_BYTES");
   o.min_swap_distance = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_MIN_DISTANCE"));
   o.max_actions = static_cast<std::size_t>(*option_int("MEMWEAVE_SCHEDULE_MAX_ACTIONS"));

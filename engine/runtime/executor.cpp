@@ -788,6 +788,7 @@ policy_report executor::report() const {
     r.weighed_all_seconds = choice_.all_s;
     r.weighed_recompute_seconds = choice_.recompute_s;
     r.ran_as_recompute = !options_.policy.planned;
+    r.weighed_headroom = options_.schedule.headroom;
   }
   r.ranks = ranks();
   r.allreduce_bytes = reduce_bytes_;

@@ -416,18 +416,32 @@ TEST(memory_schedule_test, exact_mode_refuses_fp16_compression_naming_the_variab
   }
 }
 
-TEST(memory_schedule_test, the_link_charge_is_automatic_unless_memweave_sets_it) {
-  ::unsetenv("MEMWEAVE_SCHEDULE_LINK_CHARGE");
-  const schedule_options unset = schedule_options::from_environment();
-  EXPECT_TRUE(unset.link_charge_auto);
-  EXPECT_EQ(unset.link_charge, 0.5);
-  ::setenv("MEMWEAVE_SCHEDULE_LINK_CHARGE", "1.5", 1);
-  const schedule_options set = schedule_options::from_environment();
-  EXPECT_FALSE(set.link_charge_auto);
-  EXPECT_EQ(set.link_charge, 1.5);
-  ::setenv("MEMWEAVE_SCHEDULE_LINK_CHARGE", "-1", 1);
-  EXPECT_THROW((void)schedule_options::from_environment(), invalid_argument);
-  ::unsetenv("MEMWEAVE_SCHEDULE_LINK_CHARGE");
+// Left unset, the link charge and the headroom are chosen per problem (the executor tries
+// several); set, the value is used alone, and an out-of-range one is an error.
+TEST(memory_schedule_test, link_charge_and_headroom_are_automatic_unless_memweave_sets_them) {
+  struct knob {
+    const char* variable;
+    double fallback, set;
+    double schedule_options::*value;
+    bool schedule_options::*automatic;
+  };
+  for (const knob& k : {knob{"MEMWEAVE_SCHEDULE_LINK_CHARGE", 0.5, 1.5,
+                             &schedule_options::link_charge, &schedule_options::link_charge_auto},
+                        knob{"MEMWEAVE_SCHEDULE_HEADROOM", 0.08, 0.1, &schedule_options::headroom,
+                             &schedule_options::headroom_auto}}) {
+    SCOPED_TRACE(k.variable);
+    ::unsetenv(k.variable);
+    const schedule_options unset = schedule_options::from_environment();
+    EXPECT_TRUE(unset.*k.automatic);
+    EXPECT_EQ(unset.*k.value, k.fallback);
+    ::setenv(k.variable, std::to_string(k.set).c_str(), 1);
+    const schedule_options set = schedule_options::from_environment();
+    EXPECT_FALSE(set.*k.automatic);
+    EXPECT_EQ(set.*k.value, k.set);
+    ::setenv(k.variable, "-1", 1);
+    EXPECT_THROW((void)schedule_options::from_environment(), invalid_argument);
+    ::unsetenv(k.variable);
+  }
 }
 
 TEST(memory_schedule_test, memweave_schedule_compress_is_read_and_checked) {

@@ -80,6 +80,7 @@ struct policy_report {
   /// weighed, or the policy could not run there), and whether it ran as recompute for it.
   double weighed_all_seconds = 0.0;
   double weighed_recompute_seconds = 0.0;
+  double weighed_headroom = 0.0;  ///< the schedule's headroom that ran faster
   bool ran_as_recompute = false;
   replan_report replan;                   ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;     ///< fp32 bytes offloaded as fp16 (lossy; opt-in)

@@ -85,6 +85,10 @@ struct schedule_options {
   /// is the safety net for it). 0.08: at 0.04, DenseNet-121's many concatenated tensors
   /// fragment the heap enough at 0.9 x liveness's peak to make the cache evict 1.5k times.
   double headroom = 0.08;
+  /// Whether the executor may also try half the headroom (executor::weigh_policy runs both
+  /// on the null device, where the heap fragments as it will, and keeps the faster). Off
+  /// when the user fixes it (MEMWEAVE_SCHEDULE_HEADROOM).
+  bool headroom_auto = true;
   /// Gaps shorter than this many steps are never swapped (LDFG's lower bound on distance).
   std::uint32_t min_swap_distance = 2;
   /// Tensors smaller than this are never swapped or dropped (LDFG's size threshold).
