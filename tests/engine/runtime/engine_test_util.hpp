@@ -35,6 +35,7 @@ struct training_result {
   std::vector<double> losses;
   std::vector<std::vector<float>> persistent;  ///< parameters, momenta, BN running stats
   std::vector<step_record> steps;              ///< last iteration
+  policy_report report;                        ///< after the last iteration
 };
 
 /// Trains `iterations` iterations of `net` on a fresh host device under `options`, host
@@ -55,6 +56,7 @@ inline training_result train(const network& net, const executor_options& options
   }
   r.persistent = ex.read_persistent();
   r.steps = ex.steps();
+  r.report = ex.report();
   return r;
 }
 
@@ -88,6 +90,10 @@ inline executor_options policy_options(const std::string& policy, std::size_t bu
   o.conv_ws = conv_ws_options::parse(conv_ws, "test");
   o.host_pool_bytes = std::size_t{256} << 20;
   o.exact = true;
+  // `all` as itself: weighing it against recompute and another headroom (three more runs
+  // on the null device) only picks among configurations these tests cover one by one; the
+  // weighing has its own tests (schedule_test), which turn it on.
+  o.weigh_recompute = false;
   return o;
 }
 
@@ -123,6 +129,16 @@ inline network random_dag_with_every_type(std::uint64_t seed) {
   r.layers = 25;
   r.all_types = true;
   r.batch = 4;
+  return make_random_dag(r);
+}
+
+/// The oracle tests' random DAG: 25 layers, every layer type on even seeds (LRN, DROPOUT,
+/// tanh, average pooling), the generator's default batch and images otherwise.
+inline network oracle_random_dag(std::uint64_t seed) {
+  random_dag_options r;
+  r.seed = seed;
+  r.layers = 25;
+  r.all_types = seed % 2 == 0;
   return make_random_dag(r);
 }
 

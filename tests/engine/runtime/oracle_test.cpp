@@ -41,11 +41,7 @@ INSTANTIATE_TEST_SUITE_P(zoo, zoo_oracle_test,
 
 TEST(random_dag_oracle_test, liveness_under_tight_budget_is_bit_identical_to_baseline) {
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    random_dag_options o;
-    o.seed = seed;
-    o.layers = 25;
-    o.all_types = seed % 2 == 0;
-    const network net = make_random_dag(o);
+    const network net = test::oracle_random_dag(seed);
     const auto reference = train(net, with_policy("baseline"), 3);
     // The liveness plan's own peak plus a little slack for block rounding: as tight as it
     // can run.

@@ -227,6 +227,42 @@ TEST(schedule_test, all_runs_as_recompute_where_that_is_faster_in_the_model) {
   EXPECT_EQ(half.report.seconds_per_iteration, half.report.weighed_all_seconds);
 }
 
+// Weighing runs in the model, so training on host makes the choice the plan made; and
+// whichever configuration it picks (recompute, the schedule at either headroom), the results
+// are bit-identical to baseline.
+TEST(schedule_test, weighed_all_trains_on_host_as_planned_and_bit_identically) {
+  int weighed = 0, as_recompute = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    const network net = test::oracle_random_dag(seed);
+    const std::size_t peak = plan_run(net, policy_options("liveness")).report.peak_bytes;
+    const auto reference = test::train(net, policy_options("baseline"), 2);
+    // Where recompute just fits (it may win there, and nowhere lower), and at two thirds of
+    // liveness's peak (the schedule's ground).
+    for (const std::size_t budget :
+         {test::smallest_budget(net, policy_options("recompute")), peak * 2 / 3}) {
+      executor_options o = policy_options("all", budget);
+      o.weigh_recompute = true;
+      planned_run plan;
+      try {
+        plan = plan_run(net, o);
+      } catch (const budget_too_small&) {
+        continue;
+      }
+      SCOPED_TRACE(net.name() + " at " + std::to_string(budget));
+      if (plan.report.weighed_all_seconds + plan.report.weighed_recompute_seconds == 0) continue;
+      ++weighed;
+      as_recompute += plan.report.ran_as_recompute ? 1 : 0;
+      const auto trained = test::train(net, o, 2);
+      test::expect_bit_identical(reference, trained, net.name());
+      EXPECT_EQ(trained.report.ran_as_recompute, plan.report.ran_as_recompute);
+      EXPECT_EQ(trained.report.weighed_headroom, plan.report.weighed_headroom);
+      EXPECT_EQ(trained.report.weighed_all_seconds, plan.report.weighed_all_seconds);
+    }
+  }
+  EXPECT_GE(weighed, 6);
+  EXPECT_GE(as_recompute, 1);
+}
+
 // Left unset, the headroom is weighed too: 0.08 and half of it each run on the null device
 // (fragmentation included), the faster kept. On ResNet-50 at half its peak, the half (fewer
 // replays, no eviction) wins.

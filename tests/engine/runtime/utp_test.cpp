@@ -63,11 +63,7 @@ INSTANTIATE_TEST_SUITE_P(zoo, utp_oracle_test,
 
 TEST(utp_test, random_dags_are_bit_identical_under_the_smallest_budget_of_each_policy) {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    random_dag_options o;
-    o.seed = seed;
-    o.layers = 25;
-    o.all_types = seed % 2 == 0;  // LRN, DROPOUT (its mask must be reused), tanh, avg pool
-    const network net = make_random_dag(o);
+    const network net = test::oracle_random_dag(seed);
     const auto reference = test::train(net, policy_options("baseline"), 2);
     for (const std::string policy : {"utp", "recompute", "all"}) {
       const std::size_t smallest = test::smallest_budget(net, policy_options(policy));
