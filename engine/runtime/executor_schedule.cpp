@@ -22,6 +22,18 @@
 #include "memweave/device/stream_timeline.hpp"
 
 namespace memweave {
+namespace {
+
+// The host link the schedule's timing assumes, GB/s: the options', MEMWEAVE_HOST_LINK_GBPS,
+// or the cost model's.
+double schedule_link_gbps(const executor_options& options) {
+  double link = options.link_gbps;
+  if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
+  if (link <= 0) link = options.model.link_bytes_per_s / 1e9;
+  return link;
+}
+
+}  // namespace
 
 // all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
 // memweave/schedule); none when no plan fits.
@@ -35,10 +47,8 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   in.memory = layer_memory_.get();
   in.heap = heap_.get();
   in.model = options_.model;
-  double link = options_.link_gbps;
-  if (link <= 0) link = *option_double("MEMWEAVE_HOST_LINK_GBPS");
-  if (link <= 0) link = options_.model.link_bytes_per_s / 1e9;
-  in.link_bytes_per_s = link_bytes_per_s > 0 ? link_bytes_per_s : link * 1e9;
+  in.link_bytes_per_s =
+      link_bytes_per_s > 0 ? link_bytes_per_s : schedule_link_gbps(options_) * 1e9;
   in.budget_bytes = options_.budget_bytes;
   in.in_cache = [this](tensor_id t) { return in_cache(t); };
   in.measured_seconds = measured_seconds;
@@ -51,12 +61,12 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
 // `ranks`), no files written, nothing re-planned, and no weighing inside them.
 executor_options executor::weigh_policy(const network& net, const executor_options& options,
                                         policy_choice& choice) {
-  if (!options.policy.planned || !options.weigh_recompute || options.budget_bytes == 0 ||
+  if (!options.policy.planned || !options.weigh_alternatives || options.budget_bytes == 0 ||
       options.evaluation_only) {
     return options;
   }
   executor_options o = options;
-  o.weigh_recompute = false;
+  o.weigh_alternatives = false;
   o.comm = nullptr;
   o.ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
   o.timeline = nullptr;
@@ -65,9 +75,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   device_options d;
   d.kind = "null";
   d.capacity_bytes = std::max(options.budget_bytes, std::size_t{1} << 40);
-  d.host_link_gbps = options.link_gbps > 0 ? options.link_gbps : 0;
-  if (d.host_link_gbps <= 0) d.host_link_gbps = *option_double("MEMWEAVE_HOST_LINK_GBPS");
-  if (d.host_link_gbps <= 0) d.host_link_gbps = options.model.link_bytes_per_s / 1e9;
+  d.host_link_gbps = schedule_link_gbps(options);
   auto run = [&](const executor_options& q, std::optional<memory_schedule>* schedule) {
     try {
       auto null_device = make_device(d);

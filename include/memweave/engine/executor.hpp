@@ -168,11 +168,12 @@ struct executor_options {
   /// needs each step's micro-step (split_plan.hpp's micro_step_bytes), not l_i
   /// (engine/runtime/executor_staging.hpp). Host and null only: cuda refuses it.
   std::vector<int> split_parts;
-  /// all under a budget: before it starts, `all` and `recompute` are each run for one
-  /// iteration on a null device of the same model (what `memweave plan` reports), and where
-  /// recompute alone is faster (the schedule's greedy planner does not always find what
-  /// recomputing every cheap layer gives), `all` runs as recompute; the report says so.
-  bool weigh_recompute = true;
+  /// all under a budget: before it starts, `all` (with the schedule's headroom, and with half
+  /// of it when schedule.headroom_auto) and `recompute` are each run for one iteration on a
+  /// null device of the same model (what `memweave plan` reports), and the fastest runs: the
+  /// schedule's greedy planner does not always find what recomputing every cheap layer gives,
+  /// nor how much room the heap's fragmentation takes. The report says which ran.
+  bool weigh_alternatives = true;
 };
 
 /// What executor::evaluate measured over its batches.

@@ -93,7 +93,7 @@ inline executor_options policy_options(const std::string& policy, std::size_t bu
   // `all` as itself: weighing it against recompute and another headroom (three more runs
   // on the null device) only picks among configurations these tests cover one by one; the
   // weighing has its own tests (schedule_test), which turn it on.
-  o.weigh_recompute = false;
+  o.weigh_alternatives = false;
   return o;
 }
 

@@ -39,16 +39,16 @@ executor_options scheduled_options(const std::string& policy, std::size_t budget
                                    const std::string& conv_ws = "") {
   executor_options o =
       conv_ws.empty() ? policy_options(policy, budget) : policy_options(policy, budget, conv_ws);
-  o.weigh_recompute = false;
+  o.weigh_alternatives = false;
   return o;
 }
 
 // At full size: the model's own algorithm choice (dynamic), and host memory for what moves.
 executor_options full_size_options(const std::string& policy, std::size_t budget,
-                                   bool weigh_recompute = false) {
+                                   bool weigh_alternatives = false) {
   executor_options o = scheduled_options(policy, budget, "dynamic");
   o.host_pool_bytes = std::size_t{64} << 30;
-  o.weigh_recompute = weigh_recompute;
+  o.weigh_alternatives = weigh_alternatives;
   return o;
 }
 
@@ -241,7 +241,7 @@ TEST(schedule_test, weighed_all_trains_on_host_as_planned_and_bit_identically) {
     for (const std::size_t budget :
          {test::smallest_budget(net, policy_options("recompute")), peak * 2 / 3}) {
       executor_options o = policy_options("all", budget);
-      o.weigh_recompute = true;
+      o.weigh_alternatives = true;
       planned_run plan;
       try {
         plan = plan_run(net, o);
