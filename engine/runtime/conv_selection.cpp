@@ -51,11 +51,18 @@ std::vector<conv_candidate> host_conv_candidates(k::conv_pass pass, const shape4
   out.push_back({"direct", 0, 0.0});
   out.push_back(
       {"im2col_image", k::conv_workspace_bytes(k::conv_algo::im2col_image, pass, in, p), 0.0});
-  for (std::int64_t chunk = in.n; chunk >= 2; chunk /= 2) {
+  // Chunks of n, 7n/8, ..., n/8 images, then halving: workspace selection takes the largest
+  // chunk that fits what is free, and a ladder of halves alone leaves up to half of that
+  // unused (VGG16's conv1_2 at half its peak: 24 images fit, 16 ran).
+  std::int64_t last = in.n + 1;
+  auto add_batch = [&](std::int64_t chunk) {
+    if (chunk < 2 || chunk >= last) return;
     out.push_back({"im2col_batch:" + std::to_string(chunk),
                    k::conv_workspace_bytes(k::conv_algo::im2col_batch, pass, in, p, chunk), 0.0});
-    if (chunk % 2 != 0 && chunk > 2) chunk += 1;  // 7 -> 4 -> 2, not 7 -> 3 -> 1
-  }
+    last = chunk;
+  };
+  for (std::int64_t eighths = 8; eighths >= 1; --eighths) add_batch(in.n * eighths / 8);
+  for (std::int64_t chunk = in.n / 16; chunk >= 2; chunk /= 2) add_batch(chunk);
   return out;
 }
 

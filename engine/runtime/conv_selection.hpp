@@ -1,7 +1,7 @@
 // The engine's side of convolution-workspace selection: the host backend's candidate
 // algorithms for one convolution pass (direct; im2col per image; im2col over chunks of n,
-// n/2, n/4, ... images), their cache key, their measurement (each run once on scratch
-// buffers after a warm-up) and, on the null device, their modelled time.
+// 7n/8, ..., n/8, n/16, n/32, ... images), their cache key, their measurement (each run once on
+// scratch buffers after a warm-up) and, on the null device, their modelled time.
 #pragma once
 
 #include <cstdint>
