@@ -81,6 +81,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"weighed\": {\"all_seconds\": " << json_number(p.weighed_all_seconds)
         << ", \"recompute_seconds\": " << json_number(p.weighed_recompute_seconds)
         << ", \"headroom\": " << json_number(p.weighed_headroom)
+        << ", \"workspace_share\": " << p.weighed_workspace_share
         << ", \"ran_as_recompute\": " << (p.ran_as_recompute ? "true" : "false") << "}"
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)

@@ -789,6 +789,7 @@ policy_report executor::report() const {
     r.weighed_recompute_seconds = choice_.recompute_s;
     r.ran_as_recompute = !options_.policy.planned;
     r.weighed_headroom = options_.schedule.headroom;
+    r.weighed_workspace_share = options_.schedule.workspace_share;
   }
   r.ranks = ranks();
   r.allreduce_bytes = reduce_bytes_;

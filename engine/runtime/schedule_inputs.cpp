@@ -203,6 +203,7 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
   std::optional<memory_schedule> best;
   std::optional<schedule_problem> previous;
   for (std::size_t share : {16, 4, 1}) {
+    if (options.workspace_share != 0 && share != options.workspace_share) continue;
     schedule_problem p = make_problem(in, share);
     // A larger share that opens no larger workspace is the same problem again.
     if (previous && same_options(*previous, p)) continue;
@@ -210,7 +211,7 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
     std::optional<memory_schedule> planned = plan_problem(p, options);
     // Where even the smallest reservation cannot fit (near the floor), larger ones, which
     // start every CONV at a larger workspace, do not either: not worth planning.
-    if (!planned && share == 16) return std::nullopt;
+    if (!planned && share == 16 && options.workspace_share == 0) return std::nullopt;
     // Ties go to the smaller reservation (more left for what the model did not foresee).
     if (planned && (!best || planned->predicted_seconds < best->predicted_seconds)) {
       best = std::move(planned);
@@ -219,7 +220,10 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
   // How far the plan is from the best possible: bounded on the last problem planned, whose
   // steps may take every workspace the budget allows (the whole budget's share, or one that
   // opens the same workspaces).
-  if (best && previous) best->bound_seconds = bound_memory_schedule(*previous).seconds;
+  if (best && previous) {
+    const bool widest = options.workspace_share == 0 || options.workspace_share == 1;
+    best->bound_seconds = bound_memory_schedule(widest ? *previous : make_problem(in, 1)).seconds;
+  }
   return best;
 }
 

@@ -81,6 +81,8 @@ struct policy_report {
   double weighed_all_seconds = 0.0;
   double weighed_recompute_seconds = 0.0;
   double weighed_headroom = 0.0;  ///< the schedule's headroom that ran faster
+  /// The share of the budget (1/N) its CONV workspaces were planned within that ran fastest.
+  std::size_t weighed_workspace_share = 0;
   bool ran_as_recompute = false;
   replan_report replan;                   ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;     ///< fp32 bytes offloaded as fp16 (lossy; opt-in)

@@ -104,6 +104,11 @@ struct schedule_options {
   /// twice it and four times it, and keeps the fastest predicted plan. Off when the user
   /// fixes the share (MEMWEAVE_SCHEDULE_LINK_CHARGE); plan_memory_schedule itself plans once.
   bool link_charge_auto = true;
+  /// The executor plans CONV steps' workspaces within 1/workspace_share of the budget. 0: it
+  /// plans with a sixteenth, a quarter and all of it and keeps the fastest predicted plan;
+  /// executor::weigh_policy runs each instead (the heap can overturn the prediction).
+  /// plan_memory_schedule does not read it.
+  std::size_t workspace_share = 0;
   /// A prefetch is issued at least this many steps before the step that needs it (TFLMS's
   /// lb; 0 or 1 = right before it at the latest).
   std::uint32_t prefetch_lb = 0;
