@@ -136,7 +136,7 @@ class planner {
       ++actions;
     }
     if (o_.allow_swap && !fits_plain) refine();
-    if (!fits_plain) widen_workspaces();
+    widen_workspaces();  // a plan that fits plainly is still timed with what selection takes
     const std::vector<std::size_t> bytes = memory_curve();
     memory_schedule s = emit(bytes);
     s.predicted_seconds = simulate(s).total;
@@ -228,7 +228,8 @@ class planner {
   }
   double step_seconds(std::size_t s) const {
     if (!has_options(s)) return p_.step_seconds[s];
-    return p_.step_options[s][timing_choice_.empty() ? choice_[s] : timing_choice_[s]].seconds;
+    if (!timing_seconds_.empty()) return timing_seconds_[s];
+    return p_.step_options[s][choice_[s]].seconds;
   }
   std::size_t step_extra(std::size_t s) const {
     if (has_options(s)) return p_.step_options[s][choice_[s]].extra_bytes;
@@ -522,13 +523,23 @@ class planner {
       }
       return choice_[st];
     };
-    timing_choice_ = choice_;
+    std::vector<double> timing(bytes.size(), 0.0);
     for (std::size_t st = 0; st < bytes.size(); ++st) {
       if (!has_options(st)) continue;
       const std::size_t others = bytes[st] - step_extra(st);
       choice_[st] = fastest_within(st, others, planning_budget_);
-      timing_choice_[st] = fastest_within(st, others, p_.budget_bytes);
+      timing[st] = p_.step_options[st][fastest_within(st, others, p_.budget_bytes)].seconds;
+      // Selection may also take a workspace larger than any planned for.
+      if (st < p_.timing_options.size()) {
+        for (const step_option& o : p_.timing_options[st]) {
+          if (others + o.extra_bytes <= p_.budget_bytes) {
+            timing[st] = std::min(timing[st], o.seconds);
+            break;
+          }
+        }
+      }
     }
+    timing_seconds_ = std::move(timing);
   }
 
   bool all_fit(const std::vector<std::size_t>& bytes) const {
@@ -659,7 +670,7 @@ class planner {
   std::vector<std::vector<gap>> gaps_;
   std::vector<std::vector<std::uint32_t>> chain_;  // per step: dead tensors rebuilt for replays
   std::vector<std::uint32_t> choice_;              // per step: the option taken
-  std::vector<std::uint32_t> timing_choice_;       // per step: the option timed (when set)
+  std::vector<double> timing_seconds_;             // per step: the time counted (when set)
   std::size_t planning_budget_ = 0;
 };
 

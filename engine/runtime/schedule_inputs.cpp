@@ -36,6 +36,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
   p.copy_latency_s = in.copy_latency_s;
   p.step_seconds.assign(steps, 0.0);
   p.step_options.resize(steps);
+  p.timing_options.resize(steps);
   for (std::size_t s = 0; s < steps; ++s) {
     if (!table.has_work(s)) continue;
     const route_step rs = path.at(s);
@@ -57,12 +58,12 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     for (const auto& candidates : passes) {
       for (const conv_candidate& c : candidates) caps.push_back(c.workspace_bytes);
     }
-    // Workspaces beyond the share are not planned for (the step still takes a larger one
-    // when that much is free).
-    std::erase_if(caps, [&](std::size_t c) { return c > in.budget_bytes / workspace_share; });
     std::sort(caps.begin(), caps.end(), std::greater<>());
     caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
-    auto& options = p.step_options[s];
+    // Per cap, the fastest algorithms of the passes within it; fastest first, each one slower
+    // with less workspace than the one before.
+    std::vector<step_option> all;
+    std::vector<std::size_t> unrounded;  // each option's workspace, before the heap rounds it
     for (std::size_t cap : caps) {
       double compute = 0;
       std::size_t workspace = 0;
@@ -77,12 +78,19 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
       }
       const step_option o{model_seconds(in.model, net, *in.memory, l, forward, compute),
                           in.heap->round_up(workspace)};
-      // Fastest first, each one slower with less workspace than the one before.
-      if (options.empty() || o.extra_bytes < options.back().extra_bytes) {
-        if (!options.empty() && o.seconds <= options.back().seconds) options.pop_back();
-        options.push_back(o);
+      if (all.empty() || o.extra_bytes < all.back().extra_bytes) {
+        if (!all.empty() && o.seconds <= all.back().seconds) all.pop_back(), unrounded.pop_back();
+        all.push_back(o);
+        unrounded.push_back(workspace);
       }
     }
+    // Workspaces beyond the share are not planned for; the step still takes a larger one when
+    // that much is free, and the timeline counts it (timing_options).
+    auto& options = p.step_options[s];
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (unrounded[i] <= in.budget_bytes / workspace_share) options.push_back(all[i]);
+    }
+    if (options.size() < all.size()) p.timing_options[s] = std::move(all);
     p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
   }
   for (std::size_t s = 0; s < steps && s < in.measured_seconds.size(); ++s) {
@@ -93,6 +101,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     const double ratio = p.step_seconds[s] > 0 ? measured / p.step_seconds[s] : 1.0;
     p.step_seconds[s] = measured;
     for (step_option& o : p.step_options[s]) o.seconds *= ratio;
+    for (step_option& o : p.timing_options[s]) o.seconds *= ratio;
   }
   const std::size_t n = table.size();
   p.tensors.resize(n);

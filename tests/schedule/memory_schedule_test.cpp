@@ -240,6 +240,24 @@ TEST(memory_schedule_test, a_step_takes_back_the_workspace_that_later_actions_ma
   EXPECT_EQ(s.bytes_per_step[5], 210 * k_mib);
 }
 
+TEST(memory_schedule_test, the_timeline_counts_a_workspace_larger_than_planned_where_it_fits) {
+  // Step 5 is planned without workspace only (30 ms; its 60 MiB way is beyond the share the
+  // executor plans for), but selection takes it at run time where the budget holds it beside
+  // the step's 250 MiB of tensors: at 320 MiB the timeline counts 10 ms, at 280 MiB 30 ms.
+  schedule_problem p = workspace_trade(320 * k_mib);
+  p.timing_options.resize(10);
+  p.timing_options[5] = p.step_options[5];
+  p.step_options[5] = {{30e-3, 0}};
+  const memory_schedule roomy = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(roomy.fits);
+  EXPECT_EQ(roomy.step_choice[5], 0u);
+  EXPECT_NEAR(roomy.predicted_seconds, 100e-3, 1e-9);
+  p.budget_bytes = 280 * k_mib;
+  const memory_schedule tight = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(tight.fits);
+  EXPECT_NEAR(tight.predicted_seconds, 120e-3, 1e-9);
+}
+
 TEST(memory_schedule_test, a_step_whose_own_tensors_exceed_the_budget_does_not_fit) {
   schedule_problem p = long_gap(4, 1e-3);
   p.budget_bytes = 150 * k_mib;  // steps 0 and 3 use both tensors: 200 MiB

@@ -71,6 +71,11 @@ struct schedule_problem {
   /// starts each step at its fastest and trades workspace for time where memory is short,
   /// weighed against the tensors' actions. Empty (or an empty list) = the fixed values.
   std::vector<std::vector<step_option>> step_options;
+  /// Per step, every way workspace selection may run it (fastest first), where step_options
+  /// may stop at the workspaces planned for: the timeline counts the fastest whose workspace
+  /// fits the whole budget beside the step's planned bytes, as selection takes what is free
+  /// at run time. Empty (or an empty list) = step_options.
+  std::vector<std::vector<step_option>> timing_options;
   std::vector<schedule_tensor> tensors;
   std::size_t budget_bytes = 0;    ///< what the tensors may hold at any step
   double link_bytes_per_s = 16e9;  ///< host link, each direction

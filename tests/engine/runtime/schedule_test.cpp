@@ -299,10 +299,12 @@ TEST(schedule_test, all_keeps_the_faster_of_two_headrooms_run_on_the_null_device
   EXPECT_EQ(weighed.report.evictions, 0u);
 }
 
-// The workspace share the planner would pick by its prediction is not the fastest run where
-// the heap decides: VGG16 b64 at a third of liveness's peak, a quarter is predicted faster
-// and fragments into safety-net evictions; a sixteenth, run, is faster by far (0.767 against
-// 0.655 of liveness's speed in the model) and evicts nothing.
+// The workspace share decides how fast a tight budget runs, and the heap can overturn any
+// prediction of it: VGG16 b64 at a third of liveness's peak, a quarter fragments into
+// safety-net evictions and runs > 10 % slower than a sixteenth (0.655 against 0.767 of
+// liveness's speed in the model), which the weighing keeps, evicting nothing. (Before the
+// timeline counted the workspaces selection takes beyond those planned, the prediction chose
+// the quarter.)
 TEST(schedule_test, all_keeps_the_workspace_share_that_runs_fastest) {
   zoo_options z;
   z.batch = 64;
@@ -313,11 +315,12 @@ TEST(schedule_test, all_keeps_the_workspace_share_that_runs_fastest) {
   const double fastest = expect_fastest_of_the_weighed(net, budget, weighed);
   EXPECT_EQ(weighed.report.weighed_workspace_share, 16u);
   EXPECT_EQ(weighed.report.evictions, 0u);
-  // By prediction alone (the share left to the planner, nothing run).
-  executor_options predicted = full_size_options("all", budget);
-  predicted.schedule.headroom_auto = false;
-  const planned_run by_prediction = plan_run(net, predicted);
-  EXPECT_GT(by_prediction.report.seconds_per_iteration, fastest * 1.1);
+  executor_options quarter = full_size_options("all", budget);
+  quarter.schedule.headroom_auto = false;
+  quarter.schedule.workspace_share = 4;
+  const planned_run by_quarter = plan_run(net, quarter);
+  EXPECT_GT(by_quarter.report.evictions, 0u);
+  EXPECT_GT(by_quarter.report.seconds_per_iteration, fastest * 1.1);
 }
 
 TEST(schedule_test, a_budget_liveness_fits_in_schedules_and_moves_nothing) {
