@@ -145,11 +145,12 @@ constexpr std::array<option_info, 37> k_options{{
      "the device the plan's model stands for (null device, schedule): TITAN Xp (the paper's), "
      "Tesla K40, or H100 on PCIe 5"},
     {"MEMWEAVE_SCHEDULE_SLACK_MS",
-     "0",
+     "",
      f::number,
      "",
      "all: a scheduled prefetch is placed to land at least this many milliseconds before the "
-     "step that needs it (LDFG's slack threshold)",
+     "step that needs it (LDFG's slack threshold); unset = plan with margins of 0, 0.5 and 1 "
+     "times each prefetch's copy time, keep the fastest",
      {0, 1e6, true}},
     {"MEMWEAVE_SCHEDULE_PREFETCH_LB",
      "0",

@@ -236,6 +236,9 @@ class planner {
     return s < p_.step_extra_bytes.size() ? p_.step_extra_bytes[s] : 0;
   }
 
+  // How long before its step a prefetch whose copy takes `d` is placed to land.
+  double slack(double d) const { return o_.slack_seconds + o_.slack_copy_share * d; }
+
   // One direction of a swap of `t`: half the bytes when it travels as fp16.
   double copy_seconds(std::uint32_t t) const {
     const double bytes = static_cast<double>(p_.tensors[t].bytes);
@@ -472,7 +475,7 @@ class planner {
           o_.prefetch_ub != 0 && c > r + o_.prefetch_ub ? c - o_.prefetch_ub : r;
       std::uint32_t b = c - lb;
       auto pre_end = [&](std::uint32_t x) { return std::max(tl.h2d_done[x], tl.end[x]) + d; };
-      while (b > earliest && pre_end(b) + o_.slack_seconds > tl.start[c]) --b;
+      while (b > earliest && pre_end(b) + slack(d) > tl.start[c]) --b;
       // The latest prefetch that lands in time can still push back the copies queued after
       // it (at the end of backward, where the first layers' tensors all come back, the link
       // is busy while it idles for most of the iteration): earlier ones hold the memory
@@ -625,7 +628,7 @@ class planner {
       const std::uint32_t earliest =
           o_.prefetch_ub != 0 && c > worst + o_.prefetch_ub ? c - o_.prefetch_ub : worst;
       std::uint32_t b = c - lb;
-      while (b > earliest && pre_end(b) + o_.slack_seconds > tl.start[c]) --b;
+      while (b > earliest && pre_end(b) + slack(d) > tl.start[c]) --b;
       if (pre_end(b) > tl.start[c]) stall += pre_end(b) - tl.start[c];
       // The copies issued later on each stream are pushed back by d, as far as their slack
       // does not absorb it.
@@ -702,6 +705,11 @@ void schedule_options::validate() const {
                            " s is out of range: expected a finite time >= 0 that a prefetch "
                            "must land before its step");
   }
+  if (!(slack_copy_share >= 0.0) || !std::isfinite(slack_copy_share)) {
+    throw invalid_argument("schedule slack share " + std::to_string(slack_copy_share) +
+                           " is out of range: expected a finite share >= 0 of a prefetch's "
+                           "copy time that it must land before its step");
+  }
   if (prefetch_ub != 0 && prefetch_lb > prefetch_ub) {
     throw invalid_argument("schedule prefetch lower bound " + std::to_string(prefetch_lb) +
                            " is greater than its upper bound " + std::to_string(prefetch_ub) +
@@ -732,7 +740,12 @@ schedule_options schedule_options::from_environment() {
     o.link_charge = *charge;
     o.link_charge_auto = false;
   }
-  o.slack_seconds = *option_double("MEMWEAVE_SCHEDULE_SLACK_MS") / 1e3;
+  // Unset: no fixed margin, and the executor tries margins of a share of each copy
+  // (slack_auto); set: that margin alone.
+  if (const auto slack = option_double("MEMWEAVE_SCHEDULE_SLACK_MS")) {
+    o.slack_seconds = *slack / 1e3;
+    o.slack_auto = false;
+  }
   o.prefetch_lb = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_LB"));
   o.prefetch_ub = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_UB"));
   o.compress = option_string("MEMWEAVE_SCHEDULE_COMPRESS") == "fp16";

@@ -299,6 +299,11 @@ TEST(memory_schedule_test, prefetches_keep_the_slack_threshold_and_the_lb_ub_bou
   o.slack_seconds = 5e-3;  // 86.6 + 5 > 90: one step earlier
   EXPECT_EQ(swap_under(o).prefetch, 6u);
   o = no_headroom();
+  o.slack_copy_share = 0.5;  // half the 6.6 ms copy: 86.6 + 3.3 <= 90, still after step 7
+  EXPECT_EQ(swap_under(o).prefetch, 7u);
+  o.slack_copy_share = 1.0;  // the whole copy: 86.6 + 6.6 > 90, one step earlier
+  EXPECT_EQ(swap_under(o).prefetch, 6u);
+  o = no_headroom();
   o.prefetch_lb = 4;  // at least 4 steps before step 9
   EXPECT_EQ(swap_under(o).prefetch, 5u);
   o = no_headroom();
@@ -330,6 +335,14 @@ TEST(memory_schedule_test, prefetch_bounds_and_slack_out_of_range_are_errors_nam
     ADD_FAILURE() << "negative slack accepted";
   } catch (const invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("slack -0.001"), std::string::npos) << e.what();
+  }
+  o = {};
+  o.slack_copy_share = -0.5;
+  try {
+    (void)plan_memory_schedule(p, o);
+    ADD_FAILURE() << "a negative slack share accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("slack share -0.5"), std::string::npos) << e.what();
   }
   ::setenv("MEMWEAVE_SCHEDULE_PREFETCH_LB", "6", 1);
   ::setenv("MEMWEAVE_SCHEDULE_PREFETCH_UB", "2", 1);
@@ -434,8 +447,8 @@ TEST(memory_schedule_test, exact_mode_refuses_fp16_compression_naming_the_variab
   }
 }
 
-// Left unset, the link charge and the headroom are chosen per problem (the executor tries
-// several); set, the value is used alone, and an out-of-range one is an error.
+// Left unset, the link charge, the headroom and the slack are chosen per problem (the executor
+// tries several); set, the value is used alone, and an out-of-range one is an error.
 TEST(memory_schedule_test, link_charge_and_headroom_are_automatic_unless_memweave_sets_them) {
   struct knob {
     const char* variable;
@@ -460,6 +473,19 @@ TEST(memory_schedule_test, link_charge_and_headroom_are_automatic_unless_memweav
     EXPECT_THROW((void)schedule_options::from_environment(), invalid_argument);
     ::unsetenv(k.variable);
   }
+  // The slack, in milliseconds: unset, no fixed margin and margins of a share of each copy
+  // tried (slack_auto); set, that margin alone.
+  ::unsetenv("MEMWEAVE_SCHEDULE_SLACK_MS");
+  const schedule_options unset = schedule_options::from_environment();
+  EXPECT_TRUE(unset.slack_auto);
+  EXPECT_EQ(unset.slack_seconds, 0.0);
+  ::setenv("MEMWEAVE_SCHEDULE_SLACK_MS", "2", 1);
+  const schedule_options set = schedule_options::from_environment();
+  EXPECT_FALSE(set.slack_auto);
+  EXPECT_DOUBLE_EQ(set.slack_seconds, 2e-3);
+  ::setenv("MEMWEAVE_SCHEDULE_SLACK_MS", "-1", 1);
+  EXPECT_THROW((void)schedule_options::from_environment(), invalid_argument);
+  ::unsetenv("MEMWEAVE_SCHEDULE_SLACK_MS");
 }
 
 TEST(memory_schedule_test, memweave_schedule_compress_is_read_and_checked) {

@@ -123,6 +123,14 @@ struct schedule_options {
   /// A prefetch is placed to land at least this long before its step (LDFG's slack
   /// threshold): a margin for a device slower than the model.
   double slack_seconds = 0.0;
+  /// ... and, beyond that, this share of its own copy time: a margin that grows with the copy
+  /// (where the run's compute goes faster than planned, or copies queue, the largest
+  /// prefetches are the ones that stall: ResNet-50 at a third of its peak, res2's).
+  double slack_copy_share = 0.0;
+  /// When set, the executor plans with slack_copy_share 0, 0.5 and 1 (at the link charge it
+  /// chose) and keeps the fastest predicted plan. Off when the user fixes the slack
+  /// (MEMWEAVE_SCHEDULE_SLACK_MS); plan_memory_schedule itself plans once.
+  bool slack_auto = true;
   bool allow_swap = true;
   bool allow_drop = true;
   /// Swaps of compressible tensors move fp16, half the bytes (LDFG): copies take half the
