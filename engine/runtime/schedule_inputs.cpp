@@ -7,11 +7,14 @@
 // the budget, and that workspace is reserved at the step. Which share is best depends on the
 // network (VGG16's large convolutions gain most from large workspaces, which the deepest
 // networks cannot afford at a third of their peak): the iteration is planned with a
-// sixteenth, a quarter and all of the budget, and the fastest predicted plan that fits wins.
+// sixteenth, a quarter and all of the budget, and the fastest predicted plan that fits wins
+// (unless schedule_options::workspace_share names one: executor::weigh_policy runs each).
 // So with the share of link time a hidden swap is charged (schedule_options::link_charge):
 // unless the user fixed it, each problem is planned with it, twice and four times it. A low
 // charge swaps more, which pays where the link has room (ResNet-50 at a third of its peak); a
 // high one drops less (DenseNet-121, whose many cheap replays the link could have carried).
+// And with the prefetch margin, at the charge chosen: unless the user fixed a slack, also with
+// prefetches placed to land half and all of their own copy time early.
 // Measured step times (Capuchin) replace the model's where given.
 #include "engine/runtime/schedule_inputs.hpp"
 
