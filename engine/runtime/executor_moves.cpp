@@ -97,9 +97,7 @@ void* executor::device_ptr(tensor_id t) const {
 // all: whether evicting `t` should drop it (rebuilding costs its producer's forward again)
 // rather than move it (a copy out and back).
 bool executor::drop_on_evict(tensor_id t) const {
-  // A tensor the running step reads is never dropped: it would be rebuilt within the step,
-  // while the step's other tensors are held.
-  if (!recompute_ || !droppable_[t] || read_by_running_step(t)) return false;
+  if (!may_drop_now(t)) return false;
   const layer& l = net_[table_[t].owner];
   std::vector<shape4> in;
   for (layer_id i : l.inputs) in.push_back(net_[i].output_shape);
@@ -107,6 +105,12 @@ bool executor::drop_on_evict(tensor_id t) const {
   const double move_s =
       2.0 * static_cast<double>(table_[t].bytes) / options_.model.link_bytes_per_s;
   return rebuild_s <= move_s;
+}
+
+// Whether evicting `t` may drop it: a tensor the running step reads is never dropped (it would
+// be rebuilt within the step, while the step's other tensors are held).
+bool executor::may_drop_now(tensor_id t) const {
+  return recompute_ && droppable_[t] && !read_by_running_step(t);
 }
 
 bool executor::read_by_running_step(tensor_id t) const {
@@ -139,7 +143,13 @@ void executor::write_back() {
     // A tensor about to die would be copied for nothing.
     if (free_step_[t] <= current_step_ + k_write_back_horizon) continue;
     transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
-    transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
+    try {
+      transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
+    } catch (const out_of_memory&) {
+      // Host memory is full: a copy ahead of need is not worth failing for (nothing was
+      // enqueued); the eviction, if it comes, decides (drop, or the error).
+      return;
+    }
     ++marks_.offloads;
     residency_->set_copied(t, true);
   }
@@ -158,6 +168,13 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
       engine.offload(t, ptr, bytes, written(t));
       ++marks_.offloads;
     } catch (const out_of_memory&) {
+      // Host memory is full: a tensor that can be rebuilt goes anyway, dropped (its replay
+      // costs compute, not memory; ResNet-152 under TSPLIT's staging at 12 GiB).
+      if (may_drop_now(t)) {
+        forget_host(t);
+        residency_->left_device(t, residency::dropped);
+        return true;
+      }
       host_exhausted_ = true;  // not a matter of packing device memory: no repack
       throw;
     }

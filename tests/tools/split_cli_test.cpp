@@ -103,5 +103,16 @@ TEST(split_cli_test, needs_a_budget) {
   EXPECT_NE(error_of(plan_command, k_net).find("--split needs --budget"), std::string::npos);
 }
 
+// ResNet-152 b1700 at 12 GiB: the staged micro-tensors and the swapped tensors fill the
+// 256 GiB host pool. A write-back ahead of need then stops (it used to fail the run), and an
+// eviction whose host copy cannot be had drops the tensor where it can be rebuilt.
+TEST(split_cli_test, a_full_host_pool_stops_write_back_and_drops_what_can_be_rebuilt) {
+  const auto r = run(plan_command, {"--net", "resnet152", "--batch", "1700", "--budget", "12GiB",
+                                    "--split", "--policy", "all", "--conv-ws", "none"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\nall         yes"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("no host memory"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace memweave

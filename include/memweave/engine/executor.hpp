@@ -320,6 +320,7 @@ class executor {
   void start_prefetch(tensor_id t, void* p);
   event& written(tensor_id t);
   bool drop_on_evict(tensor_id t) const;
+  bool may_drop_now(tensor_id t) const;
   void forget_host(tensor_id t) noexcept;
   void write_back();
   void finish_offload(tensor_id t, stream* compute);
