@@ -90,9 +90,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   };
   choice.weighed = true;
   executor_options chosen = options;
-  // The headroom left for fragmentation is a guess the heap settles: where half of it does
-  // not fragment into safety-net evictions, the schedule needs fewer actions (Inception v4 at
-  // a third of its peak: 0.757 -> 0.915 of liveness's speed). Both are run; the faster stays.
+  // Runs `all` at one headroom and workspace share, kept if the fastest.
   auto run_all = [&](double headroom, std::size_t share) {
     o.schedule.headroom = headroom;
     o.schedule.workspace_share = share;
@@ -112,9 +110,13 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
       chosen.schedule.workspace_share = share;
     }
   };
-  // So is the share of the budget planned for CONV workspaces, chosen by prediction where it
-  // is not run: the heap can overturn it (VGG16 at a third of its peak: a sixteenth predicted
-  // 0.688 of liveness's speed and ran 0.767, a quarter predicted 0.762 and ran 0.655).
+  // The headroom left for fragmentation is a guess the heap settles: where half of it does
+  // not fragment into safety-net evictions, the schedule needs fewer actions (Inception v4 at
+  // a third of its peak: 0.757 -> 0.915 of liveness's speed). Both are run; the faster stays.
+  // So is the share of the budget planned for CONV workspaces, which the planner would choose
+  // by prediction: the heap can overturn it (VGG16 at a third of its peak: a quarter
+  // fragments and runs 0.655 of liveness's speed, a sixteenth 0.767; the prediction once
+  // chose the quarter).
   std::vector<double> headrooms{options.schedule.headroom};
   if (options.schedule.headroom_auto && options.schedule.headroom > 0) {
     headrooms.push_back(options.schedule.headroom / 2);
