@@ -92,8 +92,11 @@ inline executor_options policy_options(const std::string& policy, std::size_t bu
   o.exact = true;
   // `all` as itself: weighing it against recompute and another headroom (three more runs
   // on the null device) only picks among configurations these tests cover one by one; the
-  // weighing has its own tests (schedule_test), which turn it on.
+  // weighing has its own tests (schedule_test), which turn it on. So with the prefetch
+  // margins tried per problem (two more plans of each): planned with none here, tried in
+  // schedule_test's own test.
   o.weigh_alternatives = false;
+  o.schedule.slack_auto = false;
   return o;
 }
 

@@ -208,8 +208,9 @@ TEST(schedule_test, the_slack_left_unset_keeps_the_fastest_of_three_margins) {
   const network net = make_network("resnet50", z);
   const std::size_t budget =
       plan_run(net, full_size_options("liveness", 0)).report.peak_bytes * 33 / 100;
+  ASSERT_TRUE(schedule_options{}.slack_auto) << "the default tries several margins";
   executor_options automatic = full_size_options("all", budget);
-  ASSERT_TRUE(automatic.schedule.slack_auto) << "the default tries several margins";
+  automatic.schedule.slack_auto = true;
   const planned_run best = plan_run(net, automatic);
   ASSERT_TRUE(best.scheduled);
   for (const double share : {0.0, 0.5, 1.0}) {
@@ -220,10 +221,10 @@ TEST(schedule_test, the_slack_left_unset_keeps_the_fastest_of_three_margins) {
     ASSERT_TRUE(one.scheduled) << share;
     EXPECT_LE(best.report.predicted_seconds, one.report.predicted_seconds * (1 + 1e-12)) << share;
   }
-  const planned_run weighed = plan_run(net, full_size_options("all", budget, true));
-  executor_options no_margin = full_size_options("all", budget, true);
-  no_margin.schedule.slack_auto = false;
-  const planned_run without = plan_run(net, no_margin);
+  executor_options margins = full_size_options("all", budget, true);
+  margins.schedule.slack_auto = true;
+  const planned_run weighed = plan_run(net, margins);
+  const planned_run without = plan_run(net, full_size_options("all", budget, true));
   EXPECT_EQ(weighed.report.evictions, 0u);
   EXPECT_LT(weighed.report.seconds_per_iteration, without.report.seconds_per_iteration * 0.98);
 }
