@@ -231,6 +231,12 @@ class planner {
     if (!timing_seconds_.empty()) return timing_seconds_[s];
     return p_.step_options[s][choice_[s]].seconds;
   }
+  // The ways workspace selection may run step s at run time: every one, where the plan's
+  // options stop at the workspaces planned for.
+  const std::vector<step_option>& selectable(std::size_t s) const {
+    const bool wider = s < p_.timing_options.size() && !p_.timing_options[s].empty();
+    return wider ? p_.timing_options[s] : p_.step_options[s];
+  }
   std::size_t step_extra(std::size_t s) const {
     if (has_options(s)) return p_.step_options[s][choice_[s]].extra_bytes;
     return s < p_.step_extra_bytes.size() ? p_.step_extra_bytes[s] : 0;
@@ -531,14 +537,12 @@ class planner {
       if (!has_options(st)) continue;
       const std::size_t others = bytes[st] - step_extra(st);
       choice_[st] = fastest_within(st, others, planning_budget_);
-      timing[st] = p_.step_options[st][fastest_within(st, others, p_.budget_bytes)].seconds;
-      // Selection may also take a workspace larger than any planned for.
-      if (st < p_.timing_options.size()) {
-        for (const step_option& o : p_.timing_options[st]) {
-          if (others + o.extra_bytes <= p_.budget_bytes) {
-            timing[st] = std::min(timing[st], o.seconds);
-            break;
-          }
+      // The fastest selection can take from the whole budget (the planned one always fits).
+      timing[st] = p_.step_options[st][choice_[st]].seconds;
+      for (const step_option& o : selectable(st)) {
+        if (others + o.extra_bytes <= p_.budget_bytes) {
+          timing[st] = std::min(timing[st], o.seconds);
+          break;
         }
       }
     }

@@ -156,11 +156,12 @@ void executor::write_back() {
 }
 
 bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
-  if (drop_on_evict(t)) {
+  auto drop_it = [&] {
     forget_host(t);
     residency_->left_device(t, residency::dropped);
     return true;
-  }
+  };
+  if (drop_on_evict(t)) return drop_it();
   transfer_engine& engine = transfers_->engine;
   if (!residency_->copied(t)) {
     engine.wait_offloaded(t);  // a discarded earlier copy still in flight
@@ -170,11 +171,7 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
     } catch (const out_of_memory&) {
       // Host memory is full: a tensor that can be rebuilt goes anyway, dropped (its replay
       // costs compute, not memory; ResNet-152 under TSPLIT's staging at 12 GiB).
-      if (may_drop_now(t)) {
-        forget_host(t);
-        residency_->left_device(t, residency::dropped);
-        return true;
-      }
+      if (may_drop_now(t)) return drop_it();
       host_exhausted_ = true;  // not a matter of packing device memory: no repack
       throw;
     }

@@ -90,17 +90,17 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   };
   choice.weighed = true;
   executor_options chosen = options;
+  // Equal runs (a budget with room for every workspace) go to the better prediction (the
+  // report's), then to the smaller reservation.
+  auto predicted = [](const std::optional<memory_schedule>& x) {
+    return x ? x->predicted_seconds : std::numeric_limits<double>::infinity();
+  };
   // Runs `all` at one headroom and workspace share, kept if the fastest.
   auto run_all = [&](double headroom, std::size_t share) {
     o.schedule.headroom = headroom;
     o.schedule.workspace_share = share;
     std::optional<memory_schedule> schedule;
     const double s = run(o, &schedule);
-    // Equal runs (a budget with room for every workspace) go to the better prediction (the
-    // report's), then to the smaller reservation.
-    auto predicted = [](const std::optional<memory_schedule>& x) {
-      return x ? x->predicted_seconds : std::numeric_limits<double>::infinity();
-    };
     const bool tie = s == choice.all_s && predicted(schedule) < predicted(choice.schedule);
     if (s > 0 && (choice.all_s == 0 || s < choice.all_s || tie)) {
       choice.all_s = s;

@@ -169,7 +169,8 @@ struct executor_options {
   /// (engine/runtime/executor_staging.hpp). Host and null only: cuda refuses it.
   std::vector<int> split_parts;
   /// all under a budget: before it starts, `all` (with the schedule's headroom, and with half
-  /// of it when schedule.headroom_auto) and `recompute` are each run for one iteration on a
+  /// of it when schedule.headroom_auto; at each CONV workspace share unless
+  /// schedule.workspace_share names one) and `recompute` are each run for one iteration on a
   /// null device of the same model (what `memweave plan` reports), and the fastest runs: the
   /// schedule's greedy planner does not always find what recomputing every cheap layer gives,
   /// nor how much room the heap's fragmentation takes. The report says which ran.

@@ -318,12 +318,24 @@ double expect_fastest_of_the_weighed(const network& net, std::size_t budget,
   return fastest;
 }
 
-TEST(schedule_test, all_keeps_the_faster_of_two_headrooms_run_on_the_null_device) {
+// A full-size zoo network, a budget of 1/divisor of liveness's peak, and `all` weighed there.
+struct weighed_case {
+  network net;
+  std::size_t budget = 0;
+  planned_run weighed;
+};
+
+weighed_case weigh_full_size(const std::string& name, std::int64_t batch, std::size_t divisor) {
   zoo_options z;
-  z.batch = 16;
-  const network net = make_network("resnet50", z);
-  const std::size_t budget = plan_run(net, full_size_options("liveness", 0)).report.peak_bytes / 2;
-  const planned_run weighed = plan_run(net, full_size_options("all", budget, true));
+  z.batch = batch;
+  weighed_case w{make_network(name, z), 0, planned_run{}};
+  w.budget = plan_run(w.net, full_size_options("liveness", 0)).report.peak_bytes / divisor;
+  w.weighed = plan_run(w.net, full_size_options("all", w.budget, true));
+  return w;
+}
+
+TEST(schedule_test, all_keeps_the_faster_of_two_headrooms_run_on_the_null_device) {
+  const auto [net, budget, weighed] = weigh_full_size("resnet50", 16, 2);
   ASSERT_TRUE(weighed.scheduled);
   EXPECT_FALSE(weighed.report.ran_as_recompute);
   expect_fastest_of_the_weighed(net, budget, weighed);
@@ -338,11 +350,7 @@ TEST(schedule_test, all_keeps_the_faster_of_two_headrooms_run_on_the_null_device
 // timeline counted the workspaces selection takes beyond those planned, the prediction chose
 // the quarter.)
 TEST(schedule_test, all_keeps_the_workspace_share_that_runs_fastest) {
-  zoo_options z;
-  z.batch = 64;
-  const network net = make_network("vgg16", z);
-  const std::size_t budget = plan_run(net, full_size_options("liveness", 0)).report.peak_bytes / 3;
-  const planned_run weighed = plan_run(net, full_size_options("all", budget, true));
+  const auto [net, budget, weighed] = weigh_full_size("vgg16", 64, 3);
   ASSERT_TRUE(weighed.scheduled);
   const double fastest = expect_fastest_of_the_weighed(net, budget, weighed);
   EXPECT_EQ(weighed.report.weighed_workspace_share, 16u);
