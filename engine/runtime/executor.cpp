@@ -611,6 +611,15 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       // max and fixed name an algorithm rather than fit one to what is free: under utp/all
       // its workspace may push unlocked tensors out, as a tensor would.
       workspace = take_workspace(conv.workspace_bytes, promised);
+      if (workspace == nullptr && promised && options_.policy.evict_to_host && !host_exhausted_ &&
+          !staged) {
+        // Everything unlocked has left, and the step's own tensors split what is free (ResNet-50
+        // at a third of its smallest budget failed on conv1's 147 KiB im2col workspace with
+        // 149 KiB free in two runs): place them again, packed, as for a tensor (step 1).
+        repack(s, accesses, locked);
+        acquire(s, accesses, locked, true);
+        workspace = take_workspace(conv.workspace_bytes, promised);
+      }
       if (workspace == nullptr) {
         // max and fixed promise an algorithm: falling back would silently change it (and
         // with it the results' last bits, which the oracle compares).
