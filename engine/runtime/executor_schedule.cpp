@@ -34,6 +34,28 @@ double schedule_link_gbps(const executor_options& options) {
   return link;
 }
 
+// Options and device for a run of the same runtime on the null device with the schedule's
+// link and model: what `memweave plan` reports. No communicator (the plan's buckets are kept
+// by `ranks`), no files written, nothing re-planned, and no weighing inside.
+executor_options null_run_options(const executor_options& options) {
+  executor_options o = options;
+  o.weigh_alternatives = false;
+  o.comm = nullptr;
+  o.ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
+  o.timeline = nullptr;
+  o.heap.trace_path.clear();
+  o.replan_from_measured = false;
+  return o;
+}
+
+device_options null_run_device(const executor_options& options) {
+  device_options d;
+  d.kind = "null";
+  d.capacity_bytes = std::max(options.budget_bytes, std::size_t{1} << 40);
+  d.host_link_gbps = schedule_link_gbps(options);
+  return d;
+}
+
 }  // namespace
 
 // all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
@@ -57,26 +79,15 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   return plan_executor_schedule(in, options_.schedule);
 }
 
-// Both runs are the same runtime on the null device with the schedule's link and model:
-// what `memweave plan` reports for each. No communicator (the plan's buckets are kept by
-// `ranks`), no files written, nothing re-planned, and no weighing inside them.
+// Every run is on the null device (null_run_options): what `memweave plan` reports for each.
 executor_options executor::weigh_policy(const network& net, const executor_options& options,
                                         policy_choice& choice) {
   if (!options.policy.planned || !options.weigh_alternatives || options.budget_bytes == 0 ||
       options.evaluation_only) {
     return options;
   }
-  executor_options o = options;
-  o.weigh_alternatives = false;
-  o.comm = nullptr;
-  o.ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
-  o.timeline = nullptr;
-  o.heap.trace_path.clear();
-  o.replan_from_measured = false;
-  device_options d;
-  d.kind = "null";
-  d.capacity_bytes = std::max(options.budget_bytes, std::size_t{1} << 40);
-  d.host_link_gbps = schedule_link_gbps(options);
+  executor_options o = null_run_options(options);
+  const device_options d = null_run_device(options);
   auto run = [&](const executor_options& q, std::optional<memory_schedule>* schedule) {
     try {
       auto null_device = make_device(d);
@@ -138,6 +149,22 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   return chosen;
 }
 
+bool executor::runs_on_null_device(const network& net, const executor_options& options,
+                                   const memory_schedule& schedule) {
+  executor_options o = null_run_options(options);
+  // Its own plan is replaced at once: planned at one link charge and margin only.
+  o.schedule.slack_auto = false;
+  try {
+    auto null_device = make_device(null_run_device(options));
+    executor ex(net, *null_device, o);
+    ex.use_schedule(schedule);
+    ex.run_iteration(nullptr, 0);
+    return true;
+  } catch (const error&) {
+    return false;  // out of budget (or of host memory) somewhere in the iteration
+  }
+}
+
 void executor::use_schedule(memory_schedule planned) {
   schedule_ = std::make_unique<memory_schedule>(std::move(planned));
   compressed_.assign(table_.size(), false);
@@ -182,6 +209,16 @@ void executor::replan_from(const std::vector<timeline_span>& spans) {
   std::optional<memory_schedule> planned = plan_schedule(measured, link, latency);
   if (!planned) {
     replan_.note = "the measured times give no schedule that fits: the model's is kept";
+    return;
+  }
+  // The planner's timeline does not see where the heap places each block: a schedule from
+  // other times can meet fragmentation the model's did not (AlexNet at its smallest budget,
+  // re-planned from a loaded machine's times, failed its second iteration on a CONV
+  // workspace). The model's schedule ran; the new one must run too before it replaces it.
+  if (!runs_on_null_device(net_, options_, *planned)) {
+    replan_.note =
+        "the measured times' schedule does not run in the budget (the heap fragments): the "
+        "model's is kept";
     return;
   }
   auto key = [](const scheduled_gap& g) {

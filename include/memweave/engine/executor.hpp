@@ -133,7 +133,8 @@ struct executor_options {
   cost_model model = {};
   /// all, on a device that computes (host, cuda): the first iteration's measured step and
   /// copy times replace the model's and the schedule is planned again from them, once
-  /// (Capuchin; MEMWEAVE_SCHEDULE_REPLAN).
+  /// (Capuchin; MEMWEAVE_SCHEDULE_REPLAN). The new schedule is used only when it runs one
+  /// iteration in the budget on the null device; else the model's stays (replan_report::note).
   bool replan_from_measured = true;
   /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
   /// compression of swapped tensors) is refused with invalid_argument.
@@ -241,6 +242,12 @@ class executor {
   const tensor_cache& cache() const noexcept { return *cache_; }
   /// all under a budget liveness exceeds: the schedule carried out; nullptr otherwise.
   const memory_schedule* schedule() const noexcept { return schedule_.get(); }
+
+  /// Whether `schedule` (planned for `net` under `options`' budget) carries one iteration
+  /// through on the null device: the check a schedule re-planned from measured times passes
+  /// before it replaces the model's (the heap's placement is not in the planner's model).
+  static bool runs_on_null_device(const network& net, const executor_options& options,
+                                  const memory_schedule& schedule);
 
   /// A copy of tensor `t` (resident persistent tensors: parameters, momenta, running stats).
   /// Throws invalid_argument when it is not resident or the device touches no memory.

@@ -446,6 +446,28 @@ TEST(schedule_test, the_first_iteration_measured_on_host_replans_the_schedule_on
   EXPECT_FALSE(plan_run(net, o).report.replan.replanned);
 }
 
+// A schedule re-planned from measured times replaces the model's only when it runs: checked
+// by running it on the null device, which must find an iteration that fails where the
+// executor could be made.
+TEST(schedule_test, a_schedule_is_used_again_only_where_it_runs_on_the_null_device) {
+  const network net = test::small_zoo("inception_v4");
+  const std::size_t peak = plan_run(net, policy_options("liveness")).report.peak_bytes;
+  // (Below 0.8 of liveness's peak the small network's schedule finds no plan: the safety net
+  // alone carries `all`.)
+  const executor_options o = scheduled_options("all", peak * 8 / 10);
+  const planned_run planned = plan_run(net, o);
+  ASSERT_TRUE(planned.scheduled);
+  EXPECT_TRUE(executor::runs_on_null_device(net, o, planned.schedule));
+  // A twentieth of the peak holds what each step holds (the executor is made) but not
+  // the stem's first CONV with its im2col workspace.
+  const executor_options tight = scheduled_options("all", peak / 20);
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  std::unique_ptr<executor> made;
+  ASSERT_NO_THROW(made = std::make_unique<executor>(net, *dev, tight));
+  EXPECT_THROW(made->run_iteration(nullptr, 0), out_of_memory);
+  EXPECT_FALSE(executor::runs_on_null_device(net, tight, planned.schedule));
+}
+
 TEST(schedule_test, the_timeline_and_the_step_marks_show_every_kernel_copy_and_replay) {
   const network net = activation_heavy("densenet121");
   const std::size_t peak =
