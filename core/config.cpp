@@ -209,12 +209,6 @@ bool in_choices(std::string_view choices, std::string_view value) {
   return false;
 }
 
-std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 // "a whole number from 1 to 4096 (or 0)".
 std::string range_text(const option_info& info) {
   const option_range& r = info.range;
@@ -225,7 +219,7 @@ std::string range_text(const option_info& info) {
     if (r.min == 1) out = "a positive size";
     if (r.min > 1) out += " of at least " + format_bytes(static_cast<std::size_t>(r.min));
   } else {
-    out += " from " + number_text(r.min) + " to " + number_text(r.max);
+    out += " from " + format_number(r.min) + " to " + format_number(r.max);
   }
   if (r.zero_allowed) out = "0 or " + out;
   return out;

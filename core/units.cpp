@@ -29,12 +29,6 @@ std::string lower(std::string_view s) {
                          std::string(knob_remedy(what)));
 }
 
-std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 }  // namespace
 
 std::string knob_value(std::string_view what, std::string_view text) {
@@ -131,7 +125,7 @@ double parse_double(std::string_view text, std::string_view what, double min, do
   const double v = parse_double(text, what);
   if (!(v >= min && v <= max)) {
     throw invalid_argument(knob_value(what, text) + " is out of range: expected a number from " +
-                           number_text(min) + " to " + number_text(max) + "; " +
+                           format_number(min) + " to " + format_number(max) + "; " +
                            std::string(knob_remedy(what)));
   }
   return v;
@@ -158,6 +152,12 @@ std::string format_bytes(std::size_t bytes) {
   } else {
     std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
   }
+  return buf;
+}
+
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 

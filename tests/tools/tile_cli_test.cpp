@@ -14,7 +14,7 @@ namespace {
 using namespace test;
 
 // A narrow VGG16 at 224 px, batch 4: its first block's steps are its largest.
-std::vector<std::string> narrow_vgg(std::vector<std::string> extra) {
+std::vector<std::string> narrow_vgg_224(std::vector<std::string> extra) {
   std::vector<std::string> a = {"--net",     "vgg16", "--batch",      "4",   "--width",   "0.0625",
                                 "--classes", "5",     "--image-side", "224", "--conv-ws", "none"};
   a.insert(a.end(), extra.begin(), extra.end());
@@ -23,11 +23,12 @@ std::vector<std::string> narrow_vgg(std::vector<std::string> extra) {
 
 TEST(tile_cli_test, plan_cuts_the_first_block_into_tiles_and_says_so) {
   // Untiled, liveness needs its largest step whole; at half of it nothing untiled runs.
-  const auto whole = run(plan_command, narrow_vgg({"--budget", "6MiB", "--policy", "all"}));
+  const auto whole = run(plan_command, narrow_vgg_224({"--budget", "6MiB", "--policy", "all"}));
   EXPECT_EQ(whole.code, 1) << whole.out;
   const std::string json = temp("tile_plan.json");
-  const auto r = run(plan_command,
-                     narrow_vgg({"--budget", "6MiB", "--policy", "all", "--tile", "--json", json}));
+  const auto r =
+      run(plan_command,
+          narrow_vgg_224({"--budget", "6MiB", "--policy", "all", "--tile", "--json", json}));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("tiled segment conv1_1.."), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" tiles: its step touches "), std::string::npos) << r.out;
@@ -38,17 +39,17 @@ TEST(tile_cli_test, plan_cuts_the_first_block_into_tiles_and_says_so) {
 }
 
 TEST(tile_cli_test, train_under_the_budget_with_tiles_and_refusals_name_the_option) {
-  const auto r = run(train_command, narrow_vgg({"--budget", "6MiB", "--policy", "all", "--tile",
-                                                "--iterations", "2", "--device", "host"}));
+  const auto r = run(train_command, narrow_vgg_224({"--budget", "6MiB", "--policy", "all", "--tile",
+                                                    "--iterations", "2", "--device", "host"}));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("tiled segment conv1_1.."), std::string::npos) << r.out;
-  const std::string no_budget = error_of(plan_command, narrow_vgg({"--tile"}));
+  const std::string no_budget = error_of(plan_command, narrow_vgg_224({"--tile"}));
   EXPECT_NE(no_budget.find("--tile"), std::string::npos) << no_budget;
   EXPECT_NE(no_budget.find("give --budget"), std::string::npos) << no_budget;
   const std::string both =
-      error_of(plan_command, narrow_vgg({"--budget", "6MiB", "--tile", "--split"}));
+      error_of(plan_command, narrow_vgg_224({"--budget", "6MiB", "--tile", "--split"}));
   EXPECT_NE(both.find("--split and --tile"), std::string::npos) << both;
-  const std::string tiny = error_of(plan_command, narrow_vgg({"--budget", "64KiB", "--tile"}));
+  const std::string tiny = error_of(plan_command, narrow_vgg_224({"--budget", "64KiB", "--tile"}));
   EXPECT_NE(tiny.find("budget 64.00 KiB (--budget)"), std::string::npos) << tiny;
 }
 

@@ -43,4 +43,7 @@ bool parse_bool(std::string_view text, std::string_view what);
 /// "1.50 GiB", "512.00 KiB", "17 B".
 std::string format_bytes(std::size_t bytes);
 
+/// A number as messages print it: up to six significant digits ("0.5", "4096", "1e+06").
+std::string format_number(double v);
+
 }  // namespace memweave

@@ -9,7 +9,7 @@
 namespace memweave::kernels::host::test {
 namespace {
 
-std::size_t count(const shape4& s) {
+std::size_t elements(const shape4& s) {
   return static_cast<std::size_t>(s.count());
 }
 std::vector<float> zeros(std::size_t n) {
@@ -20,7 +20,7 @@ TEST(host_determinism, fc_forward_and_backward_are_bit_identical_and_accumulate_
   for (const shape4 in : {shape4{5, 3, 10, 10}, shape4{1, 300, 1, 1}}) {
     const fc_params p{.out_features = 70};
     const std::size_t out = static_cast<std::size_t>(in.n * 70);
-    const auto x = random_vector(count(in), 1), w = random_vector(70 * 300, 2);
+    const auto x = random_vector(elements(in), 1), w = random_vector(70 * 300, 2);
     const auto b = random_vector(70, 3), dy = random_vector(out, 4);
     expect_deterministic("fc forward",
                          [&](const kernel_context& ctx, const auto& i, const auto& o) {
@@ -68,8 +68,8 @@ TEST(host_determinism, pool_is_bit_identical_and_accumulate_adds) {
     const shape4 o = p.global ? shape4{3, 8, 1, 1}
                               : shape4{3, 8, (21 + 2 * p.pad_h - 3) / p.stride_h + 1,
                                        (17 + 2 * p.pad_w - 3) / p.stride_w + 1};
-    const auto x = random_vector(count(in), 6), dy = random_vector(count(o), 7);
-    std::vector<float> y(count(o));
+    const auto x = random_vector(elements(in), 6), dy = random_vector(elements(o), 7);
+    std::vector<float> y(elements(o));
     pool_forward(context(), in, p, x.data(), y.data());
     expect_deterministic("pool forward",
                          [&](const kernel_context& ctx, const auto& i, const auto& out) {
@@ -92,7 +92,7 @@ TEST(host_determinism, pool_is_bit_identical_and_accumulate_adds) {
 
 TEST(host_determinism, act_bn_lrn_dropout_are_bit_identical_and_accumulate_adds) {
   const shape4 s{4, 16, 15, 13};
-  const auto x = random_vector(count(s), 11), dy = random_vector(count(s), 12);
+  const auto x = random_vector(elements(s), 11), dy = random_vector(elements(s), 12);
   const auto gamma = random_vector(16, 13), beta = random_vector(16, 14);
   for (act_mode m : {act_mode::relu, act_mode::tanh, act_mode::sigmoid}) {
     std::vector<float> y(x.size());
@@ -165,7 +165,7 @@ TEST(host_determinism, act_bn_lrn_dropout_are_bit_identical_and_accumulate_adds)
 
 TEST(host_determinism, softmax_concat_add_are_bit_identical_and_accumulate_adds) {
   const shape4 in{37, 100, 1, 1};
-  const auto x = random_vector(count(in), 21, -5.0f, 5.0f);
+  const auto x = random_vector(elements(in), 21, -5.0f, 5.0f);
   std::vector<float> labels(37);
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<float>((i * 7) % 100);
   std::vector<float> y(x.size());
@@ -185,7 +185,7 @@ TEST(host_determinism, softmax_concat_add_are_bit_identical_and_accumulate_adds)
       x.size());
 
   const std::vector<shape4> parts{{3, 5, 9, 7}, {3, 2, 9, 7}};
-  const auto a = random_vector(count(parts[0]), 22), b = random_vector(count(parts[1]), 23);
+  const auto a = random_vector(elements(parts[0]), 22), b = random_vector(elements(parts[1]), 23);
   const auto dy = random_vector(a.size() + b.size(), 24);
   for (bool acc : {false, true}) {
     const auto a0 = random_vector(a.size(), 25);

@@ -14,7 +14,7 @@ MEMWEAVE_REEXEC_WITH_STATIC_TLS();  // utp/all: the host pool
 namespace memweave {
 namespace {
 
-constexpr std::size_t k_block = 1024;
+constexpr std::size_t k_heap_block = 1024;
 // A convolution algorithm without workspace: im2col's per-image matrix alone exceeds these
 // budgets (a workspace is not a micro-tensor).
 constexpr const char* k_conv = "fixed:direct";
@@ -35,12 +35,12 @@ staged_run plan_below_largest_layer(const network& net, const std::string& polic
   const tensor_table table(net, r);
   const layer_memory memory(table);
   staged_run s;
-  const split_plan ample =
-      plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40, k_block, "test", false);
+  const split_plan ample = plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40,
+                                       k_heap_block, "test", false);
   s.max_layer = ample.max_layer_bytes;
   s.budget = std::max(static_cast<std::size_t>(fraction * static_cast<double>(s.max_layer)),
                       ample.floor_bytes);
-  s.plan = plan_splits(net, table, memory, cost_model{}, s.budget, k_block, "test", false);
+  s.plan = plan_splits(net, table, memory, cost_model{}, s.budget, k_heap_block, "test", false);
   s.options = test::policy_options(policy, s.budget, k_conv);
   s.options.split_parts = s.plan.parts(table.step_count());
   return s;

@@ -24,7 +24,7 @@ using zoo_detail::pool_p;
 
 // 2x3x41x37 -> conv 3x3 p1 (41x37) -> relu -> conv 3x3 s2 p2 dilation 2 (21x19) -> max pool
 // 3 s2 p1 (11x10) -> conv 5x5 p2 (11x10) -> average pool 3 s2 p1 (6x5) -> tanh.
-network chain() {
+network conv_pool_chain() {
   return wrap({2, 3, 41, 37}, [](network_builder& b, layer_handle x) {
     x = b.relu(b.conv(x, conv(4, 3, 1, 1)));
     x = b.conv(x, conv(5, 3, 2, 2, 2));
@@ -132,7 +132,7 @@ void expect_forward_bit_identical(const network& net, std::uint32_t seed) {
 }
 
 TEST(TiledForward, ChainIsBitIdenticalToUntiled) {
-  expect_forward_bit_identical(chain(), 1);
+  expect_forward_bit_identical(conv_pool_chain(), 1);
 }
 
 TEST(TiledForward, ResidualAddConcatDagIsBitIdenticalToUntiled) {
@@ -203,7 +203,7 @@ void expect_backward_within_bound(const network& net, std::uint32_t seed) {
 }
 
 TEST(TiledBackward, ChainIsWithinTheRoundingBoundOfUntiled) {
-  expect_backward_within_bound(chain(), 3);
+  expect_backward_within_bound(conv_pool_chain(), 3);
 }
 
 TEST(TiledBackward, ResidualDagIsWithinTheRoundingBoundOfUntiled) {
@@ -218,7 +218,7 @@ TEST(TiledBackward, RandomChainsAreWithinTheRoundingBoundOfUntiled) {
 }
 
 TEST(TiledBackward, IsBitIdenticalAcrossRunsAndThreadCounts) {
-  for (const network& net : {chain(), residual(), bn_segment()}) {
+  for (const network& net : {conv_pool_chain(), residual(), bn_segment()}) {
     const tiled_segment s = test::whole_body(net, 2, 3);
     const test::segment_data d = test::random_data(s, 5);
     const test::segment_result a = run_tiled(s, d, true, 2);
