@@ -246,6 +246,10 @@ class executor {
   /// Whether `schedule` (planned for `net` under `options`' budget) carries one iteration
   /// through on the null device: the check a schedule re-planned from measured times passes
   /// before it replaces the model's (the heap's placement is not in the planner's model).
+  /// Exact where the CONV algorithms are fixed (fixed:, max: the null device then sees the
+  /// same heap sequence); under dynamic selection the device's measured choices may take
+  /// other workspaces than the null device's modelled ones, which selection then fits to
+  /// what is free.
   static bool runs_on_null_device(const network& net, const executor_options& options,
                                   const memory_schedule& schedule);
 
