@@ -11,7 +11,10 @@
 #            and 12 s in release, VGG16 43 s under ASan: the tiling runs under ASan in its
 #            other networks and tests; and the weighing of `all` against recompute on
 #            full-size DenseNet-121, 6 s in release: the weighing runs under ASan wherever
-#            `all` has a budget);
+#            `all` has a budget; and the half-peak schedule test's Inception v4 and
+#            DenseNet-121 and the floor training test's DenseNet-121 (9, 7 and 8 s in
+#            release; the two tests took 95 and 32 s under ASan with them): their ResNet-50 and
+#            VGG16 run the same paths under ASan);
 #   tsan:    the tests labelled concurrent under ThreadSanitizer.
 # The sanitizer builds carry line tables only (-g1): stack traces keep file and line, and
 # the builds take a fifth less time than with full debug information.

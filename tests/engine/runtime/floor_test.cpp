@@ -69,30 +69,34 @@ TEST(floor_test, all_runs_within_two_percent_of_the_largest_layer_on_every_zoo_n
 // planner said. Direct convolutions (no workspace: with one, the floor is the layer plus it;
 // fixed, since `none` picks by measured time among the algorithms without one, which round
 // differently).
-TEST(floor_test, all_and_utp_train_at_their_floor_bit_identical_and_as_planned) {
-  for (const std::string name : {"vgg16", "resnet50", "densenet121"}) {
-    const network net = test::small_zoo(name, 4);
-    const std::size_t largest = max_layer_bytes(net);
-    const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 3);
-    for (const std::string policy : {"utp", "all"}) {
-      const std::size_t smallest =
-          test::smallest_budget(net, policy_options(policy, 0, "fixed:direct"));
-      SCOPED_TRACE(name + " " + policy + " budget " + std::to_string(smallest) + " max(l_i) " +
-                   std::to_string(largest));
-      // One 4 KiB step of the search, and a 1 KiB block per tensor of the step.
-      EXPECT_LE(smallest, largest + (64u << 10));
-      const executor_options o = policy_options(policy, smallest, "fixed:direct");
-      const auto trained = test::train(net, o, 3, 4.0);
-      test::expect_bit_identical(reference, trained, name + " " + policy);
-      const auto planned = plan_reports(net, o)[0].steps;
-      ASSERT_EQ(trained.steps.size(), planned.size());
-      for (std::size_t s = 0; s < planned.size(); ++s) {
-        EXPECT_EQ(trained.steps[s].heap_bytes, planned[s].heap_bytes) << "step " << s + 1;
-        EXPECT_EQ(trained.steps[s].tensors_live, planned[s].tensors_live) << "step " << s + 1;
-      }
+class floor_train_test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(floor_train_test, all_and_utp_train_at_their_floor_bit_identical_and_as_planned) {
+  const std::string name = GetParam();
+  const network net = test::small_zoo(name, 4);
+  const std::size_t largest = max_layer_bytes(net);
+  const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 3);
+  for (const std::string policy : {"utp", "all"}) {
+    const std::size_t smallest =
+        test::smallest_budget(net, policy_options(policy, 0, "fixed:direct"));
+    SCOPED_TRACE(name + " " + policy + " budget " + std::to_string(smallest) + " max(l_i) " +
+                 std::to_string(largest));
+    // One 4 KiB step of the search, and a 1 KiB block per tensor of the step.
+    EXPECT_LE(smallest, largest + (64u << 10));
+    const executor_options o = policy_options(policy, smallest, "fixed:direct");
+    const auto trained = test::train(net, o, 3, 4.0);
+    test::expect_bit_identical(reference, trained, name + " " + policy);
+    const auto planned = plan_reports(net, o)[0].steps;
+    ASSERT_EQ(trained.steps.size(), planned.size());
+    for (std::size_t s = 0; s < planned.size(); ++s) {
+      EXPECT_EQ(trained.steps[s].heap_bytes, planned[s].heap_bytes) << "step " << s + 1;
+      EXPECT_EQ(trained.steps[s].tensors_live, planned[s].tensors_live) << "step " << s + 1;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(zoo, floor_train_test,
+                         ::testing::Values("vgg16", "resnet50", "densenet121"));
 
 // With an algorithm that needs a workspace (fixed: no fallback), the floor is the layer plus
 // its workspace: where the step's own tensors split the free memory so that no run holds the
