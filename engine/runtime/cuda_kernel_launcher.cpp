@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -220,6 +221,10 @@ class cuda_kernel_launcher final : public kernel_launcher {
 
   void launch(const layer_launch& step) override {
     const layer& l = *step.l;
+    if (step.fused_act != nullptr) {
+      throw std::logic_error("cuda launcher: a fused BN+ACT replay of " + l.name +
+                             " was asked for, which this backend does not run (fuses_bn_act)");
+    }
     if (l.type == layer_type::data) {
       // Its backward has work only as a gradient bucket's update step (launch_updates).
       if (step.forward) copy_batch(step);

@@ -292,13 +292,20 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   broadcast_parameters();
   if (options.exact)
     require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
+  // all: where the backend fuses, an ACT output after a BN is rebuilt in one pass from BN's
+  // input (the BN output in between is dead by then); the plan prices and counts that.
+  if (options.policy.planned && launcher_->fuses_bn_act()) {
+    fused_source_ = fused_bn_act_sources(net, table_, route_);
+  }
   // Staged split steps are not in the schedule's model (it assumes each step's tensors whole
   // on the device): `all` then evicts reactively, as utp does, and rebuilds.
   if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only &&
       !any_staged) {
-    // The weighing run planned the same schedule (same network, budget and model).
-    std::optional<memory_schedule> planned =
-        choice_.weighed ? std::move(choice_.schedule) : plan_schedule();
+    // The weighing run planned the same schedule (same network, budget and model), on the
+    // null device, which fuses replays: a backend that does not plans again.
+    std::optional<memory_schedule> planned = choice_.weighed && launcher_->fuses_bn_act()
+                                                 ? std::move(choice_.schedule)
+                                                 : plan_schedule();
     if (planned) use_schedule(std::move(*planned));
   }
   launcher_->check_ready();
@@ -726,8 +733,8 @@ void executor::apply_policy_moves(std::size_t s, bool forward, std::size_t posit
 // Enqueues layer `l`'s forward or backward kernel (and, in backward, the solver's updates)
 // on the compute stream; on `null`, only its modelled time.
 void executor::launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
-                            const conv_step& conv, void* workspace, data_source* data,
-                            bool replay) {
+                            const conv_step& conv, void* workspace, data_source* data, bool replay,
+                            const layer* fused_act) {
   layer_launch step;
   step.l = &l;
   step.forward = forward;
@@ -738,6 +745,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   step.iteration = iteration_;
   step.replay = replay;
   step.inference = evaluating_;
+  step.fused_act = fused_act;
   // TSPLIT: a split step runs micro-batch by micro-batch (the same bits; a replay needs no
   // split to give them).
   if (!replay && current_step_ < options_.split_parts.size()) {
@@ -748,7 +756,8 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
     launcher_->launch(step);
     return;
   }
-  recording()->span(dev_.get_stream(stream_role::compute), l.name + (forward ? " F" : " B"),
+  const std::string name = fused_act != nullptr ? l.name + "+" + fused_act->name : l.name;
+  recording()->span(dev_.get_stream(stream_role::compute), name + (forward ? " F" : " B"),
                     replay ? "replay" : "kernel", 0, static_cast<int>(current_step_),
                     [&] { launcher_->launch(step); });
 }

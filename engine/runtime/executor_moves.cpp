@@ -341,10 +341,22 @@ void* executor::take_workspace(std::size_t bytes, bool may_evict) {
 
 // Re-runs the forward of the layer at route position `position` (a cheap layer), making
 // what it reads resident and what it writes resident again. The running statistics of BN
-// are not updated a second time; DROPOUT's mask comes out identical (same seed).
-void executor::replay_forward(std::size_t position, std::size_t step) {
+// are not updated a second time; DROPOUT's mask comes out identical (same seed). With
+// `fused_act` (the layer is a BN, fused_source_), the BN runs from its saved statistics
+// with that ACT applied as it writes, into the ACT's output: BN's output is not made, and
+// what BN's forward wrote besides it (the saved statistics) is only read.
+void executor::replay_forward(std::size_t position, std::size_t step, const layer* fused_act) {
   const layer& l = net_[route_.order()[position]];
-  const auto accesses = table_.accesses(position);
+  std::span<const tensor_access> accesses = table_.accesses(position);
+  std::vector<tensor_access> fused;
+  if (fused_act != nullptr) {
+    const tensor_id y = table_.of(l.id).output;
+    for (const tensor_access& a : accesses) {
+      if (a.tensor != y) fused.push_back({a.tensor, access_mode::read});
+    }
+    fused.push_back({table_.of(fused_act->id).output, access_mode::write});
+    accesses = fused;
+  }
   // What it locked is unlocked however it ends (a failed allocation leaves the step free
   // to repack).
   struct unlock_all {
@@ -394,7 +406,7 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
       }
     }
     note_peak();
-    launch_layer(l, true, accesses, conv, workspace, nullptr, true);
+    launch_layer(l, true, accesses, conv, workspace, nullptr, true, fused_act);
   } catch (...) {
     if (workspace != nullptr) {
       (void)heap_->deallocate(workspace);
@@ -423,8 +435,10 @@ void executor::replay_forward(std::size_t position, std::size_t step) {
 void executor::rebuild(tensor_id t, std::size_t step) {
   if (schedule_) {
     // The schedule's rebuilds: replay `t`'s layer after rebuilding what it reads that is
-    // dropped, or dead by now (a chain that the schedule planned and priced).
-    const layer& l = net_[table_[t].owner];
+    // dropped, or dead by now (a chain that the schedule planned and priced); an ACT's output
+    // after a BN, fused: BN's forward with the ACT, from what BN reads.
+    const layer_id fused = t < fused_source_.size() ? fused_source_[t] : invalid_layer;
+    const layer& l = net_[fused != invalid_layer ? fused : table_[t].owner];
     const std::size_t position = route_.position(l.id);
     for (const auto& a : table_.accesses(position)) {
       const tensor_id y = a.tensor;
@@ -434,7 +448,7 @@ void executor::rebuild(tensor_id t, std::size_t step) {
         rebuild(y, step);
       }
     }
-    replay_forward(position, step);
+    replay_forward(position, step, fused != invalid_layer ? &net_[table_[t].owner] : nullptr);
     if (residency_->state(t) != residency::resident) {
       throw std::logic_error("executor: replaying " + l.name + " at step " +
                              std::to_string(step + 1) + " did not make " + table_[t].name +

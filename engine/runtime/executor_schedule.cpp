@@ -76,6 +76,7 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   in.in_cache = [this](tensor_id t) { return in_cache(t); };
   in.measured_seconds = measured_seconds;
   in.copy_latency_s = copy_latency_s;
+  in.fused = fused_source_;
   return plan_executor_schedule(in, options_.schedule);
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/host/bn.hpp"
 #include "engine/kernels/host/kernel_context.hpp"
 #include "engine/layers/split_step.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
@@ -24,7 +25,13 @@ class host_kernel_launcher final : public kernel_launcher {
   // The CPU kernels' GEMMs would hang, not fail, where OpenBLAS cannot get its buffers.
   void check_ready() const override { context_.check_blas_address_space(); }
 
+  bool fuses_bn_act() const override { return true; }
+
   void launch(const layer_launch& step) override {
+    if (step.fused_act != nullptr) {
+      launch_fused(step);
+      return;
+    }
     if (step.l->type == layer_type::data) {
       // Its backward has work only as a gradient bucket's update step (launch_updates).
       if (step.forward) copy_batch(step);
@@ -43,6 +50,25 @@ class host_kernel_launcher final : public kernel_launcher {
                        a.momenta[i]);
           }
         });
+  }
+
+  // BN's forward from its saved statistics, the ACT applied as it writes the ACT's output.
+  void launch_fused(const layer_launch& step) {
+    const layer& bn = *step.l;
+    const tensor_table& table = *ctx_.table;
+    auto f = [this](tensor_id t) { return static_cast<float*>(ctx_.device_ptr(t)); };
+    const layer_tensors& lt = table.of(bn.id);
+    const shape4 in = (*ctx_.net)[bn.inputs[0]].output_shape;
+    const float* x = f(table.of(bn.inputs[0]).output);
+    const float *gamma = f(lt.params[0]), *beta = f(lt.params[1]);
+    const float *mean = f(lt.aux[0]), *invstd = f(lt.aux[1]);
+    float* z = f(table.of(step.fused_act->id).output);
+    const bn_params p = std::get<bn_params>(bn.params);
+    const act_params act = std::get<act_params>(step.fused_act->params);
+    const k::kernel_context* context = &context_;
+    ctx_.dev->get_stream(stream_role::compute).launch([=] {
+      k::bn_act_normalize(*context, in, p, x, gamma, beta, mean, invstd, act, z);
+    });
   }
 
   void launch_updates(std::span<const layer_id> layers) override {

@@ -58,6 +58,10 @@ struct layer_launch {
   /// slice copied through its micro buffer (split_step.hpp; on null, only the sizes count:
   /// the copies are charged at the link's rate).
   std::span<const layers::staged_tensor> staged;
+  /// A fused replay (fuses_bn_act): `l` is a BN whose forward runs from its saved
+  /// statistics with this ACT applied as it writes, into the ACT's output; BN's own output
+  /// is neither read nor written.
+  const layer* fused_act = nullptr;
 };
 
 /// What a launcher needs of the executor.
@@ -96,6 +100,9 @@ class kernel_launcher {
   /// Checks that kernels can run, once the process's large mappings are made (host: the
   /// BLAS buffers' address space). Throws out_of_memory when they could not.
   virtual void check_ready() const {}
+  /// Whether launch() runs fused replays (layer_launch::fused_act): host and null do; cuda
+  /// replays BN and ACT as cuDNN ran them, one after the other.
+  virtual bool fuses_bn_act() const { return false; }
   /// Held by the caller while it runs an iteration; nullptr when nothing is needed.
   virtual std::unique_ptr<launch_scope> enter_iteration() { return nullptr; }
 

@@ -15,6 +15,9 @@ class null_kernel_launcher final : public kernel_launcher {
   using kernel_launcher::kernel_launcher;
 
   std::string fingerprint() const override { return "null model"; }
+  // A fused replay is charged BN's forward (its traffic: x in, one tensor out), as `launch`
+  // does for a BN step.
+  bool fuses_bn_act() const override { return true; }
 
   // The updates are element-wise and cheap; the model charges them to the backward steps.
   void launch_updates(std::span<const layer_id>) override {}

@@ -128,21 +128,56 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     // Data parallelism: a bucket's gradients stay put while the communicator reduces them.
     x.pinned = x.persistent ||
                (!table.buckets().empty() && table[t].role == tensor_role::parameter_gradient);
-    // Every tensor of the engine is fp32: each may travel as fp16 when compression is asked.
-    x.compressible = x.bytes % sizeof(float) == 0 && table[t].bytes % sizeof(float) == 0;
+    // Every tensor of the engine is fp32: each may travel as fp16 when compression is asked,
+    // but BN's saved statistics: a saved mean rounded to fp16 (2^-11 of the mean) is off by
+    // many standard deviations where the mean is large against them, and backward (and a
+    // fused replay) subtract it from every input.
+    x.compressible = x.bytes % sizeof(float) == 0 && table[t].bytes % sizeof(float) == 0 &&
+                     table[t].role != tensor_role::auxiliary;
     if (!rebuildable(net, table, t)) continue;
-    const std::size_t producer = path.position(table[t].owner);
+    // A fused replay runs BN's forward pass over x with the ACT applied as it writes: the
+    // traffic of BN's forward (x in, one tensor out), touching what that forward touches.
+    const layer_id fused = t < in.fused.size() ? in.fused[t] : invalid_layer;
+    const std::size_t producer = path.position(fused != invalid_layer ? fused : table[t].owner);
     x.rebuildable = true;
     // Its replay runs what the forward step ran: charged at the fastest (an estimate).
     x.rebuild_seconds = p.step_seconds[producer];
     for (const auto& a : table.accesses(producer)) {
-      if (a.tensor != t && in.in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);
+      const bool skipped = fused != invalid_layer && a.tensor == table.of(fused).output;
+      if (a.tensor != t && !skipped && in.in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);
     }
   }
   return p;
 }
 
 }  // namespace
+
+std::vector<layer_id> fused_bn_act_sources(const network& net, const tensor_table& table,
+                                           const route& path) {
+  std::vector<layer_id> source(table.size(), invalid_layer);
+  // Per tensor: how many steps touch it.
+  std::vector<std::uint32_t> steps_touching(table.size(), 0);
+  for (std::size_t s = 0; s < path.step_count(); ++s) {
+    for (const auto& a : table.accesses(s)) ++steps_touching[a.tensor];
+  }
+  for (layer_id id = 0; id < net.size(); ++id) {
+    const layer& act = net[id];
+    if (act.type != layer_type::act || act.inputs.size() != 1) continue;
+    const layer& bn = net[act.inputs[0]];
+    if (bn.type != layer_type::bn) continue;
+    const tensor_id y = table.of(bn.id).output, z = table.of(act.id).output;
+    if (y == invalid_tensor || z == invalid_tensor || y == z || table[y].persistent) continue;
+    // y is touched by BN's forward and ACT's forward alone (whose steps touch it once each).
+    if (steps_touching[y] != 2 || !rebuildable(net, table, z)) continue;
+    auto touches = [&](std::size_t s) {
+      const auto a = table.accesses(s);
+      return std::any_of(a.begin(), a.end(), [y](const tensor_access& x) { return x.tensor == y; });
+    };
+    if (!touches(path.position(bn.id)) || !touches(path.position(act.id))) continue;
+    source[z] = bn.id;
+  }
+  return source;
+}
 
 bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {
   const tensor_info& i = table[t];

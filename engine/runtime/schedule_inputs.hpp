@@ -34,11 +34,23 @@ struct schedule_inputs {
   /// replaces the model's; a step's CONV options are scaled by the same ratio. Empty, or a
   /// negative entry: the model's.
   std::vector<double> measured_seconds;
+  /// Per tensor, fused_bn_act_sources' answer where the backend runs fused replays
+  /// (kernel_launcher::fuses_bn_act); empty: every rebuild replays its own layer.
+  std::vector<layer_id> fused;
 };
 
 /// Whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the batch
 /// read by DATA, nor SOFTMAX's, whose replay would touch the loss) written by its forward.
 bool rebuildable(const network& net, const tensor_table& table, tensor_id t);
+
+/// Per tensor: the BN layer whose forward, with the tensor's own ACT applied element by
+/// element, rebuilds it in one pass without the BN output in between (a fused replay), or
+/// invalid_layer. That holds for an ACT's output whose input is a BN's output that no step
+/// but that ACT's forward reads (ACT's backward reads its output, BN's its input): the BN
+/// output is dead once the ACT ran, so rebuilding the ACT's output through it would rebuild
+/// a tensor only to read it once.
+std::vector<layer_id> fused_bn_act_sources(const network& net, const tensor_table& table,
+                                           const route& path);
 
 /// Plans the iteration's memory schedule under the budget; nullopt when even the retries
 /// cannot bring every step under it (the reactive cache alone then does better).

@@ -22,11 +22,11 @@ void act_forward(const kernel_context& ctx, const shape4& s, const act_params& p
   const act_mode mode = p.mode;
   detail::parallel_for(ctx, s.count(), k_grain, [&](int64_t lo, int64_t hi) {
     if (mode == act_mode::relu) {
-      for (int64_t i = lo; i < hi; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      for (int64_t i = lo; i < hi; ++i) y[i] = relu_value(x[i]);
     } else if (mode == act_mode::tanh) {
-      for (int64_t i = lo; i < hi; ++i) y[i] = std::tanh(x[i]);
+      for (int64_t i = lo; i < hi; ++i) y[i] = tanh_value(x[i]);
     } else {
-      for (int64_t i = lo; i < hi; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+      for (int64_t i = lo; i < hi; ++i) y[i] = sigmoid_value(x[i]);
     }
   });
 }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/kernels/host/act.hpp"
 #include "engine/kernels/host/parallel.hpp"
 #include "engine/kernels/kernel_checks.hpp"
 
@@ -68,8 +69,14 @@ void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params
   }
 }
 
-void bn_normalize(const kernel_context& ctx, const shape4& in, const float* x, const float* gamma,
-                  const float* beta, const float* saved_mean, const float* saved_invstd, float* y) {
+namespace {
+
+// Writes out[j] = f(bn_value(x[j])) over every (image, channel) plane, one task per plane
+// run, with the plane's saved statistics and parameters.
+template <class F>
+void normalize_planes(const kernel_context& ctx, const shape4& in, const float* x,
+                      const float* gamma, const float* beta, const float* saved_mean,
+                      const float* saved_invstd, float* out, F f) {
   const int64_t C = in.c, HW = in.h * in.w;
   detail::parallel_for(ctx, in.n * C, detail::grain_for(HW), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
@@ -77,10 +84,42 @@ void bn_normalize(const kernel_context& ctx, const shape4& in, const float* x, c
       const float mean_f = saved_mean[c], invstd_f = saved_invstd[c];
       const float gc = gamma[c], bc = beta[c];
       const float* __restrict xp = x + t * HW;
-      float* __restrict yp = y + t * HW;
-      for (int64_t j = 0; j < HW; ++j) yp[j] = gc * ((xp[j] - mean_f) * invstd_f) + bc;
+      float* __restrict op = out + t * HW;
+      for (int64_t j = 0; j < HW; ++j) op[j] = f(bn_value(xp[j], mean_f, invstd_f, gc, bc));
     }
   });
+}
+
+}  // namespace
+
+void bn_normalize(const kernel_context& ctx, const shape4& in, const float* x, const float* gamma,
+                  const float* beta, const float* saved_mean, const float* saved_invstd, float* y) {
+  normalize_planes(ctx, in, x, gamma, beta, saved_mean, saved_invstd, y, [](float v) { return v; });
+}
+
+void bn_act_normalize(const kernel_context& ctx, const shape4& in, const bn_params& p,
+                      const float* x, const float* gamma, const float* beta,
+                      const float* saved_mean, const float* saved_invstd, const act_params& act,
+                      float* z) {
+  const char* kernel = "bn_act_normalize";
+  checks::check_bn(kernel, in, p,
+                   {{"x", x},
+                    {"gamma", gamma},
+                    {"beta", beta},
+                    {"saved_mean", saved_mean},
+                    {"saved_invstd", saved_invstd},
+                    {"z", z}});
+  auto run = [&](auto f) {
+    normalize_planes(ctx, in, x, gamma, beta, saved_mean, saved_invstd, z, f);
+  };
+  switch (act.mode) {
+    case act_mode::relu:
+      return run([](float v) { return relu_value(v); });
+    case act_mode::tanh:
+      return run([](float v) { return tanh_value(v); });
+    case act_mode::sigmoid:
+      return run([](float v) { return sigmoid_value(v); });
+  }
 }
 
 void bn_forward_training(const kernel_context& ctx, const shape4& in, const bn_params& p,

@@ -60,9 +60,20 @@ void bn_mean(std::int64_t channels, std::int64_t m, const exact_sum* sum, double
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
                           const exact_sum* sq, const double* mean, float* saved_mean,
                           float* saved_invstd);
+/// One element of bn_normalize (and of bn_act_normalize, with the same bits).
+inline float bn_value(float x, float mean, float invstd, float gamma, float beta) noexcept {
+  return gamma * ((x - mean) * invstd) + beta;
+}
 /// y = gamma * ((x - saved_mean) * saved_invstd) + beta, element-wise.
 void bn_normalize(const kernel_context& ctx, const shape4& in, const float* x, const float* gamma,
                   const float* beta, const float* saved_mean, const float* saved_invstd, float* y);
+/// z = act(bn_normalize(x)), element-wise in one pass: the bits of bn_normalize followed by
+/// act_forward, without y. A fused replay rebuilds an ACT's output this way from the saved
+/// statistics of the BN before it (executor: rebuild).
+void bn_act_normalize(const kernel_context& ctx, const shape4& in, const bn_params& p,
+                      const float* x, const float* gamma, const float* beta,
+                      const float* saved_mean, const float* saved_invstd, const act_params& act,
+                      float* z);
 /// sdy[c] += dy, sdy_xhat[c] += dy * x_hat over the images and positions of `in`.
 void bn_backward_sums(const kernel_context& ctx, const shape4& in, const float* x,
                       const float* saved_mean, const float* saved_invstd, const float* dy,

@@ -340,10 +340,11 @@ class executor {
   void prefetch_ahead(std::size_t step);
   void drop(tensor_id t) noexcept;
   void rebuild(tensor_id t, std::size_t step);
-  void replay_forward(std::size_t position, std::size_t step);
+  void replay_forward(std::size_t position, std::size_t step, const layer* fused_act = nullptr);
   void* take_workspace(std::size_t bytes, bool may_evict);
   void launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
-                    const conv_step& conv, void* workspace, data_source* data, bool replay);
+                    const conv_step& conv, void* workspace, data_source* data, bool replay,
+                    const layer* fused_act = nullptr);
   void note_peak() noexcept;
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
@@ -420,6 +421,9 @@ class executor {
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
   std::vector<std::vector<tensor_id>> free_after_;    // per step: tensors whose life ends there
   std::vector<bool> droppable_;                       // recompute/all: the plan may drop it
+  // all, where the backend fuses: per tensor, the BN whose forward rebuilds it with its ACT
+  // (fused_bn_act_sources), or invalid_layer; empty otherwise.
+  std::vector<layer_id> fused_source_;
   std::vector<std::size_t> free_step_;   // per tensor: the step whose free_after_ lists it
   std::vector<tensor_id> rebuilt_;       // tensors replays allocated in the current step
   std::vector<std::size_t> last_write_;  // per tensor: the step that last wrote it

@@ -5,7 +5,9 @@
 // tighter one for the softmax loss), and each layer's particular contract.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 
 #include "kernel_test_util.hpp"
@@ -311,6 +313,32 @@ TEST(host_bn, training_forward_matches_naive_statistics) {
         EXPECT_NEAR(y[i], gamma[c] * (x[i] - mu) * is + beta[c], 1e-5);
       }
     }
+  }
+}
+
+// A fused replay rebuilds an ACT's output from the BN's input and saved statistics: the same
+// bits as BN's forward and then the ACT, for every activation, with no y in between.
+TEST(host_bn, bn_act_normalize_gives_the_bits_of_bn_then_act) {
+  const shape4 in{3, 5, 7, 3};
+  const bn_params p{};
+  const auto x = random_vector(count(in), 41, -3.0f, 4.0f);
+  const auto gamma = random_vector(5, 42), beta = random_vector(5, 43);
+  std::vector<float> y(x.size()), mean(5), invstd(5);
+  bn_forward_training(context(), in, p, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                      invstd.data());
+  for (const act_mode mode : {act_mode::relu, act_mode::tanh, act_mode::sigmoid}) {
+    const act_params a{.mode = mode};
+    std::vector<float> z(x.size()), fused(x.size(), 42.0f);
+    act_forward(context(), in, a, y.data(), z.data());
+    bn_act_normalize(context(), in, p, x.data(), gamma.data(), beta.data(), mean.data(),
+                     invstd.data(), a, fused.data());
+    std::size_t zeros = 0;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(fused[i]), std::bit_cast<std::uint32_t>(z[i]))
+          << static_cast<int>(mode) << " element " << i;
+      zeros += z[i] == 0.0f ? 1 : 0;
+    }
+    if (mode == act_mode::relu) EXPECT_GT(zeros, 0u) << "relu clipped nothing: a weak test";
   }
 }
 
