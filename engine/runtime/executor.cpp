@@ -251,6 +251,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   staging_->holds.assign(n, false);
   staging_->step.assign(route_.step_count(), false);
   bool any_staged = false;
+  host_droppable_ = droppable_;
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
     staging_->step[st] = staged_split_step(options, net, route_, st);
     if (!staging_->step[st]) continue;
@@ -748,9 +749,10 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   step.fused_act = fused_act;
   // TSPLIT: a split step runs micro-batch by micro-batch (the same bits; a replay needs no
   // split to give them).
-  if (!replay && current_step_ < options_.split_parts.size()) {
-    step.parts = options_.split_parts[current_step_];
-    step.staged = staging_->tensors;  // empty but in a staged step
+  const std::size_t split_at = replay ? replay_split_ : current_step_;
+  if (split_at < options_.split_parts.size()) {
+    step.parts = options_.split_parts[split_at];
+    step.staged = staging_->tensors;  // empty but in a staged step (or replay)
   }
   if (recording() == nullptr) {
     launcher_->launch(step);

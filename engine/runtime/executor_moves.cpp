@@ -165,15 +165,20 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
   transfer_engine& engine = transfers_->engine;
   if (!residency_->copied(t)) {
     engine.wait_offloaded(t);  // a discarded earlier copy still in flight
-    try {
-      engine.offload(t, ptr, bytes, written(t));
-      ++marks_.offloads;
-    } catch (const out_of_memory&) {
-      // Host memory is full: a tensor that can be rebuilt goes anyway, dropped (its replay
-      // costs compute, not memory; ResNet-152 under TSPLIT's staging at 12 GiB).
-      if (may_drop_now(t)) return drop_it();
-      host_exhausted_ = true;  // not a matter of packing device memory: no repack
-      throw;
+    for (;;) {
+      try {
+        engine.offload(t, ptr, bytes, written(t));
+        ++marks_.offloads;
+        break;
+      } catch (const out_of_memory&) {
+        // Host memory is full: a tensor that can be rebuilt goes anyway, dropped (its replay
+        // costs compute, not memory; ResNet-152 under TSPLIT's staging at 12 GiB); else a
+        // host value that can be rebuilt makes room, and the copy is tried again.
+        if (may_drop_now(t)) return drop_it();
+        if (drop_one_host_value()) continue;
+        host_exhausted_ = true;  // not a matter of packing device memory: no repack
+        throw;
+      }
     }
     residency_->set_copied(t, true);
   }
@@ -267,6 +272,8 @@ void executor::ensure_resident(tensor_id t, std::size_t step) {
     }
     case residency::dropped:
       rebuild(t, step);
+      // A staged replay leaves it in host staging memory: one copy in.
+      if (residency_->state(t) == residency::staged) return fetch_staged(t, step);
       (void)cache_->check(t);
       return;
     case residency::staged:
@@ -346,6 +353,9 @@ void* executor::take_workspace(std::size_t bytes, bool may_evict) {
 // with that ACT applied as it writes, into the ACT's output: BN's output is not made, and
 // what BN's forward wrote besides it (the saved statistics) is only read.
 void executor::replay_forward(std::size_t position, std::size_t step, const layer* fused_act) {
+  if (fused_act == nullptr && staging_->step[position] && !evaluating_) {
+    return replay_staged(position, step);
+  }
   const layer& l = net_[route_.order()[position]];
   std::span<const tensor_access> accesses = table_.accesses(position);
   std::vector<tensor_access> fused;
@@ -457,10 +467,26 @@ void executor::rebuild(tensor_id t, std::size_t step) {
     return;
   }
   const recompute_key wanted[] = {t};
-  const auto order = recompute_->rebuild_order(
-      wanted, [this](recompute_key k) { return residency_->state(k) == residency::resident; });
-  for (recompute_pos p : order) replay_forward(p, step);
-  if (residency_->state(t) != residency::resident) {
+  // A staged value is had: a staged replay reads it in place, a whole one fetches it.
+  const auto order = recompute_->rebuild_order(wanted, [this](recompute_key k) {
+    const residency r = residency_->state(k);
+    return r == residency::resident || r == residency::staged;
+  });
+  // Host memory running out during one replay of the chain must not take what a later one
+  // reads (drop_one_host_value).
+  const std::size_t guarded = replaying_.size();
+  for (recompute_pos p : order) {
+    for (const auto& a : table_.accesses(p)) replaying_.push_back(a.tensor);
+  }
+  try {
+    for (recompute_pos p : order) replay_forward(p, step);
+  } catch (...) {
+    replaying_.resize(guarded);
+    throw;
+  }
+  replaying_.resize(guarded);
+  const residency r = residency_->state(t);
+  if (r != residency::resident && r != residency::staged) {
     throw std::logic_error("executor: rebuilding " + table_[t].name + " at step " +
                            std::to_string(step + 1) + " did not make it resident");
   }

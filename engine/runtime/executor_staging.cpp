@@ -35,16 +35,20 @@ std::int64_t batch_of(const network& net) {
 float* executor::new_staging(tensor_id t) {
   retire_staging(t);
   const std::size_t bytes = table_[t].bytes;
-  const std::size_t pool = transfers_->pool.capacity(), swapped = transfers_->pool.bytes_in_use();
-  const std::size_t used = swapped + staging_->held;
-  if (used + bytes > pool) {
+  const std::size_t pool = transfers_->pool.capacity();
+  auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->held; };
+  // Full: host values that can be rebuilt make room first.
+  while (used() + bytes > pool && drop_one_host_value()) {
+  }
+  const std::size_t swapped = transfers_->pool.bytes_in_use();
+  if (used() + bytes > pool) {
     host_exhausted_ = true;  // not a matter of packing device memory: no repack
-    throw out_of_memory("host memory for the split steps' micro-tensors: " + table_[t].name +
-                            " needs " + format_bytes(bytes) + "; the host pool of " +
-                            format_bytes(pool) + " holds " + format_bytes(swapped) +
-                            " of swapped tensors and " + format_bytes(staging_->held) +
-                            " of staged ones (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
-                        bytes, used < pool ? pool - used : 0, used < pool ? pool - used : 0);
+    throw out_of_memory(
+        "host memory for the split steps' micro-tensors: " + table_[t].name + " needs " +
+            format_bytes(bytes) + "; the host pool of " + format_bytes(pool) + " holds " +
+            format_bytes(swapped) + " of swapped tensors and " + format_bytes(staging_->held) +
+            " of staged ones (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
+        bytes, used() < pool ? pool - used() : 0, used() < pool ? pool - used() : 0);
   }
   staging_->held += bytes;
   staging_->holds[t] = true;
@@ -211,6 +215,22 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
 // and, failing that too, the arena is emptied (repack) and the micro buffer taken first.
 void executor::acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
                               std::vector<tensor_id>& locked) {
+  // What it reads that was dropped is rebuilt first (a staged replay uses the staging
+  // bookkeeping that stage_step fills).
+  for (const tensor_access& a : accesses) {
+    if (a.mode == access_mode::write || residency_->state(a.tensor) != residency::dropped) {
+      continue;
+    }
+    try {
+      rebuild(a.tensor, s);
+    } catch (const out_of_memory&) {
+      if (host_exhausted_) throw;
+      // What is resident splits the free memory (nothing of this step is held yet): it all
+      // leaves, and the rebuild runs in the emptied arena.
+      for (tensor_key k : cache_->lru_order()) (void)cache_->evict(k);
+      rebuild(a.tensor, s);
+    }
+  }
   for (const bool keep : {true, false}) {
     stage_step(s, accesses, keep);
     try {
@@ -264,6 +284,98 @@ void executor::take_micro_buffer(std::size_t s) {
   const route_step rs = route_.at(s);
   staging_->bytes_staged +=
       layers::staged_copy_bytes(net_[rs.layer].type, rs.direction == pass::forward, st.tensors);
+}
+
+// Re-runs the forward of the staged step at route position `position` (its output dropped
+// when host memory ran out) as that step ran: micro-batch by micro-batch, what it reads
+// and writes of batch shape in host staging memory, the rest whole on the device. Inside
+// step `step`, before that step's own tensors are acquired (acquire_staged, or a whole
+// step's ensure_resident), so the staging bookkeeping is free.
+void executor::replay_staged(std::size_t position, std::size_t step) {
+  const layer& l = net_[route_.order()[position]];
+  if (l.type == layer_type::conv) {
+    // The plan keeps CONV outputs (checkpoints): a CONV replay would need the algorithm its
+    // step ran, which only the schedule records.
+    throw std::logic_error("executor: a staged replay of " + l.name + " (a CONV) was asked");
+  }
+  const auto accesses = table_.accesses(position);
+  const std::size_t guarded = replaying_.size();
+  // What it writes holds no value until its kernel is enqueued: should anything fail
+  // before, those go back to what they were, so that nothing is taken for rebuilt that was
+  // not.
+  std::vector<std::pair<tensor_id, residency>> born;
+  for (const tensor_access& a : accesses) {
+    replaying_.push_back(a.tensor);
+    if (a.mode == access_mode::write && in_cache(a.tensor) && !table_[a.tensor].persistent) {
+      born.emplace_back(a.tensor, residency_->state(a.tensor));
+    }
+  }
+  std::vector<tensor_id> locked;
+  struct restore {
+    executor& ex;
+    std::vector<tensor_id>& locked;
+    std::size_t guarded;
+    std::vector<std::pair<tensor_id, residency>>& born;
+    bool launched = false;
+    ~restore() {
+      for (tensor_id t : locked) ex.cache_->unlock(t);
+      ex.end_staged_step();
+      ex.replaying_.resize(guarded);
+      ex.replay_split_ = std::numeric_limits<std::size_t>::max();
+      if (launched) return;
+      for (const auto& [t, before] : born) {
+        if (ex.residency_->state(t) == before) continue;
+        ex.free_transient(t);
+        if (before == residency::dropped) ex.residency_->host_value_dropped(t);
+      }
+    }
+  } done{*this, locked, guarded, born};
+  stage_step(position, accesses, false);
+  acquire(step, staging_->whole, locked, false);
+  take_micro_buffer(position);
+  for (const tensor_access& a : accesses) {
+    if (a.mode != access_mode::read) last_write_[a.tensor] = step;
+  }
+  note_peak();
+  replay_split_ = position;
+  launch_layer(l, true, accesses, conv_step{}, nullptr, nullptr, true);
+  done.launched = true;
+  // Intermediates whose life was over go again at the end of the step (run_step).
+  for (const auto& [t, before] : born) rebuilt_.push_back(t);
+  ++recomputations_;
+  ++marks_.replays;
+}
+
+// Host memory is full (staging, or a host copy): one tensor whose value is in host memory and
+// that the plan may drop and rebuild gives it back, the earliest layer's first (read last in
+// backward); never one the running step or a replay under way touches, nor in forward one
+// still read later in forward. Decided from our own bookkeeping, so `plan` and `train`
+// decide alike. False when none is left.
+bool executor::drop_one_host_value() {
+  if (!recompute_ || options_.policy.drop_after_forward || host_droppable_.empty()) return false;
+  const bool forward = current_step_ < route_.layer_count();
+  tensor_id best = invalid_tensor;
+  std::size_t best_position = 0;
+  for (tensor_id t = 0; t < residency_->size(); ++t) {
+    const residency r = residency_->state(t);
+    if ((r != residency::staged && r != residency::on_host) || !host_droppable_[t]) continue;
+    if (forward && last_forward_use_[t] >= current_step_) continue;
+    if (read_by_running_step(t) ||
+        std::find(replaying_.begin(), replaying_.end(), t) != replaying_.end()) {
+      continue;
+    }
+    const std::size_t p = route_.position(table_[t].owner);
+    if (best == invalid_tensor || p < best_position) best = t, best_position = p;
+  }
+  if (best == invalid_tensor) return false;
+  if (residency_->state(best) == residency::staged) {
+    retire_staging(best);
+  } else {
+    transfers_->engine.wait_offloaded(best);
+    forget_host(best);
+  }
+  residency_->host_value_dropped(best);
+  return true;
 }
 
 // After the staged step's kernel is enqueued: its buffer goes back (stream order: later

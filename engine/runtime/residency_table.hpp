@@ -69,6 +69,9 @@ class residency_table {
   /// absent, resident, on_host or dropped -> staged: its value (if any) was copied into the
   /// host staging memory, and its device memory (if any) went back.
   void staged(tensor_id t) noexcept;
+  /// staged or on_host -> dropped: its host value was given back (host memory ran out), to
+  /// be rebuilt.
+  void host_value_dropped(tensor_id t) noexcept { state_[t] = residency::dropped; }
   /// Any -> absent: whatever it held is given back (by the caller, before).
   void freed(tensor_id t) noexcept;
   /// absent -> `before` (absent or dropped): a birth undone before the tensor held a value.

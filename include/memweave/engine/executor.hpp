@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -341,6 +342,8 @@ class executor {
   void drop(tensor_id t) noexcept;
   void rebuild(tensor_id t, std::size_t step);
   void replay_forward(std::size_t position, std::size_t step, const layer* fused_act = nullptr);
+  void replay_staged(std::size_t position, std::size_t step);
+  bool drop_one_host_value();
   void* take_workspace(std::size_t bytes, bool may_evict);
   void launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
                     const conv_step& conv, void* workspace, data_source* data, bool replay,
@@ -421,6 +424,12 @@ class executor {
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
   std::vector<std::vector<tensor_id>> free_after_;    // per step: tensors whose life ends there
   std::vector<bool> droppable_;                       // recompute/all: the plan may drop it
+  // TSPLIT under all: what the plan may drop, staged steps' reads included, when host memory
+  // runs out (drop_one_host_value; a staged replay rebuilds it).
+  std::vector<bool> host_droppable_;
+  std::vector<tensor_id> replaying_;  // the accesses of the replays under way: never dropped
+  // A staged replay's route position, whose split launch_layer runs; none otherwise.
+  std::size_t replay_split_ = std::numeric_limits<std::size_t>::max();
   // all, where the backend fuses: per tensor, the BN whose forward rebuilds it with its ACT
   // (fused_bn_act_sources), or invalid_layer; empty otherwise.
   std::vector<layer_id> fused_source_;

@@ -4,6 +4,7 @@
 // (null) and `train` (host) agreeing step by step.
 #include "engine/runtime/executor_staging.hpp"
 #include "engine_test_util.hpp"
+#include "memweave/device/stream_timeline.hpp"
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/split_plan.hpp"
@@ -147,6 +148,65 @@ TEST(split_staging_test, staged_bytes_count_against_the_host_pool) {
     EXPECT_NE(std::string(e.what()).find("host memory for the split steps"), std::string::npos)
         << e.what();
   }
+}
+
+// Under all, when host memory runs out, a staged value (or a host copy) that the plan may
+// rebuild gives its host memory back (drop_one_host_value), and the step that reads it
+// rebuilds it by replaying its producer staged, micro-batch by micro-batch, as its step ran:
+// at a host pool utp cannot train in, all does, bit-identically.
+TEST(split_staging_test, all_rebuilds_staged_values_it_dropped_when_host_memory_ran_out) {
+  zoo_options z;
+  z.batch = 16;
+  z.classes = 5;
+  z.width_scale = 0.125;
+  z.image_side = 160;
+  const network net = make_network("resnet50", z);
+  staged_run s = plan_below_largest_layer(net, "all", 0.64);
+  ASSERT_GT(s.plan.split_count(), 0u);
+  // The least host pool (in steps of 4 MiB, from 128 MiB down) that all trains in.
+  auto runs = [&](const executor_options& o) {
+    auto dev = test::make_test_device("null", std::size_t{1} << 40);
+    try {
+      executor ex(net, *dev, o);
+      ex.run_iteration(nullptr, 0);
+      return true;
+    } catch (const out_of_memory&) {
+      return false;
+    }
+  };
+  std::size_t least = 0;
+  for (std::size_t mib = 128; mib >= 8; mib -= 4) {
+    s.options.host_pool_bytes = mib << 20;
+    if (!runs(s.options)) break;
+    least = mib;
+  }
+  ASSERT_GT(least, 0u);
+  s.options.host_pool_bytes = least << 20;
+  executor_options utp = s.options;
+  utp.policy = executor_policy::parse("utp");
+  {
+    auto dev = test::make_test_device("null", std::size_t{1} << 40);
+    executor ex(net, *dev, utp);
+    EXPECT_THROW(ex.run_iteration(nullptr, 0), out_of_memory) << "host memory is not the limit";
+  }
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  stream_timeline timeline(*dev);
+  executor_options traced = s.options;
+  traced.timeline = &timeline;
+  executor ex(net, *dev, traced);
+  ex.run_iteration(nullptr, 0);
+  std::size_t staged_replays = 0;
+  for (const timeline_span& sp : timeline.spans()) {
+    if (sp.category != "replay") continue;
+    for (const layer& l : net.layers()) {
+      const std::size_t f = ex.steps_route().position(l.id);
+      if (sp.name == l.name + " F" && s.options.split_parts[f] > 1) ++staged_replays;
+    }
+  }
+  EXPECT_GT(staged_replays, 0u) << "no staged step's output was rebuilt";
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+  expect_bit_identical(reference, test::train(net, s.options, 2),
+                       "resnet50, host pool " + std::to_string(least) + " MiB");
 }
 
 TEST(split_staging_test, liveness_runs_split_steps_whole_on_the_device) {
