@@ -251,7 +251,6 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   staging_->holds.assign(n, false);
   staging_->step.assign(route_.step_count(), false);
   bool any_staged = false;
-  host_droppable_ = droppable_;
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
     staging_->step[st] = staged_split_step(options, net, route_, st);
     if (!staging_->step[st]) continue;
@@ -263,6 +262,17 @@ executor::executor(const network& net, device& dev, const executor_options& requ
         droppable_[a.tensor] = false;
       }
     }
+  }
+  any_staged_ = any_staged;
+  if (any_staged && options.policy.planned) {
+    // all: when host memory runs out, any tensor a replay of its layer rebuilds may give its
+    // host memory back (drop_one_host_value), a CONV's output too: its replay runs the
+    // algorithm its step ran (forward_conv_).
+    host_droppable_.assign(n, false);
+    for (tensor_id t = 0; t < n; ++t) {
+      host_droppable_[t] = in_cache(t) && rebuildable(net, table_, t);
+    }
+    forward_conv_.assign(route_.layer_count(), conv_step{});
   }
   MEMWEAVE_EXPECTS(!any_staged || dev.kind() != device_kind::cuda,
                    "split steps with their micro-tensors in host memory (split_parts under " +
@@ -642,7 +652,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       }
     }
     residency_->workspace_taken(conv.workspace_bytes);
-    if (forward && schedule_) forward_conv_[s] = conv;  // what a replay of it runs
+    if (forward && !forward_conv_.empty()) forward_conv_[s] = conv;  // what a replay runs
   }
   note_peak();
   step_record rec;

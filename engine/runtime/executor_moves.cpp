@@ -443,23 +443,37 @@ void executor::replay_forward(std::size_t position, std::size_t step, const laye
 // Makes a dropped tensor resident again by replaying the layers the plan says (its
 // producer, and any dropped tensors that one reads, in route order).
 void executor::rebuild(tensor_id t, std::size_t step) {
-  if (schedule_) {
-    // The schedule's rebuilds: replay `t`'s layer after rebuilding what it reads that is
-    // dropped, or dead by now (a chain that the schedule planned and priced); an ACT's output
-    // after a BN, fused: BN's forward with the ACT, from what BN reads.
-    const layer_id fused = t < fused_source_.size() ? fused_source_[t] : invalid_layer;
+  if (schedule_ || any_staged_) {
+    // The schedule's rebuilds (a chain that the schedule planned and priced), and under
+    // TSPLIT those of what host memory running out gave back (a CONV's output too): replay
+    // `t`'s layer after rebuilding what it reads that is dropped, or dead by now; an ACT's
+    // output after a BN, under the schedule, fused: BN's forward with the ACT, from what BN
+    // reads. What the chain reads is guarded against host memory running out in one of its
+    // replays (drop_one_host_value).
+    const layer_id fused = schedule_ && t < fused_source_.size() ? fused_source_[t] : invalid_layer;
     const layer& l = net_[fused != invalid_layer ? fused : table_[t].owner];
     const std::size_t position = route_.position(l.id);
-    for (const auto& a : table_.accesses(position)) {
-      const tensor_id y = a.tensor;
-      if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
-      const residency ry = residency_->state(y);
-      if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
-        rebuild(y, step);
+    const std::size_t guarded = replaying_.size();
+    for (const auto& a : table_.accesses(position)) replaying_.push_back(a.tensor);
+    try {
+      for (const auto& a : table_.accesses(position)) {
+        const tensor_id y = a.tensor;
+        if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) {
+          continue;
+        }
+        const residency ry = residency_->state(y);
+        if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
+          rebuild(y, step);
+        }
       }
+      replay_forward(position, step, fused != invalid_layer ? &net_[table_[t].owner] : nullptr);
+    } catch (...) {
+      replaying_.resize(guarded);
+      throw;
     }
-    replay_forward(position, step, fused != invalid_layer ? &net_[table_[t].owner] : nullptr);
-    if (residency_->state(t) != residency::resident) {
+    replaying_.resize(guarded);
+    const residency r = residency_->state(t);
+    if (r != residency::resident && r != residency::staged) {
       throw std::logic_error("executor: replaying " + l.name + " at step " +
                              std::to_string(step + 1) + " did not make " + table_[t].name +
                              " resident");
@@ -467,26 +481,10 @@ void executor::rebuild(tensor_id t, std::size_t step) {
     return;
   }
   const recompute_key wanted[] = {t};
-  // A staged value is had: a staged replay reads it in place, a whole one fetches it.
-  const auto order = recompute_->rebuild_order(wanted, [this](recompute_key k) {
-    const residency r = residency_->state(k);
-    return r == residency::resident || r == residency::staged;
-  });
-  // Host memory running out during one replay of the chain must not take what a later one
-  // reads (drop_one_host_value).
-  const std::size_t guarded = replaying_.size();
-  for (recompute_pos p : order) {
-    for (const auto& a : table_.accesses(p)) replaying_.push_back(a.tensor);
-  }
-  try {
-    for (recompute_pos p : order) replay_forward(p, step);
-  } catch (...) {
-    replaying_.resize(guarded);
-    throw;
-  }
-  replaying_.resize(guarded);
-  const residency r = residency_->state(t);
-  if (r != residency::resident && r != residency::staged) {
+  const auto order = recompute_->rebuild_order(
+      wanted, [this](recompute_key k) { return residency_->state(k) == residency::resident; });
+  for (recompute_pos p : order) replay_forward(p, step);
+  if (residency_->state(t) != residency::resident) {
     throw std::logic_error("executor: rebuilding " + table_[t].name + " at step " +
                            std::to_string(step + 1) + " did not make it resident");
   }

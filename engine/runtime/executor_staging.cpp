@@ -266,15 +266,17 @@ void executor::take_micro_buffer(std::size_t s) {
     offset.push_back(total);
     total += heap_->round_up(static_cast<std::size_t>(m.per_image * images) * sizeof(float));
   }
-  st.micro_bytes = total;
-  st.micro = total == 0 ? nullptr : take_workspace(total, true);
-  if (total != 0 && st.micro == nullptr) {
+  // Recorded only once taken: end_staged_step gives back what these say.
+  void* micro = total == 0 ? nullptr : take_workspace(total, true);
+  if (total != 0 && micro == nullptr) {
     throw_out_of_budget(s,
                         "the micro-batch buffers of " + std::to_string(st.tensors.size()) +
                             " split tensors (" + std::to_string(images) + " of " +
                             std::to_string(batch) + " images)",
                         total);
   }
+  st.micro = micro;
+  st.micro_bytes = total;
   residency_->workspace_taken(total);
   for (std::size_t i = 0; i < st.tensors.size(); ++i) {
     st.tensors[i].whole = staging_->buffer[st.ids[i]].get();
@@ -293,11 +295,6 @@ void executor::take_micro_buffer(std::size_t s) {
 // step's ensure_resident), so the staging bookkeeping is free.
 void executor::replay_staged(std::size_t position, std::size_t step) {
   const layer& l = net_[route_.order()[position]];
-  if (l.type == layer_type::conv) {
-    // The plan keeps CONV outputs (checkpoints): a CONV replay would need the algorithm its
-    // step ran, which only the schedule records.
-    throw std::logic_error("executor: a staged replay of " + l.name + " (a CONV) was asked");
-  }
   const auto accesses = table_.accesses(position);
   const std::size_t guarded = replaying_.size();
   // What it writes holds no value until its kernel is enqueued: should anything fail
@@ -311,14 +308,24 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
     }
   }
   std::vector<tensor_id> locked;
+  // A CONV replays the algorithm its step ran (another would round differently), with that
+  // algorithm's workspace, taken after the micro buffer.
+  const conv_step conv = l.type == layer_type::conv ? forward_conv_.at(position) : conv_step{};
+  void* workspace = nullptr;
   struct restore {
     executor& ex;
     std::vector<tensor_id>& locked;
     std::size_t guarded;
     std::vector<std::pair<tensor_id, residency>>& born;
+    void*& workspace;
+    std::size_t workspace_bytes;
     bool launched = false;
     ~restore() {
       for (tensor_id t : locked) ex.cache_->unlock(t);
+      if (workspace != nullptr) {
+        (void)ex.heap_->deallocate(workspace);  // stream order: later kernels run after it
+        ex.residency_->workspace_returned(workspace_bytes);
+      }
       ex.end_staged_step();
       ex.replaying_.resize(guarded);
       ex.replay_split_ = std::numeric_limits<std::size_t>::max();
@@ -329,16 +336,25 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
         if (before == residency::dropped) ex.residency_->host_value_dropped(t);
       }
     }
-  } done{*this, locked, guarded, born};
+  } done{*this, locked, guarded, born, workspace, conv.workspace_bytes};
   stage_step(position, accesses, false);
   acquire(step, staging_->whole, locked, false);
   take_micro_buffer(position);
+  if (conv.workspace_bytes != 0) {
+    workspace = take_workspace(conv.workspace_bytes, true);
+    if (workspace == nullptr) {
+      throw_out_of_budget(step,
+                          "the staged replay of " + l.name + ": the workspace of " + conv.name,
+                          conv.workspace_bytes);
+    }
+    residency_->workspace_taken(conv.workspace_bytes);
+  }
   for (const tensor_access& a : accesses) {
     if (a.mode != access_mode::read) last_write_[a.tensor] = step;
   }
   note_peak();
   replay_split_ = position;
-  launch_layer(l, true, accesses, conv_step{}, nullptr, nullptr, true);
+  launch_layer(l, true, accesses, conv, workspace, nullptr, true);
   done.launched = true;
   // Intermediates whose life was over go again at the end of the step (run_step).
   for (const auto& [t, before] : born) rebuilt_.push_back(t);
@@ -346,16 +362,38 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
   ++marks_.replays;
 }
 
+// The replays a rebuild of `t` would run now: its layer's, and those of what it reads that
+// is dropped or dead (each once), counted up to 32.
+std::size_t executor::chain_replays(tensor_id t, std::vector<tensor_id>& visited) const {
+  if (std::find(visited.begin(), visited.end(), t) != visited.end()) return 0;
+  // Counted up to a bound: past it, every chain is as long (and the count stays cheap).
+  constexpr std::size_t k_longest = 32;
+  if (visited.size() >= k_longest) return 0;
+  visited.push_back(t);
+  std::size_t n = 1;
+  for (const auto& a : table_.accesses(route_.position(table_[t].owner))) {
+    const tensor_id y = a.tensor;
+    if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
+    const residency r = residency_->state(y);
+    if (r == residency::dropped || (r == residency::absent && host_droppable_[y])) {
+      n += chain_replays(y, visited);
+    }
+  }
+  return n;
+}
+
 // Host memory is full (staging, or a host copy): one tensor whose value is in host memory and
-// that the plan may drop and rebuild gives it back, the earliest layer's first (read last in
-// backward); never one the running step or a replay under way touches, nor in forward one
-// still read later in forward. Decided from our own bookkeeping, so `plan` and `train`
-// decide alike. False when none is left.
+// that a replay of its layer rebuilds gives it back: the one whose rebuild would replay least
+// now (what it reads still had), then the earliest layer's (read last in backward); never one
+// the running step or a replay under way touches, nor in forward one still read later in
+// forward. Decided from our own bookkeeping, so `plan` and `train` decide alike. False when
+// none is left.
 bool executor::drop_one_host_value() {
-  if (!recompute_ || options_.policy.drop_after_forward || host_droppable_.empty()) return false;
+  if (!options_.policy.planned || host_droppable_.empty()) return false;
   const bool forward = current_step_ < route_.layer_count();
   tensor_id best = invalid_tensor;
-  std::size_t best_position = 0;
+  std::size_t best_position = 0, best_chain = 0;
+  std::vector<tensor_id> visited;
   for (tensor_id t = 0; t < residency_->size(); ++t) {
     const residency r = residency_->state(t);
     if ((r != residency::staged && r != residency::on_host) || !host_droppable_[t]) continue;
@@ -364,8 +402,14 @@ bool executor::drop_one_host_value() {
         std::find(replaying_.begin(), replaying_.end(), t) != replaying_.end()) {
       continue;
     }
+    // The shortest rebuild first (what it reads still had), then the earliest layer.
     const std::size_t p = route_.position(table_[t].owner);
-    if (best == invalid_tensor || p < best_position) best = t, best_position = p;
+    visited.clear();
+    const std::size_t chain = chain_replays(t, visited);
+    if (best == invalid_tensor || chain < best_chain ||
+        (chain == best_chain && p < best_position)) {
+      best = t, best_position = p, best_chain = chain;
+    }
   }
   if (best == invalid_tensor) return false;
   if (residency_->state(best) == residency::staged) {

@@ -344,6 +344,7 @@ class executor {
   void replay_forward(std::size_t position, std::size_t step, const layer* fused_act = nullptr);
   void replay_staged(std::size_t position, std::size_t step);
   bool drop_one_host_value();
+  std::size_t chain_replays(tensor_id t, std::vector<tensor_id>& visited) const;
   void* take_workspace(std::size_t bytes, bool may_evict);
   void launch_layer(const layer& l, bool forward, std::span<const tensor_access> accesses,
                     const conv_step& conv, void* workspace, data_source* data, bool replay,
@@ -424,10 +425,11 @@ class executor {
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
   std::vector<std::vector<tensor_id>> free_after_;    // per step: tensors whose life ends there
   std::vector<bool> droppable_;                       // recompute/all: the plan may drop it
-  // TSPLIT under all: what the plan may drop, staged steps' reads included, when host memory
-  // runs out (drop_one_host_value; a staged replay rebuilds it).
+  // TSPLIT under all: what may give its host memory back when host memory runs out
+  // (drop_one_host_value; rebuilt by replays, staged where its step is).
   std::vector<bool> host_droppable_;
   std::vector<tensor_id> replaying_;  // the accesses of the replays under way: never dropped
+  bool any_staged_ = false;           // some step is staged (TSPLIT)
   // A staged replay's route position, whose split launch_layer runs; none otherwise.
   std::size_t replay_split_ = std::numeric_limits<std::size_t>::max();
   // all, where the backend fuses: per tensor, the BN whose forward rebuilds it with its ACT
