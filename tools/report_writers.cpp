@@ -92,6 +92,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"note\": " << json_string(p.replan.note) << "}"
         << ",\n      \"staged_steps\": " << p.staged_steps
         << ",\n      \"bytes_staged\": " << p.bytes_staged
+        << ",\n      \"host_drops\": " << p.host_drops
         << ",\n      \"bytes_compressed\": " << p.bytes_compressed
         << ",\n      \"max_compression_error\": " << json_number(p.max_compression_error)
         << ",\n      \"transfer_wait_s\": " << json_number(p.transfer_wait_s)
@@ -335,6 +336,10 @@ void write_summary(std::ostream& out, const run_report& r) {
       } else {
         out << p.replan.note << "\n";
       }
+    }
+    if (p.host_drops != 0) {
+      out << "  " << p.policy << ": host memory ran out: " << p.host_drops
+          << " values there were given back and rebuilt by replays\n";
     }
     if (p.staged_steps != 0) {
       out << "  " << p.policy << ": TSPLIT: " << p.staged_steps

@@ -264,11 +264,12 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     }
   }
   any_staged_ = any_staged;
-  if (any_staged && options.policy.planned) {
+  if (options.policy.planned && options.policy.evict_to_host) {
     // all: when host memory runs out, any tensor a replay of its layer rebuilds may give its
     // host memory back (drop_one_host_value), a CONV's output too: its replay runs the
     // algorithm its step ran (forward_conv_).
     host_droppable_.assign(n, false);
+    host_dropped_.assign(n, false);
     for (tensor_id t = 0; t < n; ++t) {
       host_droppable_[t] = in_cache(t) && rebuildable(net, table_, t);
     }
@@ -472,6 +473,8 @@ void executor::begin_iteration() {
   if (transfers_) transfers_->engine.reset_stats();
   // A tensor a replay rebuilt and dropped again after its last use holds nothing.
   residency_->forget_dropped();
+  std::fill(host_dropped_.begin(), host_dropped_.end(), false);
+  host_drops_ = 0;
   ++iterations_run_;
   deferred_prefetches_.clear();
   staging_->bytes_staged = 0;
@@ -783,6 +786,7 @@ policy_report executor::report() const {
   r.tensors_allocated = tensors_allocated_;
   r.recomputations = recomputations_;
   r.bytes_staged = staging_->bytes_staged;
+  r.host_drops = host_drops_;
   r.staged_steps =
       static_cast<std::size_t>(std::count(staging_->step.begin(), staging_->step.end(), true));
   for (const step_record& s : steps_) {

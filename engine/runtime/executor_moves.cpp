@@ -390,8 +390,18 @@ void executor::replay_forward(std::size_t position, std::size_t step, const laye
       if (a.mode == access_mode::read || table_[t].persistent) {
         ensure_resident(t, step);
       } else if (residency_->state(t) != residency::resident) {
-        // Written anew: whatever it holds elsewhere (host copy, a copy in flight) goes first.
         const residency before = residency_->state(t);
+        if (before != residency::dropped && before != residency::absent) {
+          // It holds its value elsewhere (a saved statistic in host memory): fetched, the
+          // replay writes the same bits over it.
+          ensure_resident(t, step);
+          forget_host(t);
+          last_write_[t] = step;
+          cache_->lock(t);
+          locked.keys.push_back(t);
+          continue;
+        }
+        // Written anew: it holds nothing.
         free_transient(t);
         born.emplace_back(t, before == residency::dropped ? before : residency::absent);
         allocate_transient(t, step);
@@ -425,10 +435,11 @@ void executor::replay_forward(std::size_t position, std::size_t step, const laye
     for (tensor_id t : locked.keys) cache_->unlock(t);
     locked.keys.clear();
     for (const auto& [t, before] : born) {
-      if (residency_->state(t) != residency::resident) continue;  // never allocated
-      free_transient(t);
-      residency_->unborn(t, before);
-      rebuilt_.erase(std::remove(rebuilt_.begin(), rebuilt_.end(), t), rebuilt_.end());
+      if (residency_->state(t) == residency::resident) {
+        free_transient(t);
+        rebuilt_.erase(std::remove(rebuilt_.begin(), rebuilt_.end(), t), rebuilt_.end());
+      }
+      residency_->unborn(t, before);  // dropped again where it was (its allocation may have failed)
     }
     throw;
   }
@@ -441,43 +452,13 @@ void executor::replay_forward(std::size_t position, std::size_t step, const laye
 }
 
 // Makes a dropped tensor resident again by replaying the layers the plan says (its
-// producer, and any dropped tensors that one reads, in route order).
+// producer, and any dropped tensors that one reads, in route order). The schedule's rebuilds
+// (a chain it planned and priced), those of what host memory running out gave back (a CONV's
+// output too), and under TSPLIT every one (a staged producer replays staged) replay the
+// chain; the rest, the recompute plan's.
 void executor::rebuild(tensor_id t, std::size_t step) {
-  if (schedule_ || any_staged_) {
-    // The schedule's rebuilds (a chain that the schedule planned and priced), and under
-    // TSPLIT those of what host memory running out gave back (a CONV's output too): replay
-    // `t`'s layer after rebuilding what it reads that is dropped, or dead by now; an ACT's
-    // output after a BN, under the schedule, fused: BN's forward with the ACT, from what BN
-    // reads. What the chain reads is guarded against host memory running out in one of its
-    // replays (drop_one_host_value).
-    const layer_id fused = schedule_ && t < fused_source_.size() ? fused_source_[t] : invalid_layer;
-    const layer& l = net_[fused != invalid_layer ? fused : table_[t].owner];
-    const std::size_t position = route_.position(l.id);
-    const std::size_t guarded = replaying_.size();
-    for (const auto& a : table_.accesses(position)) replaying_.push_back(a.tensor);
-    try {
-      for (const auto& a : table_.accesses(position)) {
-        const tensor_id y = a.tensor;
-        if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) {
-          continue;
-        }
-        const residency ry = residency_->state(y);
-        if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
-          rebuild(y, step);
-        }
-      }
-      replay_forward(position, step, fused != invalid_layer ? &net_[table_[t].owner] : nullptr);
-    } catch (...) {
-      replaying_.resize(guarded);
-      throw;
-    }
-    replaying_.resize(guarded);
-    const residency r = residency_->state(t);
-    if (r != residency::resident && r != residency::staged) {
-      throw std::logic_error("executor: replaying " + l.name + " at step " +
-                             std::to_string(step + 1) + " did not make " + table_[t].name +
-                             " resident");
-    }
+  if (schedule_ || any_staged_ || (t < host_dropped_.size() && host_dropped_[t])) {
+    rebuild_chain(t, step);
     return;
   }
   const recompute_key wanted[] = {t};
@@ -487,6 +468,39 @@ void executor::rebuild(tensor_id t, std::size_t step) {
   if (residency_->state(t) != residency::resident) {
     throw std::logic_error("executor: rebuilding " + table_[t].name + " at step " +
                            std::to_string(step + 1) + " did not make it resident");
+  }
+}
+
+// Replays `t`'s layer after rebuilding what it reads that is dropped, or dead by now; an
+// ACT's output after a BN, under the schedule, fused: BN's forward with the ACT, from what BN
+// reads. What the chain reads is guarded against host memory running out in one of its
+// replays (drop_one_host_value).
+void executor::rebuild_chain(tensor_id t, std::size_t step) {
+  const layer_id fused = schedule_ && t < fused_source_.size() ? fused_source_[t] : invalid_layer;
+  const layer& l = net_[fused != invalid_layer ? fused : table_[t].owner];
+  const std::size_t position = route_.position(l.id);
+  const std::size_t guarded = replaying_.size();
+  for (const auto& a : table_.accesses(position)) replaying_.push_back(a.tensor);
+  try {
+    for (const auto& a : table_.accesses(position)) {
+      const tensor_id y = a.tensor;
+      if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
+      const residency ry = residency_->state(y);
+      if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
+        rebuild_chain(y, step);
+      }
+    }
+    replay_forward(position, step, fused != invalid_layer ? &net_[table_[t].owner] : nullptr);
+  } catch (...) {
+    replaying_.resize(guarded);
+    throw;
+  }
+  replaying_.resize(guarded);
+  const residency r = residency_->state(t);
+  if (r != residency::resident && r != residency::staged) {
+    throw std::logic_error("executor: replaying " + l.name + " at step " +
+                           std::to_string(step + 1) + " did not make " + table_[t].name +
+                           " resident");
   }
 }
 

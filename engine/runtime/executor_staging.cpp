@@ -301,11 +301,17 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
   // before, those go back to what they were, so that nothing is taken for rebuilt that was
   // not.
   std::vector<std::pair<tensor_id, residency>> born;
+  for (const tensor_access& a : accesses) replaying_.push_back(a.tensor);
   for (const tensor_access& a : accesses) {
-    replaying_.push_back(a.tensor);
-    if (a.mode == access_mode::write && in_cache(a.tensor) && !table_[a.tensor].persistent) {
-      born.emplace_back(a.tensor, residency_->state(a.tensor));
+    const tensor_id t = a.tensor;
+    if (a.mode != access_mode::write || !in_cache(t) || table_[t].persistent) continue;
+    const residency r = residency_->state(t);
+    // One that holds its value elsewhere (a saved statistic in host memory) is fetched first:
+    // the replay writes the same bits over it, and a failure loses nothing.
+    if (r == residency::on_host || r == residency::offloading || r == residency::prefetching) {
+      ensure_resident(t, step);
     }
+    born.emplace_back(t, residency_->state(t));
   }
   std::vector<tensor_id> locked;
   // A CONV replays the algorithm its step ran (another would round differently), with that
@@ -419,6 +425,8 @@ bool executor::drop_one_host_value() {
     forget_host(best);
   }
   residency_->host_value_dropped(best);
+  host_dropped_[best] = true;
+  ++host_drops_;
   return true;
 }
 

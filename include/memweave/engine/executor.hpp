@@ -341,6 +341,7 @@ class executor {
   void prefetch_ahead(std::size_t step);
   void drop(tensor_id t) noexcept;
   void rebuild(tensor_id t, std::size_t step);
+  void rebuild_chain(tensor_id t, std::size_t step);
   void replay_forward(std::size_t position, std::size_t step, const layer* fused_act = nullptr);
   void replay_staged(std::size_t position, std::size_t step);
   bool drop_one_host_value();
@@ -425,11 +426,13 @@ class executor {
   std::vector<std::vector<tensor_id>> offloads_due_;  // per step: offloads to reap there
   std::vector<std::vector<tensor_id>> free_after_;    // per step: tensors whose life ends there
   std::vector<bool> droppable_;                       // recompute/all: the plan may drop it
-  // TSPLIT under all: what may give its host memory back when host memory runs out
-  // (drop_one_host_value; rebuilt by replays, staged where its step is).
+  // all: what may give its host memory back when host memory runs out (drop_one_host_value;
+  // rebuilt by replays, staged where its step is).
   std::vector<bool> host_droppable_;
   std::vector<tensor_id> replaying_;  // the accesses of the replays under way: never dropped
   bool any_staged_ = false;           // some step is staged (TSPLIT)
+  std::vector<bool> host_dropped_;    // this iteration, given back by drop_one_host_value
+  std::uint64_t host_drops_ = 0;      // this iteration: how many
   // A staged replay's route position, whose split launch_layer runs; none otherwise.
   std::size_t replay_split_ = std::numeric_limits<std::size_t>::max();
   // all, where the backend fuses: per tensor, the BN whose forward rebuilds it with its ACT

@@ -84,10 +84,12 @@ struct policy_report {
   /// The share of the budget (1/N) its CONV workspaces were planned within that ran fastest.
   std::size_t weighed_workspace_share = 0;
   bool ran_as_recompute = false;
-  replan_report replan;                   ///< all: re-planning from measured times
-  std::uint64_t bytes_compressed = 0;     ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
-  std::size_t staged_steps = 0;           ///< TSPLIT: split steps run on micro-tensors
-  std::uint64_t bytes_staged = 0;         ///< TSPLIT: bytes they copied over the link
+  replan_report replan;                ///< all: re-planning from measured times
+  std::uint64_t bytes_compressed = 0;  ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
+  std::size_t staged_steps = 0;        ///< TSPLIT: split steps run on micro-tensors
+  std::uint64_t bytes_staged = 0;      ///< TSPLIT: bytes they copied over the link
+  /// all: values in host memory given back when it ran out, to be rebuilt by replays.
+  std::uint64_t host_drops = 0;
   double max_compression_error = 0.0;     ///< the largest relative fp16 round-trip error
   double images_per_s = 0.0;              ///< train only
   double seconds_per_iteration = 0.0;     ///< train: measured; plan: simulated

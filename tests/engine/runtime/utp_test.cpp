@@ -208,6 +208,38 @@ TEST(utp_test, host_pool_exhaustion_is_an_error_with_the_numbers) {
   EXPECT_NE(msg.find("host"), std::string::npos) << msg;
 }
 
+// all: where host memory runs out, a value there that a replay rebuilds (a CONV's output
+// too) gives it back, and the step that reads it replays its chain: at the least host pool
+// all trains in, utp (which cannot drop) runs out, and all is bit-identical to baseline.
+TEST(utp_test, all_gives_back_host_values_it_can_rebuild_when_host_memory_runs_out) {
+  zoo_options z;
+  z.batch = 16;
+  z.classes = 5;
+  z.width_scale = 0.125;
+  z.image_side = 160;
+  const network net = make_network("resnet50", z);
+  // Near its smallest budget all runs on the cache alone (its schedule does not fit there).
+  executor_options o = policy_options("all", 0, "fixed:direct");
+  o.host_pool_bytes = std::size_t{256} << 20;
+  o.budget_bytes = test::smallest_budget(net, o) * 11 / 10;
+  std::size_t least = 0;
+  for (std::size_t mib = 128; mib >= 8; mib -= 2) {
+    o.host_pool_bytes = mib << 20;
+    if (!plan_fits(net, o)) break;
+    least = mib;
+  }
+  ASSERT_GT(least, 0u);
+  o.host_pool_bytes = least << 20;
+  executor_options utp = o;
+  utp.policy = executor_policy::parse("utp");
+  EXPECT_FALSE(plan_fits(net, utp)) << "host memory is not the limit at " << least << " MiB";
+  EXPECT_GT(plan_report(net, o).host_drops, 0u) << least << " MiB";
+  const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 2);
+  expect_bit_identical(
+      reference, test::train(net, o, 2),
+      "resnet50 near its smallest budget, host pool " + std::to_string(least) + " MiB");
+}
+
 TEST(utp_test, verify_mode_checks_every_transfer_and_changes_no_result) {
   const network net = test::small_zoo("vgg16");
   const auto reference = test::train(net, policy_options("baseline"), 2);
