@@ -338,7 +338,9 @@ TEST(host_bn, bn_act_normalize_gives_the_bits_of_bn_then_act) {
           << static_cast<int>(mode) << " element " << i;
       zeros += z[i] == 0.0f ? 1 : 0;
     }
-    if (mode == act_mode::relu) EXPECT_GT(zeros, 0u) << "relu clipped nothing: a weak test";
+    if (mode == act_mode::relu) {
+      EXPECT_GT(zeros, 0u) << "relu clipped nothing: a weak test";
+    }
   }
 }
 

@@ -155,6 +155,17 @@ inline network small_zoo(const std::string& name, std::int64_t batch = 2) {
   return make_network(name, o);
 }
 
+/// ResNet-50 at batch 16 of 160-pixel images, width 1/8, 5 classes: activations large enough
+/// that a host pool of a few tens of MiB runs out under utp and all.
+inline network host_heavy_resnet50() {
+  zoo_options z;
+  z.batch = 16;
+  z.classes = 5;
+  z.width_scale = 0.125;
+  z.image_side = 160;
+  return make_network("resnet50", z);
+}
+
 /// conv -> bn -> relu -> pool -> fc x3 -> dropout -> fc -> loss, batch 4 of 3x8x8, 5
 /// classes: every kind of persistent tensor, and the FC layers (three of equal size) large
 /// enough that at the smallest utp budget their parameters cannot all stay on the device.

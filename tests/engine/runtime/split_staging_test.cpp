@@ -155,12 +155,7 @@ TEST(split_staging_test, staged_bytes_count_against_the_host_pool) {
 // it rebuilds it by replaying its producer staged, micro-batch by micro-batch, as its step
 // ran: at a host pool utp cannot train in, all does, bit-identically.
 TEST(split_staging_test, all_rebuilds_staged_values_it_dropped_when_host_memory_ran_out) {
-  zoo_options z;
-  z.batch = 16;
-  z.classes = 5;
-  z.width_scale = 0.125;
-  z.image_side = 160;
-  const network net = make_network("resnet50", z);
+  const network net = test::host_heavy_resnet50();
   staged_run s = plan_below_largest_layer(net, "all", 0.64);
   ASSERT_GT(s.plan.split_count(), 0u);
   // The least host pool (in steps of 4 MiB, from 128 MiB down) that all trains in.

@@ -212,12 +212,7 @@ TEST(utp_test, host_pool_exhaustion_is_an_error_with_the_numbers) {
 // too) gives it back, and the step that reads it replays its chain: at the least host pool
 // all trains in, utp (which cannot drop) runs out, and all is bit-identical to baseline.
 TEST(utp_test, all_gives_back_host_values_it_can_rebuild_when_host_memory_runs_out) {
-  zoo_options z;
-  z.batch = 16;
-  z.classes = 5;
-  z.width_scale = 0.125;
-  z.image_side = 160;
-  const network net = make_network("resnet50", z);
+  const network net = test::host_heavy_resnet50();
   // Near its smallest budget all runs on the cache alone (its schedule does not fit there).
   executor_options o = policy_options("all", 0, "fixed:direct");
   o.host_pool_bytes = std::size_t{256} << 20;
