@@ -396,17 +396,14 @@ void executor::replay_forward(std::size_t position, std::size_t step, const laye
           // replay writes the same bits over it.
           ensure_resident(t, step);
           forget_host(t);
-          last_write_[t] = step;
-          cache_->lock(t);
-          locked.keys.push_back(t);
-          continue;
+        } else {
+          // Written anew: it holds nothing.
+          free_transient(t);
+          born.emplace_back(t, before);
+          allocate_transient(t, step);
+          ++tensors_allocated_;
+          rebuilt_.push_back(t);
         }
-        // Written anew: it holds nothing.
-        free_transient(t);
-        born.emplace_back(t, before == residency::dropped ? before : residency::absent);
-        allocate_transient(t, step);
-        ++tensors_allocated_;
-        rebuilt_.push_back(t);
         last_write_[t] = step;
       }
       cache_->lock(t);
@@ -471,6 +468,20 @@ void executor::rebuild(tensor_id t, std::size_t step) {
   }
 }
 
+// Whether a rebuild of `t` must first rebuild what `a` (an access of the layer it replays)
+// names: a cached, non-persistent read other than `t` that is dropped, or dead by now.
+bool executor::rebuilt_first(tensor_id t, const tensor_access& a) const {
+  const tensor_id y = a.tensor;
+  if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) return false;
+  const residency r = residency_->state(y);
+  return r == residency::dropped || (r == residency::absent && rebuildable(net_, table_, y));
+}
+
+// Every unlocked tensor leaves the device (to host memory, or dropped).
+void executor::evict_all() {
+  for (tensor_key t : cache_->lru_order()) (void)cache_->evict(t);
+}
+
 // Replays `t`'s layer after rebuilding what it reads that is dropped, or dead by now; an
 // ACT's output after a BN, under the schedule, fused: BN's forward with the ACT, from what BN
 // reads. What the chain reads is guarded against host memory running out in one of its
@@ -483,12 +494,7 @@ void executor::rebuild_chain(tensor_id t, std::size_t step) {
   for (const auto& a : table_.accesses(position)) replaying_.push_back(a.tensor);
   try {
     for (const auto& a : table_.accesses(position)) {
-      const tensor_id y = a.tensor;
-      if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
-      const residency ry = residency_->state(y);
-      if (ry == residency::dropped || (ry == residency::absent && rebuildable(net_, table_, y))) {
-        rebuild_chain(y, step);
-      }
+      if (rebuilt_first(t, a)) rebuild_chain(a.tensor, step);
     }
     replay_forward(position, step, fused != invalid_layer ? &net_[table_[t].owner] : nullptr);
   } catch (...) {
@@ -571,9 +577,6 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
     cache_->insert(t, residency_->aside(t), table_[t].bytes);
     residency_->back_in_cache(t);
   }
-  auto evict_all = [this] {
-    for (tensor_key t : cache_->lru_order()) (void)cache_->evict(t);
-  };
   evict_all();
   bool rebuilt = false;
   for (const auto& a : accesses) {

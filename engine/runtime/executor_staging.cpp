@@ -227,7 +227,7 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
       if (host_exhausted_) throw;
       // What is resident splits the free memory (nothing of this step is held yet): it all
       // leaves, and the rebuild runs in the emptied arena.
-      for (tensor_key k : cache_->lru_order()) (void)cache_->evict(k);
+      evict_all();
       rebuild(a.tensor, s);
     }
   }
@@ -378,12 +378,7 @@ std::size_t executor::chain_replays(tensor_id t, std::vector<tensor_id>& visited
   visited.push_back(t);
   std::size_t n = 1;
   for (const auto& a : table_.accesses(route_.position(table_[t].owner))) {
-    const tensor_id y = a.tensor;
-    if (y == t || a.mode != access_mode::read || !in_cache(y) || table_[y].persistent) continue;
-    const residency r = residency_->state(y);
-    if (r == residency::dropped || (r == residency::absent && host_droppable_[y])) {
-      n += chain_replays(y, visited);
-    }
+    if (rebuilt_first(t, a)) n += chain_replays(a.tensor, visited);
   }
   return n;
 }

@@ -167,13 +167,8 @@ std::vector<layer_id> fused_bn_act_sources(const network& net, const tensor_tabl
     if (bn.type != layer_type::bn) continue;
     const tensor_id y = table.of(bn.id).output, z = table.of(act.id).output;
     if (y == invalid_tensor || z == invalid_tensor || y == z || table[y].persistent) continue;
-    // y is touched by BN's forward and ACT's forward alone (whose steps touch it once each).
+    // BN's forward writes y and ACT's forward reads it: no other step may touch it.
     if (steps_touching[y] != 2 || !rebuildable(net, table, z)) continue;
-    auto touches = [&](std::size_t s) {
-      const auto a = table.accesses(s);
-      return std::any_of(a.begin(), a.end(), [y](const tensor_access& x) { return x.tensor == y; });
-    };
-    if (!touches(path.position(bn.id)) || !touches(path.position(act.id))) continue;
     source[z] = bn.id;
   }
   return source;

@@ -342,6 +342,8 @@ class executor {
   void drop(tensor_id t) noexcept;
   void rebuild(tensor_id t, std::size_t step);
   void rebuild_chain(tensor_id t, std::size_t step);
+  bool rebuilt_first(tensor_id t, const tensor_access& a) const;
+  void evict_all();
   void replay_forward(std::size_t position, std::size_t step, const layer* fused_act = nullptr);
   void replay_staged(std::size_t position, std::size_t step);
   bool drop_one_host_value();
