@@ -6,6 +6,10 @@
 // budget has no idle tensor left: then the schedule does not fit (later actions could only
 // add uses there), and planning stops.
 //
+// A parkable persistent tensor's gap around the iteration's end (its last use to its first)
+// is weighed as a swap too, at a step outside its uses: parked, it is away over steps
+// [release, end) and [0, prefetch], and back in place for its first use.
+//
 // Invariants: a tensor's uses are ascending and unique; gaps_[t][i] is the gap between
 // uses[i] and uses[i + 1]; a swap's window [release, prefetch] lies strictly inside its gap
 // and a step inside a swap's window never becomes a use (a rebuild may not read a tensor
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "memweave/core/config.hpp"
@@ -64,6 +69,7 @@ class planner {
     uses_.resize(p.tensors.size());
     gaps_.resize(p.tensors.size());
     halve_.assign(p.tensors.size(), false);
+    park_.resize(p.tensors.size());
     for (std::uint32_t t = 0; t < p.tensors.size(); ++t) {
       const schedule_tensor& x = p.tensors[t];
       std::uint32_t previous = k_none;
@@ -279,6 +285,12 @@ class planner {
     return it != u.end() && it->step == step;
   }
 
+  // Whether persistent `t` is parked on the host at `step`.
+  bool parked_at(std::uint32_t t, std::uint32_t step) const {
+    const gap& k = park_[t];
+    return k.action == gap_action::swap && (step <= k.prefetch || step >= k.release);
+  }
+
   bool alive_at(std::uint32_t t, std::uint32_t step) const {
     if (p_.tensors[t].persistent) return true;
     const auto& u = uses_[t];
@@ -303,8 +315,11 @@ class planner {
         continue;
       }
       if (p_.tensors[t].persistent) {
-        if (u.front().step > 0) add(0, u.front().step - 1, b);
-        add(u.back().step + 1, static_cast<std::uint32_t>(steps - 1), b);
+        // Parked: on the host from its release to the end and from the start to its prefetch.
+        const gap& k = park_[t];
+        const bool parked = k.action == gap_action::swap;
+        if (u.front().step > 0) add(parked ? k.prefetch + 1 : 0, u.front().step - 1, b);
+        add(u.back().step + 1, parked ? k.release - 1 : static_cast<std::uint32_t>(steps - 1), b);
       }
       for (std::size_t i = 0; i < u.size(); ++i) {
         add(u[i].step, u[i].step, b);
@@ -338,6 +353,17 @@ class planner {
   memory_schedule emit(const std::vector<std::size_t>& bytes) const {
     memory_schedule s;
     s.steps.resize(p_.step_seconds.size());
+    // A swap's three fixed points (a park's too: its offload after its last use, its
+    // prefetch before its first).
+    auto emit_swap = [&](scheduled_gap sg) {
+      s.steps[sg.release].release.push_back(sg.tensor);
+      s.steps[sg.after].offload.push_back(sg.tensor);
+      s.steps[sg.prefetch].prefetch.push_back(sg.tensor);
+      s.bytes_swapped += p_.tensors[sg.tensor].bytes;
+      sg.compressed = halve_[sg.tensor];
+      if (sg.compressed) s.bytes_compressed += p_.tensors[sg.tensor].bytes;
+      s.gaps.push_back(sg);
+    };
     for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
       const auto& u = uses_[t];
       for (std::size_t i = 0; i + 1 < u.size(); ++i) {
@@ -345,19 +371,22 @@ class planner {
         if (g.action == gap_action::keep) continue;
         scheduled_gap sg{t, g.action, u[i].step, u[i + 1].step, g.release, g.prefetch};
         if (g.action == gap_action::swap) {
-          s.steps[g.release].release.push_back(t);
-          s.steps[sg.after].offload.push_back(t);
-          s.steps[g.prefetch].prefetch.push_back(t);
-          s.bytes_swapped += p_.tensors[t].bytes;
-          sg.compressed = halve_[t];
-          if (sg.compressed) s.bytes_compressed += p_.tensors[t].bytes;
-        } else {
-          s.steps[sg.after].drop.push_back(t);
-          s.steps[sg.before].rebuild.push_back(t);
-          ++s.rebuilds;
+          emit_swap(sg);
+          continue;
         }
+        s.steps[sg.after].drop.push_back(t);
+        s.steps[sg.before].rebuild.push_back(t);
+        ++s.rebuilds;
         s.gaps.push_back(sg);
       }
+    }
+    for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
+      const gap& k = park_[t];
+      if (k.action != gap_action::swap) continue;
+      scheduled_gap sg{t,         gap_action::swap, uses_[t].back().step, uses_[t].front().step,
+                       k.release, k.prefetch};
+      sg.wraps = true;
+      emit_swap(sg);
     }
     for (std::size_t st = 0; st < chain_.size(); ++st) {
       for (std::uint32_t y : chain_[st]) s.steps[st].rebuild.push_back(y), ++s.rebuilds;
@@ -400,6 +429,7 @@ class planner {
         continue;
       }
       if (is_use(y, c)) continue;
+      if (parked_at(y, c)) return -1.0;
       const std::uint32_t gi = gap_containing(y, c);
       if (gi == k_none) continue;  // persistent, outside its uses: resident
       const gap& g = gaps_[y][gi];
@@ -561,12 +591,17 @@ class planner {
       gap_action action = gap_action::keep;
       std::uint32_t release = 0, prefetch = 0;
       double score = std::numeric_limits<double>::infinity();
+      bool park = false;
     } best;
     const std::size_t steps = p_.step_seconds.size();
     std::vector<std::uint32_t> visited;
     for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
       const schedule_tensor& x = p_.tensors[t];
-      if (x.pinned || x.bytes == 0 || x.bytes < o_.min_bytes) continue;
+      if (x.bytes == 0 || x.bytes < o_.min_bytes) continue;
+      if (const auto k = park_candidate(t, worst, bytes, tl); k && k->score < best.score) {
+        best = {t, 0, gap_action::swap, k->release, k->prefetch, k->score, true};
+      }
+      if (x.pinned) continue;
       const std::uint32_t gi = gap_containing(t, worst);
       if (gi == k_none || gaps_[t][gi].action == gap_action::drop) continue;
       const std::uint32_t a = uses_[t][gi].step, c = uses_[t][gi + 1].step;
@@ -662,7 +697,7 @@ class planner {
     }
     if (best.tensor == k_none) return false;
     const std::uint32_t t = best.tensor;
-    gap& g = gaps_[t][best.gap];
+    gap& g = best.park ? park_[t] : gaps_[t][best.gap];
     g.action = best.action;
     g.release = best.release;
     g.prefetch = best.prefetch;
@@ -670,8 +705,61 @@ class planner {
     return true;
   }
 
+  struct park_choice {
+    std::uint32_t release = 0, prefetch = 0;
+    double score = 0;
+  };
+
+  // Parking persistent `t` (offloaded after its last use L, released before step r > L, on
+  // the host at the iteration boundary, prefetched after step p before its first use F) to
+  // take it off `worst`, which lies outside [F, L]: timed by slack as a swap is, on the
+  // current timeline; none when it is not parkable, already parked, or cannot be timed.
+  std::optional<park_choice> park_candidate(std::uint32_t t, std::uint32_t worst,
+                                            const std::vector<std::size_t>& bytes,
+                                            const timeline& tl) const {
+    const schedule_tensor& x = p_.tensors[t];
+    const auto& u = uses_[t];
+    const auto steps = static_cast<std::uint32_t>(p_.step_seconds.size());
+    if (!o_.allow_swap || !x.parkable || !x.persistent || u.empty() ||
+        park_[t].action != gap_action::keep) {
+      return std::nullopt;
+    }
+    const std::uint32_t first = u.front().step, last = u.back().step;
+    const std::uint32_t lb = std::max<std::uint32_t>(o_.prefetch_lb, 1);
+    if ((worst >= first && worst <= last) || last + 1 >= steps || first < lb) return std::nullopt;
+    const double d = copy_seconds(t);
+    double stall = 0;
+    // Offload after the last use, behind the copies issued up to it; released before the
+    // first step starting after it lands (at `worst` at the latest when that lies after it).
+    const std::uint32_t w = last_write_at_or_before(t, last);
+    const double off_end = std::max(tl.d2h_done[last], w == k_none ? 0.0 : tl.end[w]) + d;
+    const auto rit = std::lower_bound(tl.start.begin() + last + 1, tl.start.end(), off_end);
+    std::uint32_t r = static_cast<std::uint32_t>(rit - tl.start.begin());
+    const std::uint32_t latest = worst > last ? worst : steps - 1;
+    if (r > latest) {
+      r = latest;
+      stall += off_end - tl.start[latest];
+    }
+    // Prefetch: the latest step before the first use whose copy lands in time (no earlier
+    // than `worst` when that lies before it), within the prefetch bounds.
+    if (worst < first && first < worst + lb) return std::nullopt;
+    std::uint32_t earliest = worst < first ? worst : 0;
+    if (o_.prefetch_ub != 0 && first > earliest + o_.prefetch_ub) earliest = first - o_.prefetch_ub;
+    auto pre_end = [&](std::uint32_t b) { return std::max(tl.h2d_done[b], tl.end[b]) + d; };
+    std::uint32_t b = first - lb;
+    while (b > earliest && pre_end(b) + slack(d) > tl.start[first]) --b;
+    if (pre_end(b) > tl.start[first]) stall += pre_end(b) - tl.start[first];
+    stall += std::max(0.0, d - tl.d2h_slack_after[last]);
+    stall += std::max(0.0, d - tl.h2d_slack_after[b]);
+    stall += o_.link_charge * 2.0 * d;
+    const double v = value(bytes, r, steps - 1, x.bytes) + value(bytes, 0, b, x.bytes);
+    if (v <= 0) return std::nullopt;
+    return park_choice{r, b, stall > 0 ? stall / v : -v};
+  }
+
   const schedule_problem& p_;
   const schedule_options& o_;
+  std::vector<gap> park_;    // per tensor: its gap around the iteration's end (swap: parked)
   std::vector<bool> halve_;  // per tensor: its swaps move fp16 (compress, and compressible)
   std::vector<std::vector<schedule_use>> uses_;
   std::vector<std::vector<gap>> gaps_;

@@ -283,6 +283,60 @@ TEST(memory_schedule_test, pinned_tensors_and_the_thresholds_are_respected) {
   EXPECT_TRUE(plan_memory_schedule(p, o).gaps.empty());
 }
 
+// Ten 10 ms steps; a persistent W of 100 MiB used at steps 4 and 5 only (a VGG FC layer's
+// weights) and transient tensors of 100 MiB over steps 0..2 and 7..9 (the convolutions'
+// activations), under 150 MiB: W must be away at both ends of the iteration.
+schedule_problem idle_at_both_ends() {
+  schedule_problem p;
+  p.step_seconds.assign(10, 10e-3);
+  schedule_tensor w = tensor(100 * k_mib, {4, 5});
+  w.persistent = w.pinned = w.parkable = true;
+  p.tensors.push_back(w);
+  p.tensors.push_back(tensor(100 * k_mib, {0, 1, 2}));
+  p.tensors.push_back(tensor(100 * k_mib, {7, 8, 9}));
+  p.budget_bytes = 150 * k_mib;
+  p.link_bytes_per_s = 16e9;
+  return p;
+}
+
+TEST(memory_schedule_test, a_persistent_tensor_idle_at_both_ends_is_parked_with_hidden_copies) {
+  const schedule_problem p = idle_at_both_ends();
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  ASSERT_EQ(s.gaps.size(), 1u);
+  const scheduled_gap& g = s.gaps[0];
+  EXPECT_TRUE(g.wraps);
+  EXPECT_EQ(g.tensor, 0u);
+  EXPECT_EQ(g.action, gap_action::swap);
+  // Out after its last use, the copy (6.6 ms) starting once its writer (step 4) is done: it
+  // lands before step 6, released there; in after step 2, the latest whose copy lands before
+  // step 4 starts.
+  EXPECT_EQ(g.after, 5u);
+  EXPECT_EQ(g.before, 4u);
+  EXPECT_EQ(g.release, 6u);
+  EXPECT_EQ(g.prefetch, 2u);
+  EXPECT_EQ(s.steps[5].offload, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.steps[6].release, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.steps[2].prefetch, std::vector<std::uint32_t>{0});
+  EXPECT_TRUE(s.fits);
+  EXPECT_EQ(s.predicted_peak_bytes, 100 * k_mib);
+  EXPECT_EQ(s.bytes_swapped, 100 * k_mib);
+  EXPECT_DOUBLE_EQ(s.predicted_seconds, s.baseline_seconds);  // both copies hidden
+  EXPECT_DOUBLE_EQ(simulate_memory_schedule(p, s), s.predicted_seconds);
+}
+
+TEST(memory_schedule_test, a_persistent_tensor_not_parkable_stays_and_the_schedule_does_not_fit) {
+  schedule_problem p = idle_at_both_ends();
+  p.tensors[0].parkable = false;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.gaps.empty());
+  EXPECT_FALSE(s.fits);
+  // Nor is it parked when swaps are off.
+  p.tensors[0].parkable = true;
+  schedule_options o = no_headroom();
+  o.allow_swap = false;
+  EXPECT_TRUE(plan_memory_schedule(p, o).gaps.empty());
+}
+
 // The prefetch of A (long_gap with B busy over steps 2..6) under the prefetch controls.
 scheduled_gap swap_under(const schedule_options& o) {
   schedule_problem p = long_gap(10, 10e-3, 2, 6);
@@ -530,12 +584,22 @@ schedule_problem random_training(std::mt19937& rng, std::uint32_t layers) {
   schedule_tensor weights = tensor(8 * k_mib, {0, steps - 1});
   weights.persistent = weights.pinned = true;
   p.tensors.push_back(weights);
+  // A middle layer's weights (idle at both ends: parkable) and its momentum (used by the
+  // update only).
+  const std::uint32_t middle = layers / 2;
+  schedule_tensor fc = tensor(mib(rng) * k_mib, {middle, steps - 1 - middle});
+  fc.persistent = fc.pinned = fc.parkable = true;
+  p.tensors.push_back(fc);
+  schedule_tensor momentum = tensor(fc.bytes, {steps - 1 - middle});
+  momentum.persistent = momentum.pinned = momentum.parkable = true;
+  p.tensors.push_back(momentum);
   p.link_bytes_per_s = 16e9;
   return p;
 }
 
 TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_in_time) {
   std::mt19937 rng(7);
+  std::size_t parks = 0;
   for (int trial = 0; trial < 200; ++trial) {
     schedule_problem p = random_training(rng, 4 + trial % 40);
     // The peak with nothing done, then a budget between the largest step and that.
@@ -565,6 +629,20 @@ TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_
         EXPECT_TRUE(!g.compressed ||
                     (compress && g.action == gap_action::swap && p.tensors[g.tensor].compressible));
         compressed += g.compressed ? p.tensors[g.tensor].bytes : 0;
+        if (g.wraps) {
+          // Parked: offloaded after its last use, released before a later step of the
+          // iteration, prefetched before its first use.
+          const schedule_tensor& w = p.tensors[g.tensor];
+          EXPECT_TRUE(w.parkable && w.persistent);
+          EXPECT_EQ(g.action, gap_action::swap);
+          EXPECT_EQ(g.after, w.uses.back().step);
+          EXPECT_EQ(g.before, w.uses.front().step);
+          EXPECT_LT(g.after, g.release);
+          EXPECT_LT(g.release, p.step_seconds.size());
+          EXPECT_LT(g.prefetch, g.before);
+          ++parks;
+          continue;
+        }
         ASSERT_LT(g.after, g.before);
         EXPECT_FALSE(p.tensors[g.tensor].pinned);
         if (g.action == gap_action::swap) {
@@ -583,6 +661,7 @@ TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_
       EXPECT_EQ(s.bytes_compressed, compressed);
     }
   }
+  EXPECT_GT(parks, 0u);  // the middle layer's weights or momentum were parked somewhere
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 //             `prefetch` into fresh memory, ready for the gap's last use;
 //   drop      freed after the gap's first use and rebuilt (its producer's forward replayed)
 //             right before the gap's last use; the replay's reads become uses of theirs.
+// A persistent tensor (a parameter, a momentum) also has the gap from its last use around
+// the iteration's end to its first use: parked, it is offloaded after its last use, released
+// before a later step, and is on the host at the iteration boundary, prefetched after a step
+// before its first use (VGG16's FC weights, idle while the convolutions run both ways).
 // It picks gaps greedily at the step most over budget: the action that removes the most
 // overflow per second it adds to the iteration (a swap whose copies hide under compute adds
 // nothing), timing each swap by slack (LDFG: the offload starts once its writer is done and
@@ -44,6 +48,10 @@ struct schedule_tensor {
   bool persistent = false;
   /// Never swapped or dropped by the schedule (it stays where it is).
   bool pinned = false;
+  /// A persistent tensor that may be parked on the host across the iteration's end (the
+  /// executor puts it there before the first iteration), even when `pinned` keeps it put
+  /// between its uses.
+  bool parkable = false;
   std::vector<schedule_use> uses;  ///< ascending by step, one entry per step
   /// Whether a replay of its producer's forward can rebuild it (a cheap layer's output).
   bool rebuildable = false;
@@ -166,6 +174,10 @@ struct scheduled_gap {
   std::uint32_t release = 0;   ///< swap: the step before which its memory is freed
   std::uint32_t prefetch = 0;  ///< swap: the step after which the copy back is issued
   bool compressed = false;     ///< swap: both copies move fp16 (transfer_encoding::fp16)
+  /// swap of a persistent tensor across the iteration's end (parked): `after` is its last
+  /// use, `before` its first (so before < after), released before step `release` > after,
+  /// on the host at the iteration boundary, prefetched after step `prefetch` < before.
+  bool wraps = false;
 };
 
 /// The plan for one iteration.
