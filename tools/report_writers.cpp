@@ -75,6 +75,8 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"evictions\": " << p.evictions
         << ",\n      \"scheduled_swaps\": " << p.scheduled_swaps
         << ",\n      \"scheduled_drops\": " << p.scheduled_drops
+        << ",\n      \"scheduled_parks\": " << p.scheduled_parks
+        << ",\n      \"parked_bytes\": " << p.parked_bytes
         << ",\n      \"schedule_misses\": " << p.schedule_misses
         << ",\n      \"predicted_seconds\": " << json_number(p.predicted_seconds)
         << ",\n      \"bound_seconds\": " << json_number(p.bound_seconds)
@@ -314,6 +316,11 @@ void write_summary(std::ostream& out, const run_report& r) {
           << 1e3 * p.predicted_seconds << " ms per iteration in the "
           << (p.replan.replanned ? "measured times" : "plan's model") << "; " << p.schedule_misses
           << " tensors not where it put them, " << p.evictions << " safety-net evictions\n";
+      if (p.scheduled_parks != 0) {
+        out << "  " << p.policy << ": " << p.scheduled_parks << " of the swaps park persistent "
+            << "tensors (" << format_bytes(p.parked_bytes)
+            << ") on the host across the iteration's end\n";
+      }
       if (p.bound_seconds > 0) {
         out << "  " << p.policy << ": no exact schedule can take less than " << std::setprecision(4)
             << 1e3 * p.bound_seconds << " ms per iteration in that model (a lower bound)\n";

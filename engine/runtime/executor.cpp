@@ -170,6 +170,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
 
   const std::size_t n = table_.size();
   persistent_ptr_.assign(n, nullptr);
+  parked_.assign(n, false);
   host_resident_.resize(n);
   for (tensor_id t = 0; t < n; ++t) {
     if (table_[t].host_resident && dev.touches_memory()) {
@@ -440,9 +441,16 @@ void executor::initialize_persistent() {
 // copies of the resident ones are dropped, as after the constructor). Every iteration then
 // starts from the same heap and cache, so each runs as the first did: the one iteration
 // that `plan` runs stands for them all. Costs a round trip of the parameters, only when the
-// budget was short of them anyway.
+// budget was short of them anyway. The tensors the schedule parks across the iteration's end
+// stay on the host, holding no place in the arena (placed there, then parked, they would
+// leave holes between the others that only small tensors fit), and the compute stream waits
+// for their copies out: the iteration that follows finds the link as the previous one left it.
 void executor::restore_persistent_placement() {
-  if (!persistent_moved_) return;
+  bool placed = !persistent_moved_;
+  for (tensor_id t : plan_.persistent) {
+    if (parked_[t] && residency_->state(t) != residency::on_host) placed = false;
+  }
+  if (placed) return;
   for (tensor_id t : plan_.persistent) {
     if (residency_->state(t) == residency::resident) (void)cache_->evict(t);
   }
@@ -450,6 +458,7 @@ void executor::restore_persistent_placement() {
   compute.record(*transfers_->ready);
   for (std::size_t i = plan_.persistent.size(); i-- > 0;) {
     const tensor_id t = plan_.persistent[i];
+    if (parked_[t]) continue;
     allocate_persistent(t);
     transfers_->engine.prefetch(t, cache_->ptr(t), transfers_->ready.get());
     transfers_->engine.make_ready(t, compute);
@@ -457,6 +466,8 @@ void executor::restore_persistent_placement() {
   for (tensor_id t : plan_.persistent) {
     if (residency_->state(t) == residency::resident) forget_host(t);
   }
+  dev_.get_stream(stream_role::device_to_host).record(*transfers_->ready);
+  compute.wait(*transfers_->ready);
   persistent_moved_ = false;
 }
 
@@ -812,6 +823,7 @@ policy_report executor::report() const {
   if (schedule_) {
     for (const scheduled_gap& g : schedule_->gaps) {
       (g.action == gap_action::swap ? r.scheduled_swaps : r.scheduled_drops) += 1;
+      if (g.wraps) ++r.scheduled_parks, r.parked_bytes += table_[g.tensor].bytes;
     }
     r.predicted_seconds = schedule_->predicted_seconds;
     r.bound_seconds = schedule_->bound_seconds;

@@ -416,8 +416,9 @@ class executor {
     int offloads = 0, prefetches = 0, replays = 0;
   } marks_;  // the current step's copies and replays, for its record
 
-  bool persistent_moved_ = false;      // a persistent tensor was evicted since the last restore
-  bool host_exhausted_ = false;        // an eviction found host memory exhausted
+  bool persistent_moved_ = false;  // a persistent tensor was evicted since the last restore
+  std::vector<bool> parked_;       // all: per tensor, parked on the host across the iteration's end
+  bool host_exhausted_ = false;    // an eviction found host memory exhausted
   std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats
   // Tensors kept in host memory (tensor_info::host_resident: the batch a tiled segment
   // fetches tile by tile), one buffer each on a device that touches memory.

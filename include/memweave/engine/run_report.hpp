@@ -73,9 +73,13 @@ struct policy_report {
   double transfer_wait_s = 0.0;         ///< seconds the step loop blocked on transfers
   std::uint64_t scheduled_swaps = 0;    ///< all: gaps the memory schedule swaps
   std::uint64_t scheduled_drops = 0;    ///< all: gaps the memory schedule drops and rebuilds
-  std::uint64_t schedule_misses = 0;    ///< all: scheduled actions the safety net pre-empted
-  double predicted_seconds = 0.0;       ///< all: the schedule's modelled iteration time
-  double bound_seconds = 0.0;           ///< all: the least any exact schedule could take
+  /// all: of scheduled_swaps, persistent tensors parked on the host across the iteration's
+  /// end, and their bytes
+  std::uint64_t scheduled_parks = 0;
+  std::uint64_t parked_bytes = 0;
+  std::uint64_t schedule_misses = 0;  ///< all: scheduled actions the safety net pre-empted
+  double predicted_seconds = 0.0;     ///< all: the schedule's modelled iteration time
+  double bound_seconds = 0.0;         ///< all: the least any exact schedule could take
   /// all under a budget: the modelled iterations it was weighed by before it started (0: not
   /// weighed, or the policy could not run there), and whether it ran as recompute for it.
   double weighed_all_seconds = 0.0;

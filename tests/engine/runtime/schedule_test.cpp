@@ -56,8 +56,18 @@ executor_options full_size_options(const std::string& policy, std::size_t budget
 // Every swap is offloaded after the use that opens its gap, released later, prefetched no
 // earlier than released and before the step that reads it; a drop is rebuilt at the step
 // that closes its gap.
+// A parked persistent tensor's gap wraps around the iteration's end: offloaded after its last
+// use, released before a later step, prefetched before its first use.
 void expect_well_timed(const memory_schedule& s) {
   for (const scheduled_gap& g : s.gaps) {
+    if (g.wraps) {
+      EXPECT_EQ(g.action, gap_action::swap);
+      EXPECT_GE(g.after, g.before);  // equal: used by one step alone (a momentum)
+      EXPECT_LT(g.after, g.release);
+      EXPECT_LT(g.release, s.steps.size());
+      EXPECT_LT(g.prefetch, g.before) << "tensor " << g.tensor;
+      continue;
+    }
     EXPECT_LT(g.after, g.before);
     if (g.action != gap_action::swap) continue;
     EXPECT_LT(g.after, g.release);
@@ -80,34 +90,70 @@ network activation_heavy(const std::string& name) {
 
 class schedule_half_peak_test : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(schedule_half_peak_test, all_runs_its_schedule_bit_identically_as_planned) {
-  const std::string name = GetParam();
-  const network net = activation_heavy(name);
-  const std::size_t peak =
-      plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
-  executor_options o = scheduled_options("all", peak / 2, "fixed:direct");
+// `all` at `budget` on `net`: its schedule is well timed, carried out as planned with the
+// safety net idle, and trains on host (link throttled and not) bit-identically to baseline,
+// step by step as the plan said. Returns the plan.
+planned_run expect_runs_as_planned(const network& net, std::size_t budget) {
+  executor_options o = scheduled_options("all", budget, "fixed:direct");
   // The plan's schedule all along (re-planning from measured times has its own test).
   o.replan_from_measured = false;
   const planned_run plan = plan_run(net, o);
-  SCOPED_TRACE(name + " budget " + std::to_string(peak / 2));
-  ASSERT_TRUE(plan.scheduled);
+  SCOPED_TRACE(net.name() + " budget " + std::to_string(budget));
+  EXPECT_TRUE(plan.scheduled);
   expect_well_timed(plan.schedule);
   EXPECT_GT(plan.report.scheduled_swaps + plan.report.scheduled_drops, 0u);
   // The plan fits: every action is done as scheduled and the safety net never acts.
   EXPECT_EQ(plan.report.schedule_misses, 0u);
   EXPECT_EQ(plan.report.evictions, 0u);
-  EXPECT_LE(plan.report.peak_bytes, peak / 2);
+  EXPECT_LE(plan.report.peak_bytes, budget);
   const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 3);
   for (double gbps : {0.0, 4.0}) {
     const auto trained = test::train(net, o, 3, gbps);
-    test::expect_bit_identical(reference, trained, name + " link " + std::to_string(gbps));
-    ASSERT_EQ(trained.steps.size(), plan.report.steps.size());
-    for (std::size_t s = 0; s < trained.steps.size(); ++s) {
+    test::expect_bit_identical(reference, trained, net.name() + " link " + std::to_string(gbps));
+    EXPECT_EQ(trained.steps.size(), plan.report.steps.size());
+    for (std::size_t s = 0; s < trained.steps.size() && s < plan.report.steps.size(); ++s) {
       EXPECT_EQ(trained.steps[s].heap_bytes, plan.report.steps[s].heap_bytes) << "step " << s + 1;
       EXPECT_EQ(trained.steps[s].tensors_live, plan.report.steps[s].tensors_live)
           << "step " << s + 1;
     }
   }
+  return plan;
+}
+
+std::size_t liveness_peak(const network& net) {
+  return plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
+}
+
+TEST_P(schedule_half_peak_test, all_runs_its_schedule_bit_identically_as_planned) {
+  const network net = activation_heavy(GetParam());
+  (void)expect_runs_as_planned(net, liveness_peak(net) / 2);
+}
+
+// VGG16's FC weights and momenta are idle while the convolutions run, forward and backward:
+// parked on the host across the iteration's end, they leave room for the activations (at 0.8
+// x liveness's peak, without parks the plan leaves the safety net 109 evictions). The
+// parked tensors are back in place (on the host) for every iteration, so training over three
+// stays bit-identical and equal to the plan step by step.
+TEST(schedule_test, all_parks_idle_persistent_tensors_across_the_iterations_end_bit_identically) {
+  zoo_options z;
+  z.batch = 32;
+  z.classes = 5;
+  z.width_scale = 0.125;
+  z.image_side = 64;
+  const network net = make_network("vgg16", z);
+  const std::size_t budget = liveness_peak(net) * 8 / 10;
+  const planned_run plan = expect_runs_as_planned(net, budget);
+  EXPECT_GT(plan.report.scheduled_parks, 0u);
+  EXPECT_GT(plan.report.parked_bytes, 0u);
+  const route r(net);
+  const tensor_table table(net, r);
+  std::size_t parks = 0;
+  for (const scheduled_gap& g : plan.schedule.gaps) {
+    if (!g.wraps) continue;
+    ++parks;
+    EXPECT_TRUE(table[g.tensor].persistent) << table[g.tensor].name;
+  }
+  EXPECT_EQ(parks, plan.report.scheduled_parks);
 }
 
 INSTANTIATE_TEST_SUITE_P(zoo, schedule_half_peak_test,
@@ -346,17 +392,18 @@ TEST(schedule_test, all_keeps_the_faster_of_two_headrooms_run_on_the_null_device
 }
 
 // The workspace share decides how fast a tight budget runs, and the heap can overturn any
-// prediction of it: VGG16 b64 at a third of liveness's peak, a quarter fragments into
-// safety-net evictions and runs > 10 % slower than a sixteenth (0.655 against 0.767 of
-// liveness's speed in the model), which the weighing keeps, evicting nothing. (Before the
-// timeline counted the workspaces selection takes beyond those planned, the prediction chose
-// the quarter.)
+// prediction of it: VGG16 b64 at a third of liveness's peak, with the FC weights parked, a
+// quarter at the headroom of 0.08 fragments into 85 safety-net evictions and runs 18 % slower
+// than a quarter at half that headroom (0.823 against 0.689 s per iteration in the model),
+// which the weighing keeps, evicting nothing. (Before parking, a sixteenth won, and before
+// the timeline counted the workspaces selection takes beyond those planned, the prediction
+// chose the quarter that fragments.)
 TEST(schedule_test, all_keeps_the_workspace_share_that_runs_fastest) {
   const auto [net, budget, weighed] = weigh_full_size("vgg16", 64, 3);
   ASSERT_TRUE(weighed.scheduled);
   const double fastest = expect_fastest_of_the_weighed(net, budget, weighed);
-  EXPECT_EQ(weighed.report.weighed_workspace_share, 16u);
   EXPECT_EQ(weighed.report.evictions, 0u);
+  EXPECT_GT(weighed.report.scheduled_parks, 0u);
   executor_options quarter = full_size_options("all", budget);
   quarter.schedule.headroom_auto = false;
   quarter.schedule.workspace_share = 4;
