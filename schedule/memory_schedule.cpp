@@ -751,7 +751,10 @@ class planner {
     if (pre_end(b) > tl.start[first]) stall += pre_end(b) - tl.start[first];
     stall += std::max(0.0, d - tl.d2h_slack_after[last]);
     stall += std::max(0.0, d - tl.h2d_slack_after[b]);
-    stall += o_.link_charge * 2.0 * d;
+    // No share of the link is charged beyond that (link_charge): it is there to prefer a
+    // cheap rebuild to a hidden round trip, and a persistent tensor has no rebuild; charged,
+    // a park lost to slower workspaces where its copies hide (VGG16 b64 at half its peak:
+    // 0.937 of liveness's speed charged, 0.952 not).
     const double v = value(bytes, r, steps - 1, x.bytes) + value(bytes, 0, b, x.bytes);
     if (v <= 0) return std::nullopt;
     return park_choice{r, b, stall > 0 ? stall / v : -v};

@@ -220,8 +220,9 @@ TEST(schedule_test, the_planners_prediction_is_what_the_null_device_measures_at_
 }
 
 // Left unset, the share of link time a hidden swap is charged is tried at 0.5, 1 and 2 and
-// the fastest predicted plan kept: never slower than any one of them, and on ResNet-50 at
-// half its peak faster than the old fixed 0.5 (58.5 against 61.0 ms in the model).
+// the fastest predicted plan kept: never slower than any one of them. On ResNet-50 b16 at
+// half its peak it was faster than the old fixed 0.5 (58.5 against 61.0 ms in the model);
+// since persistent tensors park, 0.5 plans best there (57.1 ms), and the choice keeps it.
 TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans) {
   zoo_options z;
   z.batch = 16;
@@ -242,7 +243,8 @@ TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans)
     EXPECT_LE(best.report.predicted_seconds, one.report.predicted_seconds * (1 + 1e-12)) << charge;
     if (charge == 0.5) fixed_half = one.report.predicted_seconds;
   }
-  EXPECT_LT(best.report.predicted_seconds, fixed_half * 0.99);
+  EXPECT_LE(best.report.predicted_seconds, fixed_half);
+  EXPECT_LT(best.report.predicted_seconds, 58.5e-3);
 }
 
 // Left unset, the slack is tried as 0, 0.5 and 1 times each prefetch's copy time (at the link
@@ -312,7 +314,7 @@ TEST(schedule_test, all_runs_as_recompute_where_that_is_faster_in_the_model) {
 // are bit-identical to baseline.
 TEST(schedule_test, weighed_all_trains_on_host_as_planned_and_bit_identically) {
   int weighed = 0, as_recompute = 0;
-  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
     const network net = test::oracle_random_dag(seed);
     const std::size_t peak = plan_run(net, policy_options("liveness")).report.peak_bytes;
     const auto reference = test::train(net, policy_options("baseline"), 2);
