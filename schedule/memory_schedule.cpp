@@ -645,37 +645,14 @@ class planner {
         if (chain >= 0) consider(gap_action::drop, a + 1, c - 1, chain);
       }
       if (!o_.allow_swap || c - a < o_.min_swap_distance) continue;
-      const double d = copy_seconds(t);
-      // Offload: issued after step a, behind the copies issued up to a, once the writer is done.
-      const std::uint32_t w = last_write_at_or_before(t, a);
-      const double off_end = std::max(tl.d2h_done[a], w == k_none ? 0.0 : tl.end[w]) + d;
-      // Release: the first step starting after the copy arrives; or `worst`, waiting for it.
-      const auto rit = std::lower_bound(tl.start.begin() + a + 1, tl.start.begin() + c, off_end);
-      std::uint32_t r = static_cast<std::uint32_t>(rit - tl.start.begin());
-      double stall = 0;
-      if (r > worst) {
-        r = worst;
-        stall += off_end - tl.start[worst];
-      }
-      // Prefetch: the latest step after which the copy lands before step c starts; or
-      // `worst`, step c then waiting for it.
-      // The prefetch bounds (TFLMS's lb/ub) narrow the steps it may be issued after; the
-      // slack threshold (LDFG's) asks it to land that long before step c starts.
-      auto pre_end = [&](std::uint32_t b) { return std::max(tl.h2d_done[b], tl.end[b]) + d; };
-      const std::uint32_t lb = std::max<std::uint32_t>(o_.prefetch_lb, 1);
-      if (c < worst + lb) continue;
-      const std::uint32_t earliest =
-          o_.prefetch_ub != 0 && c > worst + o_.prefetch_ub ? c - o_.prefetch_ub : worst;
-      std::uint32_t b = c - lb;
-      while (b > earliest && pre_end(b) + slack(d) > tl.start[c]) --b;
-      if (pre_end(b) > tl.start[c]) stall += pre_end(b) - tl.start[c];
-      // The copies issued later on each stream are pushed back by d, as far as their slack
-      // does not absorb it.
-      stall += std::max(0.0, d - tl.d2h_slack_after[a]);
-      stall += std::max(0.0, d - tl.h2d_slack_after[b]);
+      if (c < worst + std::max<std::uint32_t>(o_.prefetch_lb, 1)) continue;
+      // Released at `worst` at the latest, prefetched after it at the earliest.
+      const timed_swap k = time_swap(t, a, c, c, worst, worst, tl);
       // A hidden copy still takes the link from later swaps: part of its time is charged.
-      stall += o_.link_charge * 2.0 * d;
-      if (r <= b && b < steps) consider(gap_action::swap, r, b, stall);
+      const double stall = k.stall + o_.link_charge * 2.0 * copy_seconds(t);
+      if (k.release <= k.prefetch && k.prefetch < steps) {
+        consider(gap_action::swap, k.release, k.prefetch, stall);
+      }
     }
     // A slower way to run `worst` itself, with less workspace.
     std::uint32_t option = k_none;
@@ -705,6 +682,45 @@ class planner {
     return true;
   }
 
+  struct timed_swap {
+    std::uint32_t release = 0, prefetch = 0;
+    double stall = 0;
+  };
+
+  // A round trip of `t` on the current timeline, out after step `out` and back for step
+  // `in`. The offload is issued after `out`, behind the copies issued up to it, once its
+  // writer is done; released before the first step of (out, release_end) that starts after
+  // it lands, or before `latest`, waiting for it. The prefetch is issued after the latest
+  // step of [earliest, in - lb] whose copy lands before step `in` starts, with the slack
+  // threshold (LDFG's) to spare, the prefetch bounds (TFLMS's lb/ub) narrowing the range; or
+  // after `earliest`, step `in` then waiting for it. The stall counts those waits and the
+  // copies issued later on each stream, pushed back by the copy as far as their slack does
+  // not absorb it.
+  timed_swap time_swap(std::uint32_t t, std::uint32_t out, std::uint32_t in,
+                       std::uint32_t release_end, std::uint32_t latest, std::uint32_t earliest,
+                       const timeline& tl) const {
+    const double d = copy_seconds(t);
+    timed_swap k;
+    const std::uint32_t w = last_write_at_or_before(t, out);
+    const double off_end = std::max(tl.d2h_done[out], w == k_none ? 0.0 : tl.end[w]) + d;
+    const auto rit =
+        std::lower_bound(tl.start.begin() + out + 1, tl.start.begin() + release_end, off_end);
+    k.release = static_cast<std::uint32_t>(rit - tl.start.begin());
+    if (k.release > latest) {
+      k.release = latest;
+      k.stall += off_end - tl.start[latest];
+    }
+    const std::uint32_t lb = std::max<std::uint32_t>(o_.prefetch_lb, 1);
+    if (o_.prefetch_ub != 0 && in > earliest + o_.prefetch_ub) earliest = in - o_.prefetch_ub;
+    auto pre_end = [&](std::uint32_t b) { return std::max(tl.h2d_done[b], tl.end[b]) + d; };
+    k.prefetch = in - lb;
+    while (k.prefetch > earliest && pre_end(k.prefetch) + slack(d) > tl.start[in]) --k.prefetch;
+    if (pre_end(k.prefetch) > tl.start[in]) k.stall += pre_end(k.prefetch) - tl.start[in];
+    k.stall += std::max(0.0, d - tl.d2h_slack_after[out]);
+    k.stall += std::max(0.0, d - tl.h2d_slack_after[k.prefetch]);
+    return k;
+  }
+
   struct park_choice {
     std::uint32_t release = 0, prefetch = 0;
     double score = 0;
@@ -727,37 +743,20 @@ class planner {
     const std::uint32_t first = u.front().step, last = u.back().step;
     const std::uint32_t lb = std::max<std::uint32_t>(o_.prefetch_lb, 1);
     if ((worst >= first && worst <= last) || last + 1 >= steps || first < lb) return std::nullopt;
-    const double d = copy_seconds(t);
-    double stall = 0;
-    // Offload after the last use, behind the copies issued up to it; released before the
-    // first step starting after it lands (at `worst` at the latest when that lies after it).
-    const std::uint32_t w = last_write_at_or_before(t, last);
-    const double off_end = std::max(tl.d2h_done[last], w == k_none ? 0.0 : tl.end[w]) + d;
-    const auto rit = std::lower_bound(tl.start.begin() + last + 1, tl.start.end(), off_end);
-    std::uint32_t r = static_cast<std::uint32_t>(rit - tl.start.begin());
-    const std::uint32_t latest = worst > last ? worst : steps - 1;
-    if (r > latest) {
-      r = latest;
-      stall += off_end - tl.start[latest];
-    }
-    // Prefetch: the latest step before the first use whose copy lands in time (no earlier
-    // than `worst` when that lies before it), within the prefetch bounds.
     if (worst < first && first < worst + lb) return std::nullopt;
-    std::uint32_t earliest = worst < first ? worst : 0;
-    if (o_.prefetch_ub != 0 && first > earliest + o_.prefetch_ub) earliest = first - o_.prefetch_ub;
-    auto pre_end = [&](std::uint32_t b) { return std::max(tl.h2d_done[b], tl.end[b]) + d; };
-    std::uint32_t b = first - lb;
-    while (b > earliest && pre_end(b) + slack(d) > tl.start[first]) --b;
-    if (pre_end(b) > tl.start[first]) stall += pre_end(b) - tl.start[first];
-    stall += std::max(0.0, d - tl.d2h_slack_after[last]);
-    stall += std::max(0.0, d - tl.h2d_slack_after[b]);
+    // Released before any later step (`worst` at the latest when that lies after its last
+    // use), prefetched after any earlier one (`worst` at the earliest when that lies before
+    // its first use).
+    const timed_swap k = time_swap(t, last, first, steps, worst > last ? worst : steps - 1,
+                                   worst < first ? worst : 0, tl);
     // No share of the link is charged beyond that (link_charge): it is there to prefer a
     // cheap rebuild to a hidden round trip, and a persistent tensor has no rebuild; charged,
     // a park lost to slower workspaces where its copies hide (VGG16 b64 at half its peak:
     // 0.937 of liveness's speed charged, 0.952 not).
-    const double v = value(bytes, r, steps - 1, x.bytes) + value(bytes, 0, b, x.bytes);
+    const double v =
+        value(bytes, k.release, steps - 1, x.bytes) + value(bytes, 0, k.prefetch, x.bytes);
     if (v <= 0) return std::nullopt;
-    return park_choice{r, b, stall > 0 ? stall / v : -v};
+    return park_choice{k.release, k.prefetch, k.stall > 0 ? k.stall / v : -v};
   }
 
   const schedule_problem& p_;

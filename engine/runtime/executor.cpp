@@ -569,6 +569,9 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   simulated_s_ = compute.simulated_time_s() - sim_start;
   if (measure) {
     replan_from(measuring_ ? measuring_->spans() : options_.timeline->spans());
+    // The new schedule's placement of the persistent tensors may have enqueued copies that
+    // record into the timeline: they land before it goes.
+    compute.synchronize();
     measuring_.reset();
     if (transfers_) transfers_->engine.set_timeline(recording());
   }
@@ -823,7 +826,10 @@ policy_report executor::report() const {
   if (schedule_) {
     for (const scheduled_gap& g : schedule_->gaps) {
       (g.action == gap_action::swap ? r.scheduled_swaps : r.scheduled_drops) += 1;
-      if (g.wraps) ++r.scheduled_parks, r.parked_bytes += table_[g.tensor].bytes;
+      if (g.wraps) {
+        ++r.scheduled_parks;
+        r.parked_bytes += table_[g.tensor].bytes;
+      }
     }
     r.predicted_seconds = schedule_->predicted_seconds;
     r.bound_seconds = schedule_->bound_seconds;

@@ -175,18 +175,18 @@ void executor::use_schedule(memory_schedule planned) {
   if (forward_conv_.empty()) forward_conv_.assign(route_.layer_count(), conv_step{});
   // Every iteration starts with the parked tensors on the host and the others where the
   // constructor placed them (a schedule that replaces another may park others): placed
-  // again now, where any is parked or away.
+  // again now where one that stays is away (restore_persistent_placement itself sees a
+  // parked one that is not on the host).
   parked_.assign(table_.size(), false);
   for (const scheduled_gap& g : schedule_->gaps) {
-    if (g.wraps) parked_[g.tensor] = persistent_moved_ = true;
+    if (g.wraps) parked_[g.tensor] = true;
   }
   for (tensor_id t : plan_.persistent) {
-    if (in_cache(t) && residency_->state(t) != residency::resident) persistent_moved_ = true;
+    if (in_cache(t) && !parked_[t] && residency_->state(t) != residency::resident) {
+      persistent_moved_ = true;
+    }
   }
   restore_persistent_placement();
-  // Its copies land before anything else happens: the timeline that measured the first
-  // iteration (which they may be recorded in) goes as soon as the re-plan is done.
-  dev_.get_stream(stream_role::compute).synchronize();
 }
 
 // Capuchin: the first iteration ran the model's schedule on a device that computes; its
