@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 37> k_options{{
+constexpr std::array<option_info, 38> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -165,6 +165,10 @@ constexpr std::array<option_info, 37> k_options{{
      "all: a scheduled prefetch is issued at most this many steps before its use (TFLMS's ub; 0 = "
      "no bound; below MEMWEAVE_SCHEDULE_PREFETCH_LB is an error)",
      {1, 2147483647, true}},
+    {"MEMWEAVE_SCHEDULE_KEEP_REBUILT", "auto", f::choice, "auto|yes|no",
+     "all: yes = a dropped tensor a replay rebuilt before its own use stays until that use "
+     "where the steps between have room (one replay, not two); auto = run both on the null "
+     "device, keep the faster"},
     {"MEMWEAVE_SCHEDULE_COMPRESS", "none", f::choice, "none|fp16",
      "all: fp16 = scheduled swaps of fp32 tensors cross the link as FP16, half the bytes (LDFG; "
      "lossy: results are no longer bit-identical, the round-trip error is reported)"},

@@ -451,7 +451,18 @@ class planner {
     const gap g = gaps_[t][gi];
     uses_[t].insert(uses_[t].begin() + gi + 1, schedule_use{step, false});
     gaps_[t].insert(gaps_[t].begin() + gi + 1, g);
-    if (g.action == gap_action::drop) rebuild_at(t, step);
+    if (g.action != gap_action::drop) return;
+    rebuild_at(t, step);
+    if (!o_.keep_rebuilt) return;
+    // Rebuilt at `step`, it may as well stay until its next use where that costs no memory
+    // over the budget, saving the replay there.
+    gaps_[t][gi + 1] = gap{};
+    const std::vector<std::size_t> bytes = memory_curve();
+    const std::uint32_t c = uses_[t][gi + 2].step;
+    if (std::any_of(bytes.begin() + step + 1, bytes.begin() + c,
+                    [&](std::size_t b) { return b > planning_budget_; })) {
+      gaps_[t][gi + 1] = g;
+    }
   }
 
   // `t` is rebuilt before step `step`: what its replay touches is had there, as a use, or
@@ -521,9 +532,12 @@ class planner {
       gap best = before;
       double best_total = tl.total - 1e-12;
       timeline best_tl;
+      const std::vector<std::uint32_t> chain_before = chain_[c];
       for (std::uint32_t back = 0;; back = back == 0 ? 1 : 2 * back) {
         if (b < earliest + back) break;
         g = gap{gap_action::swap, r, b - back};
+        // Swapped, it is no longer rebuilt before `c`: nor is what only its replay needed.
+        gather_chain(c);
         const std::vector<std::size_t> bytes = memory_curve();
         if (!all_fit(bytes)) continue;
         // An earlier prefetch holds its bytes over more steps, which the heap may not find
@@ -542,7 +556,37 @@ class planner {
         }
       }
       g = best;
-      if (best.action == gap_action::swap) tl = std::move(best_tl);
+      if (best.action == gap_action::swap) {
+        tl = std::move(best_tl);
+        gather_chain(c);
+      } else {
+        chain_[c] = chain_before;
+      }
+    }
+  }
+
+  // chain_[c] anew from the drops whose replays run before step `c`: the dead tensors those
+  // replays touch, and theirs in turn.
+  void gather_chain(std::uint32_t c) {
+    chain_[c].clear();
+    std::vector<std::uint32_t> pending;
+    for (std::uint32_t t = 0; t < gaps_.size(); ++t) {
+      for (std::uint32_t i = 0; i < gaps_[t].size(); ++i) {
+        if (gaps_[t][i].action == gap_action::drop && uses_[t][i + 1].step == c) {
+          pending.push_back(t);
+        }
+      }
+    }
+    while (!pending.empty()) {
+      const std::uint32_t t = pending.back();
+      pending.pop_back();
+      for (std::uint32_t y : p_.tensors[t].rebuild_touches) {
+        if (alive_at(y, c) || std::find(chain_[c].begin(), chain_[c].end(), y) != chain_[c].end()) {
+          continue;
+        }
+        chain_[c].push_back(y);
+        pending.push_back(y);
+      }
     }
   }
 
@@ -843,6 +887,10 @@ schedule_options schedule_options::from_environment() {
   o.prefetch_lb = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_LB"));
   o.prefetch_ub = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_PREFETCH_UB"));
   o.compress = option_string("MEMWEAVE_SCHEDULE_COMPRESS") == "fp16";
+  // auto: without, and the executor runs the other way too (keep_rebuilt_auto).
+  const std::string keep = option_string("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
+  o.keep_rebuilt = keep == "yes";
+  o.keep_rebuilt_auto = keep == "auto";
   if (o.prefetch_ub != 0 && o.prefetch_lb > o.prefetch_ub) {
     throw invalid_argument(
         "MEMWEAVE_SCHEDULE_PREFETCH_LB=" + std::to_string(o.prefetch_lb) +

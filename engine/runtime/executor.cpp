@@ -842,6 +842,7 @@ policy_report executor::report() const {
     r.ran_as_recompute = !options_.policy.planned;
     r.weighed_headroom = options_.schedule.headroom;
     r.weighed_workspace_share = options_.schedule.workspace_share;
+    r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;
   }
   r.ranks = ranks();
   r.allreduce_bytes = reduce_bytes_;

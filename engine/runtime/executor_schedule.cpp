@@ -108,9 +108,10 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     return x ? x->predicted_seconds : std::numeric_limits<double>::infinity();
   };
   // Runs `all` at one headroom and workspace share, kept if the fastest.
-  auto run_all = [&](double headroom, std::size_t share) {
+  auto run_all = [&](double headroom, std::size_t share, bool keep_rebuilt) {
     o.schedule.headroom = headroom;
     o.schedule.workspace_share = share;
+    o.schedule.keep_rebuilt = keep_rebuilt;
     std::optional<memory_schedule> schedule;
     const double s = run(o, &schedule);
     const bool tie = s == choice.all_s && predicted(schedule) < predicted(choice.schedule);
@@ -120,6 +121,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
       // Re-planning from measured times keeps both.
       chosen.schedule.headroom = headroom;
       chosen.schedule.workspace_share = share;
+      chosen.schedule.keep_rebuilt = keep_rebuilt;
     }
   };
   // The headroom left for fragmentation is a guess the heap settles: where half of it does
@@ -134,10 +136,18 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     headrooms.push_back(options.schedule.headroom / 2);
   }
   const std::size_t user_share = options.schedule.workspace_share;
+  const bool keep = options.schedule.keep_rebuilt;
   for (const double headroom : headrooms) {
     for (const std::size_t share : {16, 4, 1}) {
-      if (user_share == 0 || share == user_share) run_all(headroom, share);
+      if (user_share == 0 || share == user_share) run_all(headroom, share, keep);
     }
+  }
+  // Keeping what a replay rebuilt early until its own use saves replays (DenseNet-121 at a
+  // third of its peak: 0.838 -> 0.883 of liveness's speed) but holds memory longer, which
+  // can fragment the heap (ResNet-50 there: 457 safety-net evictions at half the headroom):
+  // run at the headroom and share chosen, kept if faster.
+  if (options.schedule.keep_rebuilt_auto && choice.all_s > 0) {
+    run_all(chosen.schedule.headroom, chosen.schedule.workspace_share, !keep);
   }
   executor_policy recompute = executor_policy::parse("recompute");
   o.policy = recompute;

@@ -199,6 +199,83 @@ TEST(memory_schedule_test, a_rebuild_that_reads_a_dropped_tensor_rebuilds_it_fir
   EXPECT_EQ(s.bytes_per_step[8], 30 * k_mib);   // x, and y and z rebuilt
 }
 
+// x is used at 0 and 8, y = f(x) at 1 and 6; a big w at 2..4 forces both off (the link is
+// hopeless): y's replay before step 6 needs x, rebuilt there first. Kept from there to its
+// own use at 8 (the steps between have room), x is rebuilt once, not twice.
+TEST(memory_schedule_test,
+     a_tensor_a_replay_rebuilt_early_stays_until_its_use_where_there_is_room) {
+  schedule_problem p;
+  p.step_seconds.assign(10, 10e-3);
+  p.link_bytes_per_s = 1e6;
+  p.tensors.push_back(tensor(10 * k_mib, {0, 8}));      // x
+  p.tensors.push_back(tensor(10 * k_mib, {1, 6}));      // y
+  p.tensors.push_back(tensor(100 * k_mib, {2, 3, 4}));  // w
+  p.tensors[0].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 1e-3;
+  p.tensors[1].rebuildable = true;
+  p.tensors[1].rebuild_seconds = 2e-3;
+  p.tensors[1].rebuild_touches = {0};
+  p.budget_bytes = 100 * k_mib;
+  auto rebuilt_at = [](const memory_schedule& s, std::uint32_t step, std::uint32_t t) {
+    const auto& r = s.steps[step].rebuild;
+    return std::find(r.begin(), r.end(), t) != r.end();
+  };
+  const memory_schedule again = plan_memory_schedule(p, no_headroom());
+  ASSERT_TRUE(again.fits);
+  EXPECT_TRUE(rebuilt_at(again, 6, 0));
+  EXPECT_TRUE(rebuilt_at(again, 6, 1));
+  EXPECT_TRUE(rebuilt_at(again, 8, 0));  // dropped after 6 and rebuilt again
+  EXPECT_EQ(again.rebuilds, 3u);
+  schedule_options o = no_headroom();
+  o.keep_rebuilt = true;
+  const memory_schedule kept = plan_memory_schedule(p, o);
+  ASSERT_TRUE(kept.fits);
+  EXPECT_TRUE(rebuilt_at(kept, 6, 0));
+  EXPECT_FALSE(rebuilt_at(kept, 8, 0));
+  EXPECT_EQ(kept.rebuilds, 2u);
+  EXPECT_EQ(kept.bytes_per_step[7], 10 * k_mib);  // x held over step 7
+  EXPECT_NEAR(again.predicted_seconds - kept.predicted_seconds, 1e-3, 1e-12);
+  // Where the steps between have no room, it is dropped again.
+  p.tensors.push_back(tensor(95 * k_mib, {7}));
+  const memory_schedule full = plan_memory_schedule(p, o);
+  ASSERT_TRUE(full.fits);
+  EXPECT_TRUE(rebuilt_at(full, 8, 0));
+  EXPECT_EQ(full.rebuilds, 3u);
+}
+
+// y = f(x) (100 MiB) is written at 1 and read at 9, x (50 MiB) is used at 0 and 1 only, and B
+// (100 MiB) at 3..6 leaves room for one of y and B: a replay of y before step 9 would rebuild
+// the dead x first. The greedy round drops y (a hidden round trip is charged half its link
+// time, more than both replays) and the refinement makes it a swap, the link being idle: x
+// is then not rebuilt either, and takes no room at step 9.
+TEST(memory_schedule_test, a_drop_made_a_swap_leaves_no_rebuild_of_what_its_replay_read) {
+  schedule_problem p;
+  p.step_seconds.assign(10, 10e-3);
+  p.link_bytes_per_s = 16e9;
+  p.tensors.push_back(tensor(100 * k_mib, {1, 9}));        // y
+  p.tensors.push_back(tensor(100 * k_mib, {3, 4, 5, 6}));  // B
+  p.tensors.push_back(tensor(50 * k_mib, {0, 1}));         // x
+  p.tensors[0].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 2e-3;
+  p.tensors[0].rebuild_touches = {2};
+  p.tensors[2].rebuildable = true;
+  p.tensors[2].rebuild_seconds = 1e-3;
+  p.budget_bytes = 150 * k_mib;
+  const memory_schedule s = plan_memory_schedule(p, no_headroom());
+  ASSERT_TRUE(s.fits);
+  ASSERT_EQ(s.gaps.size(), 1u);
+  EXPECT_EQ(s.gaps[0].action, gap_action::swap);
+  EXPECT_EQ(s.rebuilds, 0u);
+  EXPECT_TRUE(s.steps[9].rebuild.empty());
+  EXPECT_EQ(s.bytes_per_step[9], 100 * k_mib);  // y alone
+  EXPECT_DOUBLE_EQ(s.predicted_seconds, s.baseline_seconds);
+  schedule_options drop_only = no_headroom();
+  drop_only.allow_swap = false;
+  const memory_schedule d = plan_memory_schedule(p, drop_only);
+  EXPECT_EQ(d.rebuilds, 2u);  // x, then y
+  EXPECT_EQ(d.bytes_per_step[9], 150 * k_mib);
+}
+
 // A (idle over 1..8) and B (always used) as in long_gap, D of 50 MiB used at steps 4 and 6;
 // step 5 runs in 10 ms with a 60 MiB workspace or in 30 ms with none; a slow link (105 ms
 // per copy).
@@ -559,6 +636,30 @@ TEST(memory_schedule_test, memweave_schedule_compress_is_read_and_checked) {
   ::unsetenv("MEMWEAVE_SCHEDULE_COMPRESS");
 }
 
+TEST(memory_schedule_test, memweave_schedule_keep_rebuilt_is_read_and_checked) {
+  ::unsetenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
+  schedule_options o = schedule_options::from_environment();
+  EXPECT_FALSE(o.keep_rebuilt);
+  EXPECT_TRUE(o.keep_rebuilt_auto) << "both ways weighed by default";
+  ::setenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT", "yes", 1);
+  o = schedule_options::from_environment();
+  EXPECT_TRUE(o.keep_rebuilt);
+  EXPECT_FALSE(o.keep_rebuilt_auto);
+  ::setenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT", "no", 1);
+  o = schedule_options::from_environment();
+  EXPECT_FALSE(o.keep_rebuilt);
+  EXPECT_FALSE(o.keep_rebuilt_auto);
+  ::setenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT", "2", 1);
+  try {
+    (void)schedule_options::from_environment();
+    ADD_FAILURE() << "an unknown value was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_KEEP_REBUILT"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
+}
+
 schedule_problem random_training(std::mt19937& rng, std::uint32_t layers) {
   schedule_problem p;
   const std::uint32_t steps = 2 * layers;
@@ -618,11 +719,14 @@ TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_
         largest_step + static_cast<std::size_t>(
                            f(rng) * static_cast<double>(none.predicted_peak_bytes - largest_step));
     SCOPED_TRACE("trial " + std::to_string(trial));
-    // With and without FP16 compression (half the copy time for compressible tensors).
-    for (const bool compress : {false, true}) {
+    // With and without FP16 compression (half the copy time for compressible tensors), and
+    // keeping what replays rebuild early.
+    for (const auto [compress, keep] : {std::pair{false, false}, {true, false}, {false, true}}) {
       SCOPED_TRACE(compress ? "compressed" : "uncompressed");
+      SCOPED_TRACE(keep ? "keep_rebuilt" : "");
       schedule_options o = no_headroom();
       o.compress = compress;
+      o.keep_rebuilt = keep;
       const memory_schedule s = plan_memory_schedule(p, o);
       std::uint64_t compressed = 0;
       for (const scheduled_gap& g : s.gaps) {
@@ -729,9 +833,10 @@ TEST(schedule_bound_test, no_random_schedule_that_fits_is_faster_than_the_bound)
     SCOPED_TRACE("trial " + std::to_string(trial));
     const schedule_bound b = bound_memory_schedule(p);
     binding += b.feasible && b.seconds > b.baseline_seconds * (1 + 1e-6);
-    for (const double charge : {0.0, 0.5}) {
+    for (const double charge : {0.0, 0.5, -1.0}) {
       schedule_options o = no_headroom();
-      o.link_charge = charge;
+      o.link_charge = charge < 0 ? 0.5 : charge;
+      o.keep_rebuilt = charge < 0;  // -1: at 0.5, keeping what replays rebuild early
       const memory_schedule s = plan_memory_schedule(p, o);
       if (!s.fits) continue;
       ++fitted;

@@ -87,6 +87,9 @@ struct policy_report {
   double weighed_headroom = 0.0;  ///< the schedule's headroom that ran faster
   /// The share of the budget (1/N) its CONV workspaces were planned within that ran fastest.
   std::size_t weighed_workspace_share = 0;
+  /// Whether the schedule that ran faster keeps what a replay rebuilt early until its use
+  /// (schedule_options::keep_rebuilt).
+  bool weighed_keep_rebuilt = false;
   bool ran_as_recompute = false;
   replan_report replan;                ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;  ///< fp32 bytes offloaded as fp16 (lossy; opt-in)

@@ -139,6 +139,15 @@ struct schedule_options {
   /// chose) and keeps the fastest predicted plan. Off when the user fixes the slack
   /// (MEMWEAVE_SCHEDULE_SLACK_MS); plan_memory_schedule itself plans once.
   bool slack_auto = true;
+  /// A dropped tensor that a replay needs before its own use is rebuilt there; when set, it
+  /// then stays on the device until that use wherever the steps between have room under the
+  /// planning budget (one replay instead of two), else it is dropped again.
+  bool keep_rebuilt = false;
+  /// When set, executor::weigh_policy also runs keep_rebuilt flipped (at the headroom and
+  /// workspace share it chose) on the null device and keeps the faster: held longer, the
+  /// rebuilt tensors can fragment the heap. Off when the user fixes it
+  /// (MEMWEAVE_SCHEDULE_KEEP_REBUILT=yes|no).
+  bool keep_rebuilt_auto = true;
   bool allow_swap = true;
   bool allow_drop = true;
   /// Swaps of compressible tensors move fp16, half the bytes (LDFG): copies take half the

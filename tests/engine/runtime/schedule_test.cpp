@@ -93,8 +93,10 @@ class schedule_half_peak_test : public ::testing::TestWithParam<std::string> {};
 // `all` at `budget` on `net`: its schedule is well timed, carried out as planned with the
 // safety net idle, and trains on host (link throttled and not) bit-identically to baseline,
 // step by step as the plan said. Returns the plan.
-planned_run expect_runs_as_planned(const network& net, std::size_t budget) {
+planned_run expect_runs_as_planned(const network& net, std::size_t budget,
+                                   bool keep_rebuilt = false) {
   executor_options o = scheduled_options("all", budget, "fixed:direct");
+  o.schedule.keep_rebuilt = keep_rebuilt;
   // The plan's schedule all along (re-planning from measured times has its own test).
   o.replan_from_measured = false;
   const planned_run plan = plan_run(net, o);
@@ -154,6 +156,24 @@ TEST(schedule_test, all_parks_idle_persistent_tensors_across_the_iterations_end_
     EXPECT_TRUE(table[g.tensor].persistent) << table[g.tensor].name;
   }
   EXPECT_EQ(parks, plan.report.scheduled_parks);
+}
+
+// DenseNet-121's replays rebuild concatenations from pieces that are themselves dropped: a
+// piece rebuilt for one replay before its own use can stay until that use where the steps
+// between have room, instead of being dropped again and rebuilt twice (at half liveness's
+// peak, small: 514 replays without, 353 with). Bit-identical, as planned, and faster.
+TEST(schedule_test, all_keeps_what_a_replay_rebuilt_early_until_its_use_bit_identically) {
+  const network net = activation_heavy("densenet121");
+  const std::size_t budget = liveness_peak(net) / 2;
+  executor_options o = scheduled_options("all", budget, "fixed:direct");
+  o.replan_from_measured = false;
+  const planned_run dropped_again = plan_run(net, o);
+  const planned_run kept = expect_runs_as_planned(net, budget, true);
+  EXPECT_FALSE(dropped_again.report.weighed_keep_rebuilt);
+  EXPECT_LT(kept.report.recomputations * 5, dropped_again.report.recomputations * 4);
+  EXPECT_LT(kept.report.scheduled_drops, dropped_again.report.scheduled_drops);
+  EXPECT_LT(kept.schedule.predicted_seconds, dropped_again.schedule.predicted_seconds);
+  EXPECT_LT(kept.report.seconds_per_iteration, dropped_again.report.seconds_per_iteration);
 }
 
 INSTANTIATE_TEST_SUITE_P(zoo, schedule_half_peak_test,
@@ -338,6 +358,7 @@ TEST(schedule_test, weighed_all_trains_on_host_as_planned_and_bit_identically) {
       test::expect_bit_identical(reference, trained, net.name());
       EXPECT_EQ(trained.report.ran_as_recompute, plan.report.ran_as_recompute);
       EXPECT_EQ(trained.report.weighed_headroom, plan.report.weighed_headroom);
+      EXPECT_EQ(trained.report.weighed_keep_rebuilt, plan.report.weighed_keep_rebuilt);
       EXPECT_EQ(trained.report.weighed_all_seconds, plan.report.weighed_all_seconds);
     }
   }
@@ -352,6 +373,7 @@ TEST(schedule_test, weighed_all_trains_on_host_as_planned_and_bit_identically) {
 double expect_fastest_of_the_weighed(const network& net, std::size_t budget,
                                      const planned_run& weighed) {
   double fastest = 0;
+  executor_options at_fastest;
   for (const double headroom : {0.08, 0.04}) {
     for (const std::size_t share : {16, 4, 1}) {
       executor_options o = full_size_options("all", budget);
@@ -361,9 +383,16 @@ double expect_fastest_of_the_weighed(const network& net, std::size_t budget,
       const planned_run one = plan_run(net, o);
       const double s = one.report.seconds_per_iteration;
       EXPECT_LE(weighed.report.seconds_per_iteration, s) << headroom << " " << share;
-      if (fastest == 0 || s < fastest) fastest = s;
+      if (fastest == 0 || s < fastest) fastest = s, at_fastest = o;
     }
   }
+  // ... and keeping what replays rebuilt early, at the fastest of those.
+  at_fastest.schedule.keep_rebuilt = true;
+  const double kept = plan_run(net, at_fastest).report.seconds_per_iteration;
+  EXPECT_LE(weighed.report.seconds_per_iteration, kept);
+  // (Equal runs go to the better prediction.)
+  if (kept != fastest) EXPECT_EQ(weighed.report.weighed_keep_rebuilt, kept < fastest);
+  fastest = std::min(fastest, kept);
   EXPECT_EQ(weighed.report.seconds_per_iteration, fastest);
   return fastest;
 }
@@ -394,12 +423,11 @@ TEST(schedule_test, all_keeps_the_faster_of_two_headrooms_run_on_the_null_device
 }
 
 // The workspace share decides how fast a tight budget runs, and the heap can overturn any
-// prediction of it: VGG16 b64 at a third of liveness's peak, with the FC weights parked, a
-// quarter at the headroom of 0.08 fragments into 85 safety-net evictions and runs 18 % slower
-// than a quarter at half that headroom (0.823 against 0.689 s per iteration in the model),
-// which the weighing keeps, evicting nothing. (Before parking, a sixteenth won, and before
-// the timeline counted the workspaces selection takes beyond those planned, the prediction
-// chose the quarter that fragments.)
+// prediction of it: VGG16 b64 at a third of liveness's peak, with the FC weights parked. The
+// weighing runs every headroom and share and keeps the fastest. (Once a quarter at the
+// headroom of 0.08 fragmented there into 85 safety-net evictions, 18 % slower; since replays
+// no longer rebuild what a swap made unneeded, the six runs are within 1 % of each other and
+// none evicts.)
 TEST(schedule_test, all_keeps_the_workspace_share_that_runs_fastest) {
   const auto [net, budget, weighed] = weigh_full_size("vgg16", 64, 3);
   ASSERT_TRUE(weighed.scheduled);
@@ -410,8 +438,7 @@ TEST(schedule_test, all_keeps_the_workspace_share_that_runs_fastest) {
   quarter.schedule.headroom_auto = false;
   quarter.schedule.workspace_share = 4;
   const planned_run by_quarter = plan_run(net, quarter);
-  EXPECT_GT(by_quarter.report.evictions, 0u);
-  EXPECT_GT(by_quarter.report.seconds_per_iteration, fastest * 1.1);
+  EXPECT_GE(by_quarter.report.seconds_per_iteration, fastest);
 }
 
 TEST(schedule_test, a_budget_liveness_fits_in_schedules_and_moves_nothing) {
