@@ -721,7 +721,7 @@ TEST(memory_schedule_test, every_random_schedule_issues_its_copies_in_order_and_
     SCOPED_TRACE("trial " + std::to_string(trial));
     // With and without FP16 compression (half the copy time for compressible tensors), and
     // keeping what replays rebuild early.
-    for (const auto [compress, keep] : {std::pair{false, false}, {true, false}, {false, true}}) {
+    for (const auto& [compress, keep] : {std::pair{false, false}, {true, false}, {false, true}}) {
       SCOPED_TRACE(compress ? "compressed" : "uncompressed");
       SCOPED_TRACE(keep ? "keep_rebuilt" : "");
       schedule_options o = no_headroom();

@@ -391,7 +391,9 @@ double expect_fastest_of_the_weighed(const network& net, std::size_t budget,
   const double kept = plan_run(net, at_fastest).report.seconds_per_iteration;
   EXPECT_LE(weighed.report.seconds_per_iteration, kept);
   // (Equal runs go to the better prediction.)
-  if (kept != fastest) EXPECT_EQ(weighed.report.weighed_keep_rebuilt, kept < fastest);
+  if (kept != fastest) {
+    EXPECT_EQ(weighed.report.weighed_keep_rebuilt, kept < fastest);
+  }
   fastest = std::min(fastest, kept);
   EXPECT_EQ(weighed.report.seconds_per_iteration, fastest);
   return fastest;
