@@ -39,7 +39,9 @@ step_io slice(const step_io& io, std::int64_t b, std::int64_t e, bool forward) {
   if (io.labels != nullptr) s.labels = io.labels + b;
   if (io.l->type == layer_type::dropout) s.aux[0] = const_cast<float*>(at(io.aux[0], out));
   s.first_image = b;
-  s.accumulate_param_grads = !forward && b > 0;
+  // A micro-batch after the first adds to what the earlier ones left (and the first adds too
+  // where the whole step would).
+  s.accumulate_param_grads = io.accumulate_param_grads || (!forward && b > 0);
   return s;
 }
 
@@ -198,14 +200,17 @@ void run_split_step(const k::kernel_context& ctx, const step_io& io, bool forwar
   if (fn != nullptr) micro.each([&](const step_io& s) { fn(ctx, s); });
 }
 
-std::size_t staged_copy_bytes(layer_type type, bool forward,
-                              std::span<const staged_tensor> staged) noexcept {
+std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
+                              int parts) noexcept {
   const std::size_t passes = type == layer_type::bn ? (forward ? 3 : 2) : 1;
   std::size_t b = 0;
   for (const staged_tensor& t : staged) {
     const std::size_t whole = static_cast<std::size_t>(t.n * t.per_image) * sizeof(float);
-    if (t.read) b += passes * whole;
-    if (t.written) b += whole;
+    // A channel-staged tensor without images (weights) crosses once per micro-batch.
+    const std::size_t times =
+        t.channels > 0 ? (t.n == 1 ? static_cast<std::size_t>(std::max(parts, 1)) : 1) : passes;
+    if (t.read) b += times * whole;
+    if (t.written) b += (t.channels > 0 ? times : 1) * whole;
   }
   return b;
 }
@@ -213,9 +218,9 @@ std::size_t staged_copy_bytes(layer_type type, bool forward,
 namespace {
 
 // One output-channel group's view of a CONV or FC step: channels [k0, k1) of K, each
-// `plane` floats per image in y and dy, `wrow` weights per channel.
+// `plane` floats per image (or per block) in a K-row tensor, over n images (or blocks).
 struct channel_group {
-  std::int64_t k0, k1, K, plane, wrow, n;
+  std::int64_t k0, k1, K, plane, n;
   std::int64_t size() const { return k1 - k0; }
 };
 
@@ -234,93 +239,194 @@ void scatter(const channel_group& g, const float* packed, float* whole) {
   }
 }
 
+// What one group's kernels read and write: the input and its gradient whole (dx continues
+// the sum of the groups before), the group's rows of W and b and of their gradients, and
+// its channels of y and dy packed as (images, group channels, plane).
+struct group_io {
+  const float* w = nullptr;
+  const float* b = nullptr;
+  float* dw = nullptr;
+  float* db = nullptr;
+  float* y = nullptr;
+  const float* dy = nullptr;
+  float* dx = nullptr;
+};
+
 void conv_group(const k::kernel_context& ctx, const step_io& io, bool forward,
-                const channel_group& g, float* dx, std::vector<float>& buf) {
+                const channel_group& g, const group_io& gio) {
   conv_params p = std::get<conv_params>(io.l->params);
   p.out_channels = g.size();
   const shape4& in = io.input_shapes[0];
-  const float* w = io.params[0] + g.k0 * g.wrow;
-  buf.resize(static_cast<std::size_t>(g.n * g.size() * g.plane));
   if (forward) {
     const k::conv_config cfg{io.algo, io.chunk, io.workspace, io.workspace_bytes};
-    k::conv_forward(ctx, cfg, in, p, io.inputs[0], w, p.bias ? io.params[1] + g.k0 : nullptr,
-                    buf.data());
-    scatter(g, buf.data(), io.output);
+    k::conv_forward(ctx, cfg, in, p, io.inputs[0], gio.w, gio.b, gio.y);
     return;
   }
-  gather(g, io.output_grad, buf.data());
-  if (dx != nullptr) {
+  if (gio.dx != nullptr) {
     const k::conv_config cfg{io.data_algo, io.data_chunk, io.workspace, io.workspace_bytes};
     if (g.k0 == 0) {
-      k::conv_backward_data(ctx, cfg, in, p, w, buf.data(), dx, false);
+      k::conv_backward_data(ctx, cfg, in, p, gio.w, gio.dy, gio.dx, false);
     } else {
-      k::conv_backward_data_extend(ctx, cfg, in, p, w, buf.data(), dx);
+      k::conv_backward_data_extend(ctx, cfg, in, p, gio.w, gio.dy, gio.dx);
     }
   }
   const k::conv_config cfg{io.filter_algo, io.filter_chunk, io.workspace, io.workspace_bytes};
-  k::conv_backward_filter(ctx, cfg, in, p, io.inputs[0], buf.data(),
-                          io.param_grads[0] + g.k0 * g.wrow,
-                          p.bias ? io.param_grads[1] + g.k0 : nullptr, io.accumulate_param_grads);
+  k::conv_backward_filter(ctx, cfg, in, p, io.inputs[0], gio.dy, gio.dw, gio.db,
+                          io.accumulate_param_grads);
 }
 
 void fc_group(const k::kernel_context& ctx, const step_io& io, bool forward, const channel_group& g,
-              float* dx, std::vector<float>& buf) {
+              const group_io& gio) {
   fc_params p = std::get<fc_params>(io.l->params);
   p.out_features = g.size();
   const shape4& in = io.input_shapes[0];
-  const float* w = io.params[0] + g.k0 * g.wrow;
-  buf.resize(static_cast<std::size_t>(g.n * g.size()));
   if (forward) {
-    k::fc_forward(ctx, in, p, io.inputs[0], w, p.bias ? io.params[1] + g.k0 : nullptr, buf.data());
-    scatter(g, buf.data(), io.output);
+    k::fc_forward(ctx, in, p, io.inputs[0], gio.w, gio.b, gio.y);
     return;
   }
-  gather(g, io.output_grad, buf.data());
-  if (dx != nullptr) {
+  if (gio.dx != nullptr) {
     if (g.k0 == 0) {
-      k::fc_backward_data(ctx, in, p, w, buf.data(), dx, false);
+      k::fc_backward_data(ctx, in, p, gio.w, gio.dy, gio.dx, false);
     } else {
-      k::fc_backward_data_extend(ctx, in, p, w, buf.data(), dx);
+      k::fc_backward_data_extend(ctx, in, p, gio.w, gio.dy, gio.dx);
     }
   }
-  k::fc_backward_weights(ctx, in, p, io.inputs[0], buf.data(), io.param_grads[0] + g.k0 * g.wrow,
-                         p.bias ? io.param_grads[1] + g.k0 : nullptr, io.accumulate_param_grads);
+  k::fc_backward_weights(ctx, in, p, io.inputs[0], gio.dy, gio.dw, gio.db,
+                         io.accumulate_param_grads);
+}
+
+// The groups of one micro-batch `s` (images [first_image, first_image + n) of the whole
+// step `io`), with the channel-staged tensors copied around each group; `updates` run on
+// each group's rows after its kernels (the last micro-batch's).
+class channel_groups {
+ public:
+  channel_groups(const layer& l, std::span<const staged_tensor> staged, std::int64_t batch)
+      : l_(l), staged_(staged), batch_(batch), conv_(l.type == layer_type::conv) {}
+
+  void run(const k::kernel_context& ctx, const step_io& s, bool forward, int groups,
+           std::span<const param_update> updates, const update_fn& update) {
+    const shape4& in = s.input_shapes[0];
+    const shape4& out = l_.output_shape;
+    const std::int64_t K = out.c, plane = out.h * out.w;
+    const std::int64_t wrow = conv_ ? in.c * std::get<conv_params>(l_.params).kernel_h *
+                                          std::get<conv_params>(l_.params).kernel_w
+                                    : in.per_image();
+    const bool bias =
+        conv_ ? std::get<conv_params>(l_.params).bias : std::get<fc_params>(l_.params).bias;
+    // dx: the groups write and continue the sum in dx itself, or, when the step adds to a
+    // gradient other consumers wrote, in a buffer added to dx at the end, as the whole
+    // kernel adds its finished sum (dx[i] + g[i]).
+    const k::grad_out dx = forward || s.input_grads.empty() ? k::grad_out{} : s.input_grads[0];
+    std::vector<float> sum(
+        dx.data != nullptr && dx.accumulate ? static_cast<std::size_t>(in.count()) : 0);
+    std::vector<float> packed;  // y or dy of a group, where they are not staged
+    const std::vector<std::int64_t> bounds = micro_batch_bounds(K, groups);
+    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+      const channel_group g{bounds[i], bounds[i + 1], K, plane, in.n};
+      for (const staged_tensor& t : staged_) {
+        if (t.read) copy(t, g, s.first_image, in.n, true);
+      }
+      group_io gio;
+      gio.w = rows(s.params[0], g, wrow);
+      if (bias) gio.b = rows(s.params[1], g, 1);
+      const float* y_whole = forward ? s.output : s.output_grad;
+      float* y = micro_of(y_whole);
+      if (y == nullptr) {
+        packed.resize(static_cast<std::size_t>(g.n * g.size() * g.plane));
+        y = packed.data();
+        if (!forward) gather(g, y_whole, y);
+      }
+      if (forward) {
+        gio.y = y;
+      } else {
+        gio.dy = y;
+        gio.dw = rows(s.param_grads[0], g, wrow);
+        if (bias) gio.db = rows(s.param_grads[1], g, 1);
+        gio.dx = dx.accumulate ? sum.data() : dx.data;
+      }
+      conv_ ? conv_group(ctx, s, forward, g, gio) : fc_group(ctx, s, forward, g, gio);
+      if (forward && y == packed.data()) scatter(g, y, s.output);
+      for (const param_update& u : updates) {
+        const std::int64_t row = static_cast<std::int64_t>(u.count) / K;
+        update(static_cast<std::size_t>(g.size() * row), rows(const_cast<float*>(u.grad), g, row),
+               rows(u.weight, g, row), rows(u.momentum, g, row));
+      }
+      for (const staged_tensor& t : staged_) {
+        if (t.written) copy(t, g, s.first_image, in.n, false);
+      }
+    }
+    if (dx.data != nullptr && dx.accumulate) {
+      for (std::size_t i = 0; i < sum.size(); ++i) dx.data[i] += sum[i];
+    }
+  }
+
+ private:
+  // The staged tensor `p` points into (y and dy of a micro-batch point at its first image).
+  const staged_tensor* find(const float* p) const {
+    for (const staged_tensor& t : staged_) {
+      if (p != nullptr && p >= t.whole && p < t.whole + t.n * t.per_image) return &t;
+    }
+    return nullptr;
+  }
+  float* micro_of(const float* p) const {
+    const staged_tensor* t = find(p);
+    return t == nullptr ? nullptr : t->micro;
+  }
+  // The group's rows of a tensor without images: its micro buffer where staged, else in
+  // place.
+  float* rows(float* whole, const channel_group& g, std::int64_t row) const {
+    if (whole == nullptr) return nullptr;
+    if (float* m = micro_of(whole)) return m;
+    return whole + g.k0 * row;
+  }
+
+  // Copies the group's rows of `t` (of the micro-batch's images where it has images) between
+  // its whole value and its micro buffer.
+  void copy(const staged_tensor& t, const channel_group& g, std::int64_t first, std::int64_t n,
+            bool in) const {
+    const bool images = t.n == batch_ && batch_ > 1;
+    const channel_group b{g.k0, g.k1, t.channels, t.per_image / t.channels, images ? n : 1};
+    float* whole = t.whole + (images ? first * t.per_image : 0);
+    in ? gather(b, whole, t.micro) : scatter(b, t.micro, whole);
+  }
+
+  const layer& l_;
+  std::span<const staged_tensor> staged_;
+  std::int64_t batch_;
+  bool conv_;
+};
+
+bool channel_splittable(const layer& l) {
+  return (l.type == layer_type::conv && std::get<conv_params>(l.params).groups == 1) ||
+         l.type == layer_type::fc;
 }
 
 }  // namespace
 
 void run_channel_split_step(const k::kernel_context& ctx, const step_io& io, bool forward,
                             int parts) {
-  const layer& l = *io.l;
-  const bool conv = l.type == layer_type::conv && std::get<conv_params>(l.params).groups == 1;
-  if (parts <= 1 || !(conv || l.type == layer_type::fc)) {
-    run_split_step(ctx, io, forward, 1);
+  run_channel_split_step(ctx, io, forward, parts, 1, {}, {}, {});
+}
+
+void run_channel_split_step(const k::kernel_context& ctx, const step_io& io, bool forward,
+                            int groups, int parts, std::span<const staged_tensor> staged,
+                            std::span<const param_update> updates, const update_fn& update) {
+  if (groups <= 1 || !channel_splittable(*io.l)) {
+    run_split_step(ctx, io, forward, parts, staged);
+    for (const param_update& u : updates) update(u.count, u.grad, u.weight, u.momentum);
     return;
   }
-  const shape4& in = io.input_shapes[0];
-  const shape4& out = l.output_shape;
-  channel_group g{0, 0, out.c, out.h * out.w, 0, in.n};
-  g.wrow = conv ? in.c * std::get<conv_params>(l.params).kernel_h *
-                      std::get<conv_params>(l.params).kernel_w
-                : in.per_image();
-  // dx: the groups write and continue the sum in dx itself, or, when the step adds to a
-  // gradient other consumers wrote, in a buffer added to dx at the end, as the whole
-  // kernel adds its finished sum (dx[i] + g[i]).
-  const k::grad_out dx = forward || io.input_grads.empty() ? k::grad_out{} : io.input_grads[0];
-  std::vector<float> sum(dx.data != nullptr && dx.accumulate ? static_cast<std::size_t>(in.count())
-                                                             : 0);
-  float* target = dx.accumulate ? sum.data() : dx.data;
-  std::vector<float> buf;
-  const std::vector<std::int64_t> bounds = micro_batch_bounds(g.K, parts);
-  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
-    g.k0 = bounds[i];
-    g.k1 = bounds[i + 1];
-    conv ? conv_group(ctx, io, forward, g, target, buf)
-         : fc_group(ctx, io, forward, g, target, buf);
-  }
-  if (dx.data != nullptr && dx.accumulate) {
-    for (std::size_t i = 0; i < sum.size(); ++i) dx.data[i] += sum[i];
-  }
+  // The input and its gradient go micro-batch by micro-batch (run_split_step's staging);
+  // the channel-cut tensors group by group inside each.
+  std::vector<staged_tensor> slices, channel_cut;
+  for (const staged_tensor& t : staged) (t.channels > 0 ? channel_cut : slices).push_back(t);
+  const std::int64_t batch = io.input_shapes[0].n;
+  channel_groups run(*io.l, channel_cut, batch);
+  const micro_steps micro(io, forward, parts, slices);
+  micro.each([&](const step_io& s) {
+    const bool last = s.first_image + s.input_shapes[0].n == batch;
+    run.run(ctx, s, forward, groups, last ? updates : std::span<const param_update>{}, update);
+  });
 }
 
 }  // namespace memweave::layers

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -30,10 +31,29 @@ struct staged_tensor {
   float* whole = nullptr;      ///< n images of per_image floats (host memory)
   float* micro = nullptr;      ///< device memory for the largest micro-batch's slice
   std::int64_t per_image = 0;  ///< floats per image
-  std::int64_t n = 0;          ///< images
+  std::int64_t n = 0;          ///< images (1 for a tensor without images: weights)
   bool read = false;           ///< copied in before every pass over the micro-batches
   bool written = false;        ///< copied out after the step's last pass
+  /// Channel groups (run_channel_split_step): 0 for a tensor cut by micro-batches only;
+  /// else K, the output channels its rows are: each of its n blocks holds K rows of
+  /// per_image / K floats (y and dy: an image's channel planes; W: one filter per row), and
+  /// `micro` holds one group's rows of the micro-batch's blocks (n = 1: of the whole).
+  /// Copied in before each group runs when read, out after it when written (so a tensor
+  /// without images crosses once per micro-batch).
+  std::int64_t channels = 0;
 };
+
+/// One trained parameter's solver update (whole tensors: gradient, weight, momentum, and
+/// their element count), which run_channel_split_step runs group by group.
+struct param_update {
+  const float* grad = nullptr;
+  float* weight = nullptr;
+  float* momentum = nullptr;
+  std::size_t count = 0;
+};
+/// The solver's element-wise update of `count` weights from their gradients, in place.
+using update_fn =
+    std::function<void(std::size_t count, const float* grad, float* weight, float* momentum)>;
 
 /// Runs the forward (or backward) of io's layer on the host in `parts` micro-batches. parts
 /// 1 (or a DATA layer) runs the whole step. With `staged`, each micro-step runs on the
@@ -45,8 +65,10 @@ void run_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
 /// The bytes run_split_step copies between `whole` and `micro` for a step of layer type
 /// `type` (the link traffic of staging): read tensors once per pass over the micro-batches
 /// (BN: 3 passes forward, 2 backward), written ones once.
-std::size_t staged_copy_bytes(layer_type type, bool forward,
-                              std::span<const staged_tensor> staged) noexcept;
+/// Channel-staged tensors (channels > 0) add their copies around each group: those with
+/// images once, those without once per micro-batch (`parts` of them).
+std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
+                              int parts = 1) noexcept;
 
 /// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
 /// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):
@@ -59,5 +81,18 @@ std::size_t staged_copy_bytes(layer_type type, bool forward,
 /// ARCHITECTURE.md, TSPLIT). Other layer types, grouped CONV and parts 1 run the whole step.
 void run_channel_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
                             bool forward, int parts);
+
+/// The same in `groups` channel groups inside each of `parts` micro-batches, with staged
+/// tensors (TSPLIT below the largest layer: what a group does not touch stays in host
+/// memory): those with channels 0 (the input and its gradient) one micro-batch's slice at a
+/// time, as run_split_step stages them; those with channels K (output, output gradient,
+/// parameters, their gradients and momenta) one group's rows at a time. In backward, with
+/// `updates`, the solver runs on each group's rows after the last micro-batch's group
+/// (element-wise, and a group reads only its own rows of W: the same bits as one update
+/// after the step).
+void run_channel_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
+                            bool forward, int groups, int parts,
+                            std::span<const staged_tensor> staged,
+                            std::span<const param_update> updates, const update_fn& update);
 
 }  // namespace memweave::layers
