@@ -205,16 +205,18 @@ network tile_if_asked(network net, const network_run_options& o,
   return std::move(p.net);
 }
 
-std::vector<int> split_parts_if_asked(const network& net, const network_run_options& o) {
-  if (!o.split) return {};
+void split_parts_if_asked(const network& net, const network_run_options& o, executor_options& eo) {
+  if (!o.split) return;
   MEMWEAVE_EXPECTS(o.budget_bytes != 0,
                    "--split runs the steps over the budget in micro-batches: give --budget");
   const route r(net);
   const tensor_table table(net, r);
   const layer_memory memory(table);
   const std::size_t block = heap_block_of(o);
-  return plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget", false)
-      .parts(table.step_count());
+  const split_plan plan =
+      plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget");
+  eo.split_parts = plan.parts(table.step_count());
+  eo.channel_parts = plan.channel_parts(table.step_count());
 }
 
 std::string describe_tiling(const network_run_options& o) {
@@ -353,7 +355,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   report.image_side = net[net.data_layer()].output_shape.h;
   std::unique_ptr<executor> ex;
   try {
-    eo.split_parts = split_parts_if_asked(net, o);
+    split_parts_if_asked(net, o, eo);
     ex = std::make_unique<executor>(net, *dev, eo);
   } catch (const error& e) {  // below the policy's floor, or not even the parameters fit
     // Data parallelism: one rank not fitting stops every rank (train_command.cpp).

@@ -59,7 +59,8 @@ struct network_run_options {
   /// what the last network made was cut into is kept in `tiling`.
   bool tile = false;
   std::vector<tiled_segment_choice> tiling;
-  /// --split: TSPLIT: the steps whose working set exceeds --budget run in micro-batches
+  /// --split: TSPLIT: the steps whose working set exceeds --budget run in micro-batches, and
+  /// CONV/FC steps where one image is too much in output-channel groups
   /// (split_parts_if_asked), their micro-tensors in host memory under utp and all.
   bool split = false;
   /// train --export-onnx: a copy of the ONNX model with the trained weights ("" = none).
@@ -108,10 +109,11 @@ network tile_if_asked(network net, const network_run_options& o,
                       std::vector<tiled_segment_choice>* segments = nullptr);
 /// The heap's block size the planners round to (executor.heap.block_bytes; 0: the heap's 1024).
 std::size_t heap_block_of(const network_run_options& o) noexcept;
-/// --split: the micro-batches per route step of `net` at o.budget_bytes (plan_splits along
-/// the batch: what the executor runs); empty without --split. budget_too_small when even one
-/// image per micro-batch does not fit.
-std::vector<int> split_parts_if_asked(const network& net, const network_run_options& o);
+/// --split: the micro-batches and CONV/FC output-channel groups per route step of `net` at
+/// o.budget_bytes (plan_splits), into executor_options::split_parts and channel_parts; none
+/// without --split. budget_too_small when even one image per micro-batch, one output
+/// channel per group, does not fit.
+void split_parts_if_asked(const network& net, const network_run_options& o, executor_options& eo);
 /// One line per tiled segment of o.tiling, for the command's output ("" when none).
 std::string describe_tiling(const network_run_options& o);
 

@@ -94,6 +94,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"gaps_changed\": " << p.replan.gaps_changed
         << ", \"note\": " << json_string(p.replan.note) << "}"
         << ",\n      \"staged_steps\": " << p.staged_steps
+        << ",\n      \"channel_group_steps\": " << p.channel_group_steps
         << ",\n      \"bytes_staged\": " << p.bytes_staged
         << ",\n      \"host_drops\": " << p.host_drops
         << ",\n      \"bytes_compressed\": " << p.bytes_compressed
@@ -130,7 +131,8 @@ void write_json(std::ostream& out, const run_report& r) {
           << ", \"workspace_bytes\": " << s.workspace_bytes
           << ", \"algorithm\": " << json_string(s.algorithm) << ", \"offloads\": " << s.offloads
           << ", \"prefetches\": " << s.prefetches << ", \"replays\": " << s.replays
-          << ", \"parts\": " << s.parts << ", \"staged\": " << (s.staged ? "true" : "false") << "}";
+          << ", \"parts\": " << s.parts << ", \"groups\": " << s.groups
+          << ", \"staged\": " << (s.staged ? "true" : "false") << "}";
     }
     out << (p.steps.empty() ? "" : "\n      ") << "]\n    }";
   }
@@ -139,13 +141,13 @@ void write_json(std::ostream& out, const run_report& r) {
 
 void write_csv(std::ostream& out, const run_report& r) {
   out << "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm,"
-         "offloads,prefetches,replays,parts,staged\n";
+         "offloads,prefetches,replays,parts,groups,staged\n";
   for (const policy_report& p : r.policies) {
     for (const step_record& s : p.steps) {
       out << p.policy << ',' << s.step << ',' << s.layer << ',' << s.pass << ',' << s.bytes_live
           << ',' << s.heap_bytes << ',' << s.tensors_live << ',' << s.workspace_bytes << ','
           << s.algorithm << ',' << s.offloads << ',' << s.prefetches << ',' << s.replays << ','
-          << s.parts << ',' << (s.staged ? 1 : 0) << '\n';
+          << s.parts << ',' << s.groups << ',' << (s.staged ? 1 : 0) << '\n';
     }
   }
 }
@@ -350,9 +352,12 @@ void write_summary(std::ostream& out, const run_report& r) {
           << " values there were given back and rebuilt by replays\n";
     }
     if (p.staged_steps != 0) {
-      out << "  " << p.policy << ": TSPLIT: " << p.staged_steps
-          << " steps ran in micro-batches with their micro-tensors in host memory, "
-          << format_bytes(p.bytes_staged) << " over the link per iteration\n";
+      out << "  " << p.policy << ": TSPLIT: " << p.staged_steps << " steps ran in micro-batches"
+          << (p.channel_group_steps != 0
+                  ? " (" + std::to_string(p.channel_group_steps) + " in output-channel groups)"
+                  : std::string())
+          << " with their micro-tensors in host memory, " << format_bytes(p.bytes_staged)
+          << " over the link per iteration\n";
     }
     if (p.bytes_compressed != 0) {
       out << "  " << p.policy << ": FP16 compression (lossy, MEMWEAVE_SCHEDULE_COMPRESS): "

@@ -30,7 +30,7 @@ split_probe probe(const network& net, const network_run_options& o) {
   split_probe p;
   try {
     p.floor_bytes = plan_splits(net, table, memory, o.executor.model, o.budget_bytes,
-                                heap_block_of(o), "--budget", false)
+                                heap_block_of(o), "--budget")
                         .floor_bytes;
   } catch (const budget_too_small&) {
     return p;
@@ -54,35 +54,41 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
   const layer_memory memory(table);
   out << "memweave plan " << o.net << " --split: batch " << o.zoo.batch << " within "
       << format_bytes(o.budget_bytes) << " (TSPLIT: the steps over it run in micro-batches)\n";
-  // CONV/FC output-channel groups are planned and run bit-identically by the kernels, but the
-  // executor does not yet keep their slices off the device: their floor is reported apart.
-  const auto describe_channel_floor = [&] {
-    const split_plan channels =
-        plan_splits(net, table, memory, o.executor.model, std::size_t{1} << 62, heap_block_of(o),
-                    "--budget", true);
-    out << "  with CONV/FC output-channel groups as well (planned only, not run below l_i yet): "
-        << "floor " << format_bytes(channels.floor_bytes) << " at step " << channels.floor_step + 1
-        << " (" << net[r.at(channels.floor_step).layer].name << ")\n";
+  // The floor along the batch alone, and with CONV/FC output-channel groups (what runs).
+  const auto describe_batch_floor = [&] {
+    try {
+      const split_plan batch =
+          plan_splits(net, table, memory, o.executor.model, std::size_t{1} << 62, heap_block_of(o),
+                      "--budget", false);
+      out << "  floor with micro-batches alone (the largest micro-step at one image) "
+          << format_bytes(batch.floor_bytes) << " at step " << batch.floor_step + 1 << " ("
+          << net[r.at(batch.floor_step).layer].name << ")\n";
+    } catch (const budget_too_small&) {
+      // Cannot happen at an unbounded budget; nothing to add.
+    }
   };
   split_plan plan;
   try {
     plan = plan_splits(net, table, memory, o.executor.model, o.budget_bytes, heap_block_of(o),
-                       "--budget", false);
+                       "--budget");
   } catch (const budget_too_small& e) {
     out << "  does not fit: " << e.what() << "\n";
-    describe_channel_floor();
+    describe_batch_floor();
     return 1;
   }
-  out << "  max(l_i) " << format_bytes(plan.max_layer_bytes) << "; floor with micro-batches "
-      << "(the largest micro-step at one image) " << format_bytes(plan.floor_bytes) << " at step "
-      << plan.floor_step + 1 << " (" << net[r.at(plan.floor_step).layer].name << ")\n";
-  describe_channel_floor();
-  out << "  " << plan.split_count() << " of " << plan.steps.size() << " steps split\n";
+  out << "  max(l_i) " << format_bytes(plan.max_layer_bytes) << "; floor (the largest "
+      << "micro-step at one image, one output channel per CONV/FC group) "
+      << format_bytes(plan.floor_bytes) << " at step " << plan.floor_step + 1 << " ("
+      << net[r.at(plan.floor_step).layer].name << ")\n";
+  describe_batch_floor();
+  out << "  " << plan.split_count() << " of " << plan.steps.size() << " steps split, "
+      << plan.channel_split_count() << " in output-channel groups\n";
   for (const split_step& s : plan.steps) {
     if (s.parts == 1 && s.channel_parts == 1) continue;
     out << "    step " << std::setw(4) << s.step + 1 << " " << std::left << std::setw(28)
         << (net[s.layer].name + (s.forward ? " F" : " B")) << std::right << std::setw(6) << s.parts
         << " parts";
+    if (s.channel_parts > 1) out << " x " << s.channel_parts << " channel groups";
     out << "  whole " << std::setw(10) << format_bytes(s.fixed_bytes + s.batch_bytes)
         << "  micro-step " << format_bytes(s.micro_bytes) << "\n";
   }

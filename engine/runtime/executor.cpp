@@ -63,6 +63,7 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/device/stream_timeline.hpp"
+#include "memweave/engine/split_plan.hpp"
 
 namespace memweave {
 
@@ -248,6 +249,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   }
   // TSPLIT: the split steps whose micro-tensors stay in host memory.
   staging_ = std::make_unique<staging>();
+  channel_cut_.assign(n, false);
   staging_->buffer.resize(n);
   staging_->holds.assign(n, false);
   staging_->step.assign(route_.step_count(), false);
@@ -257,14 +259,27 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     if (!staging_->step[st]) continue;
     any_staged = true;
     // What a staged step reads is never dropped: rebuilding it would replay its producer
-    // whole, which is what the split avoids.
+    // whole, which is what the split avoids. Nor is what a step in channel groups cuts (its
+    // replay would need its weights whole); a persistent one lives in host memory.
+    const layer& sl = net[route_.at(st).layer];
+    const bool groups = channel_groups_of(options, net, route_, st) > 1;
     for (const auto& a : table_.accesses(st)) {
-      if (staged_slice(table_[a.tensor], net[net.data_layer()].output_shape.n)) {
+      const tensor_info& info = table_[a.tensor];
+      const bool cut = groups && channel_cut(info, sl) && !info.host_resident;
+      if (staged_slice(info, net[net.data_layer()].output_shape.n) || cut) {
         droppable_[a.tensor] = false;
       }
+      if (cut) channel_cut_[a.tensor] = true;
     }
   }
   any_staged_ = any_staged;
+  MEMWEAVE_EXPECTS(
+      table_.buckets().empty() ||
+          std::find(channel_cut_.begin(), channel_cut_.end(), true) == channel_cut_.end(),
+      "output-channel groups with their tensors in host memory (channel_parts under " +
+          options.policy.name +
+          ") are not run with data parallelism: its gradient buckets reduce whole gradients; "
+          "split along the batch only, or run on one rank");
   if (options.policy.planned && options.policy.evict_to_host) {
     // all: when host memory runs out, any tensor a replay of its layer rebuilds may give its
     // host memory back (drop_one_host_value), a CONV's output too: its replay runs the
@@ -272,7 +287,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     host_droppable_.assign(n, false);
     host_dropped_.assign(n, false);
     for (tensor_id t = 0; t < n; ++t) {
-      host_droppable_[t] = in_cache(t) && rebuildable(net, table_, t);
+      host_droppable_[t] = in_cache(t) && rebuildable(net, table_, t) && !channel_cut_[t];
     }
     forward_conv_.assign(route_.layer_count(), conv_step{});
   }
@@ -411,7 +426,15 @@ void executor::initialize_persistent() {
     }
   } drain{compute};
   for (std::size_t i = plan_.persistent.size(); i-- > 0;) {
-    allocate_persistent(plan_.persistent[i]);
+    // Cut by a step's channel groups (TSPLIT): it lives in host staging memory, and only a
+    // group's rows come to the device, so it may be larger than the budget.
+    const bool staged = channel_cut_[plan_.persistent[i]];
+    if (staged) {
+      (void)new_staging(plan_.persistent[i]);
+      residency_->staged(plan_.persistent[i]);
+    } else {
+      allocate_persistent(plan_.persistent[i]);
+    }
     if (!dev_.touches_memory()) continue;
     const tensor_info& info = table_[plan_.persistent[i]];
     std::vector<float>& v = host[i];
@@ -428,6 +451,10 @@ void executor::initialize_persistent() {
       }
     } else if (suffix == "gamma" || suffix == "running_var") {
       std::fill(v.begin(), v.end(), 1.0f);
+    }
+    if (staged) {
+      std::memcpy(staging_->buffer[info.id].get(), v.data(), info.bytes);
+      continue;
     }
     compute.copy_async(device_ptr(info.id), v.data(), info.bytes, copy_kind::host_to_device);
   }
@@ -458,7 +485,9 @@ void executor::restore_persistent_placement() {
   compute.record(*transfers_->ready);
   for (std::size_t i = plan_.persistent.size(); i-- > 0;) {
     const tensor_id t = plan_.persistent[i];
-    if (parked_[t]) continue;
+    // Parked, or cut by channel groups (it stays where it is: host memory, or, fetched by a
+    // step that ran whole, host memory again once evicted above).
+    if (parked_[t] || channel_cut_[t]) continue;
     allocate_persistent(t);
     transfers_->engine.prefetch(t, cache_->ptr(t), transfers_->ready.get());
     transfers_->engine.make_ready(t, compute);
@@ -511,7 +540,10 @@ void executor::finish_iteration() {
   std::size_t persistent_resident = 0, persistent_bytes = 0, persistent_copies = 0;
   for (tensor_id t : plan_.persistent) {
     if (residency_->state(t) == residency::resident) ++persistent_resident;
-    if (device_ptr(t) != nullptr) persistent_bytes += table_[t].bytes;
+    // A staged one (cut by channel groups) is in host memory: device_ptr names its buffer.
+    if (residency_->state(t) != residency::staged && device_ptr(t) != nullptr) {
+      persistent_bytes += table_[t].bytes;
+    }
     if (residency_->copied(t)) ++persistent_copies;
   }
   for (tensor_id t = 0; t < residency_->size(); ++t) {
@@ -681,7 +713,8 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.tensors_live = static_cast<int>(residency_->tensors_live());
   rec.workspace_bytes = conv.workspace_bytes;
   rec.algorithm = conv.name;
-  if (s < options_.split_parts.size()) rec.parts = std::max(1, options_.split_parts[s]);
+  rec.parts = batch_parts_of(options_, s);
+  rec.groups = channel_groups_of(options_, net_, route_, s);
   rec.staged = staged;
   steps_.push_back(std::move(rec));
 
@@ -777,8 +810,9 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
   // TSPLIT: a split step runs micro-batch by micro-batch (the same bits; a replay needs no
   // split to give them).
   const std::size_t split_at = replay ? replay_split_ : current_step_;
-  if (split_at < options_.split_parts.size()) {
-    step.parts = options_.split_parts[split_at];
+  if (split_at < route_.step_count()) {
+    step.parts = batch_parts_of(options_, split_at);
+    step.channel_parts = channel_groups_of(options_, net_, route_, split_at);
     step.staged = staging_->tensors;  // empty but in a staged step (or replay)
   }
   if (recording() == nullptr) {
@@ -803,6 +837,11 @@ policy_report executor::report() const {
   r.host_drops = host_drops_;
   r.staged_steps =
       static_cast<std::size_t>(std::count(staging_->step.begin(), staging_->step.end(), true));
+  for (std::size_t s = 0; s < route_.step_count(); ++s) {
+    if (staging_->step[s] && channel_groups_of(options_, net_, route_, s) > 1) {
+      ++r.channel_group_steps;
+    }
+  }
   for (const step_record& s : steps_) {
     if (s.heap_bytes > r.peak_bytes) r.peak_bytes = s.heap_bytes, r.peak_step = s.step;
     r.peak_live_bytes = std::max(r.peak_live_bytes, s.bytes_live);
@@ -874,6 +913,12 @@ std::vector<float> executor::read_tensor(tensor_id t) const {
   MEMWEAVE_EXPECTS(dev_.touches_memory(), "the " + std::string(to_string(dev_.kind())) +
                                               " device holds no values to read");
   std::vector<float> out(table_[t].bytes / sizeof(float));
+  if (residency_->state(t) == residency::staged) {
+    // In host staging memory (cut by channel groups): the steps enqueued may still write it.
+    dev_.get_stream(stream_role::compute).synchronize();
+    std::memcpy(out.data(), staging_->buffer[t].get(), table_[t].bytes);
+    return out;
+  }
   if (residency_->state(t) == residency::on_host) {
     // Evicted (a persistent tensor under utp/all between iterations): its host copy is it.
     const void* h = transfers_->engine.host_copy(t);

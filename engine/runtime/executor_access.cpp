@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/runtime/executor_staging.hpp"
 #include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/residency_table.hpp"
 #include "memweave/core/error.hpp"
@@ -135,6 +136,12 @@ void executor::write(std::string_view name, std::span<const float> values) {
 }
 
 void executor::write_persistent(tensor_id t, const float* values) {
+  if (residency_->state(t) == residency::staged) {
+    // In host staging memory (cut by channel groups): after the steps that read it.
+    dev_.get_stream(stream_role::compute).synchronize();
+    std::memcpy(staging_->buffer[t].get(), values, table_[t].bytes);
+    return;
+  }
   if (cache_persistent()) {
     // utp/all: its host copy (if any) is stale from now on; evicted, it comes back to the
     // device to be written (perhaps evicting others: the placement is restored at the end

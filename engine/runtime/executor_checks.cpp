@@ -56,7 +56,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
     if (staged_split_step(options, net, steps, s)) {
       // TSPLIT: its micro-step (its micro-tensors' slices for the largest micro-batch, and
       // its other tensors whole).
-      b = micro_step_bytes(table, s, options.split_parts[s], block);
+      b = micro_step_bytes(table, s, batch_parts_of(options, s), block,
+                           channel_groups_of(options, net, steps, s));
     } else {
       for (const auto& a : table.accesses(s)) {
         if (moves_persistent || !table[a.tensor].persistent) b += rounded(table[a.tensor].bytes);
@@ -76,11 +77,16 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
     if (options.budget_bytes < minimum) {
       const route_step rs = steps.at(worst_index);
       const bool split = staged_split_step(options, net, steps, worst_index);
+      const auto groups_text = [&](std::size_t s) {
+        const int g = channel_groups_of(options, net, steps, s);
+        return g > 1 ? " of " + std::to_string(g) + " output-channel groups" : std::string();
+      };
       const std::string step =
           (split ? "the micro-step of step " : "the tensors of step ") +
           std::to_string(worst_index + 1) + " (" + net[rs.layer].name + " " +
           to_string(rs.direction) +
-          (split ? ", in " + std::to_string(options.split_parts[worst_index]) + " micro-batches"
+          (split ? ", in " + std::to_string(batch_parts_of(options, worst_index)) +
+                       " micro-batches" + groups_text(worst_index)
                  : "") +
           ") ";
       throw budget_too_small(

@@ -13,10 +13,21 @@
 
 namespace memweave {
 
+int batch_parts_of(const executor_options& options, std::size_t s) noexcept {
+  return s < options.split_parts.size() ? std::max(1, options.split_parts[s]) : 1;
+}
+
+int channel_groups_of(const executor_options& options, const network& net, const route& r,
+                      std::size_t s) noexcept {
+  if (s >= options.channel_parts.size() || s >= r.step_count()) return 1;
+  const std::int64_t k = splittable_channels(net[r.at(s).layer]);
+  return static_cast<int>(std::clamp<std::int64_t>(options.channel_parts[s], 1, k));
+}
+
 bool staged_split_step(const executor_options& options, const network& net, const route& r,
                        std::size_t s) noexcept {
   return options.policy.evict_to_host && !options.evaluation_only &&
-         s < options.split_parts.size() && options.split_parts[s] > 1 &&
+         (batch_parts_of(options, s) > 1 || channel_groups_of(options, net, r, s) > 1) &&
          net[r.at(s).layer].type != layer_type::tiled;
 }
 
@@ -155,15 +166,29 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
   st.ids.clear();
   st.tensors.clear();
   const std::int64_t batch = batch_of(net_);
-  const std::int64_t images = largest_micro_batch(batch, options_.split_parts[s]);
+  const int parts = batch_parts_of(options_, s);
+  const std::int64_t images = largest_micro_batch(batch, parts);
+  const layer& l = net_[route_.at(s).layer];
+  const int groups = channel_groups_of(options_, net_, route_, s);
+  const std::int64_t K = splittable_channels(l);
+  const std::int64_t channels = (K + groups - 1) / groups;  // the largest group
+  // Cut by channel groups: the step's output, output gradient, parameters, their gradients
+  // and momenta (persistent ones too).
+  const auto by_channels = [&](tensor_id t) {
+    return groups > 1 && channel_cut(table_[t], l) && !table_[t].host_resident;
+  };
   const auto slice_bytes = [&](tensor_id t) {
-    return heap_->round_up(table_[t].bytes / static_cast<std::size_t>(batch) *
-                           static_cast<std::size_t>(images));
+    std::size_t b = table_[t].bytes;
+    if (batch_shaped(table_[t], batch)) {
+      b = b / static_cast<std::size_t>(batch) * static_cast<std::size_t>(images);
+    }
+    if (by_channels(t)) b = b / static_cast<std::size_t>(K) * static_cast<std::size_t>(channels);
+    return heap_->round_up(b);
   };
   std::vector<const tensor_access*> sliced;
   std::size_t need = 0;  // the micro-step: whole tensors plus every slice
   for (const tensor_access& a : accesses) {
-    if (!in_cache(a.tensor) || !staged_slice(table_[a.tensor], batch)) {
+    if (!in_cache(a.tensor) || !(staged_slice(table_[a.tensor], batch) || by_channels(a.tensor))) {
       st.whole.push_back(a);
       if (in_cache(a.tensor)) need += heap_->round_up(table_[a.tensor].bytes);
       continue;
@@ -201,10 +226,16 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
     if (a.mode != access_mode::read) last_write_[a.tensor] = s;
     st.ids.push_back(a.tensor);
     layers::staged_tensor m;
-    m.n = batch;
-    m.per_image = static_cast<std::int64_t>(table_[a.tensor].bytes / sizeof(float)) / batch;
+    m.n = batch_shaped(table_[a.tensor], batch) ? batch : 1;
+    m.per_image = static_cast<std::int64_t>(table_[a.tensor].bytes / sizeof(float)) / m.n;
     m.read = a.mode != access_mode::write;
     m.written = a.mode != access_mode::read;
+    if (by_channels(a.tensor)) {
+      m.channels = K;
+      // A parameter gradient sums over the micro-batches: the later ones read what the
+      // earlier left.
+      if (parts > 1 && table_[a.tensor].role == tensor_role::parameter_gradient) m.read = true;
+    }
     st.tensors.push_back(m);
   }
 }
@@ -259,12 +290,19 @@ void executor::take_micro_buffer(std::size_t s) {
     return;
   }
   const std::int64_t batch = batch_of(net_);
-  const std::int64_t images = largest_micro_batch(batch, options_.split_parts[s]);
+  const int parts = batch_parts_of(options_, s);
+  const std::int64_t images = largest_micro_batch(batch, parts);
+  const int groups = channel_groups_of(options_, net_, route_, s);
+  const std::int64_t K = splittable_channels(net_[route_.at(s).layer]);
   std::vector<std::size_t> offset;
   std::size_t total = 0;
   for (const layers::staged_tensor& m : st.tensors) {
     offset.push_back(total);
-    total += heap_->round_up(static_cast<std::size_t>(m.per_image * images) * sizeof(float));
+    // The largest micro-batch's images (all of a tensor without images), and of a
+    // channel-cut tensor the largest group's rows.
+    std::int64_t floats = (m.n > 1 ? images : m.n) * m.per_image;
+    if (m.channels > 0) floats = floats / K * ((K + groups - 1) / groups);
+    total += heap_->round_up(static_cast<std::size_t>(floats) * sizeof(float));
   }
   // Recorded only once taken: end_staged_step gives back what these say.
   void* micro = total == 0 ? nullptr : take_workspace(total, true);
@@ -284,8 +322,8 @@ void executor::take_micro_buffer(std::size_t s) {
   }
   // What the micro-steps copy, as the null device charges it.
   const route_step rs = route_.at(s);
-  staging_->bytes_staged +=
-      layers::staged_copy_bytes(net_[rs.layer].type, rs.direction == pass::forward, st.tensors);
+  staging_->bytes_staged += layers::staged_copy_bytes(
+      net_[rs.layer].type, rs.direction == pass::forward, st.tensors, parts);
 }
 
 // Re-runs the forward of the staged step at route position `position` (its output dropped

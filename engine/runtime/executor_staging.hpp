@@ -29,7 +29,14 @@ namespace memweave {
 bool staged_split_step(const executor_options& options, const network& net, const route& r,
                        std::size_t s) noexcept;
 
-/// Whether `t` is one of a staged step's micro-tensors (one slice per image of `batch`).
+/// The micro-batches (split_parts) and output-channel groups (channel_parts) route step `s`
+/// runs in: 1 where the options say nothing, and groups 1 but for CONV (groups 1) and FC.
+int batch_parts_of(const executor_options& options, std::size_t s) noexcept;
+int channel_groups_of(const executor_options& options, const network& net, const route& r,
+                      std::size_t s) noexcept;
+
+/// Whether `t` is one of a staged step's micro-tensors (one slice per image of `batch`; a
+/// step in channel groups also stages what channel_cut names, persistent ones too).
 bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept;
 
 struct executor::staging {

@@ -42,6 +42,10 @@ class host_kernel_launcher final : public kernel_launcher {
     const bool forward = step.forward;
     const int parts = step.parts;
     std::vector<layers::staged_tensor> staged(step.staged.begin(), step.staged.end());
+    if (step.channel_parts > 1) {
+      launch_channel_groups(step, std::move(staged));
+      return;
+    }
     ctx_.dev->get_stream(stream_role::compute)
         .launch([forward, parts, context, sgd, a = marshal(step), staged = std::move(staged)] {
           layers::run_split_step(*context, a.io, forward, parts, staged);
@@ -49,6 +53,28 @@ class host_kernel_launcher final : public kernel_launcher {
             sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
                        a.momenta[i]);
           }
+        });
+  }
+
+  // A CONV/FC step in output-channel groups: the solver's updates run on each group's rows
+  // (its weights may be staged: only a group's rows are on the device).
+  void launch_channel_groups(const layer_launch& step, std::vector<layers::staged_tensor> staged) {
+    const k::kernel_context* context = &context_;
+    const sgd_options* sgd = &ctx_.sgd;
+    step_kernel_args a = marshal(step);
+    std::vector<layers::param_update> updates;
+    for (std::size_t i = 0; i < a.updates.size(); ++i) {
+      updates.push_back({a.updates[i].first, a.updates[i].second, a.momenta[i], a.counts[i]});
+    }
+    ctx_.dev->get_stream(stream_role::compute)
+        .launch([forward = step.forward, groups = step.channel_parts, parts = step.parts, context,
+                 sgd, io = std::move(a.io), staged = std::move(staged),
+                 updates = std::move(updates)] {
+          layers::run_channel_split_step(
+              *context, io, forward, groups, parts, staged, updates,
+              [&](std::size_t count, const float* g, float* w, float* v) {
+                sgd_update(*context, *sgd, count, g, w, v);
+              });
         });
   }
 

@@ -54,6 +54,9 @@ struct layer_launch {
   bool replay = false;     ///< a recomputation: BN's running statistics and the loss stay
   bool inference = false;  ///< evaluation: BN on running statistics, no dropout, no update
   int parts = 1;           ///< TSPLIT: micro-batches the step runs in (split_step.hpp)
+  /// TSPLIT: CONV (groups 1) and FC: the output-channel groups each micro-batch runs in
+  /// (split_step.hpp's run_channel_split_step); the solver's updates then run group by group.
+  int channel_parts = 1;
   /// TSPLIT: the step's tensors whose whole values stay in host memory, each micro-batch's
   /// slice copied through its micro buffer (split_step.hpp; on null, only the sizes count:
   /// the copies are charged at the link's rate).

@@ -27,9 +27,9 @@ class null_kernel_launcher final : public kernel_launcher {
     const double compute_s = l.type == layer_type::conv ? step.conv->seconds : -1;
     // Staged micro-tensors cross the link between the micro-steps, one after the other (the
     // host backend copies them in the step's own work, without overlap).
-    const double staging_s =
-        static_cast<double>(layers::staged_copy_bytes(l.type, step.forward, step.staged)) /
-        ctx_.model.link_bytes_per_s;
+    const double staging_s = static_cast<double>(layers::staged_copy_bytes(
+                                 l.type, step.forward, step.staged, step.parts)) /
+                             ctx_.model.link_bytes_per_s;
     ctx_.dev->get_stream(stream_role::compute)
         .launch({}, model_seconds(ctx_.model, *ctx_.net, *ctx_.memory, l, step.forward, compute_s) +
                         staging_s);

@@ -21,18 +21,16 @@ std::int64_t batch_of(const tensor_table& table) {
   return net[net.data_layer()].output_shape.n;
 }
 
-// Whether tensor `t`, touched by a step of layer `l`, is cut by a split of l's output
-// channels: its output and output gradient, its parameters, their gradients and momenta.
-bool channel_shaped(const tensor_info& t, const layer& l) {
-  return t.owner == l.id && t.role != tensor_role::auxiliary && t.role != tensor_role::workspace;
-}
-
 }  // namespace
 
 bool batch_shaped(const tensor_info& t, std::int64_t batch) noexcept {
   return batch > 1 && t.shape.n == batch &&
          (t.role == tensor_role::data || t.role == tensor_role::gradient ||
           t.role == tensor_role::auxiliary);
+}
+
+bool channel_cut(const tensor_info& t, const layer& l) noexcept {
+  return t.owner == l.id && t.role != tensor_role::auxiliary && t.role != tensor_role::workspace;
 }
 
 std::int64_t largest_micro_batch(std::int64_t batch, int parts) noexcept {
@@ -62,7 +60,7 @@ std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts
     std::size_t b = t.bytes;
     if (batch_shaped(t, batch))
       b = b / static_cast<std::size_t>(batch) * static_cast<std::size_t>(images);
-    if (c > 1 && channel_shaped(t, l))
+    if (c > 1 && channel_cut(t, l))
       b = b / static_cast<std::size_t>(K) * static_cast<std::size_t>(channels);
     bytes += round_up(b, block_bytes);
   }
@@ -73,6 +71,14 @@ std::vector<int> split_plan::parts(std::size_t step_count) const {
   std::vector<int> p(step_count, 1);
   for (const split_step& s : steps) {
     if (s.step < step_count) p[s.step] = s.parts;
+  }
+  return p;
+}
+
+std::vector<int> split_plan::channel_parts(std::size_t step_count) const {
+  std::vector<int> p(step_count, 1);
+  for (const split_step& s : steps) {
+    if (s.step < step_count) p[s.step] = s.channel_parts;
   }
   return p;
 }

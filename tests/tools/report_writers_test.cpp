@@ -19,7 +19,7 @@ run_report sample() {
   p.peak_bytes = 3072;
   p.losses = {2.5, 1.25};
   p.steps = {{1, "data", 'F', 1000, 1024, 2, 0, ""},
-             {2, "conv1", 'F', 3000, 3072, 4, 512, "direct", 2, 0, 1, 4, true}};
+             {2, "conv1", 'F', 3000, 3072, 4, 512, "direct", 2, 0, 1, 4, 2, true}};
   r.policies.push_back(p);
   return r;
 }
@@ -33,7 +33,7 @@ TEST(report_writers_test, json_escapes_strings_and_keeps_field_names) {
   EXPECT_NE(j.find("{\"step\": 2, \"layer\": \"conv1\", \"pass\": \"F\", \"bytes_live\": 3000, "
                    "\"heap_bytes\": 3072, \"tensors_live\": 4, \"workspace_bytes\": 512, "
                    "\"algorithm\": \"direct\", \"offloads\": 2, \"prefetches\": 0, \"replays\": 1, "
-                   "\"parts\": 4, \"staged\": true}"),
+                   "\"parts\": 4, \"groups\": 2, \"staged\": true}"),
             std::string::npos)
       << j;
 }
@@ -43,9 +43,9 @@ TEST(report_writers_test, csv_has_one_row_per_policy_and_step) {
   write_csv(out, sample());
   EXPECT_EQ(out.str(),
             "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm,"
-            "offloads,prefetches,replays,parts,staged\n"
-            "liveness,1,data,F,1000,1024,2,0,,0,0,0,1,0\n"
-            "liveness,2,conv1,F,3000,3072,4,512,direct,2,0,1,4,1\n");
+            "offloads,prefetches,replays,parts,groups,staged\n"
+            "liveness,1,data,F,1000,1024,2,0,,0,0,0,1,1,0\n"
+            "liveness,2,conv1,F,3000,3072,4,512,direct,2,0,1,4,2,1\n");
 }
 
 TEST(report_writers_test, svg_draws_one_curve_per_policy_and_panel) {

@@ -25,19 +25,23 @@ TEST(split_cli_test, half_the_largest_layer_splits_and_reports_the_floor) {
   const auto r = run(plan_command, at("147MiB"));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("max(l_i) 294.01 MiB"), std::string::npos) << r.out;
-  // One image per micro-batch: res5a_branch2b's weights, gradient and momentum set the
-  // floor; with CONV/FC channel groups as well (planned only), BN's backward, which splits
-  // only along the batch.
-  EXPECT_NE(r.out.find("(the largest micro-step at one image) 27.86 MiB at step 208 "
-                       "(res5a_branch2b)"),
+  // One image per micro-batch, one output channel per CONV/FC group: BN's backward, which
+  // splits only along the batch, sets the floor; with micro-batches alone, res5a_branch2b's
+  // weights, gradient and momentum.
+  EXPECT_NE(r.out.find("one output channel per CONV/FC group) 9.20 MiB at step 318 "
+                       "(bn2b2_branch2c)"),
             std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("floor 9.20 MiB at step 318 (bn2b2_branch2c)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("floor with micro-batches alone (the largest micro-step at one image) "
+                       "27.86 MiB at step 208 (res5a_branch2b)"),
+            std::string::npos)
+      << r.out;
   // The runs: both policies fit, the 41 split steps staged.
   EXPECT_NE(r.out.find("utp: TSPLIT: 41 steps ran in micro-batches"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("all: TSPLIT: 41 steps ran in micro-batches"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(" NO "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("41 of 351 steps split"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("41 of 351 steps split, 0 in output-channel groups"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("step   16 res2a F                          2 parts  whole 294.00 MiB  "
                        "micro-step 147.00 MiB"),
             std::string::npos)
@@ -53,22 +57,61 @@ TEST(split_cli_test, no_split_where_every_step_fits) {
 TEST(split_cli_test, below_the_smallest_micro_step_does_not_fit_and_names_it) {
   const auto r = run(plan_command, at("8MiB"));
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("below the smallest micro-step of step 208 (res5a_branch2b"),
+  EXPECT_NE(r.out.find("below the smallest micro-step of step 318 (bn2b2_branch2c"),
             std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("raise --budget to at least 27.86 MiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raise --budget to at least 9.20 MiB"), std::string::npos) << r.out;
 }
 
 // Batch 1: VGG16's fc6 backward (its weights, their gradient and momentum: 1.15 GiB) cannot
-// be split along the batch: at 1 GiB it does not fit, and the floor with output-feature groups
-// (which the planner reports but the executor does not run yet) is named beside it.
-TEST(split_cli_test, batch_one_names_the_fc_weights_and_the_channel_floor) {
-  const auto r =
-      run(plan_command, {"--net", "vgg16", "--batch", "1", "--split", "--budget", "1GiB"});
-  EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("(fc6 backward, one image per micro-batch): 1.15 GiB"), std::string::npos)
+// be split along the batch. In output-feature groups it runs: at 1 GiB in 2, its tensors in
+// host memory under utp and all; the floor is relu1_2's backward at one image, 36.75 MiB.
+TEST(split_cli_test, batch_one_runs_the_fc_weights_in_output_channel_groups) {
+  const auto r = run(plan_command, {"--net", "vgg16", "--batch", "1", "--split", "--budget", "1GiB",
+                                    "--policy", "utp,all"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("floor with micro-batches alone (the largest micro-step at one image) "
+                       "1.15 GiB at step 48 (fc6)"),
+            std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("floor 36.75 MiB at step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one output channel per CONV/FC group) 36.75 MiB at step 76 (relu1_2)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("fc6 B                            1 parts x 2 channel groups"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("\nutp         yes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nall         yes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("utp: TSPLIT: 1 steps ran in micro-batches (1 in output-channel groups)"),
+            std::string::npos)
+      << r.out;
+  const auto below = run(plan_command, {"--net", "vgg16", "--batch", "1", "--split", "--budget",
+                                        "36MiB", "--policy", "utp"});
+  EXPECT_EQ(below.code, 1) << below.out;
+  EXPECT_NE(below.out.find("below the smallest micro-step of step 76 (relu1_2 backward"),
+            std::string::npos)
+      << below.out;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& extra) {
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// Trains `net` under liveness with no budget and with `split` (policy, budget, --split): the
+// same `losses`, and the split run's report says `marker`.
+void expect_the_unsplit_losses(const std::vector<std::string>& net,
+                               const std::vector<std::string>& split_args,
+                               const std::vector<const char*>& losses, const std::string& marker) {
+  const auto whole = run(train_command, with(net, {"--policy", "liveness"}));
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  const auto split = run(train_command, with(net, split_args));
+  ASSERT_EQ(split.code, 0) << split.out;
+  EXPECT_NE(split.out.find(marker), std::string::npos) << split.out;
+  for (const char* loss : losses) {
+    EXPECT_NE(whole.out.find(loss), std::string::npos) << whole.out;
+    EXPECT_NE(split.out.find(loss), std::string::npos) << split.out;
+  }
 }
 
 // train --split below max(l_i) (518.89 KiB for this narrow ResNet-50): the same losses as
@@ -78,25 +121,24 @@ TEST(split_cli_test, train_below_the_largest_layer_gives_the_unsplit_losses) {
                                         "--width",      "0.0625",   "--classes", "5",
                                         "--image-side", "64",       "--conv-ws", "fixed:direct",
                                         "--iterations", "3",        "--device",  "host"};
-  auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a = net;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  };
-  const auto whole = run(train_command, with({"--policy", "liveness"}));
-  ASSERT_EQ(whole.code, 0) << whole.out;
-  const auto split = run(train_command, with({"--policy", "utp", "--budget", "300KiB", "--split"}));
-  ASSERT_EQ(split.code, 0) << split.out;
-  EXPECT_NE(split.out.find("utp: TSPLIT: "), std::string::npos) << split.out;
-  for (const char* loss : {"loss   3.53255", "loss   2.27500", "loss   1.97856"}) {
-    EXPECT_NE(whole.out.find(loss), std::string::npos) << whole.out;
-    EXPECT_NE(split.out.find(loss), std::string::npos) << split.out;
-  }
-  const std::string no_budget = error_of(train_command, with({"--policy", "utp", "--split"}));
+  expect_the_unsplit_losses(net, {"--policy", "utp", "--budget", "300KiB", "--split"},
+                            {"loss   3.53255", "loss   2.27500", "loss   1.97856"},
+                            "utp: TSPLIT: ");
+  const std::string no_budget = error_of(train_command, with(net, {"--policy", "utp", "--split"}));
   EXPECT_NE(no_budget.find("--split runs the steps over the budget in micro-batches: give "
                            "--budget"),
             std::string::npos)
       << no_budget;
+}
+
+// train --split at batch 1 below the floor of micro-batches (VGG16's FC weights): its CONV
+// and FC steps in output-channel groups, the same losses as liveness with unlimited memory.
+TEST(split_cli_test, train_in_output_channel_groups_gives_the_unsplit_losses) {
+  expect_the_unsplit_losses(
+      {"--net", "vgg16", "--batch", "1", "--width", "0.25", "--classes", "10", "--image-side", "32",
+       "--conv-ws", "fixed:direct", "--iterations", "3", "--device", "host", "--lr", "0.001"},
+      {"--policy", "all", "--budget", "2MiB", "--split"},
+      {"loss   2.54438", "loss   2.09522", "loss   4.29594"}, "in output-channel groups)");
 }
 
 TEST(split_cli_test, needs_a_budget) {

@@ -170,6 +170,15 @@ struct executor_options {
   /// needs each step's micro-step (split_plan.hpp's micro_step_bytes), not l_i
   /// (engine/runtime/executor_staging.hpp). Host and null only: cuda refuses it.
   std::vector<int> split_parts;
+  /// TSPLIT: per route step (shorter: the rest 1), the output-channel groups a CONV (groups
+  /// 1) or FC step runs each micro-batch in (split_plan.hpp's channel_parts), where the batch
+  /// cannot be cut further (batch 1, or weights larger than the budget). Under utp/all the
+  /// step is staged: its output, output gradient, parameters, their gradients and momenta
+  /// stay in host memory and one group's rows are on the device at a time; a persistent
+  /// tensor so cut lives in host memory from the start. Bit-identical for FC and CONV
+  /// `direct` (CONV's im2col algorithms round differently: ARCHITECTURE.md, TSPLIT). Not
+  /// with data parallelism (its gradient buckets reduce whole tensors).
+  std::vector<int> channel_parts;
   /// all under a budget: before it starts, `all` (with the schedule's headroom, and with half
   /// of it when schedule.headroom_auto; at each CONV workspace share unless
   /// schedule.workspace_share names one) and `recompute` are each run for one iteration on a
@@ -417,6 +426,7 @@ class executor {
   } marks_;  // the current step's copies and replays, for its record
 
   bool persistent_moved_ = false;  // a persistent tensor was evicted since the last restore
+  std::vector<bool> channel_cut_;  // TSPLIT: per tensor, cut by a staged step's channel groups
   std::vector<bool> parked_;       // all: per tensor, parked on the host across the iteration's end
   bool host_exhausted_ = false;    // an eviction found host memory exhausted
   std::vector<void*> persistent_ptr_;  // parameters, momenta, running stats

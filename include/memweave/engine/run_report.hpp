@@ -25,6 +25,7 @@ struct step_record {
   int prefetches = 0;               ///< tensor copies back started after the step
   int replays = 0;                  ///< layer forwards re-run before the step (rebuilds)
   int parts = 1;                    ///< TSPLIT: micro-batches its kernels ran in
+  int groups = 1;                   ///< TSPLIT: CONV/FC output-channel groups per micro-batch
   bool staged = false;              ///< TSPLIT: its micro-tensors were in host memory
 };
 
@@ -91,10 +92,11 @@ struct policy_report {
   /// (schedule_options::keep_rebuilt).
   bool weighed_keep_rebuilt = false;
   bool ran_as_recompute = false;
-  replan_report replan;                ///< all: re-planning from measured times
-  std::uint64_t bytes_compressed = 0;  ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
-  std::size_t staged_steps = 0;        ///< TSPLIT: split steps run on micro-tensors
-  std::uint64_t bytes_staged = 0;      ///< TSPLIT: bytes they copied over the link
+  replan_report replan;                 ///< all: re-planning from measured times
+  std::uint64_t bytes_compressed = 0;   ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
+  std::size_t staged_steps = 0;         ///< TSPLIT: split steps run on micro-tensors
+  std::size_t channel_group_steps = 0;  ///< TSPLIT: of those, CONV/FC in output-channel groups
+  std::uint64_t bytes_staged = 0;       ///< TSPLIT: bytes they copied over the link
   /// all: values in host memory given back when it ran out, to be rebuilt by replays.
   std::uint64_t host_drops = 0;
   double max_compression_error = 0.0;     ///< the largest relative fp16 round-trip error

@@ -65,6 +65,8 @@ struct split_plan {
 
   /// parts per route step (steps without work: 1), for executor_options::split_parts.
   std::vector<int> parts(std::size_t step_count) const;
+  /// channel_parts per route step (1 where none), for executor_options::channel_parts.
+  std::vector<int> channel_parts(std::size_t step_count) const;
   /// How many steps run in more than one part.
   std::size_t split_count() const noexcept;
   /// How many steps (CONV/FC) run in more than one channel group.
@@ -92,11 +94,15 @@ std::int64_t largest_micro_batch(std::int64_t batch, int parts) noexcept;
 /// their output channels; 1 for every other layer.
 std::int64_t splittable_channels(const layer& l) noexcept;
 
+/// Whether tensor `t`, touched by a step of `l`, is cut by a split of l's output channels:
+/// its output and output gradient, its parameters, their gradients and momenta.
+bool channel_cut(const tensor_info& t, const layer& l) noexcept;
+
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per
 /// micro-batch does not fit (`knob`: the flag or variable that set the budget).
-/// `channel_splits` false plans micro-batches only (what the executor runs: its staged
-/// steps split along the batch; channel groups are planned, not yet run below l_i).
+/// `channel_splits` false plans micro-batches only (a step that does not fit at one image is
+/// then too small a budget).
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
                        const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
                        const char* knob, bool channel_splits = true);

@@ -84,26 +84,37 @@ TEST(split_staging_test, random_dags_below_the_largest_layer) {
   }
 }
 
+// One iteration planned (null) and trained (host): the same heap and live bytes, parts and
+// groups step by step, and the same bytes staged. Returns the plan's report and the steps.
+std::pair<policy_report, std::vector<step_record>> expect_plan_and_train_agree(
+    const network& net, const executor_options& options) {
+  auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor planned(net, *null_dev, options);
+  planned.run_iteration(nullptr, 0);
+  const auto trained = test::train(net, options, 1);
+  EXPECT_EQ(planned.steps().size(), trained.steps.size());
+  for (std::size_t i = 0; i < std::min(trained.steps.size(), planned.steps().size()); ++i) {
+    const step_record &p = planned.steps()[i], &t = trained.steps[i];
+    EXPECT_EQ(p.heap_bytes, t.heap_bytes) << "step " << i + 1;
+    EXPECT_EQ(p.bytes_live, t.bytes_live) << "step " << i + 1;
+    EXPECT_EQ(p.parts, t.parts) << "step " << i + 1;
+    EXPECT_EQ(p.groups, t.groups) << "step " << i + 1;
+  }
+  EXPECT_EQ(planned.report().bytes_staged, trained.report.bytes_staged);
+  return {planned.report(), trained.steps};
+}
+
 TEST(split_staging_test, plan_and_train_agree_step_by_step) {
   const network net = test::small_zoo("resnet50", 8);
   const staged_run s = plan_below_largest_layer(net, "utp", 0.5);
   ASSERT_LT(s.budget, s.max_layer);
-  auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
-  executor planned(net, *null_dev, s.options);
-  planned.run_iteration(nullptr, 0);
-  const auto trained = test::train(net, s.options, 1);
-  ASSERT_EQ(planned.steps().size(), trained.steps.size());
-  for (std::size_t i = 0; i < trained.steps.size(); ++i) {
-    EXPECT_EQ(planned.steps()[i].heap_bytes, trained.steps[i].heap_bytes) << "step " << i + 1;
-    EXPECT_EQ(planned.steps()[i].bytes_live, trained.steps[i].bytes_live) << "step " << i + 1;
-  }
-  const policy_report r = planned.report();
+  const auto [r, steps] = expect_plan_and_train_agree(net, s.options);
   EXPECT_EQ(r.staged_steps, s.plan.split_count());
   // The step rows say how each step ran: its parts, and staged where split.
-  const std::vector<int> parts = s.plan.parts(trained.steps.size());
-  for (std::size_t i = 0; i < trained.steps.size(); ++i) {
-    EXPECT_EQ(trained.steps[i].parts, parts[i]) << "step " << i + 1;
-    EXPECT_EQ(trained.steps[i].staged, parts[i] > 1) << "step " << i + 1;
+  const std::vector<int> parts = s.plan.parts(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].parts, parts[i]) << "step " << i + 1;
+    EXPECT_EQ(steps[i].staged, parts[i] > 1) << "step " << i + 1;
   }
   EXPECT_GT(r.bytes_staged, 0u);
   // The null device charges the staging copies at the link's rate: the split iteration takes
@@ -208,6 +219,124 @@ TEST(split_staging_test, all_rebuilds_staged_values_it_dropped_when_host_memory_
   const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
   expect_bit_identical(reference, test::train(net, s.options, 2),
                        "resnet50, host pool " + std::to_string(least) + " MiB");
+}
+
+// Below the floor of micro-batches (at batch 1 a step's parameters alone exceed it): CONV and
+// FC steps in output-channel groups, their output, output gradient, weights, bias, their
+// gradients and momenta in host memory and one group's rows on the device at a time.
+struct channel_run {
+  std::size_t batch_floor = 0;  // the largest micro-step at one image, batch splits only
+  std::size_t budget = 0;
+  split_plan plan;
+  executor_options options;
+};
+
+channel_run plan_below_the_batch_floor(const network& net, const std::string& policy) {
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  channel_run c;
+  const std::size_t ample = std::size_t{1} << 40;
+  c.batch_floor =
+      plan_splits(net, table, memory, cost_model{}, ample, k_heap_block, "test", false).floor_bytes;
+  const std::size_t channel_floor =
+      plan_splits(net, table, memory, cost_model{}, ample, k_heap_block, "test").floor_bytes;
+  c.budget = std::max(channel_floor, c.batch_floor / 2);
+  c.plan = plan_splits(net, table, memory, cost_model{}, c.budget, k_heap_block, "test");
+  c.options = test::policy_options(policy, c.budget, k_conv);
+  c.options.split_parts = c.plan.parts(table.step_count());
+  c.options.channel_parts = c.plan.channel_parts(table.step_count());
+  return c;
+}
+
+network batch_one(const std::string& name) {
+  zoo_options z;
+  z.batch = 1;
+  z.classes = 5;
+  z.width_scale = 0.125;
+  z.image_side = std::max<std::int64_t>(32, zoo_min_side(name));
+  return make_network(name, z);
+}
+
+class channel_staging_test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(channel_staging_test, trains_below_the_floor_of_micro_batches_bit_identically) {
+  const network net = batch_one(GetParam());
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+  for (const char* policy : {"utp", "all"}) {
+    const channel_run c = plan_below_the_batch_floor(net, policy);
+    ASSERT_GT(c.plan.channel_split_count(), 0u) << GetParam();
+    const auto staged = test::train(net, c.options, 2);
+    expect_bit_identical(reference, staged, GetParam() + " " + policy);
+    EXPECT_LE(peak(staged.steps), c.budget) << GetParam() << " " << policy;
+    EXPECT_LT(peak(staged.steps), c.batch_floor) << GetParam() << " " << policy;
+    EXPECT_EQ(staged.report.channel_group_steps, c.plan.channel_split_count()) << policy;
+    const std::vector<int> groups = c.plan.channel_parts(staged.steps.size());
+    for (std::size_t i = 0; i < staged.steps.size(); ++i) {
+      EXPECT_EQ(staged.steps[i].groups, groups[i]) << "step " << i + 1;
+      if (groups[i] > 1) {
+        EXPECT_TRUE(staged.steps[i].staged) << "step " << i + 1;
+      }
+    }
+  }
+}
+
+// VGG16's FC weights (batch 1: the whole floor of micro-batches); AlexNet's; ResNet-50's
+// largest CONVs (res5's weights, their gradients and momenta).
+INSTANTIATE_TEST_SUITE_P(zoo, channel_staging_test,
+                         ::testing::Values("alexnet", "vgg16", "resnet50"),
+                         [](const auto& info) { return info.param; });
+
+TEST(split_staging_test, random_dags_below_the_floor_of_micro_batches) {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    random_dag_options o;
+    o.seed = seed;
+    o.layers = 25;
+    o.all_types = true;
+    o.batch = 1;
+    const network net = make_random_dag(o);
+    const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+    const channel_run c = plan_below_the_batch_floor(net, "all");
+    ASSERT_GT(c.plan.channel_split_count(), 0u) << net.name();
+    expect_bit_identical(reference, test::train(net, c.options, 2), net.name());
+  }
+}
+
+TEST(split_staging_test, channel_groups_plan_and_train_agree_and_keep_weights_on_the_host) {
+  const network net = batch_one("vgg16");
+  const channel_run c = plan_below_the_batch_floor(net, "all");
+  EXPECT_GT(expect_plan_and_train_agree(net, c.options).first.channel_group_steps, 0u);
+  // fc6's backward runs in groups (its weights, gradient and momentum are most of the floor
+  // of micro-batches): its weights live in host memory, read and written there by name.
+  const route r(net);
+  const tensor_table table(net, r);
+  const tensor_id w = table.find("fc6.weight");
+  ASSERT_NE(w, invalid_tensor);
+  ASSERT_GT(c.options.channel_parts.at(r.backward_step(table[w].owner)), 1);
+  auto dev = test::make_test_device("host", std::size_t{2} << 30);
+  executor ex(net, *dev, c.options);
+  std::vector<float> values(table[w].bytes / sizeof(float));
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 7) - 3.0f;
+  ex.write("fc6.weight", values);
+  EXPECT_EQ(ex.read("fc6.weight"), values);
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  ex.run_iteration(data.get(), 0);
+  EXPECT_NE(ex.read("fc6.weight"), values) << "the update did not reach the staged weights";
+}
+
+TEST(split_staging_test, a_budget_below_the_channel_groups_micro_step_names_them) {
+  const network net = batch_one("vgg16");
+  channel_run c = plan_below_the_batch_floor(net, "utp");
+  for (int& g : c.options.channel_parts) g = std::min(g, 2);
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  try {
+    executor ex(net, *dev, c.options);
+    FAIL() << "a budget below the largest micro-step was accepted";
+  } catch (const budget_too_small& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-step of step"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of 2 output-channel groups"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(split_staging_test, liveness_runs_split_steps_whole_on_the_device) {
