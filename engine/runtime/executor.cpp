@@ -665,6 +665,10 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       if (residency_->state(t) == residency::absent) allocate_transient(t, s), ++tensors_allocated_;
     }
   }
+  // What the step's rebuilds re-created only for another replay to read (dead before this
+  // step) goes before the workspace is sized (acquire drops it before the step's new tensors;
+  // a repack's or a staged step's acquire does not): stream order runs those replays first.
+  drop_dead_rebuilt(s, false);
 
   // 2. Functional tensors first; then the convolution's workspace from what is left.
   conv_step conv;
@@ -737,14 +741,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   for (tensor_id t : evaluating_ ? eval_free_after_[s] : free_after_[s]) free_transient(t);
   // A rebuild may have re-created intermediates whose life was already over (inputs of the
   // replay that was wanted): they go again now.
-  for (tensor_id t : rebuilt_) {
-    if (free_step_[t] > s) continue;
-    if (residency_->state(t) == residency::resident) {
-      drop(t);
-    } else if (residency_->state(t) != residency::dropped) {
-      free_transient(t);  // evicted meanwhile: its host copy goes too
-    }
-  }
+  drop_dead_rebuilt(s, true);
   rebuilt_.clear();
 
   // 5. Move or drop what the policy moves or drops (an evaluation frees what it is done
@@ -789,6 +786,29 @@ void executor::apply_policy_moves(std::size_t s, bool forward, std::size_t posit
     if (options_.policy.evict_to_host) write_back();
     if (!forward) prefetch_ahead(s);
   }
+}
+
+// Drops what replays re-created in step `s` whose life is over: before the step's kernel
+// (`after_kernel` false) those dead before it, which the step does not touch; after it,
+// those whose last use it was too.
+void executor::drop_dead_rebuilt(std::size_t s, bool after_kernel) {
+  std::erase_if(rebuilt_, [&](tensor_id t) {
+    if (after_kernel ? free_step_[t] > s : free_step_[t] >= s) return false;
+    if (!after_kernel) {
+      // Before the kernel only what sits unlocked on the device, and no replay under way
+      // reads (a staged replay's inputs are in host memory, not locked).
+      if (residency_->state(t) != residency::resident || cache_->locked(t) ||
+          std::find(replaying_.begin(), replaying_.end(), t) != replaying_.end()) {
+        return false;
+      }
+    }
+    if (residency_->state(t) == residency::resident) {
+      drop(t);
+    } else if (residency_->state(t) != residency::dropped) {
+      free_transient(t);  // evicted meanwhile: its host copy goes too
+    }
+    return true;
+  });
 }
 
 // Enqueues layer `l`'s forward or backward kernel (and, in backward, the solver's updates)

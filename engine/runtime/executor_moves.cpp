@@ -537,7 +537,17 @@ void executor::acquire(std::size_t step, std::span<const tensor_access> accesses
     locked.push_back(t);
   };
   if (!largest_first) {  // the step loop's usual path: no copy of the accesses
-    for (const auto& a : accesses) take(a);
+    // What it reads first (rebuilding what is dropped), then what it writes: what those
+    // rebuilds re-created only for one another (dead before this step) goes in between, so
+    // that the step's new tensors can take its place (VGG16 at a third of its peak held
+    // conv1_1's 822 MB output through conv1_2's backward, splitting the workspace's room).
+    for (const auto& a : accesses) {
+      if (a.mode != access_mode::write) take(a);
+    }
+    if (replaying_.empty()) drop_dead_rebuilt(step, false);  // the step's own, not a replay's
+    for (const auto& a : accesses) {
+      if (a.mode == access_mode::write) take(a);
+    }
     return;
   }
   std::vector<tensor_access> order(accesses.begin(), accesses.end());

@@ -349,6 +349,7 @@ class executor {
   void reap_offloads(std::size_t step, bool all);
   void prefetch_ahead(std::size_t step);
   void drop(tensor_id t) noexcept;
+  void drop_dead_rebuilt(std::size_t s, bool after_kernel);
   void rebuild(tensor_id t, std::size_t step);
   void rebuild_chain(tensor_id t, std::size_t step);
   bool rebuilt_first(tensor_id t, const tensor_access& a) const;

@@ -267,11 +267,39 @@ TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans)
   EXPECT_LT(best.report.predicted_seconds, 58.5e-3);
 }
 
+// A step whose rebuild replays a chain (VGG16 b64 at a third of liveness's peak: conv1_2's
+// backward reads relu1_1's output, rebuilt from conv1_1's, itself rebuilt) drops the dead
+// link of the chain before it places its own new tensors and sizes its workspace: its input
+// gradient takes conv1_1's place, and the workspace gets more than that output's 784 MiB in
+// one run (8 images per im2col chunk) where it got 245 MiB (2) with the output kept to the
+// step's end.
+TEST(schedule_test, a_step_drops_what_its_rebuilds_needed_before_its_own_tensors) {
+  zoo_options z;
+  z.batch = 64;
+  const network net = make_network("vgg16", z);
+  const std::size_t budget =
+      plan_run(net, full_size_options("liveness", 0)).report.peak_bytes * 33 / 100;
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor ex(net, *dev, full_size_options("all", budget, true));
+  ex.run_iteration(nullptr, 0);
+  const route rt(net);
+  const tensor_table table(net, rt);
+  const std::size_t s = rt.backward_step(*net.find("conv1_2"));
+  const step_record& rec = ex.steps().at(s);
+  ASSERT_EQ(rec.layer, "conv1_2");
+  ASSERT_GT(rec.replays, 0) << "no chain rebuilt at conv1_2's backward any more";
+  const std::size_t chain = table[table.of(*net.find("conv1_1")).output].bytes;
+  EXPECT_GT(rec.workspace_bytes, chain)
+      << rec.algorithm << ": the dead chain tensor stayed through the step";
+}
+
 // Left unset, the slack is tried as 0, 0.5 and 1 times each prefetch's copy time (at the link
-// charge chosen) and the fastest predicted plan kept: never slower than any one of them. On
-// ResNet-50 b64 at a third of its peak, the weighed `all` so runs faster than with no margin
-// (0.239 against 0.243 s per iteration in the model: the res2 prefetches at the end of
-// backward stalled).
+// charge chosen) and the fastest predicted plan kept: never slower than any one of them. The
+// margins are weighed in the plan's model, which does not see the heap: on ResNet-50 b64 at a
+// third of its peak the weighed `all` ran faster than the default margin (0.239 against
+// 0.243 s per iteration) until the step loop dropped a step's dead chain tensors before
+// placing its new ones; now the default runs 0.236 s and the weighed 0.239 s, so the test
+// holds the weighed run to within 2 % of it, with no safety-net eviction.
 TEST(schedule_test, the_slack_left_unset_keeps_the_fastest_of_three_margins) {
   zoo_options z;
   z.batch = 64;
@@ -296,7 +324,7 @@ TEST(schedule_test, the_slack_left_unset_keeps_the_fastest_of_three_margins) {
   const planned_run weighed = plan_run(net, margins);
   const planned_run without = plan_run(net, full_size_options("all", budget, true));
   EXPECT_EQ(weighed.report.evictions, 0u);
-  EXPECT_LT(weighed.report.seconds_per_iteration, without.report.seconds_per_iteration * 0.99);
+  EXPECT_LT(weighed.report.seconds_per_iteration, without.report.seconds_per_iteration * 1.02);
 }
 
 // Before it starts, `all` is weighed against recompute in the model: on DenseNet-121 at a
