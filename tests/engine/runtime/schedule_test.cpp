@@ -267,6 +267,16 @@ TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans)
   EXPECT_LT(best.report.predicted_seconds, 58.5e-3);
 }
 
+// A zoo network at full size, batch 64, and a third of liveness's peak on it (no budget).
+network batch_64(const std::string& name) {
+  zoo_options z;
+  z.batch = 64;
+  return make_network(name, z);
+}
+std::size_t third_of_liveness_peak(const network& net) {
+  return plan_run(net, full_size_options("liveness", 0)).report.peak_bytes * 33 / 100;
+}
+
 // A step whose rebuild replays a chain (VGG16 b64 at a third of liveness's peak: conv1_2's
 // backward reads relu1_1's output, rebuilt from conv1_1's, itself rebuilt) drops the dead
 // link of the chain before it places its own new tensors and sizes its workspace: its input
@@ -274,11 +284,8 @@ TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans)
 // one run (8 images per im2col chunk) where it got 245 MiB (2) with the output kept to the
 // step's end.
 TEST(schedule_test, a_step_drops_what_its_rebuilds_needed_before_its_own_tensors) {
-  zoo_options z;
-  z.batch = 64;
-  const network net = make_network("vgg16", z);
-  const std::size_t budget =
-      plan_run(net, full_size_options("liveness", 0)).report.peak_bytes * 33 / 100;
+  const network net = batch_64("vgg16");
+  const std::size_t budget = third_of_liveness_peak(net);
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
   executor ex(net, *dev, full_size_options("all", budget, true));
   ex.run_iteration(nullptr, 0);
@@ -301,11 +308,8 @@ TEST(schedule_test, a_step_drops_what_its_rebuilds_needed_before_its_own_tensors
 // placing its new ones; now the default runs 0.236 s and the weighed 0.239 s, so the test
 // holds the weighed run to within 2 % of it, with no safety-net eviction.
 TEST(schedule_test, the_slack_left_unset_keeps_the_fastest_of_three_margins) {
-  zoo_options z;
-  z.batch = 64;
-  const network net = make_network("resnet50", z);
-  const std::size_t budget =
-      plan_run(net, full_size_options("liveness", 0)).report.peak_bytes * 33 / 100;
+  const network net = batch_64("resnet50");
+  const std::size_t budget = third_of_liveness_peak(net);
   ASSERT_TRUE(schedule_options{}.slack_auto) << "the default tries several margins";
   executor_options automatic = full_size_options("all", budget);
   automatic.schedule.slack_auto = true;
