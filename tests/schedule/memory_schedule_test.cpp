@@ -82,6 +82,30 @@ TEST(memory_schedule_test, a_long_idle_tensor_is_swapped_with_its_copies_hidden_
   EXPECT_EQ(s.steps[7].prefetch, std::vector<std::uint32_t>{0});
 }
 
+TEST(memory_schedule_test, a_release_at_the_edge_of_its_copy_moves_on_over_steps_with_room) {
+  // A (100 MiB, idle over 1..8) must be away while B is used (steps 4..7). With 6.6 ms steps
+  // its copy out (6.55 ms, issued after step 0) lands 0.05 ms before step 2 starts: the
+  // release moves on over steps 2 and 3, which take no workspace and hold A within the
+  // budget, to step 4, so a device a little faster than the model does not wait at step 2.
+  schedule_problem p = long_gap(10, 6.6e-3, 4, 7);
+  p.budget_bytes = 150 * k_mib;
+  const auto release = [&] {
+    const memory_schedule s = plan_memory_schedule(p, no_headroom());
+    EXPECT_TRUE(s.fits);
+    EXPECT_EQ(s.gaps.size(), 1u);
+    return s.gaps.empty() ? 0u : s.gaps[0].release;
+  };
+  EXPECT_EQ(release(), 4u);
+  // A step that may take a workspace stops it: the release comes before that step.
+  p.step_options.resize(10);
+  p.step_options[3] = {{6.6e-3, 10 * k_mib}};
+  EXPECT_EQ(release(), 3u);
+  // With 10 ms steps the copy lands 3.4 ms before step 2 starts: the release stays there.
+  p = long_gap(10, 10e-3, 4, 7);
+  p.budget_bytes = 150 * k_mib;
+  EXPECT_EQ(release(), 2u);
+}
+
 TEST(memory_schedule_test, a_copy_that_cannot_hide_stalls_and_the_timeline_says_by_how_much) {
   // 1 ms steps: the 6.6 ms copies cannot hide; the planner still fits the budget, widening
   // the window to the steps that need it and waiting for the copies.
