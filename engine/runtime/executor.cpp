@@ -323,7 +323,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   // all: where the backend fuses, an ACT output after a BN is rebuilt in one pass from BN's
   // input (the BN output in between is dead by then); the plan prices and counts that.
   if (options.policy.planned && launcher_->fuses_bn_act()) {
-    fused_source_ = fused_bn_act_sources(net, table_, route_);
+    fused_source_ = fused_bn_act_sources(net, table_, route_, true);
   }
   // Staged split steps are not in the schedule's model (it assumes each step's tensors whole
   // on the device): `all` then evicts reactively, as utp does, and rebuilds.

@@ -349,9 +349,10 @@ void* executor::take_workspace(std::size_t bytes, bool may_evict) {
 // Re-runs the forward of the layer at route position `position` (a cheap layer), making
 // what it reads resident and what it writes resident again. The running statistics of BN
 // are not updated a second time; DROPOUT's mask comes out identical (same seed). With
-// `fused_act` (the layer is a BN, fused_source_), the BN runs from its saved statistics
-// with that ACT applied as it writes, into the ACT's output: BN's output is not made, and
-// what BN's forward wrote besides it (the saved statistics) is only read.
+// `fused_act` (the layer is a BN or a CONV, fused_source_), the BN runs from its saved
+// statistics (the CONV with the algorithm its step ran) with that ACT applied as it writes,
+// into the ACT's output: the layer's own output is not made, and what BN's forward wrote
+// besides it (the saved statistics) is only read.
 void executor::replay_forward(std::size_t position, std::size_t step, const layer* fused_act) {
   if (fused_act == nullptr && staging_->step[position] && !evaluating_) {
     return replay_staged(position, step);

@@ -76,7 +76,12 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   in.in_cache = [this](tensor_id t) { return in_cache(t); };
   in.measured_seconds = measured_seconds;
   in.copy_latency_s = copy_latency_s;
+  // The plan fuses BN+ACT replays only (fused_bn_act_sources: CONV+ACT ones run fused but
+  // are planned as two).
   in.fused = fused_source_;
+  for (layer_id& l : in.fused) {
+    if (l != invalid_layer && net_[l].type != layer_type::bn) l = invalid_layer;
+  }
   return plan_executor_schedule(in, options_.schedule);
 }
 

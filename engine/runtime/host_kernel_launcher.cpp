@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/host/act.hpp"
 #include "engine/kernels/host/bn.hpp"
+#include "engine/kernels/host/conv.hpp"
 #include "engine/kernels/host/kernel_context.hpp"
 #include "engine/layers/split_step.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
@@ -78,8 +80,14 @@ class host_kernel_launcher final : public kernel_launcher {
         });
   }
 
-  // BN's forward from its saved statistics, the ACT applied as it writes the ACT's output.
+  // BN's forward from its saved statistics, the ACT applied as it writes the ACT's output;
+  // or a CONV's forward into the ACT's output, the ACT then applied in place (act_forward
+  // allows y == x: the same bits as the ACT reading the CONV's output).
   void launch_fused(const layer_launch& step) {
+    if (step.l->type == layer_type::conv) {
+      launch_fused_conv(step);
+      return;
+    }
     const layer& bn = *step.l;
     const tensor_table& table = *ctx_.table;
     auto f = [this](tensor_id t) { return static_cast<float*>(ctx_.device_ptr(t)); };
@@ -94,6 +102,28 @@ class host_kernel_launcher final : public kernel_launcher {
     const k::kernel_context* context = &context_;
     ctx_.dev->get_stream(stream_role::compute).launch([=] {
       k::bn_act_normalize(*context, in, p, x, gamma, beta, mean, invstd, act, z);
+    });
+  }
+
+  void launch_fused_conv(const layer_launch& step) {
+    const layer& conv = *step.l;
+    const tensor_table& table = *ctx_.table;
+    auto f = [this](tensor_id t) { return static_cast<float*>(ctx_.device_ptr(t)); };
+    const layer_tensors& lt = table.of(conv.id);
+    const conv_params p = std::get<conv_params>(conv.params);
+    const shape4 in = (*ctx_.net)[conv.inputs[0]].output_shape;
+    const float* x = f(table.of(conv.inputs[0]).output);
+    const float* w = f(lt.params[0]);
+    const float* b = p.bias ? f(lt.params[1]) : nullptr;
+    float* z = f(table.of(step.fused_act->id).output);
+    const act_params act = std::get<act_params>(step.fused_act->params);
+    const k::conv_config cfg{step.conv->forward.algo, step.conv->forward.chunk, step.workspace,
+                             step.conv->workspace_bytes};
+    const shape4 out = conv.output_shape;
+    const k::kernel_context* context = &context_;
+    ctx_.dev->get_stream(stream_role::compute).launch([=] {
+      k::conv_forward(*context, cfg, in, p, x, w, b, z);
+      k::act_forward(*context, out, act, z, z);
     });
   }
 

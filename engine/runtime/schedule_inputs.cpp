@@ -174,7 +174,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
 }  // namespace
 
 std::vector<layer_id> fused_bn_act_sources(const network& net, const tensor_table& table,
-                                           const route& path) {
+                                           const route& path, bool conv) {
   std::vector<layer_id> source(table.size(), invalid_layer);
   // Per tensor: how many steps touch it.
   std::vector<std::uint32_t> steps_touching(table.size(), 0);
@@ -184,13 +184,13 @@ std::vector<layer_id> fused_bn_act_sources(const network& net, const tensor_tabl
   for (layer_id id = 0; id < net.size(); ++id) {
     const layer& act = net[id];
     if (act.type != layer_type::act || act.inputs.size() != 1) continue;
-    const layer& bn = net[act.inputs[0]];
-    if (bn.type != layer_type::bn) continue;
-    const tensor_id y = table.of(bn.id).output, z = table.of(act.id).output;
+    const layer& src = net[act.inputs[0]];
+    if (src.type != layer_type::bn && !(conv && src.type == layer_type::conv)) continue;
+    const tensor_id y = table.of(src.id).output, z = table.of(act.id).output;
     if (y == invalid_tensor || z == invalid_tensor || y == z || table[y].persistent) continue;
-    // BN's forward writes y and ACT's forward reads it: no other step may touch it.
+    // The source's forward writes y and ACT's forward reads it: no other step may touch it.
     if (steps_touching[y] != 2 || !rebuildable(net, table, z)) continue;
-    source[z] = bn.id;
+    source[z] = src.id;
   }
   return source;
 }
