@@ -339,6 +339,23 @@ TEST(split_staging_test, a_budget_below_the_channel_groups_micro_step_names_them
   }
 }
 
+// Data parallelism reduces whole gradients in its buckets: channel groups, whose gradients
+// live in host memory a group at a time, are refused with a message naming both.
+TEST(split_staging_test, channel_groups_are_refused_with_data_parallelism) {
+  const network net = batch_one("vgg16");
+  channel_run c = plan_below_the_batch_floor(net, "utp");
+  c.options.ranks = 2;
+  c.options.budget_bytes = std::size_t{1} << 30;  // the buckets' update step holds every weight
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  try {
+    executor ex(net, *dev, c.options);
+    FAIL() << "channel groups ran with gradient buckets";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("output-channel groups"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data parallelism"), std::string::npos) << e.what();
+  }
+}
+
 TEST(split_staging_test, liveness_runs_split_steps_whole_on_the_device) {
   // Without a policy that moves tensors, split steps are not staged: l_i must fit.
   const network net = test::small_zoo("resnet50", 8);
