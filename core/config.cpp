@@ -112,11 +112,12 @@ constexpr std::array<option_info, 38> k_options{{
      "unset = 0.08, and half of it is tried too (both run on the null device, the faster kept)",
      {0, 0.9, true}},
     {"MEMWEAVE_SCHEDULE_MIN_BYTES",
-     "0",
+     "",
      f::bytes,
      "",
      "all: tensors smaller than this are never swapped or dropped by the schedule (LDFG's size "
-     "threshold)",
+     "threshold); unset = 0, and 1/16384 of the budget is tried too (both run on the null "
+     "device, the faster kept)",
      {0, 1.8e19, true}},
     {"MEMWEAVE_SCHEDULE_MIN_DISTANCE",
      "2",

@@ -907,7 +907,12 @@ schedule_options schedule_options::from_environment() {
     o.headroom = *headroom;
     o.headroom_auto = false;
   }
-  o.min_bytes = *option_bytes("MEMWEAVE_SCHEDULE_MIN_BYTES");
+  // Unset: 0, and the executor also runs a threshold of 1/16384 of the budget
+  // (min_bytes_auto); set: that threshold alone.
+  if (const auto min_bytes = option_bytes("MEMWEAVE_SCHEDULE_MIN_BYTES")) {
+    o.min_bytes = *min_bytes;
+    o.min_bytes_auto = false;
+  }
   o.min_swap_distance = static_cast<std::uint32_t>(*option_int("MEMWEAVE_SCHEDULE_MIN_DISTANCE"));
   o.max_actions = static_cast<std::size_t>(*option_int("MEMWEAVE_SCHEDULE_MAX_ACTIONS"));
   // Unset: the executor tries several shares (link_charge_auto); set: that share alone.

@@ -10,8 +10,8 @@
 #            (likewise the tiled-training zoo test's Inception v4, DenseNet-121 and VGG16, 4, 3
 #            and 12 s in release, VGG16 43 s under ASan: the tiling runs under ASan in its
 #            other networks and tests; and the weighing of `all` against recompute on
-#            full-size DenseNet-121, 6 s in release: the weighing runs under ASan wherever
-#            `all` has a budget; and the half-peak schedule test's Inception v4 and
+#            full-size DenseNet-121, 6 s in release, and of its size threshold there, 14 s:
+#            the weighing runs under ASan wherever `all` has a budget; and the half-peak schedule test's Inception v4 and
 #            DenseNet-121 and the floor training test's DenseNet-121 (9, 7 and 8 s in
 #            release; the two tests took 95 and 32 s under ASan with them): their ResNet-50 and
 #            VGG16 run the same paths under ASan);

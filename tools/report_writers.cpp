@@ -85,6 +85,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"headroom\": " << json_number(p.weighed_headroom)
         << ", \"workspace_share\": " << p.weighed_workspace_share
         << ", \"keep_rebuilt\": " << (p.weighed_keep_rebuilt ? "true" : "false")
+        << ", \"min_bytes\": " << p.weighed_min_bytes
         << ", \"ran_as_recompute\": " << (p.ran_as_recompute ? "true" : "false") << "}"
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)

@@ -902,6 +902,7 @@ policy_report executor::report() const {
     r.weighed_headroom = options_.schedule.headroom;
     r.weighed_workspace_share = options_.schedule.workspace_share;
     r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;
+    r.weighed_min_bytes = options_.schedule.min_bytes;
   }
   r.ranks = ranks();
   r.allreduce_bytes = reduce_bytes_;

@@ -113,10 +113,11 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     return x ? x->predicted_seconds : std::numeric_limits<double>::infinity();
   };
   // Runs `all` at one headroom and workspace share, kept if the fastest.
-  auto run_all = [&](double headroom, std::size_t share, bool keep_rebuilt) {
+  auto run_all = [&](double headroom, std::size_t share, bool keep_rebuilt, std::size_t min_bytes) {
     o.schedule.headroom = headroom;
     o.schedule.workspace_share = share;
     o.schedule.keep_rebuilt = keep_rebuilt;
+    o.schedule.min_bytes = min_bytes;
     std::optional<memory_schedule> schedule;
     const double s = run(o, &schedule);
     const bool tie = s == choice.all_s && predicted(schedule) < predicted(choice.schedule);
@@ -127,6 +128,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
       chosen.schedule.headroom = headroom;
       chosen.schedule.workspace_share = share;
       chosen.schedule.keep_rebuilt = keep_rebuilt;
+      chosen.schedule.min_bytes = min_bytes;
     }
   };
   // The headroom left for fragmentation is a guess the heap settles: where half of it does
@@ -142,9 +144,10 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   }
   const std::size_t user_share = options.schedule.workspace_share;
   const bool keep = options.schedule.keep_rebuilt;
+  const std::size_t min_bytes = options.schedule.min_bytes;
   for (const double headroom : headrooms) {
     for (const std::size_t share : {16, 4, 1}) {
-      if (user_share == 0 || share == user_share) run_all(headroom, share, keep);
+      if (user_share == 0 || share == user_share) run_all(headroom, share, keep, min_bytes);
     }
   }
   // Keeping what a replay rebuilt early until its own use saves replays (DenseNet-121 at a
@@ -152,7 +155,20 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   // can fragment the heap (ResNet-50 there: 457 safety-net evictions at half the headroom):
   // run at the headroom and share chosen, kept if faster.
   if (options.schedule.keep_rebuilt_auto && choice.all_s > 0) {
-    run_all(chosen.schedule.headroom, chosen.schedule.workspace_share, !keep);
+    run_all(chosen.schedule.headroom, chosen.schedule.workspace_share, !keep, min_bytes);
+  }
+  // Tiny tensors' actions: a threshold of 1/16384 of the budget, at the headroom and
+  // keep_rebuilt chosen, each share (schedule_options::min_bytes_auto; the share that runs
+  // fastest changes with it: DenseNet-121 at a third of its peak, a sixteenth with the tiny
+  // tensors moved, all of the budget without).
+  if (options.schedule.min_bytes_auto && choice.all_s > 0) {
+    const double headroom = chosen.schedule.headroom;
+    const bool kept = chosen.schedule.keep_rebuilt;
+    for (const std::size_t share : {16, 4, 1}) {
+      if (user_share == 0 || share == user_share) {
+        run_all(headroom, share, kept, std::max<std::size_t>(options.budget_bytes / 16384, 1));
+      }
+    }
   }
   executor_policy recompute = executor_policy::parse("recompute");
   o.policy = recompute;

@@ -684,6 +684,30 @@ TEST(memory_schedule_test, memweave_schedule_keep_rebuilt_is_read_and_checked) {
   ::unsetenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
 }
 
+TEST(memory_schedule_test, memweave_schedule_min_bytes_is_read_and_checked) {
+  ::unsetenv("MEMWEAVE_SCHEDULE_MIN_BYTES");
+  schedule_options o = schedule_options::from_environment();
+  EXPECT_EQ(o.min_bytes, 0u);
+  EXPECT_TRUE(o.min_bytes_auto) << "a threshold weighed by default";
+  ::setenv("MEMWEAVE_SCHEDULE_MIN_BYTES", "64KiB", 1);
+  o = schedule_options::from_environment();
+  EXPECT_EQ(o.min_bytes, 65536u);
+  EXPECT_FALSE(o.min_bytes_auto);
+  ::setenv("MEMWEAVE_SCHEDULE_MIN_BYTES", "0", 1);
+  o = schedule_options::from_environment();
+  EXPECT_EQ(o.min_bytes, 0u);
+  EXPECT_FALSE(o.min_bytes_auto) << "0 set is 0 alone";
+  ::setenv("MEMWEAVE_SCHEDULE_MIN_BYTES", "-3", 1);
+  try {
+    (void)schedule_options::from_environment();
+    ADD_FAILURE() << "a negative size was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_MIN_BYTES"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MEMWEAVE_SCHEDULE_MIN_BYTES");
+}
+
 schedule_problem random_training(std::mt19937& rng, std::uint32_t layers) {
   schedule_problem p;
   const std::uint32_t steps = 2 * layers;

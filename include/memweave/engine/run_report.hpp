@@ -91,6 +91,7 @@ struct policy_report {
   /// Whether the schedule that ran faster keeps what a replay rebuilt early until its use
   /// (schedule_options::keep_rebuilt).
   bool weighed_keep_rebuilt = false;
+  std::size_t weighed_min_bytes = 0;  ///< the schedule's size threshold that ran
   bool ran_as_recompute = false;
   replan_report replan;                 ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;   ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
