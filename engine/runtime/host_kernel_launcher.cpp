@@ -106,24 +106,18 @@ class host_kernel_launcher final : public kernel_launcher {
   }
 
   void launch_fused_conv(const layer_launch& step) {
-    const layer& conv = *step.l;
-    const tensor_table& table = *ctx_.table;
-    auto f = [this](tensor_id t) { return static_cast<float*>(ctx_.device_ptr(t)); };
-    const layer_tensors& lt = table.of(conv.id);
-    const conv_params p = std::get<conv_params>(conv.params);
-    const shape4 in = (*ctx_.net)[conv.inputs[0]].output_shape;
-    const float* x = f(table.of(conv.inputs[0]).output);
-    const float* w = f(lt.params[0]);
-    const float* b = p.bias ? f(lt.params[1]) : nullptr;
-    float* z = f(table.of(step.fused_act->id).output);
+    // The CONV's pointers and the algorithm its step ran, as its own launch has them (its
+    // output, not made, is not among what the kernels touch).
+    step_kernel_args a = marshal(step);
+    float* z = static_cast<float*>(ctx_.device_ptr(ctx_.table->of(step.fused_act->id).output));
     const act_params act = std::get<act_params>(step.fused_act->params);
-    const k::conv_config cfg{step.conv->forward.algo, step.conv->forward.chunk, step.workspace,
-                             step.conv->workspace_bytes};
-    const shape4 out = conv.output_shape;
     const k::kernel_context* context = &context_;
-    ctx_.dev->get_stream(stream_role::compute).launch([=] {
-      k::conv_forward(*context, cfg, in, p, x, w, b, z);
-      k::act_forward(*context, out, act, z, z);
+    ctx_.dev->get_stream(stream_role::compute).launch([context, act, z, io = std::move(a.io)] {
+      const conv_params& p = std::get<conv_params>(io.l->params);
+      const k::conv_config cfg{io.algo, io.chunk, io.workspace, io.workspace_bytes};
+      k::conv_forward(*context, cfg, io.input_shapes[0], p, io.inputs[0], io.params[0],
+                      p.bias ? io.params[1] : nullptr, z);
+      k::act_forward(*context, io.l->output_shape, act, z, z);
     });
   }
 
