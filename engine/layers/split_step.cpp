@@ -55,22 +55,33 @@ class micro_steps {
         staged_(staged),
         bounds_(micro_batch_bounds(io.input_shapes[0].n, parts)) {}
 
-  // Runs f(micro-batch io) for each micro-batch in order; `last_pass`: the step is done with
-  // them afterwards (what it wrote is copied out).
+  // Runs f(micro-batch io) for each micro-batch, in order or, with `reverse`, last first;
+  // `last_pass`: the step is done with them afterwards (what it wrote is copied out). A pass
+  // before the last reads only what the step does not write (BN's statistics: x, dy), so
+  // only those are copied in for it. A pass that starts at the micro-batch the pass before
+  // ended at finds those slices still in their buffers: passes alternate direction where
+  // their math allows (element-wise, or sums exact in any order), which saves a slice of
+  // each such tensor per turn (BN: x twice forward, x and dy once backward).
   template <class F>
-  void each(F&& f, bool last_pass = true) const {
-    for (std::size_t i = 0; i + 1 < bounds_.size(); ++i) {
+  void each(F&& f, bool last_pass = true, bool reverse = false) const {
+    const std::size_t n = bounds_.size() - 1;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = reverse ? n - 1 - k : k;
       const std::int64_t b = bounds_[i], e = bounds_[i + 1];
       step_io s = slice(io_, b, e, forward_);
       if (staged_.empty()) {
         f(s);
         continue;
       }
-      stage_in(s, b, e);
+      stage_in(s, b, e, last_pass, i == held_);
+      held_ = i;
       f(s);
       if (last_pass) stage_out(b, e);
     }
   }
+
+  /// Bytes copied between the staged tensors' whole values and their micro buffers so far.
+  std::size_t copied() const noexcept { return copied_; }
 
  private:
   static std::size_t bytes(const staged_tensor& t, std::int64_t images) {
@@ -89,9 +100,12 @@ class micro_steps {
     return const_cast<float*>(p);
   }
 
-  void stage_in(step_io& s, std::int64_t b, std::int64_t e) const {
+  // `held`: the micro buffers of what only reads still hold these images' slices.
+  void stage_in(step_io& s, std::int64_t b, std::int64_t e, bool last_pass, bool held) const {
     for (const staged_tensor& t : staged_) {
-      if (t.read) std::memcpy(t.micro, t.whole + b * t.per_image, bytes(t, e - b));
+      if (!t.read || (t.written && !last_pass) || (held && !t.written)) continue;
+      std::memcpy(t.micro, t.whole + b * t.per_image, bytes(t, e - b));
+      copied_ += bytes(t, e - b);
     }
     for (const float*& p : s.inputs) p = remap(p, b);
     for (auto& g : s.input_grads) g.data = remap(g.data, b);
@@ -103,7 +117,9 @@ class micro_steps {
 
   void stage_out(std::int64_t b, std::int64_t e) const {
     for (const staged_tensor& t : staged_) {
-      if (t.written) std::memcpy(t.whole + b * t.per_image, t.micro, bytes(t, e - b));
+      if (!t.written) continue;
+      std::memcpy(t.whole + b * t.per_image, t.micro, bytes(t, e - b));
+      copied_ += bytes(t, e - b);
     }
   }
 
@@ -111,6 +127,8 @@ class micro_steps {
   bool forward_;
   std::span<const staged_tensor> staged_;
   std::vector<std::int64_t> bounds_;
+  mutable std::size_t held_ = static_cast<std::size_t>(-1);  // micro-batch in the buffers
+  mutable std::size_t copied_ = 0;
 };
 
 void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
@@ -128,7 +146,7 @@ void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_ste
       [&](const step_io& s) {
         k::bn_sum_squared_deviations(ctx, s.input_shapes[0], s.inputs[0], mean.data(), sq.data());
       },
-      false);
+      false, true);  // exact sums: any order gives the same bits
   k::bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), io.aux[0], io.aux[1]);
   steps.each([&](const step_io& s) {
     k::bn_normalize(ctx, s.input_shapes[0], s.inputs[0], io.params[0], io.params[1], io.aux[0],
@@ -155,11 +173,15 @@ void bn_backward(const k::kernel_context& ctx, const step_io& io, const micro_st
     io.param_grads[0][c] = static_cast<float>(sdy_xhat[c]);
   }
   if (!dx) return;
-  steps.each([&](const step_io& s) {
-    k::bn_backward_data(ctx, s.input_shapes[0], in.n * in.h * in.w, s.inputs[0], io.aux[0],
-                        io.aux[1], io.params[0], sdy.data(), sdy_xhat.data(), s.output_grad,
-                        s.input_grads[0].data, s.input_grads[0].accumulate);
-  });
+  // Element-wise: last micro-batch first, which the sums' pass left in the buffers (the sums
+  // are doubles added in image order, so that pass keeps its order).
+  steps.each(
+      [&](const step_io& s) {
+        k::bn_backward_data(ctx, s.input_shapes[0], in.n * in.h * in.w, s.inputs[0], io.aux[0],
+                            io.aux[1], io.params[0], sdy.data(), sdy_xhat.data(), s.output_grad,
+                            s.input_grads[0].data, s.input_grads[0].accumulate);
+      },
+      true, true);
 }
 
 void loss_forward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
@@ -180,37 +202,54 @@ void loss_backward(const k::kernel_context& ctx, const step_io& io, const micro_
 
 }  // namespace
 
-void run_split_step(const k::kernel_context& ctx, const step_io& io, bool forward, int parts,
-                    std::span<const staged_tensor> staged) {
+std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool forward, int parts,
+                           std::span<const staged_tensor> staged) {
   const layer_steps& steps = layer_steps_for(io.l->type);
   const step_fn fn = forward ? steps.forward : steps.backward;
   if ((parts <= 1 && staged.empty()) || io.l->type == layer_type::data || io.input_shapes.empty()) {
     if (fn != nullptr) fn(ctx, io);
-    return;
+    return 0;
   }
   const micro_steps micro(io, forward, parts, staged);
   if (io.l->type == layer_type::bn) {
     forward ? bn_forward(ctx, io, micro) : bn_backward(ctx, io, micro);
-    return;
-  }
-  if (io.l->type == layer_type::softmax_loss) {
+  } else if (io.l->type == layer_type::softmax_loss) {
     forward ? loss_forward(ctx, io, micro) : loss_backward(ctx, io, micro);
-    return;
+  } else if (fn != nullptr) {
+    micro.each([&](const step_io& s) { fn(ctx, s); });
   }
-  if (fn != nullptr) micro.each([&](const step_io& s) { fn(ctx, s); });
+  return micro.copied();
 }
 
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
-                              int parts) noexcept {
-  const std::size_t passes = type == layer_type::bn ? (forward ? 3 : 2) : 1;
+                              int parts, bool input_grad) noexcept {
+  // BN's passes over the micro-batches alternate direction (micro_steps::each).
+  const std::size_t passes = type == layer_type::bn ? (forward ? 3 : (input_grad ? 2 : 1)) : 1;
   std::size_t b = 0;
   for (const staged_tensor& t : staged) {
     const std::size_t whole = static_cast<std::size_t>(t.n * t.per_image) * sizeof(float);
-    // A channel-staged tensor without images (weights) crosses once per micro-batch.
-    const std::size_t times =
-        t.channels > 0 ? (t.n == 1 ? static_cast<std::size_t>(std::max(parts, 1)) : 1) : passes;
-    if (t.read) b += times * whole;
-    if (t.written) b += (t.channels > 0 ? times : 1) * whole;
+    if (t.channels > 0) {
+      // Around each group: one with images once, one without (weights) once per micro-batch.
+      const std::size_t times = t.n == 1 ? static_cast<std::size_t>(std::max(parts, 1)) : 1;
+      b += ((t.read ? 1 : 0) + (t.written ? 1 : 0)) * times * whole;
+      continue;
+    }
+    if (t.written) b += whole;  // out once, after the last pass
+    if (!t.read) continue;
+    if (t.written) {
+      b += whole;  // in for the last pass only
+      continue;
+    }
+    // In for every pass, but the slice a turn of direction finds in its buffer: the last
+    // micro-batch's after a pass in order, the first's after one in reverse.
+    const std::vector<std::int64_t> bounds = micro_batch_bounds(t.n, parts);
+    const auto slice = [&](std::size_t i) {
+      return static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
+    };
+    b += passes * whole;
+    for (std::size_t pass = 0; pass + 1 < passes; ++pass) {
+      b -= pass % 2 == 0 ? slice(bounds.size() - 2) : slice(0);
+    }
   }
   return b;
 }

@@ -58,17 +58,19 @@ using update_fn =
 /// Runs the forward (or backward) of io's layer on the host in `parts` micro-batches. parts
 /// 1 (or a DATA layer) runs the whole step. With `staged`, each micro-step runs on the
 /// staged tensors' micro buffers (copied in and out around it) instead of slices of their
-/// whole values: the same bits.
-void run_split_step(const kernels::host::kernel_context& ctx, const step_io& io, bool forward,
-                    int parts, std::span<const staged_tensor> staged = {});
+/// whole values: the same bits. Returns the bytes those copies moved (staged_copy_bytes).
+std::size_t run_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
+                           bool forward, int parts, std::span<const staged_tensor> staged = {});
 
-/// The bytes run_split_step copies between `whole` and `micro` for a step of layer type
-/// `type` (the link traffic of staging): read tensors once per pass over the micro-batches
-/// (BN: 3 passes forward, 2 backward), written ones once.
+/// The bytes run_split_step returns for a step of layer type `type` (the link traffic of
+/// staging): what only reads once per pass over the micro-batches (BN: 3 passes forward, 2
+/// backward where its input has a gradient (`input_grad`), 1 where not), less the slice each
+/// turn of direction finds in its buffer; what is read and written once in and once out;
+/// what is only written once out.
 /// Channel-staged tensors (channels > 0) add their copies around each group: those with
 /// images once, those without once per micro-batch (`parts` of them).
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
-                              int parts = 1) noexcept;
+                              int parts = 1, bool input_grad = true) noexcept;
 
 /// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
 /// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):

@@ -322,8 +322,10 @@ void executor::take_micro_buffer(std::size_t s) {
   }
   // What the micro-steps copy, as the null device charges it.
   const route_step rs = route_.at(s);
-  staging_->bytes_staged += layers::staged_copy_bytes(
-      net_[rs.layer].type, rs.direction == pass::forward, st.tensors, parts);
+  const layer& l = net_[rs.layer];
+  const bool input_grad = !l.inputs.empty() && table_.of(l.inputs[0]).output_grad != invalid_tensor;
+  staging_->bytes_staged += layers::staged_copy_bytes(l.type, rs.direction == pass::forward,
+                                                      st.tensors, parts, input_grad);
 }
 
 // Re-runs the forward of the staged step at route position `position` (its output dropped

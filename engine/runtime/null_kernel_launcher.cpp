@@ -27,8 +27,10 @@ class null_kernel_launcher final : public kernel_launcher {
     const double compute_s = l.type == layer_type::conv ? step.conv->seconds : -1;
     // Staged micro-tensors cross the link between the micro-steps, one after the other (the
     // host backend copies them in the step's own work, without overlap).
+    const bool input_grad =
+        !l.inputs.empty() && ctx_.table->of(l.inputs[0]).output_grad != invalid_tensor;
     const double staging_s = static_cast<double>(layers::staged_copy_bytes(
-                                 l.type, step.forward, step.staged, step.parts)) /
+                                 l.type, step.forward, step.staged, step.parts, input_grad)) /
                              ctx_.model.link_bytes_per_s;
     ctx_.dev->get_stream(stream_role::compute)
         .launch({}, model_seconds(ctx_.model, *ctx_.net, *ctx_.memory, l, step.forward, compute_s) +

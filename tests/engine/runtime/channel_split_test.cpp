@@ -11,19 +11,13 @@
 #include <vector>
 
 #include "engine/layers/split_step.hpp"
+#include "engine_test_util.hpp"
 
 namespace memweave {
 namespace {
 
 namespace k = kernels::host;
 using std::int64_t;
-
-std::vector<float> random_values(std::mt19937& gen, int64_t count) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(count));
-  for (float& x : v) x = u(gen);
-  return v;
-}
 
 // The tensors of one CONV or FC step, and the step's results.
 struct step_tensors {
@@ -63,14 +57,14 @@ struct step_case {
   step_tensors inputs(std::mt19937& gen) const {
     const shape4& out = l.output_shape;
     step_tensors t;
-    t.x = random_values(gen, in.count());
-    t.w = random_values(gen, out.c * wrow());
-    t.b = random_values(gen, out.c);
-    t.dy = random_values(gen, out.count());
-    t.y = random_values(gen, out.count());  // garbage: the step overwrites it
-    t.dx = random_values(gen, in.count());
-    t.dw = random_values(gen, out.c * wrow());
-    t.db = random_values(gen, out.c);
+    t.x = test::random_floats(gen, in.count());
+    t.w = test::random_floats(gen, out.c * wrow());
+    t.b = test::random_floats(gen, out.c);
+    t.dy = test::random_floats(gen, out.count());
+    t.y = test::random_floats(gen, out.count());  // garbage: the step overwrites it
+    t.dx = test::random_floats(gen, in.count());
+    t.dw = test::random_floats(gen, out.c * wrow());
+    t.db = test::random_floats(gen, out.c);
     return t;
   }
 
@@ -309,8 +303,8 @@ TEST(channel_split_test, staged_groups_with_their_updates_are_bit_identical) {
     const int groups = static_cast<int>(pick(2, 5));
     const int parts = static_cast<int>(pick(1, c.in.n));
     const step_tensors t = c.inputs(gen);
-    const std::vector<float> vw = random_values(gen, static_cast<int64_t>(t.w.size()));
-    const std::vector<float> vb = random_values(gen, static_cast<int64_t>(t.b.size()));
+    const std::vector<float> vw = test::random_floats(gen, static_cast<int64_t>(t.w.size()));
+    const std::vector<float> vb = test::random_floats(gen, static_cast<int64_t>(t.b.size()));
     // Whole: forward, backward, then one update after the step.
     step_tensors whole = c.run(t, 1);
     std::vector<float> wvw = vw, wvb = vb;

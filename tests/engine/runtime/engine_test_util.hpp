@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@
 #include "memweave/engine/zoo.hpp"
 
 namespace memweave::test {
+
+/// `count` floats uniform in [-1, 1) from `gen`.
+inline std::vector<float> random_floats(std::mt19937& gen, std::int64_t count) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(count));
+  for (float& x : v) x = u(gen);
+  return v;
+}
 
 inline std::unique_ptr<device> make_test_device(const std::string& kind,
                                                 std::size_t capacity = std::size_t{2} << 30,

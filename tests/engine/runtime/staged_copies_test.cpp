@@ -1,0 +1,154 @@
+// TSPLIT's staging copies: a staged step copies exactly what staged_copy_bytes says (the
+// null device charges that, the host backend does that), and BN's passes over the
+// micro-batches alternate direction so that each turn finds a slice already in its buffer,
+// with the same bits as the whole step.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/layers/split_step.hpp"
+#include "engine_test_util.hpp"
+
+namespace memweave {
+namespace staged_copies {
+
+namespace k = kernels::host;
+using std::int64_t;
+
+// One BN step's tensors: x, y, dy, dx (batch-shaped), the per-channel rest.
+struct bn_tensors {
+  std::vector<float> x, y, dy, dx, gamma, beta, running_mean, running_var, mean, invstd, dgamma,
+      dbeta;
+};
+
+struct bn_case {
+  layer l;
+  shape4 in{5, 3, 4, 2};
+  bool dx_accumulate = false;
+
+  bn_case() {
+    l.type = layer_type::bn;
+    l.params = bn_params{};
+    l.output_shape = in;
+  }
+
+  bn_tensors inputs(std::mt19937& gen) const {
+    bn_tensors t;
+    t.x = test::random_floats(gen, in.count());
+    t.y = test::random_floats(gen, in.count());
+    t.dy = test::random_floats(gen, in.count());
+    t.dx = test::random_floats(gen, in.count());
+    for (auto* v : {&t.gamma, &t.beta, &t.running_mean, &t.running_var, &t.mean, &t.invstd,
+                    &t.dgamma, &t.dbeta}) {
+      *v = test::random_floats(gen, in.c);
+    }
+    for (float& v : t.running_var) v = 1.0f + v * v;
+    return t;
+  }
+
+  layers::step_io io(bn_tensors& t) const {
+    layers::step_io io;
+    io.l = &l;
+    io.input_shapes = {in};
+    io.inputs = {t.x.data()};
+    io.output = t.y.data();
+    io.output_grad = t.dy.data();
+    io.input_grads = {k::grad_out{t.dx.data(), dx_accumulate}};
+    io.params = {t.gamma.data(), t.beta.data(), t.running_mean.data(), t.running_var.data()};
+    io.param_grads = {t.dgamma.data(), t.dbeta.data()};
+    io.aux = {t.mean.data(), t.invstd.data()};
+    return io;
+  }
+
+  // A staged tensor over `whole` (n images), its micro buffer in `micro`.
+  layers::staged_tensor staged(std::vector<float>& whole, std::vector<float>& micro, bool read,
+                               bool written) const {
+    layers::staged_tensor m;
+    m.whole = whole.data();
+    m.n = in.n;
+    m.per_image = in.per_image();
+    micro.assign(static_cast<std::size_t>(m.per_image * m.n), 0.0f);
+    m.micro = micro.data();
+    m.read = read;
+    m.written = written;
+    return m;
+  }
+};
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
+}
+
+void expect_same_results(const bn_tensors& a, const bn_tensors& b) {
+  expect_same_bits(a.y, b.y, "y");
+  expect_same_bits(a.mean, b.mean, "mean");
+  expect_same_bits(a.invstd, b.invstd, "invstd");
+  expect_same_bits(a.running_mean, b.running_mean, "running mean");
+  expect_same_bits(a.running_var, b.running_var, "running variance");
+  expect_same_bits(a.dx, b.dx, "dx");
+  expect_same_bits(a.dgamma, b.dgamma, "dgamma");
+  expect_same_bits(a.dbeta, b.dbeta, "dbeta");
+}
+
+TEST(staged_copies_test, staged_bn_copies_what_it_is_charged_with_the_same_bits) {
+  const k::kernel_context ctx(2);
+  std::mt19937 gen(7);
+  for (const bool accumulate : {false, true}) {
+    bn_case c;
+    c.dx_accumulate = accumulate;
+    const bn_tensors start = c.inputs(gen);
+    bn_tensors whole = start;
+    layers::run_split_step(ctx, c.io(whole), true, 1);
+    layers::run_split_step(ctx, c.io(whole), false, 1);
+    for (int parts = 1; parts <= 5; ++parts) {
+      SCOPED_TRACE("parts " + std::to_string(parts) + (accumulate ? ", dx accumulated" : ""));
+      bn_tensors t = start;
+      std::vector<float> mx, my, mdy, mdx;
+      // Forward: x read, y written.
+      const std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
+                                                      c.staged(t.y, my, false, true)};
+      const std::size_t f = layers::run_split_step(ctx, c.io(t), true, parts, fwd);
+      EXPECT_EQ(f, layers::staged_copy_bytes(layer_type::bn, true, fwd, parts));
+      // Backward: x and dy read, dx written (and read where it adds to another gradient).
+      const std::vector<layers::staged_tensor> bwd = {c.staged(t.x, mx, true, false),
+                                                      c.staged(t.dy, mdy, true, false),
+                                                      c.staged(t.dx, mdx, accumulate, true)};
+      const std::size_t b = layers::run_split_step(ctx, c.io(t), false, parts, bwd);
+      EXPECT_EQ(b, layers::staged_copy_bytes(layer_type::bn, false, bwd, parts));
+      expect_same_results(whole, t);
+    }
+  }
+}
+
+TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
+  // 5 images of 24 floats in 2 micro-batches: 3 + 2 images.
+  bn_case c;
+  std::mt19937 gen(11);
+  bn_tensors t = c.inputs(gen);
+  std::vector<float> mx, my, mdy, mdx;
+  const std::size_t image = static_cast<std::size_t>(c.in.per_image()) * sizeof(float);
+  const std::size_t whole = 5 * image;
+  const std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
+                                                  c.staged(t.y, my, false, true)};
+  // x in for three passes less the last micro-batch (2 images) at the first turn and the
+  // first (3 images) at the second; y out once.
+  EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, true, fwd, 2),
+            3 * whole - 2 * image - 3 * image + whole);
+  const std::vector<layers::staged_tensor> bwd = {c.staged(t.x, mx, true, false),
+                                                  c.staged(t.dy, mdy, true, false),
+                                                  c.staged(t.dx, mdx, true, true)};
+  // x and dy in for two passes less the last micro-batch; dx in and out once.
+  EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, false, bwd, 2),
+            2 * (2 * whole - 2 * image) + 2 * whole);
+  // Without an input gradient BN's backward is one pass: x and dy once.
+  const std::vector<layers::staged_tensor> sums = {bwd[0], bwd[1]};
+  EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, false, sums, 2, false), 2 * whole);
+  // One pass of any other layer: what it reads in once, what it writes out once.
+  EXPECT_EQ(layers::staged_copy_bytes(layer_type::act, true, fwd, 2), 2 * whole);
+}
+
+}  // namespace staged_copies
+}  // namespace memweave
