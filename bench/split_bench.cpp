@@ -70,6 +70,7 @@ void BM_split_iteration(benchmark::State& state, double budget_fraction, bool st
   for (auto _ : state) ex.run_iteration(data.get(), it++);
   if (staged) {
     state.counters["staged_MiB"] = static_cast<double>(ex.report().bytes_staged) / (1 << 20);
+    state.counters["handed_MiB"] = static_cast<double>(ex.report().bytes_handed) / (1 << 20);
   }
   state.counters["img_per_s"] =
       benchmark::Counter(static_cast<double>(32 * state.iterations()), benchmark::Counter::kIsRate);

@@ -97,6 +97,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"staged_steps\": " << p.staged_steps
         << ",\n      \"channel_group_steps\": " << p.channel_group_steps
         << ",\n      \"bytes_staged\": " << p.bytes_staged
+        << ",\n      \"bytes_handed\": " << p.bytes_handed
         << ",\n      \"host_drops\": " << p.host_drops
         << ",\n      \"bytes_compressed\": " << p.bytes_compressed
         << ",\n      \"max_compression_error\": " << json_number(p.max_compression_error)
@@ -358,7 +359,11 @@ void write_summary(std::ostream& out, const run_report& r) {
                   ? " (" + std::to_string(p.channel_group_steps) + " in output-channel groups)"
                   : std::string())
           << " with their micro-tensors in host memory, " << format_bytes(p.bytes_staged)
-          << " over the link per iteration\n";
+          << " over the link per iteration"
+          << (p.bytes_handed != 0 ? " (" + format_bytes(p.bytes_handed) +
+                                        " more stayed on the device between split steps)"
+                                  : std::string())
+          << "\n";
     }
     if (p.bytes_compressed != 0) {
       out << "  " << p.policy << ": FP16 compression (lossy, MEMWEAVE_SCHEDULE_COMPRESS): "

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace memweave::layers {
 namespace k = kernels::host;
@@ -45,26 +47,68 @@ step_io slice(const step_io& io, std::int64_t b, std::int64_t e, bool forward) {
   return s;
 }
 
+constexpr std::size_t k_none = static_cast<std::size_t>(-1);
+
+// Which micro-batch's slice each staged tensor's micro buffer holds, pass by pass: what
+// micro_steps copies and what staged_copy_bytes charges, from one rule. A pass before the
+// last reads only what the step does not write (BN's statistics: x, dy), so only those are
+// copied in for it; a buffer that already holds the micro-batch's slice (the turn of a
+// pass, or a slice handed over by the step before: staged_tensor::held) is not copied again.
+class held_slices {
+ public:
+  explicit held_slices(std::span<const staged_tensor> staged) {
+    for (const staged_tensor& t : staged) {
+      at_.push_back(t.held >= 0 ? static_cast<std::size_t>(t.held) : k_none);
+    }
+  }
+  static bool wanted(const staged_tensor& t, bool last_pass) {
+    return t.read && (!t.written || last_pass);
+  }
+  bool copy_in(std::size_t ti, const staged_tensor& t, std::size_t i, bool last_pass) const {
+    return wanted(t, last_pass) && at_[ti] != i;
+  }
+  // After micro-batch i ran (and, in the last pass, what it wrote went out).
+  void ran(std::size_t ti, const staged_tensor& t, std::size_t i, bool last_pass) {
+    at_[ti] = wanted(t, last_pass) || (t.written && last_pass) ? i : k_none;
+  }
+
+ private:
+  std::vector<std::size_t> at_;
+};
+
+// Whether a split step's passes start at its last micro-batch: where the step before handed
+// over that micro-batch's slices (staged_tensor::held).
+bool starts_reversed(std::span<const staged_tensor> staged, std::size_t micro_batches) {
+  if (micro_batches < 2) return false;
+  return std::any_of(staged.begin(), staged.end(), [&](const staged_tensor& t) {
+    return t.channels == 0 && t.held == static_cast<std::int64_t>(micro_batches) - 1;
+  });
+}
+
 // The micro-steps of one split step: each micro-batch's step_io, its staged tensors' slices
 // copied into their micro buffers before it runs and, after the step's last pass, back out.
+// Consecutive passes run the micro-batches in alternating directions, so each turn starts at
+// the micro-batch whose slices are still in the buffers; the first pass starts at the last
+// micro-batch where that is the one handed over. The step's math must allow it: every pass
+// but a first one in order is element-wise or sums exactly (BN's statistics), and a step
+// handed a slice must allow any order in its first pass (any_order_first_pass).
 class micro_steps {
  public:
   micro_steps(const step_io& io, bool forward, int parts, std::span<const staged_tensor> staged)
       : io_(io),
         forward_(forward),
         staged_(staged),
-        bounds_(micro_batch_bounds(io.input_shapes[0].n, parts)) {}
+        bounds_(micro_batch_bounds(io.input_shapes[0].n, parts)),
+        held_(staged),
+        reverse_(starts_reversed(staged, bounds_.size() - 1)) {}
 
-  // Runs f(micro-batch io) for each micro-batch, in order or, with `reverse`, last first;
-  // `last_pass`: the step is done with them afterwards (what it wrote is copied out). A pass
-  // before the last reads only what the step does not write (BN's statistics: x, dy), so
-  // only those are copied in for it. A pass that starts at the micro-batch the pass before
-  // ended at finds those slices still in their buffers: passes alternate direction where
-  // their math allows (element-wise, or sums exact in any order), which saves a slice of
-  // each such tensor per turn (BN: x twice forward, x and dy once backward).
+  // Runs f(micro-batch io) for each micro-batch, in this pass's direction; `last_pass`: the
+  // step is done with them afterwards (what it wrote is copied out).
   template <class F>
-  void each(F&& f, bool last_pass = true, bool reverse = false) const {
+  void each(F&& f, bool last_pass = true) const {
     const std::size_t n = bounds_.size() - 1;
+    const bool reverse = reverse_;
+    reverse_ = !reverse_;
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = reverse ? n - 1 - k : k;
       const std::int64_t b = bounds_[i], e = bounds_[i + 1];
@@ -73,12 +117,14 @@ class micro_steps {
         f(s);
         continue;
       }
-      stage_in(s, b, e, last_pass, i == held_);
-      held_ = i;
+      stage_in(s, i, last_pass);
       f(s);
       if (last_pass) stage_out(b, e);
+      for (std::size_t ti = 0; ti < staged_.size(); ++ti) held_.ran(ti, staged_[ti], i, last_pass);
     }
   }
+
+  bool reversed_start() const noexcept { return reverse_; }
 
   /// Bytes copied between the staged tensors' whole values and their micro buffers so far.
   std::size_t copied() const noexcept { return copied_; }
@@ -100,10 +146,11 @@ class micro_steps {
     return const_cast<float*>(p);
   }
 
-  // `held`: the micro buffers of what only reads still hold these images' slices.
-  void stage_in(step_io& s, std::int64_t b, std::int64_t e, bool last_pass, bool held) const {
-    for (const staged_tensor& t : staged_) {
-      if (!t.read || (t.written && !last_pass) || (held && !t.written)) continue;
+  void stage_in(step_io& s, std::size_t i, bool last_pass) const {
+    const std::int64_t b = bounds_[i], e = bounds_[i + 1];
+    for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
+      const staged_tensor& t = staged_[ti];
+      if (!held_.copy_in(ti, t, i, last_pass)) continue;
       std::memcpy(t.micro, t.whole + b * t.per_image, bytes(t, e - b));
       copied_ += bytes(t, e - b);
     }
@@ -127,7 +174,8 @@ class micro_steps {
   bool forward_;
   std::span<const staged_tensor> staged_;
   std::vector<std::int64_t> bounds_;
-  mutable std::size_t held_ = static_cast<std::size_t>(-1);  // micro-batch in the buffers
+  mutable held_slices held_;
+  mutable bool reverse_;  // the next pass's direction
   mutable std::size_t copied_ = 0;
 };
 
@@ -146,7 +194,7 @@ void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_ste
       [&](const step_io& s) {
         k::bn_sum_squared_deviations(ctx, s.input_shapes[0], s.inputs[0], mean.data(), sq.data());
       },
-      false, true);  // exact sums: any order gives the same bits
+      false);  // the other way round: exact sums, any order gives the same bits
   k::bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), io.aux[0], io.aux[1]);
   steps.each([&](const step_io& s) {
     k::bn_normalize(ctx, s.input_shapes[0], s.inputs[0], io.params[0], io.params[1], io.aux[0],
@@ -173,15 +221,13 @@ void bn_backward(const k::kernel_context& ctx, const step_io& io, const micro_st
     io.param_grads[0][c] = static_cast<float>(sdy_xhat[c]);
   }
   if (!dx) return;
-  // Element-wise: last micro-batch first, which the sums' pass left in the buffers (the sums
-  // are doubles added in image order, so that pass keeps its order).
-  steps.each(
-      [&](const step_io& s) {
-        k::bn_backward_data(ctx, s.input_shapes[0], in.n * in.h * in.w, s.inputs[0], io.aux[0],
-                            io.aux[1], io.params[0], sdy.data(), sdy_xhat.data(), s.output_grad,
-                            s.input_grads[0].data, s.input_grads[0].accumulate);
-      },
-      true, true);
+  // Element-wise, the other way round (the sums before are doubles added in image order:
+  // that pass never starts reversed, any_order_first_pass).
+  steps.each([&](const step_io& s) {
+    k::bn_backward_data(ctx, s.input_shapes[0], in.n * in.h * in.w, s.inputs[0], io.aux[0],
+                        io.aux[1], io.params[0], sdy.data(), sdy_xhat.data(), s.output_grad,
+                        s.input_grads[0].data, s.input_grads[0].accumulate);
+  });
 }
 
 void loss_forward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
@@ -202,6 +248,29 @@ void loss_backward(const k::kernel_context& ctx, const step_io& io, const micro_
 
 }  // namespace
 
+int split_passes(layer_type type, bool forward, bool input_grad) noexcept {
+  if (type != layer_type::bn) return 1;
+  return forward ? 3 : (input_grad ? 2 : 1);
+}
+
+bool any_order_first_pass(layer_type type, bool forward) noexcept {
+  switch (type) {
+    case layer_type::act:
+    case layer_type::pool:
+    case layer_type::lrn:
+    case layer_type::dropout:
+    case layer_type::concat:
+    case layer_type::add:
+      return true;  // image by image both ways (DROPOUT's mask by each image's index)
+    case layer_type::conv:
+    case layer_type::fc:
+    case layer_type::bn:
+      return forward;  // backward sums over images in order (weight gradients, BN's sums)
+    default:
+      return false;  // the loss sums its images' losses in order; DATA and tiled do not split
+  }
+}
+
 std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool forward, int parts,
                            std::span<const staged_tensor> staged) {
   const layer_steps& steps = layer_steps_for(io.l->type);
@@ -211,6 +280,10 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
     return 0;
   }
   const micro_steps micro(io, forward, parts, staged);
+  if (micro.reversed_start() && !any_order_first_pass(io.l->type, forward)) {
+    throw std::logic_error("split step of " + io.l->name +
+                           ": handed a micro-batch's slices, but its first pass runs in order");
+  }
   if (io.l->type == layer_type::bn) {
     forward ? bn_forward(ctx, io, micro) : bn_backward(ctx, io, micro);
   } else if (io.l->type == layer_type::softmax_loss) {
@@ -223,32 +296,37 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
 
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
                               int parts, bool input_grad) noexcept {
-  // BN's passes over the micro-batches alternate direction (micro_steps::each).
-  const std::size_t passes = type == layer_type::bn ? (forward ? 3 : (input_grad ? 2 : 1)) : 1;
   std::size_t b = 0;
+  std::vector<staged_tensor> by_micro_batch;
   for (const staged_tensor& t : staged) {
+    if (t.channels == 0) {
+      by_micro_batch.push_back(t);
+      continue;
+    }
+    // Around each group: one with images once, one without (weights) once per micro-batch.
     const std::size_t whole = static_cast<std::size_t>(t.n * t.per_image) * sizeof(float);
-    if (t.channels > 0) {
-      // Around each group: one with images once, one without (weights) once per micro-batch.
-      const std::size_t times = t.n == 1 ? static_cast<std::size_t>(std::max(parts, 1)) : 1;
-      b += ((t.read ? 1 : 0) + (t.written ? 1 : 0)) * times * whole;
-      continue;
-    }
-    if (t.written) b += whole;  // out once, after the last pass
-    if (!t.read) continue;
-    if (t.written) {
-      b += whole;  // in for the last pass only
-      continue;
-    }
-    // In for every pass, but the slice a turn of direction finds in its buffer: the last
-    // micro-batch's after a pass in order, the first's after one in reverse.
-    const std::vector<std::int64_t> bounds = micro_batch_bounds(t.n, parts);
-    const auto slice = [&](std::size_t i) {
-      return static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
-    };
-    b += passes * whole;
-    for (std::size_t pass = 0; pass + 1 < passes; ++pass) {
-      b -= pass % 2 == 0 ? slice(bounds.size() - 2) : slice(0);
+    const std::size_t times = t.n == 1 ? static_cast<std::size_t>(std::max(parts, 1)) : 1;
+    b += ((t.read ? 1 : 0) + (t.written ? 1 : 0)) * times * whole;
+  }
+  if (by_micro_batch.empty()) return b;
+  // The passes micro_steps runs, their micro-batches in the same order, through held_slices.
+  const auto passes = static_cast<std::size_t>(split_passes(type, forward, input_grad));
+  const std::vector<std::int64_t> bounds = micro_batch_bounds(by_micro_batch.front().n, parts);
+  const std::size_t n = bounds.size() - 1;
+  held_slices held(by_micro_batch);
+  bool reverse = starts_reversed(by_micro_batch, n);
+  for (std::size_t pass = 0; pass < passes; ++pass, reverse = !reverse) {
+    const bool last = pass + 1 == passes;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = reverse ? n - 1 - k : k;
+      for (std::size_t ti = 0; ti < by_micro_batch.size(); ++ti) {
+        const staged_tensor& t = by_micro_batch[ti];
+        const std::size_t slice =
+            static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
+        if (held.copy_in(ti, t, i, last)) b += slice;
+        if (last && t.written) b += slice;
+        held.ran(ti, t, i, last);
+      }
     }
   }
   return b;

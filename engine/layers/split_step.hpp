@@ -41,7 +41,23 @@ struct staged_tensor {
   /// Copied in before each group runs when read, out after it when written (so a tensor
   /// without images crosses once per micro-batch).
   std::int64_t channels = 0;
+  /// The micro-batch whose slice `micro` already holds when the step starts (the whole
+  /// value's, handed over by the split step before, whose last micro-batch it was), or -1.
+  /// The step then starts there: its first pass runs the micro-batches last first, which
+  /// its math must allow (any_order_first_pass); that slice is not copied in again.
+  std::int64_t held = -1;
 };
+
+/// The passes a split step of layer type `type` runs over its micro-batches: BN 3 forward
+/// (sum, squared deviations, normalisation), 2 backward where its input has a gradient
+/// (`input_grad`: the sums, then dx), 1 where not; every other type 1.
+int split_passes(layer_type type, bool forward, bool input_grad) noexcept;
+
+/// Whether a step of layer type `type` gives the same bits with the micro-batches of its
+/// first pass in any order: image by image (ACT, POOL, LRN, DROPOUT, CONCAT, ADD both ways,
+/// CONV and FC forward) or an exact sum (BN's forward statistics); not where sums over
+/// images are added in image order (CONV/FC/BN backward, the loss).
+bool any_order_first_pass(layer_type type, bool forward) noexcept;
 
 /// One trained parameter's solver update (whole tensors: gradient, weight, momentum, and
 /// their element count), which run_channel_split_step runs group by group.
@@ -58,15 +74,19 @@ using update_fn =
 /// Runs the forward (or backward) of io's layer on the host in `parts` micro-batches. parts
 /// 1 (or a DATA layer) runs the whole step. With `staged`, each micro-step runs on the
 /// staged tensors' micro buffers (copied in and out around it) instead of slices of their
-/// whole values: the same bits. Returns the bytes those copies moved (staged_copy_bytes).
+/// whole values: the same bits. Consecutive passes over the micro-batches (BN's) alternate
+/// direction, each turn starting at the slices still in the buffers, and a step handed a
+/// slice (staged_tensor::held) starts at it. Returns the bytes the copies moved
+/// (staged_copy_bytes); a slice handed to a step whose first pass runs in order is a
+/// std::logic_error.
 std::size_t run_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
                            bool forward, int parts, std::span<const staged_tensor> staged = {});
 
 /// The bytes run_split_step returns for a step of layer type `type` (the link traffic of
 /// staging): what only reads once per pass over the micro-batches (BN: 3 passes forward, 2
 /// backward where its input has a gradient (`input_grad`), 1 where not), less the slice each
-/// turn of direction finds in its buffer; what is read and written once in and once out;
-/// what is only written once out.
+/// turn of direction finds in its buffer and a slice handed over (held); what is read and
+/// written once in and once out; what is only written once out.
 /// Channel-staged tensors (channels > 0) add their copies around each group: those with
 /// images once, those without once per micro-batch (`parts` of them).
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,

@@ -517,7 +517,9 @@ void executor::begin_iteration() {
   host_drops_ = 0;
   ++iterations_run_;
   deferred_prefetches_.clear();
+  release_handed();  // none but after a failed iteration
   staging_->bytes_staged = 0;
+  staging_->bytes_handed = 0;
 }
 
 // After the last step: copies landed, persistent tensors back in place, the streams
@@ -649,6 +651,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   if (staged) {
     acquire_staged(s, accesses, locked);
   } else {
+    release_handed();  // slices a staged step handed over are for staged steps only
     try {
       acquire(s, accesses, locked, false);
     } catch (const out_of_memory&) {
@@ -854,6 +857,7 @@ policy_report executor::report() const {
   r.tensors_allocated = tensors_allocated_;
   r.recomputations = recomputations_;
   r.bytes_staged = staging_->bytes_staged;
+  r.bytes_handed = staging_->bytes_handed;
   r.host_drops = host_drops_;
   r.staged_steps =
       static_cast<std::size_t>(std::count(staging_->step.begin(), staging_->step.end(), true));

@@ -31,6 +31,10 @@ bool staged_split_step(const executor_options& options, const network& net, cons
          net[r.at(s).layer].type != layer_type::tiled;
 }
 
+bool first_input_has_grad(const tensor_table& table, const layer& l) noexcept {
+  return !l.inputs.empty() && table.of(l.inputs[0]).output_grad != invalid_tensor;
+}
+
 bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept {
   return batch_shaped(t, batch) && t.bytes != 0 && !t.persistent && !t.host_resident;
 }
@@ -247,11 +251,12 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
 void executor::acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
                               std::vector<tensor_id>& locked) {
   // What it reads that was dropped is rebuilt first (a staged replay uses the staging
-  // bookkeeping that stage_step fills).
+  // bookkeeping that stage_step fills; the slices handed over give their memory to it).
   for (const tensor_access& a : accesses) {
     if (a.mode == access_mode::write || residency_->state(a.tensor) != residency::dropped) {
       continue;
     }
+    release_handed();
     try {
       rebuild(a.tensor, s);
     } catch (const out_of_memory&) {
@@ -271,6 +276,7 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
     } catch (const out_of_memory&) {
       if (host_exhausted_) throw;  // host memory is not repacked
     }
+    release_handed();  // their memory may be what the step lacks
     for (tensor_id t : locked) cache_->unlock(t);
     locked.clear();
   }
@@ -279,12 +285,60 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
   acquire(s, staging_->whole, locked, true);
 }
 
-// With the step's whole tensors locked: one device buffer for the largest micro-batch's
-// slices (taken like a convolution workspace, evicting unlocked tensors when needed).
-void executor::take_micro_buffer(std::size_t s) {
+// The micro-batch whose slices staged step `s` leaves in its buffers when it ends (its last
+// pass's last), where the next step can start from them: staged too, in as many
+// micro-batches, without channel groups on either side, and, where that micro-batch is the
+// last, free to run its first pass last micro-batch first. -1 where not.
+std::int64_t executor::micro_batch_left(std::size_t s, bool reversed_start) const {
+  const std::size_t next = s + 1;
+  if (next >= route_.step_count() || !staging_->step[next] || evaluating_) return -1;
+  const int parts = batch_parts_of(options_, s);
+  if (parts < 2 || batch_parts_of(options_, next) != parts) return -1;
+  if (channel_groups_of(options_, net_, route_, s) > 1 ||
+      channel_groups_of(options_, net_, route_, next) > 1) {
+    return -1;
+  }
+  const auto splits = [](layer_type t) {
+    return t != layer_type::data && t != layer_type::tiled && t != layer_type::softmax_loss;
+  };
+  const route_step here = route_.at(s), there = route_.at(next);
+  const layer& l = net_[here.layer];
+  if (!splits(l.type) || !splits(net_[there.layer].type)) return -1;
+  // run_split_step's passes alternate direction.
+  const int passes = layers::split_passes(l.type, here.direction == pass::forward,
+                                          first_input_has_grad(table_, l));
+  const bool last_reversed = reversed_start != (passes % 2 == 0);
+  const std::int64_t micro_batches =
+      static_cast<std::int64_t>(layers::micro_batch_bounds(batch_of(net_), parts).size()) - 1;
+  if (last_reversed) return 0;  // the next starts at the first micro-batch, in order
+  if (!layers::any_order_first_pass(net_[there.layer].type, there.direction == pass::forward)) {
+    return -1;
+  }
+  return micro_batches - 1;
+}
+
+// The slices handed over and not taken go back (stream order: later kernels run after).
+void executor::release_handed() noexcept {
   staging& st = *staging_;
+  for (const staging::slice_buffer& b : st.handed) {
+    (void)heap_->deallocate(b.ptr);
+    residency_->workspace_returned(b.bytes);
+  }
+  st.handed.clear();
+  st.handed_micro_batch = -1;
+}
+
+// With the step's whole tensors locked: device buffers for the largest micro-batch's slices
+// (taken like a convolution workspace, evicting unlocked tensors when needed): the slices
+// the step before handed over, one buffer each for what this step hands on (what the next
+// step reads), and one for the rest. A replay (`replay`) neither takes nor hands on.
+void executor::take_micro_buffer(std::size_t s, bool replay) {
+  staging& st = *staging_;
+  st.own.clear();
+  st.leaves = -1;
   if (net_[route_.at(s).layer].type == layer_type::data) {
     // DATA writes the batch straight into its staging memory: no slice is on the device.
+    release_handed();
     st.tensors.clear();
     st.ids.clear();
     return;
@@ -294,38 +348,117 @@ void executor::take_micro_buffer(std::size_t s) {
   const std::int64_t images = largest_micro_batch(batch, parts);
   const int groups = channel_groups_of(options_, net_, route_, s);
   const std::int64_t K = splittable_channels(net_[route_.at(s).layer]);
-  std::vector<std::size_t> offset;
-  std::size_t total = 0;
+  std::vector<std::size_t> size;
   for (const layers::staged_tensor& m : st.tensors) {
-    offset.push_back(total);
     // The largest micro-batch's images (all of a tensor without images), and of a
     // channel-cut tensor the largest group's rows.
     std::int64_t floats = (m.n > 1 ? images : m.n) * m.per_image;
     if (m.channels > 0) floats = floats / K * ((K + groups - 1) / groups);
-    total += heap_->round_up(static_cast<std::size_t>(floats) * sizeof(float));
+    size.push_back(heap_->round_up(static_cast<std::size_t>(floats) * sizeof(float)));
   }
-  // Recorded only once taken: end_staged_step gives back what these say.
+  std::vector<std::size_t> own_of(st.tensors.size(), st.tensors.size());  // index into own
+  const auto give_back_own = [&] {
+    for (const staging::slice_buffer& b : st.own) {
+      (void)heap_->deallocate(b.ptr);
+      residency_->workspace_returned(b.bytes);
+    }
+    st.own.clear();
+    std::fill(own_of.begin(), own_of.end(), st.tensors.size());
+    for (layers::staged_tensor& m : st.tensors) m.held = -1;
+  };
+  // What the step before handed over: its buffer becomes this step's for that tensor.
+  if (!replay) {
+    for (const staging::slice_buffer& b : st.handed) {
+      std::size_t i = 0;
+      while (i < st.ids.size() && (st.ids[i] != b.tensor || st.tensors[i].channels != 0)) ++i;
+      if (i == st.ids.size() || size[i] > b.bytes) {
+        (void)heap_->deallocate(b.ptr);
+        residency_->workspace_returned(b.bytes);
+        continue;
+      }
+      own_of[i] = st.own.size();
+      st.own.push_back({b.tensor, b.ptr, b.bytes, false});
+      st.tensors[i].held = st.handed_micro_batch;
+    }
+    st.handed.clear();
+    st.handed_micro_batch = -1;
+  }
+  // What the next step reads of this one's micro-tensors gets a buffer of its own.
+  const std::int64_t micro_batches =
+      static_cast<std::int64_t>(layers::micro_batch_bounds(batch, parts).size()) - 1;
+  const bool reversed_start = std::any_of(st.tensors.begin(), st.tensors.end(), [&](const auto& m) {
+    return m.held >= 0 && m.held == micro_batches - 1 && micro_batches > 1;
+  });
+  const std::int64_t leaves = replay ? -1 : micro_batch_left(s, reversed_start);
+  if (leaves >= 0) {
+    for (const tensor_access& a : table_.accesses(s + 1)) {
+      if (a.mode != access_mode::read) continue;
+      const auto it = std::find(st.ids.begin(), st.ids.end(), a.tensor);
+      if (it == st.ids.end()) continue;
+      const auto i = static_cast<std::size_t>(it - st.ids.begin());
+      if (own_of[i] == st.tensors.size()) {
+        void* p = take_workspace(size[i], true);
+        if (p == nullptr) continue;  // no room of its own: it goes the usual way
+        residency_->workspace_taken(size[i]);
+        own_of[i] = st.own.size();
+        st.own.push_back({a.tensor, p, size[i], false});
+      }
+      st.own[own_of[i]].hand_on = true;
+      st.leaves = leaves;
+    }
+  }
+  // The rest in one buffer. Failing that, what has a buffer of its own gives it back and
+  // everything goes in one, as if nothing were handed.
+  std::size_t total = 0;
+  std::vector<std::size_t> offset(st.tensors.size(), 0);
+  const auto lay_out = [&] {
+    total = 0;
+    for (std::size_t i = 0; i < st.tensors.size(); ++i) {
+      if (own_of[i] != st.tensors.size()) continue;
+      offset[i] = total;
+      total += size[i];
+    }
+  };
+  lay_out();
   void* micro = total == 0 ? nullptr : take_workspace(total, true);
+  if (total != 0 && micro == nullptr && !st.own.empty()) {
+    give_back_own();
+    st.leaves = -1;
+    lay_out();
+    micro = take_workspace(total, true);
+  }
   if (total != 0 && micro == nullptr) {
+    give_back_own();
     throw_out_of_budget(s,
                         "the micro-batch buffers of " + std::to_string(st.tensors.size()) +
                             " split tensors (" + std::to_string(images) + " of " +
                             std::to_string(batch) + " images)",
                         total);
   }
+  // Recorded only once taken: end_staged_step gives back what these say.
   st.micro = micro;
   st.micro_bytes = total;
   residency_->workspace_taken(total);
   for (std::size_t i = 0; i < st.tensors.size(); ++i) {
     st.tensors[i].whole = staging_->buffer[st.ids[i]].get();
-    st.tensors[i].micro = reinterpret_cast<float*>(static_cast<char*>(st.micro) + offset[i]);
+    void* base = own_of[i] != st.tensors.size() ? st.own[own_of[i]].ptr
+                                                : static_cast<char*>(st.micro) + offset[i];
+    st.tensors[i].micro = static_cast<float*>(base);
   }
   // What the micro-steps copy, as the null device charges it.
   const route_step rs = route_.at(s);
   const layer& l = net_[rs.layer];
-  const bool input_grad = !l.inputs.empty() && table_.of(l.inputs[0]).output_grad != invalid_tensor;
-  staging_->bytes_staged += layers::staged_copy_bytes(l.type, rs.direction == pass::forward,
-                                                      st.tensors, parts, input_grad);
+  const bool input_grad = first_input_has_grad(table_, l);
+  const bool forward = rs.direction == pass::forward;
+  const std::size_t copied =
+      layers::staged_copy_bytes(l.type, forward, st.tensors, parts, input_grad);
+  staging_->bytes_staged += copied;
+  if (!st.own.empty()) {
+    std::vector<layers::staged_tensor> unheld(st.tensors.begin(), st.tensors.end());
+    for (layers::staged_tensor& m : unheld) m.held = -1;
+    staging_->bytes_handed +=
+        layers::staged_copy_bytes(l.type, forward, unheld, parts, input_grad) - copied;
+  }
 }
 
 // Re-runs the forward of the staged step at route position `position` (its output dropped
@@ -334,6 +467,7 @@ void executor::take_micro_buffer(std::size_t s) {
 // step `step`, before that step's own tensors are acquired (acquire_staged, or a whole
 // step's ensure_resident), so the staging bookkeeping is free.
 void executor::replay_staged(std::size_t position, std::size_t step) {
+  release_handed();
   const layer& l = net_[route_.order()[position]];
   const auto accesses = table_.accesses(position);
   const std::size_t guarded = replaying_.size();
@@ -385,7 +519,7 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
   } done{*this, locked, guarded, born, workspace, conv.workspace_bytes};
   stage_step(position, accesses, false);
   acquire(step, staging_->whole, locked, false);
-  take_micro_buffer(position);
+  take_micro_buffer(position, true);
   if (conv.workspace_bytes != 0) {
     workspace = take_workspace(conv.workspace_bytes, true);
     if (workspace == nullptr) {
@@ -473,6 +607,19 @@ void executor::end_staged_step() noexcept {
   residency_->workspace_returned(st.micro_bytes);
   st.micro = nullptr;
   st.micro_bytes = 0;
+  // The buffers the next step reads from stay; a replay's or a failed step's go.
+  release_handed();
+  for (const staging::slice_buffer& b : st.own) {
+    if (b.hand_on && st.leaves >= 0) {
+      st.handed.push_back(b);
+      continue;
+    }
+    (void)heap_->deallocate(b.ptr);
+    residency_->workspace_returned(b.bytes);
+  }
+  if (!st.handed.empty()) st.handed_micro_batch = st.leaves;
+  st.own.clear();
+  st.leaves = -1;
   st.tensors.clear();
   st.ids.clear();
   st.whole.clear();

@@ -2,7 +2,9 @@
 // (utp, all) keeps the whole values of its batch-shaped tensors (activations, their
 // gradients, the dropout mask, the labels) in host memory, and holds on the device only
 // the running micro-batch's slices, in one buffer sized for the largest micro-batch. So a
-// step needs its micro-step's working set, not l_i: budgets below max(l_i) run.
+// step needs its micro-step's working set, not l_i: budgets below max(l_i) run. The slices of
+// the last micro-batch a step ran of what the next (split) step reads stay on the device in
+// buffers of their own, and that step starts with them (micro_batch_left, slice_buffer).
 //
 // A staged tensor (residency::staged) stays in host memory across consecutive split steps;
 // a step that runs whole brings it back like a tensor evicted to host memory (one copy in),
@@ -35,6 +37,10 @@ int batch_parts_of(const executor_options& options, std::size_t s) noexcept;
 int channel_groups_of(const executor_options& options, const network& net, const route& r,
                       std::size_t s) noexcept;
 
+/// Whether layer `l`'s first input has a gradient (BN's split backward then runs a second
+/// pass over the micro-batches, layers::split_passes).
+bool first_input_has_grad(const tensor_table& table, const layer& l) noexcept;
+
 /// Whether `t` is one of a staged step's micro-tensors (one slice per image of `batch`; a
 /// step in channel groups also stages what channel_cut names, persistent ones too).
 bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept;
@@ -52,7 +58,23 @@ struct executor::staging {
   std::vector<tensor_id> ids;  // tensors[i]'s tensor
   void* micro = nullptr;
   std::size_t micro_bytes = 0;
+  // A micro-tensor's buffer of its own, outside `micro`: a slice handed over by the staged
+  // step before, or one this step hands to the next. The step after a staged one, staged too
+  // in as many micro-batches, finds the slices of the last micro-batch this one ran of what
+  // it reads still on the device and starts there (a micro-tensor resident while its
+  // siblings are in host memory): one slice of each fewer over the link.
+  struct slice_buffer {
+    tensor_id tensor = invalid_tensor;
+    void* ptr = nullptr;
+    std::size_t bytes = 0;
+    bool hand_on = false;  // kept for the next step at this one's end
+  };
+  std::vector<slice_buffer> own;     // the running staged step's
+  std::int64_t leaves = -1;          // the micro-batch whose slices it leaves; -1: none
+  std::vector<slice_buffer> handed;  // held between a staged step and the next
+  std::int64_t handed_micro_batch = -1;
   std::uint64_t bytes_staged = 0;  // this iteration: bytes copied between device and staging
+  std::uint64_t bytes_handed = 0;  // this iteration: bytes not copied, handed over
 };
 
 }  // namespace memweave

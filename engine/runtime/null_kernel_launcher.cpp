@@ -3,6 +3,7 @@
 // `plan` decides as `train` would with the same timings.
 #include <string>
 
+#include "engine/runtime/executor_staging.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "engine/runtime/model_time.hpp"
 
@@ -27,8 +28,7 @@ class null_kernel_launcher final : public kernel_launcher {
     const double compute_s = l.type == layer_type::conv ? step.conv->seconds : -1;
     // Staged micro-tensors cross the link between the micro-steps, one after the other (the
     // host backend copies them in the step's own work, without overlap).
-    const bool input_grad =
-        !l.inputs.empty() && ctx_.table->of(l.inputs[0]).output_grad != invalid_tensor;
+    const bool input_grad = first_input_has_grad(*ctx_.table, l);
     const double staging_s = static_cast<double>(layers::staged_copy_bytes(
                                  l.type, step.forward, step.staged, step.parts, input_grad)) /
                              ctx_.model.link_bytes_per_s;

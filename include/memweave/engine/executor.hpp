@@ -319,7 +319,9 @@ class executor {
   void stage(tensor_id t, access_mode mode, std::size_t step);
   void fetch_staged(tensor_id t, std::size_t step);
   void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep);
-  void take_micro_buffer(std::size_t s);
+  void take_micro_buffer(std::size_t s, bool replay = false);
+  std::int64_t micro_batch_left(std::size_t s, bool reversed_start) const;
+  void release_handed() noexcept;
   void acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
                       std::vector<tensor_id>& locked);
   void end_staged_step() noexcept;

@@ -98,6 +98,9 @@ struct policy_report {
   std::size_t staged_steps = 0;         ///< TSPLIT: split steps run on micro-tensors
   std::size_t channel_group_steps = 0;  ///< TSPLIT: of those, CONV/FC in output-channel groups
   std::uint64_t bytes_staged = 0;       ///< TSPLIT: bytes they copied over the link
+  /// TSPLIT: bytes a split step found on the device, left by the split step before it (the
+  /// slices of its last micro-batch), that would have crossed the link again.
+  std::uint64_t bytes_handed = 0;
   /// all: values in host memory given back when it ran out, to be rebuilt by replays.
   std::uint64_t host_drops = 0;
   double max_compression_error = 0.0;     ///< the largest relative fp16 round-trip error

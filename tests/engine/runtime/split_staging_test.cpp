@@ -101,6 +101,7 @@ std::pair<policy_report, std::vector<step_record>> expect_plan_and_train_agree(
     EXPECT_EQ(p.groups, t.groups) << "step " << i + 1;
   }
   EXPECT_EQ(planned.report().bytes_staged, trained.report.bytes_staged);
+  EXPECT_EQ(planned.report().bytes_handed, trained.report.bytes_handed);
   return {planned.report(), trained.steps};
 }
 
@@ -123,6 +124,29 @@ TEST(split_staging_test, plan_and_train_agree_step_by_step) {
   executor ample(net, *ample_dev, test::policy_options("liveness", 0, k_conv));
   ample.run_iteration(nullptr, 0);
   EXPECT_GT(r.seconds_per_iteration, ample.report().seconds_per_iteration);
+}
+
+TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
+  // 64-pixel images: the activations, not the weights, make max(l_i), so half of it splits
+  // runs of consecutive steps (conv1's BN and ReLU, the residual adds and their ReLUs, both
+  // ways). Each passes the slices of the micro-batch it ends with to the next, which starts
+  // there (in backward, last micro-batch first): the same bits, fewer bytes over the link.
+  zoo_options z;
+  z.batch = 8;
+  z.classes = 5;
+  z.width_scale = 0.0625;
+  z.image_side = 64;
+  const network net = make_network("resnet50", z);
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+  for (const char* policy : {"utp", "all"}) {
+    SCOPED_TRACE(policy);
+    const staged_run s = plan_below_largest_layer(net, policy, 0.5);
+    ASSERT_LT(s.budget, s.max_layer);
+    const auto [r, steps] = expect_plan_and_train_agree(net, s.options);
+    EXPECT_GT(r.bytes_handed, 0u);
+    EXPECT_LE(peak(steps), s.budget);
+    expect_bit_identical(reference, test::train(net, s.options, 2), policy);
+  }
 }
 
 TEST(split_staging_test, a_budget_below_the_micro_step_names_it) {

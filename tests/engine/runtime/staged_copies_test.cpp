@@ -4,8 +4,11 @@
 // with the same bits as the whole step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/layers/split_step.hpp"
@@ -148,6 +151,55 @@ TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
   EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, false, sums, 2, false), 2 * whole);
   // One pass of any other layer: what it reads in once, what it writes out once.
   EXPECT_EQ(layers::staged_copy_bytes(layer_type::act, true, fwd, 2), 2 * whole);
+}
+
+TEST(staged_copies_test, a_step_handed_a_slice_starts_there_with_the_same_bits) {
+  const k::kernel_context ctx(2);
+  std::mt19937 gen(13);
+  bn_case c;  // BN forward (statistics exact in any order), 5 images in 2 micro-batches: 3 + 2
+  const bn_tensors start = c.inputs(gen);
+  bn_tensors whole = start;
+  layers::run_split_step(ctx, c.io(whole), true, 1);
+  const std::size_t image = static_cast<std::size_t>(c.in.per_image()) * sizeof(float);
+  for (const std::int64_t held : {0, 1}) {
+    SCOPED_TRACE("holding micro-batch " + std::to_string(held));
+    bn_tensors t = start;
+    std::vector<float> mx, my;
+    std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
+                                              c.staged(t.y, my, false, true)};
+    // The step before left micro-batch `held`'s slice of x in the buffer (images 0-2 or 3-4).
+    const std::int64_t first = held == 0 ? 0 : 3, images = held == 0 ? 3 : 2;
+    std::copy_n(t.x.begin() + first * c.in.per_image(), images * c.in.per_image(), mx.begin());
+    fwd[0].held = held;
+    const std::size_t copied = layers::run_split_step(ctx, c.io(t), true, 2, fwd);
+    EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::bn, true, fwd, 2));
+    // One slice fewer than from nothing: 3 passes of x less the two turns and the slice held.
+    EXPECT_EQ(copied,
+              3 * 5 * image - 5 * image - static_cast<std::size_t>(images) * image + 5 * image);
+    expect_same_bits(whole.y, t.y, "y");
+    expect_same_bits(whole.mean, t.mean, "mean");
+    expect_same_bits(whole.invstd, t.invstd, "invstd");
+  }
+}
+
+TEST(staged_copies_test, a_slice_handed_to_a_step_that_sums_in_order_is_refused) {
+  // BN's backward sums dy and dy * x-hat over the images in order: its first pass cannot
+  // start at the last micro-batch.
+  EXPECT_FALSE(layers::any_order_first_pass(layer_type::bn, false));
+  EXPECT_FALSE(layers::any_order_first_pass(layer_type::conv, false));
+  EXPECT_FALSE(layers::any_order_first_pass(layer_type::softmax_loss, true));
+  EXPECT_TRUE(layers::any_order_first_pass(layer_type::bn, true));
+  EXPECT_TRUE(layers::any_order_first_pass(layer_type::act, false));
+  const k::kernel_context ctx(2);
+  std::mt19937 gen(17);
+  bn_case c;
+  bn_tensors t = c.inputs(gen);
+  std::vector<float> mx, mdy, mdx;
+  std::vector<layers::staged_tensor> bwd = {c.staged(t.x, mx, true, false),
+                                            c.staged(t.dy, mdy, true, false),
+                                            c.staged(t.dx, mdx, false, true)};
+  bwd[1].held = 1;  // the last of 2 micro-batches
+  EXPECT_THROW(layers::run_split_step(ctx, c.io(t), false, 2, bwd), std::logic_error);
 }
 
 }  // namespace staged_copies
