@@ -119,7 +119,7 @@ class micro_steps {
       }
       stage_in(s, i, last_pass);
       f(s);
-      if (last_pass) stage_out(b, e);
+      if (last_pass) stage_out(b, e, k + 1 == n);
       for (std::size_t ti = 0; ti < staged_.size(); ++ti) held_.ran(ti, staged_[ti], i, last_pass);
     }
   }
@@ -162,9 +162,9 @@ class micro_steps {
     s.labels = remap(s.labels, b);
   }
 
-  void stage_out(std::int64_t b, std::int64_t e) const {
+  void stage_out(std::int64_t b, std::int64_t e, bool final) const {
     for (const staged_tensor& t : staged_) {
-      if (!t.written) continue;
+      if (!t.written || (final && t.keeps_last)) continue;
       std::memcpy(t.whole + b * t.per_image, t.micro, bytes(t, e - b));
       copied_ += bytes(t, e - b);
     }
@@ -324,7 +324,7 @@ std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const sta
         const std::size_t slice =
             static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
         if (held.copy_in(ti, t, i, last)) b += slice;
-        if (last && t.written) b += slice;
+        if (last && t.written && !(t.keeps_last && k + 1 == n)) b += slice;
         held.ran(ti, t, i, last);
       }
     }

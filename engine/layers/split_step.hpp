@@ -46,6 +46,10 @@ struct staged_tensor {
   /// The step then starts there: its first pass runs the micro-batches last first, which
   /// its math must allow (any_order_first_pass); that slice is not copied in again.
   std::int64_t held = -1;
+  /// The slice of the step's last micro-batch is not written back to `whole`: it stays in
+  /// `micro` for the next step, the tensor's last reader, which starts from it (the executor
+  /// writes it back should that step not take it).
+  bool keeps_last = false;
 };
 
 /// The passes a split step of layer type `type` runs over its micro-batches: BN 3 forward

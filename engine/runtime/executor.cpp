@@ -517,7 +517,7 @@ void executor::begin_iteration() {
   host_drops_ = 0;
   ++iterations_run_;
   deferred_prefetches_.clear();
-  release_handed();  // none but after a failed iteration
+  drop_handed();  // none but after a failed iteration (whose values are not kept)
   staging_->bytes_staged = 0;
   staging_->bytes_handed = 0;
 }

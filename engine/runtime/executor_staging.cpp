@@ -317,15 +317,34 @@ std::int64_t executor::micro_batch_left(std::size_t s, bool reversed_start) cons
   return micro_batches - 1;
 }
 
-// The slices handed over and not taken go back (stream order: later kernels run after).
-void executor::release_handed() noexcept {
+// The slices handed over and not taken go back (stream order: later kernels run after); one
+// whose value is not in host memory (keeps_last) is written back there first.
+void executor::release_handed() {
+  staging& st = *staging_;
+  for (const staging::slice_buffer& b : st.handed) {
+    if (!b.unwritten) continue;
+    const std::int64_t batch = batch_of(net_);
+    const auto bounds = layers::micro_batch_bounds(batch, b.parts);
+    const std::size_t image = table_[b.tensor].bytes / static_cast<std::size_t>(batch);
+    const std::size_t from = static_cast<std::size_t>(bounds[b.micro_batch]) * image;
+    const std::size_t bytes = static_cast<std::size_t>(bounds[b.micro_batch + 1]) * image - from;
+    char* whole = reinterpret_cast<char*>(st.buffer[b.tensor].get());
+    dev_.get_stream(stream_role::compute)
+        .copy_async(whole == nullptr ? nullptr : whole + from, b.ptr, bytes,
+                    copy_kind::device_to_host);
+    st.bytes_staged += bytes;
+    st.bytes_handed -= bytes;
+  }
+  drop_handed();
+}
+
+void executor::drop_handed() noexcept {
   staging& st = *staging_;
   for (const staging::slice_buffer& b : st.handed) {
     (void)heap_->deallocate(b.ptr);
     residency_->workspace_returned(b.bytes);
   }
   st.handed.clear();
-  st.handed_micro_batch = -1;
 }
 
 // With the step's whole tensors locked: device buffers for the largest micro-batch's slices
@@ -336,6 +355,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   staging& st = *staging_;
   st.own.clear();
   st.leaves = -1;
+  st.leaves_parts = batch_parts_of(options_, s);
   if (net_[route_.at(s).layer].type == layer_type::data) {
     // DATA writes the batch straight into its staging memory: no slice is on the device.
     release_handed();
@@ -357,31 +377,40 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
     size.push_back(heap_->round_up(static_cast<std::size_t>(floats) * sizeof(float)));
   }
   std::vector<std::size_t> own_of(st.tensors.size(), st.tensors.size());  // index into own
+  // Gives every buffer of its own back, handed-in ones to `handed` (release_handed writes
+  // back what is not in host memory), so that the step runs as if nothing were handed.
   const auto give_back_own = [&] {
     for (const staging::slice_buffer& b : st.own) {
+      if (b.unwritten) {
+        st.handed.push_back(b);
+        continue;
+      }
       (void)heap_->deallocate(b.ptr);
       residency_->workspace_returned(b.bytes);
     }
     st.own.clear();
+    release_handed();
     std::fill(own_of.begin(), own_of.end(), st.tensors.size());
-    for (layers::staged_tensor& m : st.tensors) m.held = -1;
+    for (layers::staged_tensor& m : st.tensors) m.held = -1, m.keeps_last = false;
+    st.leaves = -1;
   };
   // What the step before handed over: its buffer becomes this step's for that tensor.
   if (!replay) {
+    std::vector<staging::slice_buffer> untaken;
     for (const staging::slice_buffer& b : st.handed) {
       std::size_t i = 0;
       while (i < st.ids.size() && (st.ids[i] != b.tensor || st.tensors[i].channels != 0)) ++i;
       if (i == st.ids.size() || size[i] > b.bytes) {
-        (void)heap_->deallocate(b.ptr);
-        residency_->workspace_returned(b.bytes);
+        untaken.push_back(b);
         continue;
       }
       own_of[i] = st.own.size();
-      st.own.push_back({b.tensor, b.ptr, b.bytes, false});
-      st.tensors[i].held = st.handed_micro_batch;
+      st.own.push_back(b);
+      st.own.back().hand_on = st.own.back().keeps_last = false;
+      st.tensors[i].held = b.micro_batch;
     }
-    st.handed.clear();
-    st.handed_micro_batch = -1;
+    st.handed = std::move(untaken);
+    release_handed();
   }
   // What the next step reads of this one's micro-tensors gets a buffer of its own.
   const std::int64_t micro_batches =
@@ -405,6 +434,16 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
       }
       st.own[own_of[i]].hand_on = true;
       st.leaves = leaves;
+      // Where the next step reads it last, in one pass (the slice is read once), and nothing
+      // captures it after this step, the slice need not go out: it dies in that step.
+      const route_step there = route_.at(s + 1);
+      const layer& nl = net_[there.layer];
+      const bool last_read = free_step_[a.tensor] == s + 1 && st.tensors[i].written &&
+                             layers::split_passes(nl.type, there.direction == pass::forward,
+                                                  first_input_has_grad(table_, nl)) == 1 &&
+                             std::find(capture_after_[s].begin(), capture_after_[s].end(),
+                                       a.tensor) == capture_after_[s].end();
+      if (last_read) st.tensors[i].keeps_last = st.own[own_of[i]].keeps_last = true;
     }
   }
   // The rest in one buffer. Failing that, what has a buffer of its own gives it back and
@@ -423,7 +462,6 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   void* micro = total == 0 ? nullptr : take_workspace(total, true);
   if (total != 0 && micro == nullptr && !st.own.empty()) {
     give_back_own();
-    st.leaves = -1;
     lay_out();
     micro = take_workspace(total, true);
   }
@@ -455,7 +493,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   staging_->bytes_staged += copied;
   if (!st.own.empty()) {
     std::vector<layers::staged_tensor> unheld(st.tensors.begin(), st.tensors.end());
-    for (layers::staged_tensor& m : unheld) m.held = -1;
+    for (layers::staged_tensor& m : unheld) m.held = -1, m.keeps_last = false;
     staging_->bytes_handed +=
         layers::staged_copy_bytes(l.type, forward, unheld, parts, input_grad) - copied;
   }
@@ -607,17 +645,21 @@ void executor::end_staged_step() noexcept {
   residency_->workspace_returned(st.micro_bytes);
   st.micro = nullptr;
   st.micro_bytes = 0;
-  // The buffers the next step reads from stay; a replay's or a failed step's go.
-  release_handed();
+  // The buffers the next step reads from stay; a replay's go. (Nothing handed is left here:
+  // take_micro_buffer took or released it, and a replay released it first.)
+  drop_handed();
   for (const staging::slice_buffer& b : st.own) {
     if (b.hand_on && st.leaves >= 0) {
-      st.handed.push_back(b);
+      staging::slice_buffer h = b;
+      h.unwritten = b.keeps_last;
+      h.micro_batch = st.leaves;
+      h.parts = st.leaves_parts;
+      st.handed.push_back(h);
       continue;
     }
     (void)heap_->deallocate(b.ptr);
     residency_->workspace_returned(b.bytes);
   }
-  if (!st.handed.empty()) st.handed_micro_batch = st.leaves;
   st.own.clear();
   st.leaves = -1;
   st.tensors.clear();

@@ -68,13 +68,21 @@ struct executor::staging {
     void* ptr = nullptr;
     std::size_t bytes = 0;
     bool hand_on = false;  // kept for the next step at this one's end
+    /// Handed on without being written back: the next step is the tensor's last reader
+    /// (staged_tensor::keeps_last).
+    bool keeps_last = false;
+    /// Its slice is not in the tensor's value in host memory (handed over as keeps_last):
+    /// written back there should the step it was handed to not take it.
+    bool unwritten = false;
+    std::int64_t micro_batch = -1;  // the micro-batch whose slice it holds
+    int parts = 0;                  // of that many
   };
   std::vector<slice_buffer> own;     // the running staged step's
   std::int64_t leaves = -1;          // the micro-batch whose slices it leaves; -1: none
+  int leaves_parts = 0;              // of that many
   std::vector<slice_buffer> handed;  // held between a staged step and the next
-  std::int64_t handed_micro_batch = -1;
-  std::uint64_t bytes_staged = 0;  // this iteration: bytes copied between device and staging
-  std::uint64_t bytes_handed = 0;  // this iteration: bytes not copied, handed over
+  std::uint64_t bytes_staged = 0;    // this iteration: bytes copied between device and staging
+  std::uint64_t bytes_handed = 0;    // this iteration: bytes not copied, handed over
 };
 
 }  // namespace memweave

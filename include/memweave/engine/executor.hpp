@@ -321,7 +321,8 @@ class executor {
   void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep);
   void take_micro_buffer(std::size_t s, bool replay = false);
   std::int64_t micro_batch_left(std::size_t s, bool reversed_start) const;
-  void release_handed() noexcept;
+  void release_handed();
+  void drop_handed() noexcept;
   void acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
                       std::vector<tensor_id>& locked);
   void end_staged_step() noexcept;

@@ -5,6 +5,7 @@
 #include "engine/runtime/executor_staging.hpp"
 #include "engine_test_util.hpp"
 #include "memweave/device/stream_timeline.hpp"
+#include "memweave/engine/data_source.hpp"
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/split_plan.hpp"
@@ -126,17 +127,22 @@ TEST(split_staging_test, plan_and_train_agree_step_by_step) {
   EXPECT_GT(r.seconds_per_iteration, ample.report().seconds_per_iteration);
 }
 
-TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
-  // 64-pixel images: the activations, not the weights, make max(l_i), so half of it splits
-  // runs of consecutive steps (conv1's BN and ReLU, the residual adds and their ReLUs, both
-  // ways). Each passes the slices of the micro-batch it ends with to the next, which starts
-  // there (in backward, last micro-batch first): the same bits, fewer bytes over the link.
+// ResNet-50 at batch 8 of 64-pixel images, width 1/16: the activations, not the weights,
+// make max(l_i), so half of it splits runs of consecutive steps.
+network activation_bound_resnet50() {
   zoo_options z;
   z.batch = 8;
   z.classes = 5;
   z.width_scale = 0.0625;
   z.image_side = 64;
-  const network net = make_network("resnet50", z);
+  return make_network("resnet50", z);
+}
+
+TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
+  // Runs of consecutive split steps (conv1's BN and ReLU, the residual adds and their ReLUs,
+  // both ways). Each passes the slices of the micro-batch it ends with to the next, which starts
+  // there (in backward, last micro-batch first): the same bits, fewer bytes over the link.
+  const network net = activation_bound_resnet50();
   const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
   for (const char* policy : {"utp", "all"}) {
     SCOPED_TRACE(policy);
@@ -147,6 +153,33 @@ TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
     EXPECT_LE(peak(steps), s.budget);
     expect_bit_identical(reference, test::train(net, s.options, 2), policy);
   }
+}
+
+TEST(split_staging_test, a_watched_tensor_handed_over_is_written_back_whole) {
+  // BN's outputs die in the ReLU after them, which a split BN hands the last slice to without
+  // writing it back; watched, they are captured whole after the step, as unsplit.
+  const network net = activation_bound_resnet50();
+  const staged_run s = plan_below_largest_layer(net, "utp", 0.5);
+  const auto watched = [&](const executor_options& options) {
+    auto dev = test::make_test_device("host");
+    auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+    executor ex(net, *dev, options);
+    std::vector<std::string> names;
+    for (const layer& l : net.layers()) {
+      if (l.type == layer_type::bn) names.push_back(l.name + ".y");
+    }
+    for (const std::string& name : names) ex.watch(name);
+    ex.run_iteration(data.get(), 0);
+    ex.run_iteration(data.get(), 1);
+    std::vector<std::vector<float>> values;
+    for (const std::string& name : names) values.push_back(ex.read(name));
+    return std::pair{values, ex.report().bytes_handed};
+  };
+  const auto [expected, none] = watched(test::policy_options("liveness", 0, k_conv));
+  const auto [got, handed] = watched(s.options);
+  EXPECT_GT(handed, 0u);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], expected[i]) << "BN " << i;
 }
 
 TEST(split_staging_test, a_budget_below_the_micro_step_names_it) {

@@ -182,6 +182,29 @@ TEST(staged_copies_test, a_step_handed_a_slice_starts_there_with_the_same_bits) 
   }
 }
 
+TEST(staged_copies_test, a_slice_kept_for_its_last_reader_is_not_written_back) {
+  const k::kernel_context ctx(2);
+  std::mt19937 gen(19);
+  bn_case c;  // 5 images in 2 micro-batches: 3 + 2; forward ends at the last
+  const bn_tensors start = c.inputs(gen);
+  bn_tensors whole = start;
+  layers::run_split_step(ctx, c.io(whole), true, 1);
+  bn_tensors t = start;
+  std::vector<float> mx, my;
+  std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
+                                            c.staged(t.y, my, false, true)};
+  fwd[1].keeps_last = true;
+  const std::size_t copied = layers::run_split_step(ctx, c.io(t), true, 2, fwd);
+  EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::bn, true, fwd, 2));
+  const std::size_t image = static_cast<std::size_t>(c.in.per_image());
+  EXPECT_EQ(copied, (3 * 5 - 5 + 5 - 2) * image * sizeof(float));  // y's last 2 images stay
+  const auto split = static_cast<std::ptrdiff_t>(3 * image);
+  // Images 0-2 went out; 3-4 are still in the buffer, with the whole step's values.
+  EXPECT_TRUE(std::equal(t.y.begin(), t.y.begin() + split, whole.y.begin()));
+  EXPECT_TRUE(std::equal(t.y.begin() + split, t.y.end(), start.y.begin() + split));
+  EXPECT_TRUE(std::equal(my.begin(), my.begin() + 2 * split / 3, whole.y.begin() + split));
+}
+
 TEST(staged_copies_test, a_slice_handed_to_a_step_that_sums_in_order_is_refused) {
   // BN's backward sums dy and dy * x-hat over the images in order: its first pass cannot
   // start at the last micro-batch.
