@@ -353,6 +353,10 @@ void executor::drop_handed() noexcept {
 // step reads), and one for the rest. A replay (`replay`) neither takes nor hands on.
 void executor::take_micro_buffer(std::size_t s, bool replay) {
   staging& st = *staging_;
+  for (const staging::slice_buffer& b : st.own) {  // none but after a step that failed
+    (void)heap_->deallocate(b.ptr);
+    residency_->workspace_returned(b.bytes);
+  }
   st.own.clear();
   st.leaves = -1;
   st.leaves_parts = batch_parts_of(options_, s);
