@@ -67,6 +67,11 @@ class held_slices {
   bool copy_in(std::size_t ti, const staged_tensor& t, std::size_t i, bool last_pass) const {
     return wanted(t, last_pass) && at_[ti] != i;
   }
+  // After the last pass's micro-batch (`final`: its last), what it wrote goes out, but the
+  // final slice of a tensor that keeps it for the next step.
+  static bool copy_out(const staged_tensor& t, bool last_pass, bool final) {
+    return last_pass && t.written && !(final && t.keeps_last);
+  }
   // After micro-batch i ran (and, in the last pass, what it wrote went out).
   void ran(std::size_t ti, const staged_tensor& t, std::size_t i, bool last_pass) {
     at_[ti] = wanted(t, last_pass) || (t.written && last_pass) ? i : k_none;
@@ -119,7 +124,7 @@ class micro_steps {
       }
       stage_in(s, i, last_pass);
       f(s);
-      if (last_pass) stage_out(b, e, k + 1 == n);
+      stage_out(b, e, last_pass, k + 1 == n);
       for (std::size_t ti = 0; ti < staged_.size(); ++ti) held_.ran(ti, staged_[ti], i, last_pass);
     }
   }
@@ -162,9 +167,9 @@ class micro_steps {
     s.labels = remap(s.labels, b);
   }
 
-  void stage_out(std::int64_t b, std::int64_t e, bool final) const {
+  void stage_out(std::int64_t b, std::int64_t e, bool last_pass, bool final) const {
     for (const staged_tensor& t : staged_) {
-      if (!t.written || (final && t.keeps_last)) continue;
+      if (!held_slices::copy_out(t, last_pass, final)) continue;
       std::memcpy(t.whole + b * t.per_image, t.micro, bytes(t, e - b));
       copied_ += bytes(t, e - b);
     }
@@ -253,6 +258,16 @@ int split_passes(layer_type type, bool forward, bool input_grad) noexcept {
   return forward ? 3 : (input_grad ? 2 : 1);
 }
 
+std::int64_t final_micro_batch(layer_type type, bool forward, bool input_grad,
+                               std::span<const staged_tensor> staged, std::int64_t batch,
+                               int parts) {
+  const std::size_t n = micro_batch_bounds(batch, parts).size() - 1;
+  // Passes alternate direction from the first's (micro_steps::each).
+  const bool last_reversed =
+      starts_reversed(staged, n) != (split_passes(type, forward, input_grad) % 2 == 0);
+  return last_reversed ? 0 : static_cast<std::int64_t>(n) - 1;
+}
+
 bool any_order_first_pass(layer_type type, bool forward) noexcept {
   switch (type) {
     case layer_type::act:
@@ -324,7 +339,7 @@ std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const sta
         const std::size_t slice =
             static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
         if (held.copy_in(ti, t, i, last)) b += slice;
-        if (last && t.written && !(t.keeps_last && k + 1 == n)) b += slice;
+        if (held_slices::copy_out(t, last, k + 1 == n)) b += slice;
         held.ran(ti, t, i, last);
       }
     }

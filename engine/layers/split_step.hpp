@@ -57,6 +57,13 @@ struct staged_tensor {
 /// (`input_grad`: the sums, then dx), 1 where not; every other type 1.
 int split_passes(layer_type type, bool forward, bool input_grad) noexcept;
 
+/// The micro-batch whose slices a split step's micro buffers hold when it ends (its last
+/// pass's last): the passes alternate direction from the first, which starts at the last
+/// micro-batch where that one's slices were handed over (staged_tensor::held).
+std::int64_t final_micro_batch(layer_type type, bool forward, bool input_grad,
+                               std::span<const staged_tensor> staged, std::int64_t batch,
+                               int parts);
+
 /// Whether a step of layer type `type` gives the same bits with the micro-batches of its
 /// first pass in any order: image by image (ACT, POOL, LRN, DROPOUT, CONCAT, ADD both ways,
 /// CONV and FC forward) or an exact sum (BN's forward statistics); not where sums over

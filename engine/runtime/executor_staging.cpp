@@ -285,11 +285,12 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
   acquire(s, staging_->whole, locked, true);
 }
 
-// The micro-batch whose slices staged step `s` leaves in its buffers when it ends (its last
-// pass's last), where the next step can start from them: staged too, in as many
-// micro-batches, without channel groups on either side, and, where that micro-batch is the
-// last, free to run its first pass last micro-batch first. -1 where not.
-std::int64_t executor::micro_batch_left(std::size_t s, bool reversed_start) const {
+// The micro-batch whose slices staged step `s` (its micro-tensors in staging_->tensors, what
+// was handed to it marked held) leaves in its buffers when it ends, where the next step can
+// start from them: staged too, in as many micro-batches, without channel groups on either
+// side, and, where that micro-batch is the last, free to run its first pass last micro-batch
+// first. -1 where not.
+std::int64_t executor::micro_batch_left(std::size_t s) const {
   const std::size_t next = s + 1;
   if (next >= route_.step_count() || !staging_->step[next] || evaluating_) return -1;
   const int parts = batch_parts_of(options_, s);
@@ -304,17 +305,15 @@ std::int64_t executor::micro_batch_left(std::size_t s, bool reversed_start) cons
   const route_step here = route_.at(s), there = route_.at(next);
   const layer& l = net_[here.layer];
   if (!splits(l.type) || !splits(net_[there.layer].type)) return -1;
-  // run_split_step's passes alternate direction.
-  const int passes = layers::split_passes(l.type, here.direction == pass::forward,
-                                          first_input_has_grad(table_, l));
-  const bool last_reversed = reversed_start != (passes % 2 == 0);
-  const std::int64_t micro_batches =
-      static_cast<std::int64_t>(layers::micro_batch_bounds(batch_of(net_), parts).size()) - 1;
-  if (last_reversed) return 0;  // the next starts at the first micro-batch, in order
-  if (!layers::any_order_first_pass(net_[there.layer].type, there.direction == pass::forward)) {
+  const std::int64_t last = layers::final_micro_batch(l.type, here.direction == pass::forward,
+                                                      first_input_has_grad(table_, l),
+                                                      staging_->tensors, batch_of(net_), parts);
+  // At the first micro-batch the next starts in order; at the last, last first.
+  if (last > 0 &&
+      !layers::any_order_first_pass(net_[there.layer].type, there.direction == pass::forward)) {
     return -1;
   }
-  return micro_batches - 1;
+  return last;
 }
 
 // The slices handed over and not taken go back (stream order: later kernels run after); one
@@ -338,11 +337,16 @@ void executor::release_handed() {
   drop_handed();
 }
 
+void executor::staging::give_back(const slice_buffer& b, device_heap& heap,
+                                  residency_table& residency) noexcept {
+  (void)heap.deallocate(b.ptr);
+  residency.workspace_returned(b.bytes);
+}
+
 void executor::drop_handed() noexcept {
   staging& st = *staging_;
   for (const staging::slice_buffer& b : st.handed) {
-    (void)heap_->deallocate(b.ptr);
-    residency_->workspace_returned(b.bytes);
+    staging::give_back(b, *heap_, *residency_);
   }
   st.handed.clear();
 }
@@ -354,12 +358,10 @@ void executor::drop_handed() noexcept {
 void executor::take_micro_buffer(std::size_t s, bool replay) {
   staging& st = *staging_;
   for (const staging::slice_buffer& b : st.own) {  // none but after a step that failed
-    (void)heap_->deallocate(b.ptr);
-    residency_->workspace_returned(b.bytes);
+    staging::give_back(b, *heap_, *residency_);
   }
   st.own.clear();
   st.leaves = -1;
-  st.leaves_parts = batch_parts_of(options_, s);
   if (net_[route_.at(s).layer].type == layer_type::data) {
     // DATA writes the batch straight into its staging memory: no slice is on the device.
     release_handed();
@@ -389,8 +391,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
         st.handed.push_back(b);
         continue;
       }
-      (void)heap_->deallocate(b.ptr);
-      residency_->workspace_returned(b.bytes);
+      staging::give_back(b, *heap_, *residency_);
     }
     st.own.clear();
     release_handed();
@@ -417,12 +418,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
     release_handed();
   }
   // What the next step reads of this one's micro-tensors gets a buffer of its own.
-  const std::int64_t micro_batches =
-      static_cast<std::int64_t>(layers::micro_batch_bounds(batch, parts).size()) - 1;
-  const bool reversed_start = std::any_of(st.tensors.begin(), st.tensors.end(), [&](const auto& m) {
-    return m.held >= 0 && m.held == micro_batches - 1 && micro_batches > 1;
-  });
-  const std::int64_t leaves = replay ? -1 : micro_batch_left(s, reversed_start);
+  const std::int64_t leaves = replay ? -1 : micro_batch_left(s);
   if (leaves >= 0) {
     for (const tensor_access& a : table_.accesses(s + 1)) {
       if (a.mode != access_mode::read) continue;
@@ -434,7 +430,12 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
         if (p == nullptr) continue;  // no room of its own: it goes the usual way
         residency_->workspace_taken(size[i]);
         own_of[i] = st.own.size();
-        st.own.push_back({a.tensor, p, size[i], false});
+        staging::slice_buffer b;
+        b.tensor = a.tensor;
+        b.ptr = p;
+        b.bytes = size[i];
+        b.parts = parts;
+        st.own.push_back(b);
       }
       st.own[own_of[i]].hand_on = true;
       st.leaves = leaves;
@@ -657,12 +658,10 @@ void executor::end_staged_step() noexcept {
       staging::slice_buffer h = b;
       h.unwritten = b.keeps_last;
       h.micro_batch = st.leaves;
-      h.parts = st.leaves_parts;
       st.handed.push_back(h);
       continue;
     }
-    (void)heap_->deallocate(b.ptr);
-    residency_->workspace_returned(b.bytes);
+    staging::give_back(b, *heap_, *residency_);
   }
   st.own.clear();
   st.leaves = -1;

@@ -77,9 +77,12 @@ struct executor::staging {
     std::int64_t micro_batch = -1;  // the micro-batch whose slice it holds
     int parts = 0;                  // of that many
   };
+  /// Gives `b`'s device memory back to `heap`, off the workspace bytes `residency` counts
+  /// (stream order: kernels enqueued later run after the copies that read it).
+  static void give_back(const slice_buffer& b, device_heap& heap,
+                        residency_table& residency) noexcept;
   std::vector<slice_buffer> own;     // the running staged step's
   std::int64_t leaves = -1;          // the micro-batch whose slices it leaves; -1: none
-  int leaves_parts = 0;              // of that many
   std::vector<slice_buffer> handed;  // held between a staged step and the next
   std::uint64_t bytes_staged = 0;    // this iteration: bytes copied between device and staging
   std::uint64_t bytes_handed = 0;    // this iteration: bytes not copied, handed over

@@ -320,7 +320,7 @@ class executor {
   void fetch_staged(tensor_id t, std::size_t step);
   void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep);
   void take_micro_buffer(std::size_t s, bool replay = false);
-  std::int64_t micro_batch_left(std::size_t s, bool reversed_start) const;
+  std::int64_t micro_batch_left(std::size_t s) const;
   void release_handed();
   void drop_handed() noexcept;
   void acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
