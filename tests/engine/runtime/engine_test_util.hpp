@@ -155,24 +155,25 @@ inline network oracle_random_dag(std::uint64_t seed) {
 }
 
 /// A small version of a zoo network (full topology, few channels, small images).
-inline network small_zoo(const std::string& name, std::int64_t batch = 2) {
+/// Zoo network `name` at `batch` images of `image_side` pixels, width `width`, 5 classes.
+inline network zoo_net(const std::string& name, std::int64_t batch, std::int64_t image_side,
+                       double width) {
   zoo_options o;
   o.batch = batch;
   o.classes = 5;
-  o.width_scale = 0.0625;
-  o.image_side = std::max<std::int64_t>(32, zoo_min_side(name));
+  o.width_scale = width;
+  o.image_side = image_side;
   return make_network(name, o);
+}
+
+inline network small_zoo(const std::string& name, std::int64_t batch = 2) {
+  return zoo_net(name, batch, std::max<std::int64_t>(32, zoo_min_side(name)), 0.0625);
 }
 
 /// ResNet-50 at batch 16 of 160-pixel images, width 1/8, 5 classes: activations large enough
 /// that a host pool of a few tens of MiB runs out under utp and all.
 inline network host_heavy_resnet50() {
-  zoo_options z;
-  z.batch = 16;
-  z.classes = 5;
-  z.width_scale = 0.125;
-  z.image_side = 160;
-  return make_network("resnet50", z);
+  return test::zoo_net("resnet50", 16, 160, 0.125);
 }
 
 /// conv -> bn -> relu -> pool -> fc x3 -> dropout -> fc -> loss, batch 4 of 3x8x8, 5

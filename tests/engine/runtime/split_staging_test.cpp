@@ -130,12 +130,7 @@ TEST(split_staging_test, plan_and_train_agree_step_by_step) {
 // ResNet-50 at batch 8 of 64-pixel images, width 1/16: the activations, not the weights,
 // make max(l_i), so half of it splits runs of consecutive steps.
 network activation_bound_resnet50() {
-  zoo_options z;
-  z.batch = 8;
-  z.classes = 5;
-  z.width_scale = 0.0625;
-  z.image_side = 64;
-  return make_network("resnet50", z);
+  return test::zoo_net("resnet50", 8, 64, 0.0625);
 }
 
 TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
@@ -199,12 +194,7 @@ TEST(split_staging_test, a_budget_below_the_micro_step_names_it) {
 }
 
 TEST(split_staging_test, staged_bytes_count_against_the_host_pool) {
-  zoo_options z;
-  z.batch = 8;
-  z.classes = 5;
-  z.width_scale = 0.0625;
-  z.image_side = 224;  // conv1_1's output alone is 6.1 MiB
-  const network net = make_network("vgg16", z);
+  const network net = test::zoo_net("vgg16", 8, 224, 0.0625);  // conv1_1's output: 6.1 MiB
   staged_run s = plan_below_largest_layer(net, "utp", 0.5);
   s.options.host_pool_bytes = std::size_t{8} << 20;  // the pool's least
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
@@ -307,12 +297,7 @@ channel_run plan_below_the_batch_floor(const network& net, const std::string& po
 }
 
 network batch_one(const std::string& name) {
-  zoo_options z;
-  z.batch = 1;
-  z.classes = 5;
-  z.width_scale = 0.125;
-  z.image_side = std::max<std::int64_t>(32, zoo_min_side(name));
-  return make_network(name, z);
+  return test::zoo_net(name, 1, std::max<std::int64_t>(32, zoo_min_side(name)), 0.125);
 }
 
 class channel_staging_test : public ::testing::TestWithParam<std::string> {};

@@ -78,6 +78,19 @@ struct bn_case {
     m.written = written;
     return m;
   }
+
+  // The forward's staged tensors: x read, y written.
+  std::vector<layers::staged_tensor> forward_staged(bn_tensors& t, std::vector<float>& mx,
+                                                    std::vector<float>& my) const {
+    return {staged(t.x, mx, true, false), staged(t.y, my, false, true)};
+  }
+
+  // The whole (unsplit) forward from `start`.
+  bn_tensors whole_forward(const bn_tensors& start) const {
+    bn_tensors whole = start;
+    layers::run_split_step(kernels::host::kernel_context(2), io(whole), true, 1);
+    return whole;
+  }
 };
 
 void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
@@ -111,8 +124,7 @@ TEST(staged_copies_test, staged_bn_copies_what_it_is_charged_with_the_same_bits)
       bn_tensors t = start;
       std::vector<float> mx, my, mdy, mdx;
       // Forward: x read, y written.
-      const std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
-                                                      c.staged(t.y, my, false, true)};
+      const std::vector<layers::staged_tensor> fwd = c.forward_staged(t, mx, my);
       const std::size_t f = layers::run_split_step(ctx, c.io(t), true, parts, fwd);
       EXPECT_EQ(f, layers::staged_copy_bytes(layer_type::bn, true, fwd, parts));
       // Backward: x and dy read, dx written (and read where it adds to another gradient).
@@ -134,8 +146,7 @@ TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
   std::vector<float> mx, my, mdy, mdx;
   const std::size_t image = static_cast<std::size_t>(c.in.per_image()) * sizeof(float);
   const std::size_t whole = 5 * image;
-  const std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
-                                                  c.staged(t.y, my, false, true)};
+  const std::vector<layers::staged_tensor> fwd = c.forward_staged(t, mx, my);
   // x in for three passes less the last micro-batch (2 images) at the first turn and the
   // first (3 images) at the second; y out once.
   EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, true, fwd, 2),
@@ -158,15 +169,13 @@ TEST(staged_copies_test, a_step_handed_a_slice_starts_there_with_the_same_bits) 
   std::mt19937 gen(13);
   bn_case c;  // BN forward (statistics exact in any order), 5 images in 2 micro-batches: 3 + 2
   const bn_tensors start = c.inputs(gen);
-  bn_tensors whole = start;
-  layers::run_split_step(ctx, c.io(whole), true, 1);
+  const bn_tensors whole = c.whole_forward(start);
   const std::size_t image = static_cast<std::size_t>(c.in.per_image()) * sizeof(float);
   for (const std::int64_t held : {0, 1}) {
     SCOPED_TRACE("holding micro-batch " + std::to_string(held));
     bn_tensors t = start;
     std::vector<float> mx, my;
-    std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
-                                              c.staged(t.y, my, false, true)};
+    std::vector<layers::staged_tensor> fwd = c.forward_staged(t, mx, my);
     // The step before left micro-batch `held`'s slice of x in the buffer (images 0-2 or 3-4).
     const std::int64_t first = held == 0 ? 0 : 3, images = held == 0 ? 3 : 2;
     std::copy_n(t.x.begin() + first * c.in.per_image(), images * c.in.per_image(), mx.begin());
@@ -187,12 +196,10 @@ TEST(staged_copies_test, a_slice_kept_for_its_last_reader_is_not_written_back) {
   std::mt19937 gen(19);
   bn_case c;  // 5 images in 2 micro-batches: 3 + 2; forward ends at the last
   const bn_tensors start = c.inputs(gen);
-  bn_tensors whole = start;
-  layers::run_split_step(ctx, c.io(whole), true, 1);
+  const bn_tensors whole = c.whole_forward(start);
   bn_tensors t = start;
   std::vector<float> mx, my;
-  std::vector<layers::staged_tensor> fwd = {c.staged(t.x, mx, true, false),
-                                            c.staged(t.y, my, false, true)};
+  std::vector<layers::staged_tensor> fwd = c.forward_staged(t, mx, my);
   fwd[1].keeps_last = true;
   const std::size_t copied = layers::run_split_step(ctx, c.io(t), true, 2, fwd);
   EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::bn, true, fwd, 2));
