@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -85,6 +86,11 @@ class planner {
                                  " after " + std::to_string(previous) + ")");
         }
         previous = u.step;
+        if (u.on_host && x.persistent) {
+          throw invalid_argument("schedule: persistent tensor " + std::to_string(t) +
+                                 " has a use in host memory (step " + std::to_string(u.step) +
+                                 "): only transient tensors are staged");
+        }
       }
       for (std::uint32_t y : x.rebuild_touches) {
         if (y >= p.tensors.size() || y == t) {
@@ -322,6 +328,22 @@ class planner {
     return it != u.end() && it->step == step;
   }
 
+  // Whether gap `i` of `t` opens or closes at a use in host memory (a staged step): the
+  // staging moves it, so the schedule takes no action there.
+  bool host_gap(std::uint32_t t, std::uint32_t i) const {
+    return uses_[t][i].on_host || uses_[t][i + 1].on_host;
+  }
+
+  // Whether `t` is in host memory at `step` (staged): used there in host memory, or in a gap
+  // that opens at such a use.
+  bool on_host_at(std::uint32_t t, std::uint32_t step) const {
+    const auto& u = uses_[t];
+    auto it = std::lower_bound(u.begin(), u.end(), step,
+                               [](const schedule_use& x, std::uint32_t s) { return x.step < s; });
+    if (it != u.end() && it->step == step) return it->on_host;
+    return it != u.begin() && it != u.end() && std::prev(it)->on_host;
+  }
+
   // Whether persistent `t` is parked on the host at `step`.
   bool parked_at(std::uint32_t t, std::uint32_t step) const {
     const gap& k = park_[t];
@@ -359,8 +381,9 @@ class planner {
         add(u.back().step + 1, parked ? k.release - 1 : static_cast<std::uint32_t>(steps - 1), b);
       }
       for (std::size_t i = 0; i < u.size(); ++i) {
-        add(u[i].step, u[i].step, b);
+        if (!u[i].on_host) add(u[i].step, u[i].step, b);
         if (i + 1 == u.size()) break;
+        if (u[i].on_host) continue;  // in host memory until its next use
         const std::uint32_t a = u[i].step, c = u[i + 1].step;
         const gap& g = gaps_[t][i];
         switch (g.action) {
@@ -457,6 +480,7 @@ class planner {
     if (!x.rebuildable) return -1.0;
     double seconds = x.rebuild_seconds;
     for (std::uint32_t y : x.rebuild_touches) {
+      if (on_host_at(y, c)) return -1.0;  // staged: its value is in host memory
       if (!alive_at(y, c)) {
         // Dead by then (read by no later step): rebuilt for this replay and freed after it.
         if (std::find(chain_[c].begin(), chain_[c].end(), y) != chain_[c].end()) continue;
@@ -684,7 +708,7 @@ class planner {
       }
       if (x.pinned) continue;
       const std::uint32_t gi = gap_containing(t, worst);
-      if (gi == k_none || gaps_[t][gi].action == gap_action::drop) continue;
+      if (gi == k_none || host_gap(t, gi) || gaps_[t][gi].action == gap_action::drop) continue;
       const std::uint32_t a = uses_[t][gi].step, c = uses_[t][gi + 1].step;
       if (gaps_[t][gi].action == gap_action::swap) {
         // Swapped, but `worst` lies outside the window: widen it to `worst`, paying the wait

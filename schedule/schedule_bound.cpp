@@ -8,6 +8,8 @@
 //            persistent tensor after its last use need not come back this iteration);
 //   dropped  (a rebuildable transient tensor) its producer's forward is replayed at least
 //            once, at least at the step's fastest time; one layer rebuilds one tensor.
+// A tensor in host memory at s (a staged step's, schedule_use::on_host) is away already: its
+// copies are in the steps' times.
 // Every second E the iteration is made longer (stalls and replays) lengthens both windows
 // by E, so with the link at L bytes/s at most L·(T_before(s) + E) bytes can have left and
 // L·(T_after(s) + E) come back; drops within E seconds of replays are at most the fractional
@@ -15,6 +17,7 @@
 // bounds s; the largest over the steps bounds the iteration.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -57,10 +60,13 @@ struct removable {
   }
 };
 
-bool used_at(const schedule_tensor& t, std::uint32_t s) {
-  return std::binary_search(
-      t.uses.begin(), t.uses.end(), schedule_use{s, false},
-      [](const schedule_use& x, const schedule_use& y) { return x.step < y.step; });
+// The use of `t` at step `s`, or else the one before it (whose gap holds `s`); null before
+// its first use.
+const schedule_use* use_at_or_before(const schedule_tensor& t, std::uint32_t s) {
+  const auto it =
+      std::upper_bound(t.uses.begin(), t.uses.end(), s,
+                       [](std::uint32_t x, const schedule_use& u) { return x < u.step; });
+  return it == t.uses.begin() ? nullptr : &*std::prev(it);
 }
 
 }  // namespace
@@ -99,7 +105,10 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
         if (t.persistent) (s < first ? r.in_only : r.out_only) += bytes;
         continue;
       }
-      if (used_at(t, s)) {
+      const schedule_use* u = use_at_or_before(t, s);
+      // In host memory (staged) there, or since a use there: away at no cost to the step.
+      if (u->on_host) continue;
+      if (u->step == s) {
         fixed += t.bytes;
         continue;
       }

@@ -367,6 +367,60 @@ TEST(memory_schedule_test, a_step_whose_own_tensors_exceed_the_budget_does_not_f
   EXPECT_EQ(s.predicted_peak_bytes, 200 * k_mib);
 }
 
+// A staged step (TSPLIT) reaches its micro-tensors in host memory: x, used on the device at
+// 0, staged at 3 and 5 and fetched for 8, holds no device bytes from 3 to 7; the schedule
+// takes no action on its gaps (the staging moves it) and no rebuild reads it there.
+TEST(memory_schedule_test,
+     a_tensor_staged_in_host_memory_holds_no_device_bytes_and_takes_no_action) {
+  schedule_problem p;
+  p.step_seconds.assign(10, 10e-3);
+  p.link_bytes_per_s = 16e9;
+  p.tensors.push_back(tensor(100 * k_mib, {0, 3, 5, 8}));  // x
+  p.tensors[0].uses[1].on_host = true;
+  p.tensors[0].uses[2].on_host = true;
+  p.tensors.push_back(tensor(100 * k_mib, {1, 2, 3, 4, 5, 6, 7, 8}));  // busy
+  p.budget_bytes = 200 * k_mib;
+  memory_schedule s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.gaps.empty());
+  EXPECT_TRUE(s.fits);
+  const std::vector<std::size_t> expected = {
+      100 * k_mib, 200 * k_mib, 200 * k_mib, 100 * k_mib, 100 * k_mib,
+      100 * k_mib, 100 * k_mib, 100 * k_mib, 200 * k_mib, 0};
+  EXPECT_EQ(s.bytes_per_step, expected);
+
+  // With room for one only, x must leave over 1..2, where it is resident until its staged
+  // use: the schedule may not swap it there (the staged step copies it out), so it cannot fit.
+  p.budget_bytes = 100 * k_mib;
+  s = plan_memory_schedule(p, no_headroom());
+  EXPECT_FALSE(s.fits);
+  for (const scheduled_gap& g : s.gaps) EXPECT_NE(g.tensor, 0u);
+
+  // y, rebuilt by a replay that reads x, cannot be dropped across z's steps: its rebuild at 7
+  // would need x, in host memory there.
+  p.budget_bytes = 150 * k_mib;
+  p.tensors[1].uses.erase(p.tensors[1].uses.begin(), p.tensors[1].uses.begin() + 2);
+  p.tensors[1].uses.pop_back();                     // busy at 3..7
+  p.tensors.push_back(tensor(50 * k_mib, {4, 7}));  // y
+  p.tensors[2].rebuildable = true;
+  p.tensors[2].rebuild_seconds = 1e-6;
+  p.tensors[2].rebuild_touches = {0};
+  p.tensors.push_back(tensor(50 * k_mib, {5, 6}));  // z
+  p.link_bytes_per_s = 1e6;                         // a swap is hopeless: only a drop helps
+  s = plan_memory_schedule(p, no_headroom());
+  EXPECT_EQ(s.rebuilds, 0u);  // swapped instead, stalling on the slow link
+  EXPECT_GT(s.predicted_seconds, s.baseline_seconds + 1.0);
+  p.tensors[2].rebuild_touches.clear();  // a replay that needs nothing: y is dropped
+  s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.fits);
+  EXPECT_EQ(s.rebuilds, 1u);
+  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + 1e-6, 1e-12);
+
+  // Only transient tensors are staged.
+  p.tensors[0].persistent = true;
+  p.tensors[0].uses[2].on_host = true;
+  EXPECT_THROW((void)plan_memory_schedule(p, no_headroom()), invalid_argument);
+}
+
 TEST(memory_schedule_test, pinned_tensors_and_the_thresholds_are_respected) {
   schedule_problem p = long_gap(10, 10e-3, 2, 7);
   p.budget_bytes = 150 * k_mib;
@@ -863,6 +917,14 @@ TEST(schedule_bound_test, nothing_to_move_is_the_baseline_and_an_oversized_step_
   EXPECT_FALSE(b.feasible);
   EXPECT_EQ(b.step, 0u);
   EXPECT_EQ(b.overflow_bytes, 10u);
+}
+
+TEST(schedule_bound_test, a_tensor_in_host_memory_is_away_at_no_cost) {
+  // The 100-byte tensor staged at step 1 (in host memory from there to step 3): steps 1 and
+  // 2 hold only the 50 bytes, nothing must move.
+  schedule_problem p = tiny_overflow();
+  p.tensors[0].uses.insert(p.tensors[0].uses.begin() + 1, schedule_use{1, false, true});
+  EXPECT_DOUBLE_EQ(bound_memory_schedule(p).seconds, 4.0);
 }
 
 TEST(schedule_bound_test, no_random_schedule_that_fits_is_faster_than_the_bound) {

@@ -38,6 +38,12 @@ namespace memweave {
 struct schedule_use {
   std::uint32_t step = 0;
   bool writes = false;  ///< the step writes the tensor (an offload after it waits for it)
+  /// The step reaches the tensor in host memory, slice by slice (a TSPLIT staged step): it
+  /// holds no device bytes of it there, and from here to its next use the tensor is in host
+  /// memory (that use, on the device, fetches it; its copies are in the steps' times). A
+  /// gap that opens or closes at such a use takes no action: up to it the tensor is resident
+  /// (the staged step copies it out), after it away.
+  bool on_host = false;
 };
 
 /// A tensor as the planner sees it.
