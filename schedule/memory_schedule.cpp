@@ -100,7 +100,16 @@ class planner {
         }
       }
       uses_[t] = x.uses;
-      halve_[t] = o.compress && x.compressible;
+      const bool staged = std::any_of(x.uses.begin(), x.uses.end(),
+                                      [](const schedule_use& u) { return u.on_host; });
+      // A staged step copies a swapped tensor's host copy as it is: never fp16.
+      halve_[t] = o.compress && x.compressible && !staged;
+      for (std::size_t i = 1; i < x.uses.size(); ++i) {
+        if (x.uses[i].on_host && !x.uses[i - 1].on_host) {
+          copies_out_.resize(steps);
+          copies_out_[x.uses[i].step].push_back(t);
+        }
+      }
       if (!x.uses.empty()) gaps_[t].resize(x.uses.size() - 1);
     }
     chain_.resize(steps);
@@ -175,7 +184,7 @@ class planner {
     std::vector<double> offload_end(n, 0), prefetch_end(n, 0);  // per tensor, its latest copy
     std::vector<std::vector<std::uint32_t>> ready_before(steps);
     for (const scheduled_gap& g : s.gaps) {
-      if (g.action != gap_action::swap) continue;
+      if (g.action != gap_action::swap || g.to_host) continue;
       ready_before[g.before].push_back(g.tensor);
     }
     double now = 0, d2h = 0, h2d = 0;
@@ -210,8 +219,9 @@ class planner {
     for (const scheduled_gap& g : s.gaps) {
       if (g.action != gap_action::swap) continue;
       const double out = tl.start[g.release] - timeline::arrival(tl.offloaded[g.after], g.tensor);
-      const double in = tl.start[g.before] - timeline::arrival(tl.prefetched[g.prefetch], g.tensor);
       d2h_at[g.after] = std::min(d2h_at[g.after], out);
+      if (g.to_host) continue;
+      const double in = tl.start[g.before] - timeline::arrival(tl.prefetched[g.prefetch], g.tensor);
       h2d_at[g.prefetch] = std::min(h2d_at[g.prefetch], in);
     }
     auto suffix_min = [steps, inf](const std::vector<double>& at) {
@@ -240,9 +250,26 @@ class planner {
     return s < p_.step_options.size() && !p_.step_options[s].empty();
   }
   double step_seconds(std::size_t s) const {
+    return kernel_seconds(s) + (s < copies_out_.size() ? copy_out_seconds(s) : 0.0);
+  }
+  double kernel_seconds(std::size_t s) const {
     if (!has_options(s)) return p_.step_seconds[s];
     if (!timing_seconds_.empty()) return timing_seconds_[s];
     return p_.step_options[s][choice_[s]].seconds;
+  }
+  // A staged step first copies out each micro-tensor still resident from its use before
+  // (kept across the gap), on the compute stream; one swapped there is already on the host.
+  double copy_out_seconds(std::size_t s) const {
+    double seconds = 0;
+    for (std::uint32_t t : copies_out_[s]) {
+      const auto& u = uses_[t];
+      const auto it =
+          std::lower_bound(u.begin(), u.end(), static_cast<std::uint32_t>(s),
+                           [](const schedule_use& x, std::uint32_t st) { return x.step < st; });
+      const auto i = static_cast<std::size_t>(it - u.begin());
+      if (gaps_[t][i - 1].action == gap_action::keep) seconds += copy_seconds(t);
+    }
+    return seconds;
   }
   // The ways workspace selection may run step s at run time: every one, where the plan's
   // options stop at the workspaces planned for.
@@ -328,11 +355,9 @@ class planner {
     return it != u.end() && it->step == step;
   }
 
-  // Whether gap `i` of `t` opens or closes at a use in host memory (a staged step): the
-  // staging moves it, so the schedule takes no action there.
-  bool host_gap(std::uint32_t t, std::uint32_t i) const {
-    return uses_[t][i].on_host || uses_[t][i + 1].on_host;
-  }
+  // Whether gap `i` of `t` opens at a use in host memory (a staged step): the tensor is in
+  // host memory across it, nothing for the schedule to move.
+  bool opens_on_host(std::uint32_t t, std::uint32_t i) const { return uses_[t][i].on_host; }
 
   // Whether `t` is in host memory at `step` (staged): used there in host memory, or in a gap
   // that opens at such a use.
@@ -415,10 +440,10 @@ class planner {
     s.steps.resize(p_.step_seconds.size());
     // A swap's three fixed points (a park's too: its offload after its last use, its
     // prefetch before its first).
-    auto emit_swap = [&](scheduled_gap sg) {
+    auto emit_swap = [&](scheduled_gap sg, bool back) {
       s.steps[sg.release].release.push_back(sg.tensor);
       s.steps[sg.after].offload.push_back(sg.tensor);
-      s.steps[sg.prefetch].prefetch.push_back(sg.tensor);
+      if (back) s.steps[sg.prefetch].prefetch.push_back(sg.tensor);
       s.bytes_swapped += p_.tensors[sg.tensor].bytes;
       sg.compressed = halve_[sg.tensor];
       if (sg.compressed) s.bytes_compressed += p_.tensors[sg.tensor].bytes;
@@ -431,7 +456,9 @@ class planner {
         if (g.action == gap_action::keep) continue;
         scheduled_gap sg{t, g.action, u[i].step, u[i + 1].step, g.release, g.prefetch};
         if (g.action == gap_action::swap) {
-          emit_swap(sg);
+          // Closing at a staged step: it stays on the host (scheduled_gap::to_host).
+          sg.to_host = u[i + 1].on_host;
+          emit_swap(sg, !sg.to_host);
           continue;
         }
         s.steps[sg.after].drop.push_back(t);
@@ -446,7 +473,7 @@ class planner {
       scheduled_gap sg{t,         gap_action::swap, uses_[t].back().step, uses_[t].front().step,
                        k.release, k.prefetch};
       sg.wraps = true;
-      emit_swap(sg);
+      emit_swap(sg, true);
     }
     for (std::size_t st = 0; st < chain_.size(); ++st) {
       for (std::uint32_t y : chain_[st]) s.steps[st].rebuild.push_back(y), ++s.rebuilds;
@@ -708,8 +735,11 @@ class planner {
       }
       if (x.pinned) continue;
       const std::uint32_t gi = gap_containing(t, worst);
-      if (gi == k_none || host_gap(t, gi) || gaps_[t][gi].action == gap_action::drop) continue;
+      if (gi == k_none || opens_on_host(t, gi) || gaps_[t][gi].action == gap_action::drop) {
+        continue;
+      }
       const std::uint32_t a = uses_[t][gi].step, c = uses_[t][gi + 1].step;
+      const bool to_host = uses_[t][gi + 1].on_host;
       if (gaps_[t][gi].action == gap_action::swap) {
         // Swapped, but `worst` lies outside the window: widen it to `worst`, paying the wait
         // for a copy that has not landed by then (the part not already paid).
@@ -744,10 +774,28 @@ class planner {
         const double score = cost > 0 ? cost / v : -v;
         if (score < best.score) best = {t, gi, action, r, b, score};
       };
+      if (to_host) {
+        // Closing at a staged step, which takes it from host memory as well: offloaded after
+        // `a` with its copy hidden, it never comes back, and the staged step no longer copies
+        // it out on the compute stream (its copy leaves that step's time).
+        if (!o_.allow_swap || c - a < o_.min_swap_distance) continue;
+        const timed_swap k = time_swap(t, a, c, c, worst, worst, tl, false);
+        consider(gap_action::swap, k.release, c - 1,
+                 k.stall + (o_.link_charge - 1.0) * copy_seconds(t));
+        continue;
+      }
       if (o_.allow_drop && x.rebuildable) {
         visited.clear();
         const double chain = rebuild_chain_seconds(t, c, visited);
-        if (chain >= 0) consider(gap_action::drop, a + 1, c - 1, chain);
+        // What its chain rebuilds besides it is on the device together at `c`: a chain that
+        // puts `c` over the budget trades one overflow for another, at a step where those
+        // tensors are then in use and nothing can take them off again (chain_room).
+        std::size_t held = 0;
+        for (std::uint32_t y : visited) held += y == t ? 0 : p_.tensors[y].bytes;
+        const bool room = !o_.chain_room || held == 0 || bytes[c] + held <= planning_budget_;
+        if (chain >= 0 && room) {
+          consider(gap_action::drop, a + 1, c - 1, chain);
+        }
       }
       if (!o_.allow_swap || c - a < o_.min_swap_distance) continue;
       if (c < worst + std::max<std::uint32_t>(o_.prefetch_lb, 1)) continue;
@@ -801,9 +849,10 @@ class planner {
   // after `earliest`, step `in` then waiting for it. The stall counts those waits and the
   // copies issued later on each stream, pushed back by the copy as far as their slack does
   // not absorb it.
+  // With `back` false there is no prefetch (prefetch = in - 1: the tensor stays on the host).
   timed_swap time_swap(std::uint32_t t, std::uint32_t out, std::uint32_t in,
                        std::uint32_t release_end, std::uint32_t latest, std::uint32_t earliest,
-                       const timeline& tl) const {
+                       const timeline& tl, bool back = true) const {
     const double d = copy_seconds(t);
     timed_swap k;
     const std::uint32_t w = last_write_at_or_before(t, out);
@@ -815,13 +864,17 @@ class planner {
       k.release = latest;
       k.stall += off_end - tl.start[latest];
     }
+    k.stall += std::max(0.0, d - tl.d2h_slack_after[out]);
+    if (!back) {
+      k.prefetch = in - 1;
+      return k;
+    }
     const std::uint32_t lb = std::max<std::uint32_t>(o_.prefetch_lb, 1);
     if (o_.prefetch_ub != 0 && in > earliest + o_.prefetch_ub) earliest = in - o_.prefetch_ub;
     auto pre_end = [&](std::uint32_t b) { return std::max(tl.h2d_done[b], tl.end[b]) + d; };
     k.prefetch = in - lb;
     while (k.prefetch > earliest && pre_end(k.prefetch) + slack(d) > tl.start[in]) --k.prefetch;
     if (pre_end(k.prefetch) > tl.start[in]) k.stall += pre_end(k.prefetch) - tl.start[in];
-    k.stall += std::max(0.0, d - tl.d2h_slack_after[out]);
     k.stall += std::max(0.0, d - tl.h2d_slack_after[k.prefetch]);
     return k;
   }
@@ -871,8 +924,10 @@ class planner {
   std::vector<std::vector<schedule_use>> uses_;
   std::vector<std::vector<gap>> gaps_;
   std::vector<std::vector<std::uint32_t>> chain_;  // per step: dead tensors rebuilt for replays
-  std::vector<std::uint32_t> choice_;              // per step: the option taken
-  std::vector<double> timing_seconds_;             // per step: the time counted (when set)
+  // Per step (empty: no staged step): the tensors it copies out where they were kept.
+  std::vector<std::vector<std::uint32_t>> copies_out_;
+  std::vector<std::uint32_t> choice_;   // per step: the option taken
+  std::vector<double> timing_seconds_;  // per step: the time counted (when set)
   std::size_t planning_budget_ = 0;
 };
 

@@ -40,9 +40,10 @@ struct schedule_use {
   bool writes = false;  ///< the step writes the tensor (an offload after it waits for it)
   /// The step reaches the tensor in host memory, slice by slice (a TSPLIT staged step): it
   /// holds no device bytes of it there, and from here to its next use the tensor is in host
-  /// memory (that use, on the device, fetches it; its copies are in the steps' times). A
-  /// gap that opens or closes at such a use takes no action: up to it the tensor is resident
-  /// (the staged step copies it out), after it away.
+  /// memory (that use, on the device, fetches it: the caller puts that copy in its time). A
+  /// gap opening at such a use takes no action; one closing there is kept (the staged step
+  /// copies the tensor out first, charged to it at the link's rate) or swapped one way
+  /// (offloaded with its copy timed by slack, never brought back: scheduled_gap::to_host).
   bool on_host = false;
 };
 
@@ -164,6 +165,9 @@ struct schedule_options {
   bool keep_rebuilt_auto = true;
   bool allow_swap = true;
   bool allow_drop = true;
+  /// A drop whose rebuild first rebuilds other tensors (a chain) is weighed only where those
+  /// fit beside what the step of the rebuild holds under the planning budget.
+  bool chain_room = false;
   /// Swaps of compressible tensors move fp16, half the bytes (LDFG): copies take half the
   /// time, so more of them hide. Lossy, never the default (MEMWEAVE_SCHEDULE_COMPRESS=fp16);
   /// refused where results must be bit-identical (require_exact).
@@ -201,6 +205,9 @@ struct scheduled_gap {
   /// use, `before` its first (so before < after), released before step `release` > after,
   /// on the host at the iteration boundary, prefetched after step `prefetch` < before.
   bool wraps = false;
+  /// swap closing at a use in host memory (a staged step, schedule_use::on_host): no
+  /// prefetch (`prefetch` = before - 1); the staged step takes the host copy.
+  bool to_host = false;
 };
 
 /// The plan for one iteration.
