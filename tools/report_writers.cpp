@@ -86,7 +86,9 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"workspace_share\": " << p.weighed_workspace_share
         << ", \"keep_rebuilt\": " << (p.weighed_keep_rebuilt ? "true" : "false")
         << ", \"min_bytes\": " << p.weighed_min_bytes
-        << ", \"ran_as_recompute\": " << (p.ran_as_recompute ? "true" : "false") << "}"
+        << ", \"ran_as_recompute\": " << (p.ran_as_recompute ? "true" : "false")
+        << ", \"reactive_seconds\": " << json_number(p.weighed_reactive_seconds)
+        << ", \"ran_without_schedule\": " << (p.ran_without_schedule ? "true" : "false") << "}"
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
@@ -314,6 +316,12 @@ void write_summary(std::ostream& out, const run_report& r) {
           << std::setprecision(4) << 1e3 * p.weighed_recompute_seconds
           << " ms per iteration against " << 1e3 * p.weighed_all_seconds
           << " ms with its own schedule and cache)\n";
+    }
+    if (p.ran_without_schedule) {
+      out << "  " << p.policy << ": ran without its memory schedule, on the cache alone, faster "
+          << "here in the plan's model (" << std::setprecision(4)
+          << 1e3 * p.weighed_reactive_seconds << " ms per iteration against "
+          << 1e3 * p.weighed_all_seconds << " ms with it)\n";
     }
     if (p.scheduled_swaps + p.scheduled_drops != 0) {
       out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "

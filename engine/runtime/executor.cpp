@@ -325,10 +325,13 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   if (options.policy.planned && launcher_->fuses_bn_act()) {
     fused_source_ = fused_bn_act_sources(net, table_, route_, true);
   }
-  // Staged split steps are not in the schedule's model (it assumes each step's tensors whole
-  // on the device): `all` then evicts reactively, as utp does, and rebuilds.
+  // Staged split steps are planned with their micro-tensors in host memory
+  // (describe_staging); steps in channel groups are not in the schedule's model (their
+  // persistent tensors live in host memory): `all` then evicts reactively, as utp does.
+  const bool any_groups =
+      std::find(channel_cut_.begin(), channel_cut_.end(), true) != channel_cut_.end();
   if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only &&
-      !any_staged) {
+      !any_groups) {
     // The weighing run planned the same schedule (same network, budget and model), on the
     // null device, which fuses replays: a backend that does not plans again.
     std::optional<memory_schedule> planned = choice_.weighed && launcher_->fuses_bn_act()
@@ -903,6 +906,8 @@ policy_report executor::report() const {
     r.weighed_all_seconds = choice_.all_s;
     r.weighed_recompute_seconds = choice_.recompute_s;
     r.ran_as_recompute = !options_.policy.planned;
+    r.ran_without_schedule = choice_.reactive;
+    r.weighed_reactive_seconds = choice_.reactive_s;
     r.weighed_headroom = options_.schedule.headroom;
     r.weighed_workspace_share = options_.schedule.workspace_share;
     r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;

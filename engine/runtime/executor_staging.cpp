@@ -7,6 +7,7 @@
 
 #include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/residency_table.hpp"
+#include "engine/runtime/schedule_inputs.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/engine/split_plan.hpp"
@@ -229,18 +230,59 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
     stage(a.tensor, a.mode, s);
     if (a.mode != access_mode::read) last_write_[a.tensor] = s;
     st.ids.push_back(a.tensor);
-    layers::staged_tensor m;
-    m.n = batch_shaped(table_[a.tensor], batch) ? batch : 1;
-    m.per_image = static_cast<std::int64_t>(table_[a.tensor].bytes / sizeof(float)) / m.n;
-    m.read = a.mode != access_mode::write;
-    m.written = a.mode != access_mode::read;
-    if (by_channels(a.tensor)) {
-      m.channels = K;
-      // A parameter gradient sums over the micro-batches: the later ones read what the
-      // earlier left.
-      if (parts > 1 && table_[a.tensor].role == tensor_role::parameter_gradient) m.read = true;
+    st.tensors.push_back(micro_tensor(a, by_channels(a.tensor) ? K : 0, parts));
+  }
+}
+
+// How a staged step reaches `a`'s tensor by slices: `channels` = K where channel groups cut
+// it, 0 where micro-batches alone do; `parts` micro-batches.
+layers::staged_tensor executor::micro_tensor(const tensor_access& a, std::int64_t channels,
+                                             int parts) const {
+  const std::int64_t batch = batch_of(net_);
+  layers::staged_tensor m;
+  m.n = batch_shaped(table_[a.tensor], batch) ? batch : 1;
+  m.per_image = static_cast<std::int64_t>(table_[a.tensor].bytes / sizeof(float)) / m.n;
+  m.read = a.mode != access_mode::write;
+  m.written = a.mode != access_mode::read;
+  m.channels = channels;
+  // A parameter gradient cut by channel groups sums over the micro-batches: the later ones
+  // read what the earlier left.
+  if (channels > 0 && parts > 1 && table_[a.tensor].role == tensor_role::parameter_gradient) {
+    m.read = true;
+  }
+  return m;
+}
+
+// What the memory schedule is told of the staged steps (schedule_inputs::staged): under a
+// schedule every micro-tensor of a staged step goes to host memory (stage_step without
+// `keep`), so each is a use in host memory there; its micro buffers take the largest
+// micro-batch's slices (DATA's none: it writes into staging memory), and its copies are
+// charged as the null device charges them, without the slices handed between steps (the
+// most it copies). Steps in channel groups are not planned (executor constructor).
+void executor::describe_staging(schedule_inputs& in) const {
+  const std::size_t steps = route_.step_count();
+  in.staged.assign(steps, {});
+  in.staged_micro_bytes.assign(steps, 0);
+  in.staged_copy_bytes.assign(steps, 0);
+  const std::int64_t batch = batch_of(net_);
+  for (std::size_t s = 0; s < steps; ++s) {
+    if (!staging_->step[s]) continue;
+    const route_step rs = route_.at(s);
+    const layer& l = net_[rs.layer];
+    const int parts = batch_parts_of(options_, s);
+    const std::int64_t images = largest_micro_batch(batch, parts);
+    std::vector<layers::staged_tensor> micro;
+    for (const tensor_access& a : table_.accesses(s)) {
+      if (!in_cache(a.tensor) || !staged_slice(table_[a.tensor], batch)) continue;
+      in.staged[s].push_back(a);
+      micro.push_back(micro_tensor(a, 0, parts));
+      const std::size_t slice = table_[a.tensor].bytes / static_cast<std::size_t>(batch) *
+                                static_cast<std::size_t>(images);
+      if (l.type != layer_type::data) in.staged_micro_bytes[s] += heap_->round_up(slice);
     }
-    st.tensors.push_back(m);
+    if (l.type == layer_type::data || !table_.has_work(s)) continue;
+    in.staged_copy_bytes[s] = layers::staged_copy_bytes(
+        l.type, rs.direction == pass::forward, micro, parts, first_input_has_grad(table_, l));
   }
 }
 
@@ -268,6 +310,8 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
     }
   }
   for (const bool keep : {true, false}) {
+    // A schedule planned every micro-tensor in host memory, the rest of the step around it.
+    if (keep && schedule_) continue;
     stage_step(s, accesses, keep);
     try {
       acquire(s, staging_->whole, locked, false);

@@ -41,14 +41,25 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
   p.link_bytes_per_s = in.link_bytes_per_s;
   p.copy_latency_s = in.copy_latency_s;
   p.step_seconds.assign(steps, 0.0);
+  p.step_extra_bytes.assign(steps, 0);
   p.step_options.resize(steps);
   p.timing_options.resize(steps);
+  const auto staged_at = [&](std::size_t s) {
+    return s < in.staged.size() && !in.staged[s].empty();
+  };
   for (std::size_t s = 0; s < steps; ++s) {
     if (!table.has_work(s)) continue;
     const route_step rs = path.at(s);
     const layer& l = net[rs.layer];
     const bool forward = rs.direction == pass::forward;
     p.step_seconds[s] = model_seconds(in.model, net, *in.memory, l, forward);
+    if (staged_at(s)) {
+      // A staged step holds its micro buffers and moves the slices over the link; its
+      // convolution takes a workspace from what is free then (not planned for).
+      p.step_extra_bytes[s] = in.staged_micro_bytes[s];
+      p.step_seconds[s] += static_cast<double>(in.staged_copy_bytes[s]) / in.link_bytes_per_s;
+      continue;
+    }
     if (l.type != layer_type::conv) continue;
     // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
     // of its passes within it (as workspace selection picks them with that much free).
@@ -99,16 +110,6 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     if (options.size() < all.size()) p.timing_options[s] = std::move(all);
     p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
   }
-  for (std::size_t s = 0; s < steps && s < in.measured_seconds.size(); ++s) {
-    const double measured = in.measured_seconds[s];
-    if (measured < 0 || !table.has_work(s)) continue;
-    // The device ran the step this much faster or slower than modelled: its other ways of
-    // running (a CONV's algorithms) are taken to differ by the same ratio.
-    const double ratio = p.step_seconds[s] > 0 ? measured / p.step_seconds[s] : 1.0;
-    p.step_seconds[s] = measured;
-    for (step_option& o : p.step_options[s]) o.seconds *= ratio;
-    for (step_option& o : p.timing_options[s]) o.seconds *= ratio;
-  }
   const std::size_t n = table.size();
   p.tensors.resize(n);
   for (std::size_t s = 0; s < steps; ++s) {
@@ -122,6 +123,29 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
         uses.push_back({static_cast<std::uint32_t>(s), writes});
       }
     }
+    // (The planner charges the copy out of one resident before: it may swap it instead.)
+    if (staged_at(s)) {
+      for (const tensor_access& a : in.staged[s]) p.tensors[a.tensor].uses.back().on_host = true;
+    }
+  }
+  // A step on the device after a staged one copies the micro-tensor back in first.
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto& uses = p.tensors[t].uses;
+    for (std::size_t i = 1; i < uses.size(); ++i) {
+      if (uses[i - 1].on_host && !uses[i].on_host) {
+        p.step_seconds[uses[i].step] += static_cast<double>(table[t].bytes) / in.link_bytes_per_s;
+      }
+    }
+  }
+  for (std::size_t s = 0; s < steps && s < in.measured_seconds.size(); ++s) {
+    const double measured = in.measured_seconds[s];
+    if (measured < 0 || !table.has_work(s)) continue;
+    // The device ran the step this much faster or slower than modelled: its other ways of
+    // running (a CONV's algorithms) are taken to differ by the same ratio.
+    const double ratio = p.step_seconds[s] > 0 ? measured / p.step_seconds[s] : 1.0;
+    p.step_seconds[s] = measured;
+    for (step_option& o : p.step_options[s]) o.seconds *= ratio;
+    for (step_option& o : p.timing_options[s]) o.seconds *= ratio;
   }
   // BN's inputs: backward subtracts the mean from each, which cancels where the mean is large
   // against the spread, so an input rounded to fp16 (2^-11 of itself) is off by many of its
@@ -160,6 +184,9 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     // traffic of BN's forward (x in, one tensor out), touching what that forward touches.
     const layer_id fused = t < in.fused.size() ? in.fused[t] : invalid_layer;
     const std::size_t producer = path.position(fused != invalid_layer ? fused : table[t].owner);
+    // A staged producer would replay staged, leaving it in host memory, not where the plan
+    // rebuilt it.
+    if (staged_at(producer)) continue;
     x.rebuildable = true;
     // Its replay runs what the forward step ran: charged at the fastest (an estimate).
     x.rebuild_seconds = p.step_seconds[producer];
@@ -205,7 +232,7 @@ bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {
 
 namespace {
 
-std::optional<memory_schedule> plan_once(schedule_problem p, const schedule_options& options) {
+std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_options& options) {
   memory_schedule planned = plan_memory_schedule(p, options);
   if (!planned.fits) {
     // The greedy choice can corner itself (a step left with nothing idle): plan again with
@@ -227,6 +254,20 @@ std::optional<memory_schedule> plan_once(schedule_problem p, const schedule_opti
   // tests hold it to.
   if (!planned.fits) return std::nullopt;
   return planned;
+}
+
+std::optional<memory_schedule> plan_once(const schedule_problem& p,
+                                         const schedule_options& options) {
+  std::optional<memory_schedule> planned = plan_fitting(p, options);
+  if (planned || options.chain_room) return planned;
+  // Drops whose rebuild chains put the step of the rebuild over the budget can leave a step
+  // that nothing can relieve (VGG16 and ResNet-50 at a budget below max(l_i), their steps
+  // staged): plan again weighing only chains that leave room there. Not first: where the
+  // plain greedy fits, the chains it takes pay (VGG16 b64 at a third of its peak: 0.904 of
+  // liveness's speed, 0.837 when every chain must leave room).
+  schedule_options roomy = options;
+  roomy.chain_room = true;
+  return plan_fitting(p, roomy);
 }
 
 // The fastest predicted plan over the link charges tried, then over the prefetch margins tried

@@ -37,6 +37,15 @@ struct schedule_inputs {
   /// Per tensor, fused_bn_act_sources' answer where the backend runs fused replays
   /// (kernel_launcher::fuses_bn_act); empty: every rebuild replays its own layer.
   std::vector<layer_id> fused;
+  /// TSPLIT, per route step (empty: none staged): the micro-tensors a staged step reaches in
+  /// host memory (schedule_use::on_host), the device bytes its micro buffers take, and the
+  /// bytes its staging copies move between the micro-steps. The step is charged those copies,
+  /// and a copy out of each micro-tensor resident before it that it reads; a step on the
+  /// device after a staged one, a copy in of each micro-tensor it reaches (the executor's
+  /// stage and fetch_staged, on the compute stream).
+  std::vector<std::vector<tensor_access>> staged;
+  std::vector<std::size_t> staged_micro_bytes;
+  std::vector<std::uint64_t> staged_copy_bytes;
 };
 
 /// Whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the batch

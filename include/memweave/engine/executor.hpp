@@ -47,6 +47,10 @@ class kernel_launcher;
 class communicator;
 class comm_request;
 class stream_timeline;
+struct schedule_inputs;
+namespace layers {
+struct staged_tensor;
+}
 struct timeline_span;
 struct conv_step;
 
@@ -319,6 +323,9 @@ class executor {
   void stage(tensor_id t, access_mode mode, std::size_t step);
   void fetch_staged(tensor_id t, std::size_t step);
   void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep);
+  layers::staged_tensor micro_tensor(const tensor_access& a, std::int64_t channels,
+                                     int parts) const;
+  void describe_staging(schedule_inputs& in) const;
   void take_micro_buffer(std::size_t s, bool replay = false);
   std::int64_t micro_batch_left(std::size_t s) const;
   void release_handed();
@@ -396,7 +403,9 @@ class executor {
   // all: what weighing it against recompute found (weigh_policy, executor_schedule.cpp).
   struct policy_choice {
     bool weighed = false;
-    double all_s = 0, recompute_s = 0;        // modelled iterations
+    double all_s = 0, recompute_s = 0;  // modelled iterations
+    double reactive_s = 0;  // all with no schedule (the cache alone), where one was planned
+    bool reactive = false;  // ... which ran faster than with it (all_s)
     std::optional<memory_schedule> schedule;  // the weighing run's, planned the same: reused
   };
   static executor_options weigh_policy(const network& net, const executor_options& options,

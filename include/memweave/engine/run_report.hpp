@@ -93,6 +93,10 @@ struct policy_report {
   bool weighed_keep_rebuilt = false;
   std::size_t weighed_min_bytes = 0;  ///< the schedule's size threshold that ran
   bool ran_as_recompute = false;
+  /// all ran without its schedule, on the reactive cache alone, which was faster in the
+  /// model (weighed_reactive_seconds: that run; 0 where not weighed against it).
+  bool ran_without_schedule = false;
+  double weighed_reactive_seconds = 0.0;
   replan_report replan;                 ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;   ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
   std::size_t staged_steps = 0;         ///< TSPLIT: split steps run on micro-tensors

@@ -150,6 +150,63 @@ TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
   }
 }
 
+// `all`'s memory schedule plans around staged steps: their micro-tensors are uses in host
+// memory (no device bytes there, nothing for the schedule to move), the rest of the iteration
+// swapped and dropped as planned. AlexNet at batch 16 of 128-pixel images, width 1/16: at 0.95
+// and 0.7 of max(l_i) the schedule fits (swaps and drops) beside two and three staged steps.
+TEST(split_staging_test, the_memory_schedule_plans_around_staged_steps) {
+  const network net = test::zoo_net("alexnet", 16, 128, 0.0625);
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+  for (const double fraction : {0.95, 0.7}) {
+    SCOPED_TRACE(fraction);
+    const staged_run s = plan_below_largest_layer(net, "all", fraction);
+    ASSERT_LT(s.budget, s.max_layer);
+    auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+    executor planned(net, *null_dev, s.options);
+    ASSERT_NE(planned.schedule(), nullptr) << "no schedule planned beside the staged steps";
+    EXPECT_GT(planned.schedule()->gaps.size(), 0u);
+    const auto [r, steps] = expect_plan_and_train_agree(net, s.options);
+    EXPECT_GT(r.staged_steps, 0u);
+    EXPECT_GT(r.scheduled_swaps, 0u);
+    EXPECT_EQ(r.schedule_misses, 0u);
+    EXPECT_LE(peak(steps), s.budget);
+    expect_bit_identical(reference, test::train(net, s.options, 2), "alexnet all");
+  }
+}
+
+// A tensor that a staged step reads next may leave ahead of it, its copy hidden, and never come
+// back: the staged step takes its host copy (scheduled_gap::to_host, no prefetch). VGG16 at
+// batch 16 of 128-pixel images, width 1/16, at 0.95 of max(l_i): conv1_2's output.
+TEST(split_staging_test, a_tensor_offloaded_for_a_staged_step_is_taken_from_its_host_copy) {
+  const network net = test::zoo_net("vgg16", 16, 128, 0.0625);
+  const staged_run s = plan_below_largest_layer(net, "all", 0.95);
+  auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor planned(net, *null_dev, s.options);
+  ASSERT_NE(planned.schedule(), nullptr);
+  std::size_t to_host = 0;
+  for (const scheduled_gap& g : planned.schedule()->gaps) {
+    if (!g.to_host) continue;
+    ++to_host;
+    EXPECT_EQ(g.action, gap_action::swap);
+    for (const scheduled_step& st : planned.schedule()->steps) {
+      EXPECT_EQ(std::count(st.prefetch.begin(), st.prefetch.end(), g.tensor), 0)
+          << "a tensor that stays on the host is prefetched";
+    }
+  }
+  EXPECT_GT(to_host, 0u);
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
+  expect_bit_identical(reference, test::train(net, s.options, 2), "vgg16 all");
+  // Weighed (as `memweave train` and `plan` run it), `all` runs there on the cache alone: the
+  // schedule, planning every micro-tensor in host memory, is slower in the model.
+  executor_options weighed = s.options;
+  weighed.weigh_alternatives = true;
+  executor chosen(net, *null_dev, weighed);
+  chosen.run_iteration(nullptr, 0);
+  EXPECT_EQ(chosen.schedule(), nullptr);
+  EXPECT_TRUE(chosen.report().ran_without_schedule);
+  EXPECT_LT(chosen.report().weighed_reactive_seconds, chosen.report().weighed_all_seconds);
+}
+
 TEST(split_staging_test, a_watched_tensor_handed_over_is_written_back_whole) {
   // BN's outputs die in the ReLU after them, which a split BN hands the last slice to without
   // writing it back; watched, they are captured whole after the step, as unsplit.
