@@ -104,10 +104,12 @@ class planner {
                                       [](const schedule_use& u) { return u.on_host; });
       // A staged step copies a swapped tensor's host copy as it is: never fp16.
       halve_[t] = o.compress && x.compressible && !staged;
-      for (std::size_t i = 1; i < x.uses.size(); ++i) {
-        if (x.uses[i].on_host && !x.uses[i - 1].on_host) {
-          copies_out_.resize(steps);
-          copies_out_[x.uses[i].step].push_back(t);
+      // The steps whose time its staging changes: its uses in host memory, and the uses right
+      // after them (a copy in, where the tensor is then on the device).
+      for (std::size_t i = 0; staged && i < x.uses.size(); ++i) {
+        if (x.uses[i].on_host || (i > 0 && x.uses[i - 1].on_host)) {
+          staging_.resize(steps);
+          staging_[x.uses[i].step].push_back(t);
         }
       }
       if (!x.uses.empty()) gaps_[t].resize(x.uses.size() - 1);
@@ -157,6 +159,7 @@ class planner {
       ++actions;
     }
     if (o_.allow_swap && !fits_plain) refine();
+    if (!staging_.empty()) unstage();
     widen_workspaces();  // a plan that fits plainly is still timed with what selection takes
     defer_releases();
     const std::vector<std::size_t> bytes = memory_curve();
@@ -250,26 +253,42 @@ class planner {
     return s < p_.step_options.size() && !p_.step_options[s].empty();
   }
   double step_seconds(std::size_t s) const {
-    return kernel_seconds(s) + (s < copies_out_.size() ? copy_out_seconds(s) : 0.0);
+    return kernel_seconds(s) + (s < staging_.size() ? staging_seconds(s) : 0.0);
   }
   double kernel_seconds(std::size_t s) const {
     if (!has_options(s)) return p_.step_seconds[s];
     if (!timing_seconds_.empty()) return timing_seconds_[s];
     return p_.step_options[s][choice_[s]].seconds;
   }
-  // A staged step first copies out each micro-tensor still resident from its use before
-  // (kept across the gap), on the compute stream; one swapped there is already on the host.
-  double copy_out_seconds(std::size_t s) const {
+  // The copies staging adds to step `s`, on the compute stream: a micro-tensor's slices in and
+  // out (schedule_use::staged_seconds), and first a copy out of one still resident from its
+  // use before (kept across the gap; one swapped there is already on the host); a tensor the
+  // step uses on the device after a use in host memory, a copy in.
+  double staging_seconds(std::size_t s) const {
     double seconds = 0;
-    for (std::uint32_t t : copies_out_[s]) {
+    for (std::uint32_t t : staging_[s]) {
       const auto& u = uses_[t];
-      const auto it =
-          std::lower_bound(u.begin(), u.end(), static_cast<std::uint32_t>(s),
-                           [](const schedule_use& x, std::uint32_t st) { return x.step < st; });
-      const auto i = static_cast<std::size_t>(it - u.begin());
-      if (gaps_[t][i - 1].action == gap_action::keep) seconds += copy_seconds(t);
+      const std::size_t i = use_index(t, static_cast<std::uint32_t>(s));
+      if (i == u.size()) continue;
+      if (!u[i].on_host) {
+        if (i > 0 && u[i - 1].on_host) seconds += copy_seconds(t);
+        continue;
+      }
+      seconds += u[i].staged_seconds;
+      if (i > 0 && !u[i - 1].on_host && gaps_[t][i - 1].action == gap_action::keep) {
+        seconds += copy_seconds(t);
+      }
     }
     return seconds;
+  }
+
+  // The index of `t`'s use at `step`, or uses_[t].size() where it has none.
+  std::size_t use_index(std::uint32_t t, std::uint32_t step) const {
+    const auto& u = uses_[t];
+    const auto it =
+        std::lower_bound(u.begin(), u.end(), step,
+                         [](const schedule_use& x, std::uint32_t st) { return x.step < st; });
+    return it != u.end() && it->step == step ? static_cast<std::size_t>(it - u.begin()) : u.size();
   }
   // The ways workspace selection may run step s at run time: every one, where the plan's
   // options stop at the workspaces planned for.
@@ -406,7 +425,7 @@ class planner {
         add(u.back().step + 1, parked ? k.release - 1 : static_cast<std::uint32_t>(steps - 1), b);
       }
       for (std::size_t i = 0; i < u.size(); ++i) {
-        if (!u[i].on_host) add(u[i].step, u[i].step, b);
+        add(u[i].step, u[i].step, u[i].on_host ? u[i].slice_bytes : b);
         if (i + 1 == u.size()) break;
         if (u[i].on_host) continue;  // in host memory until its next use
         const std::uint32_t a = u[i].step, c = u[i + 1].step;
@@ -477,6 +496,19 @@ class planner {
     }
     for (std::size_t st = 0; st < chain_.size(); ++st) {
       for (std::uint32_t y : chain_[st]) s.steps[st].rebuild.push_back(y), ++s.rebuilds;
+    }
+    for (std::size_t st = 0; st < staging_.size(); ++st) {
+      for (std::uint32_t t : staging_[st]) {
+        const std::size_t i = use_index(t, static_cast<std::uint32_t>(st));
+        const auto& given = p_.tensors[t].uses;
+        const auto it =
+            std::lower_bound(given.begin(), given.end(), static_cast<std::uint32_t>(st),
+                             [](const schedule_use& x, std::uint32_t at) { return x.step < at; });
+        if (i < uses_[t].size() && !uses_[t][i].on_host && it != given.end() && it->step == st &&
+            it->on_host) {
+          s.steps[st].whole.push_back(t);
+        }
+      }
     }
     s.bytes_per_step = bytes;
     s.step_choice = choice_;
@@ -649,6 +681,53 @@ class planner {
         gather_chain(c);
       } else {
         chain_[c] = chain_before;
+      }
+    }
+  }
+
+  // After the rest is planned: a micro-tensor that a staged step reaches in host memory stays
+  // whole on the device there instead where every step still fits and the iteration gets
+  // shorter (its slices no longer cross the link; a copy in or out may take their place),
+  // those saving the most copy time per byte first. So the schedule decides, per tensor and
+  // step, what staging the split steps need, by the same model as its swaps and drops.
+  void unstage() {
+    if (!all_fit(memory_curve())) return;
+    struct candidate {
+      std::uint32_t tensor, step;
+      double per_byte;
+    };
+    std::vector<candidate> staged;
+    for (std::size_t st = 0; st < staging_.size(); ++st) {
+      for (std::uint32_t t : staging_[st]) {
+        const std::size_t i = use_index(t, static_cast<std::uint32_t>(st));
+        if (i == uses_[t].size() || !uses_[t][i].on_host || !(uses_[t][i].staged_seconds > 0)) {
+          continue;
+        }
+        const std::size_t more =
+            p_.tensors[t].bytes - std::min(p_.tensors[t].bytes, uses_[t][i].slice_bytes);
+        staged.push_back(
+            {t, static_cast<std::uint32_t>(st),
+             uses_[t][i].staged_seconds / static_cast<double>(std::max<std::size_t>(more, 1))});
+      }
+    }
+    std::stable_sort(staged.begin(), staged.end(), [](const candidate& x, const candidate& y) {
+      return x.per_byte > y.per_byte;
+    });
+    double total = simulate(emit(memory_curve())).total;
+    for (const candidate& k : staged) {
+      const std::size_t i = use_index(k.tensor, k.step);
+      auto& u = uses_[k.tensor];
+      // Swapped towards this use (never brought back): whole, it would need a prefetch.
+      if (i > 0 && !u[i - 1].on_host && gaps_[k.tensor][i - 1].action != gap_action::keep) {
+        continue;
+      }
+      u[i].on_host = false;
+      const std::vector<std::size_t> bytes = memory_curve();
+      const double trial = all_fit(bytes) ? simulate(emit(bytes)).total : total;
+      if (trial < total) {
+        total = trial;
+      } else {
+        u[i].on_host = true;
       }
     }
   }
@@ -924,8 +1003,8 @@ class planner {
   std::vector<std::vector<schedule_use>> uses_;
   std::vector<std::vector<gap>> gaps_;
   std::vector<std::vector<std::uint32_t>> chain_;  // per step: dead tensors rebuilt for replays
-  // Per step (empty: no staged step): the tensors it copies out where they were kept.
-  std::vector<std::vector<std::uint32_t>> copies_out_;
+  // Per step (empty: no staged step): the tensors whose staging changes its time.
+  std::vector<std::vector<std::uint32_t>> staging_;
   std::vector<std::uint32_t> choice_;   // per step: the option taken
   std::vector<double> timing_seconds_;  // per step: the time counted (when set)
   std::size_t planning_budget_ = 0;

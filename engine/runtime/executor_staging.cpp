@@ -205,6 +205,12 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
       options_.budget_bytes != 0 ? options_.budget_bytes : heap_->stats().bytes_reserved;
   std::size_t room = budget > need ? budget - need : 0;
   std::vector<bool> kept(sliced.size(), false);
+  if (schedule_ && !evaluating_) {
+    const auto& whole = schedule_->steps[s].whole;
+    for (std::size_t i = 0; i < sliced.size(); ++i) {
+      kept[i] = std::find(whole.begin(), whole.end(), sliced[i]->tensor) != whole.end();
+    }
+  }
   const auto holds_device = [&](tensor_id t) {
     const residency r = residency_->state(t);
     return r == residency::resident || r == residency::offloading || r == residency::prefetching;
@@ -253,17 +259,18 @@ layers::staged_tensor executor::micro_tensor(const tensor_access& a, std::int64_
   return m;
 }
 
-// What the memory schedule is told of the staged steps (schedule_inputs::staged): under a
-// schedule every micro-tensor of a staged step goes to host memory (stage_step without
-// `keep`), so each is a use in host memory there; its micro buffers take the largest
-// micro-batch's slices (DATA's none: it writes into staging memory), and its copies are
-// charged as the null device charges them, without the slices handed between steps (the
-// most it copies). Steps in channel groups are not planned (executor constructor).
+// What the memory schedule is told of the staged steps (schedule_inputs::staged): each
+// micro-tensor of a staged step is a use in host memory there unless the schedule keeps it
+// whole (scheduled_step::whole: stage_step then keeps just those); its slice in the micro
+// buffers is the largest micro-batch's (DATA's none: it writes into staging memory), and its
+// copies are charged as the null device charges them, without the slices handed between
+// steps (the most it copies). Steps in channel groups are not planned (executor
+// constructor).
 void executor::describe_staging(schedule_inputs& in) const {
   const std::size_t steps = route_.step_count();
   in.staged.assign(steps, {});
-  in.staged_micro_bytes.assign(steps, 0);
-  in.staged_copy_bytes.assign(steps, 0);
+  in.staged_slice_bytes.assign(steps, {});
+  in.staged_copy_bytes.assign(steps, {});
   const std::int64_t batch = batch_of(net_);
   for (std::size_t s = 0; s < steps; ++s) {
     if (!staging_->step[s]) continue;
@@ -271,18 +278,21 @@ void executor::describe_staging(schedule_inputs& in) const {
     const layer& l = net_[rs.layer];
     const int parts = batch_parts_of(options_, s);
     const std::int64_t images = largest_micro_batch(batch, parts);
-    std::vector<layers::staged_tensor> micro;
+    // DATA writes into staging memory: no slice on the device, nothing copied.
+    const bool slices = l.type != layer_type::data && table_.has_work(s);
     for (const tensor_access& a : table_.accesses(s)) {
       if (!in_cache(a.tensor) || !staged_slice(table_[a.tensor], batch)) continue;
       in.staged[s].push_back(a);
-      micro.push_back(micro_tensor(a, 0, parts));
       const std::size_t slice = table_[a.tensor].bytes / static_cast<std::size_t>(batch) *
                                 static_cast<std::size_t>(images);
-      if (l.type != layer_type::data) in.staged_micro_bytes[s] += heap_->round_up(slice);
+      in.staged_slice_bytes[s].push_back(slices ? heap_->round_up(slice) : 0);
+      // Each tensor's copies are its own (BN's extra passes copy in what the step reads).
+      const layers::staged_tensor m = micro_tensor(a, 0, parts);
+      in.staged_copy_bytes[s].push_back(
+          slices ? layers::staged_copy_bytes(l.type, rs.direction == pass::forward, {&m, 1}, parts,
+                                             first_input_has_grad(table_, l))
+                 : 0);
     }
-    if (l.type == layer_type::data || !table_.has_work(s)) continue;
-    in.staged_copy_bytes[s] = layers::staged_copy_bytes(
-        l.type, rs.direction == pass::forward, micro, parts, first_input_has_grad(table_, l));
   }
 }
 
@@ -310,7 +320,7 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
     }
   }
   for (const bool keep : {true, false}) {
-    // A schedule planned every micro-tensor in host memory, the rest of the step around it.
+    // A schedule says what stays whole (scheduled_step::whole), the rest of the step around it.
     if (keep && schedule_) continue;
     stage_step(s, accesses, keep);
     try {

@@ -53,13 +53,8 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     const layer& l = net[rs.layer];
     const bool forward = rs.direction == pass::forward;
     p.step_seconds[s] = model_seconds(in.model, net, *in.memory, l, forward);
-    if (staged_at(s)) {
-      // A staged step holds its micro buffers and moves the slices over the link; its
-      // convolution takes a workspace from what is free then (not planned for).
-      p.step_extra_bytes[s] = in.staged_micro_bytes[s];
-      p.step_seconds[s] += static_cast<double>(in.staged_copy_bytes[s]) / in.link_bytes_per_s;
-      continue;
-    }
+    // A staged step's convolution takes a workspace from what is free then (not planned for).
+    if (staged_at(s)) continue;
     if (l.type != layer_type::conv) continue;
     // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
     // of its passes within it (as workspace selection picks them with that much free).
@@ -123,18 +118,12 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
         uses.push_back({static_cast<std::uint32_t>(s), writes});
       }
     }
-    // (The planner charges the copy out of one resident before: it may swap it instead.)
-    if (staged_at(s)) {
-      for (const tensor_access& a : in.staged[s]) p.tensors[a.tensor].uses.back().on_host = true;
-    }
-  }
-  // A step on the device after a staged one copies the micro-tensor back in first.
-  for (std::size_t t = 0; t < n; ++t) {
-    const auto& uses = p.tensors[t].uses;
-    for (std::size_t i = 1; i < uses.size(); ++i) {
-      if (uses[i - 1].on_host && !uses[i].on_host) {
-        p.step_seconds[uses[i].step] += static_cast<double>(table[t].bytes) / in.link_bytes_per_s;
-      }
+    if (!staged_at(s)) continue;
+    for (std::size_t i = 0; i < in.staged[s].size(); ++i) {
+      schedule_use& u = p.tensors[in.staged[s][i].tensor].uses.back();
+      u.on_host = true;
+      u.slice_bytes = in.staged_slice_bytes[s][i];
+      u.staged_seconds = static_cast<double>(in.staged_copy_bytes[s][i]) / in.link_bytes_per_s;
     }
   }
   for (std::size_t s = 0; s < steps && s < in.measured_seconds.size(); ++s) {

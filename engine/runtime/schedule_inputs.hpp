@@ -38,14 +38,13 @@ struct schedule_inputs {
   /// (kernel_launcher::fuses_bn_act); empty: every rebuild replays its own layer.
   std::vector<layer_id> fused;
   /// TSPLIT, per route step (empty: none staged): the micro-tensors a staged step reaches in
-  /// host memory (schedule_use::on_host), the device bytes its micro buffers take, and the
-  /// bytes its staging copies move between the micro-steps. The step is charged those copies,
-  /// and a copy out of each micro-tensor resident before it that it reads; a step on the
-  /// device after a staged one, a copy in of each micro-tensor it reaches (the executor's
-  /// stage and fetch_staged, on the compute stream).
+  /// host memory (schedule_use::on_host) and, for each, the device bytes of its slices in
+  /// the micro buffers and the bytes its slices' copies move between the micro-steps (the
+  /// planner charges those, and a copy out of one resident before, a copy in for a step on
+  /// the device after: the executor's stage and fetch_staged, on the compute stream).
   std::vector<std::vector<tensor_access>> staged;
-  std::vector<std::size_t> staged_micro_bytes;
-  std::vector<std::uint64_t> staged_copy_bytes;
+  std::vector<std::vector<std::size_t>> staged_slice_bytes;
+  std::vector<std::vector<std::uint64_t>> staged_copy_bytes;
 };
 
 /// Whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the batch

@@ -387,9 +387,10 @@ TEST(memory_schedule_test, a_tensor_staged_in_host_memory_holds_no_device_bytes)
       100 * k_mib, 200 * k_mib, 200 * k_mib, 100 * k_mib, 100 * k_mib,
       100 * k_mib, 100 * k_mib, 100 * k_mib, 100 * k_mib, 0};
   EXPECT_EQ(s.bytes_per_step, expected);
-  // Kept up to its staged use, x is copied out there on the compute stream.
+  // Kept up to its staged use, x is copied out there on the compute stream, and in again for
+  // step 8.
   const double copy = 100.0 * k_mib / 16e9;
-  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + copy, 1e-12);
+  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + 2 * copy, 1e-12);
 
   // With room for one only, x must leave over 1..2: offloaded after step 0 and released
   // before step 1 (waiting for the 6.6 ms copy: no step lies between), never brought back:
@@ -409,7 +410,7 @@ TEST(memory_schedule_test, a_tensor_staged_in_host_memory_holds_no_device_bytes)
   EXPECT_EQ(s.steps[1].release, std::vector<std::uint32_t>{0});
   for (const scheduled_step& st : s.steps) EXPECT_TRUE(st.prefetch.empty());
   EXPECT_EQ(s.bytes_per_step[1], 100 * k_mib);
-  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + copy, 1e-12);  // the wait
+  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + 2 * copy, 1e-12);  // wait, copy in
 
   // y, rebuilt by a replay that reads x, cannot be dropped across z's steps: its rebuild at 7
   // would need x, in host memory there.
@@ -435,6 +436,36 @@ TEST(memory_schedule_test, a_tensor_staged_in_host_memory_holds_no_device_bytes)
   p.tensors[0].persistent = true;
   p.tensors[0].uses[2].on_host = true;
   EXPECT_THROW((void)plan_memory_schedule(p, no_headroom()), invalid_argument);
+}
+
+// A staged step's micro-tensor whose slices cost copy time stays whole on the device there
+// where the step has room and that shortens the iteration (scheduled_step::whole); where the
+// budget holds only its slices, it stays in host memory.
+TEST(memory_schedule_test, a_micro_tensor_stays_whole_where_the_staged_step_has_room) {
+  schedule_problem p;
+  p.step_seconds.assign(6, 10e-3);
+  p.link_bytes_per_s = 16e9;
+  // x: written at 0, staged at 2 (10 MiB of slices, 20 ms of copies), read whole at 4.
+  p.tensors.push_back(tensor(100 * k_mib, {0, 2, 4}));
+  p.tensors[0].uses[1].on_host = true;
+  p.tensors[0].uses[1].slice_bytes = 10 * k_mib;
+  p.tensors[0].uses[1].staged_seconds = 20e-3;
+  p.tensors.push_back(tensor(50 * k_mib, {1, 2, 3}));  // y
+  p.budget_bytes = 150 * k_mib;
+  memory_schedule s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.fits);
+  EXPECT_EQ(s.steps[2].whole, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.bytes_per_step[2], 150 * k_mib);
+  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds, 1e-12);  // no copy at all
+  // 120 MiB: x whole at 2 beside y does not fit; staged, it is copied out at 2 (6.6 ms), its
+  // slices cross (20 ms), and it is copied in for 4 (6.6 ms).
+  p.budget_bytes = 120 * k_mib;
+  s = plan_memory_schedule(p, no_headroom());
+  EXPECT_TRUE(s.fits);
+  for (const scheduled_step& st : s.steps) EXPECT_TRUE(st.whole.empty());
+  EXPECT_EQ(s.bytes_per_step[2], 60 * k_mib);
+  const double copy = 100.0 * k_mib / 16e9;
+  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds + 20e-3 + 2 * copy, 1e-9);
 }
 
 TEST(memory_schedule_test, pinned_tensors_and_the_thresholds_are_respected) {

@@ -45,6 +45,13 @@ struct schedule_use {
   /// copies the tensor out first, charged to it at the link's rate) or swapped one way
   /// (offloaded with its copy timed by slack, never brought back: scheduled_gap::to_host).
   bool on_host = false;
+  /// On host: the device bytes of its slices in the step's micro buffer, and the seconds its
+  /// slices' copies add to the step. Where the step has room for the whole tensor and that
+  /// makes the iteration shorter, the planner keeps it on the device there instead
+  /// (scheduled_step::whole): copied in first if it comes from host memory, out at its next
+  /// use if that is in host memory.
+  std::size_t slice_bytes = 0;
+  double staged_seconds = 0.0;
 };
 
 /// A tensor as the planner sees it.
@@ -190,6 +197,8 @@ struct scheduled_step {
   std::vector<std::uint32_t> offload;   ///< after the kernel: start copying out
   std::vector<std::uint32_t> prefetch;  ///< after the kernel: allocate and start copying in
   std::vector<std::uint32_t> rebuild;   ///< before the kernel: rebuilt (informational)
+  /// A staged step's tensors given as uses in host memory that it keeps whole on the device.
+  std::vector<std::uint32_t> whole;
 };
 
 /// One planned gap with an action other than keep.
