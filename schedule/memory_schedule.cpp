@@ -685,6 +685,50 @@ class planner {
     }
   }
 
+  // Per step, the bytes of what it uses (slices for uses in host memory), its extra bytes and
+  // the dead tensors rebuilt there: what no action can take off it.
+  std::vector<std::size_t> fixed_bytes() const {
+    std::vector<std::size_t> fixed(p_.step_seconds.size(), 0);
+    for (std::uint32_t t = 0; t < uses_.size(); ++t) {
+      const auto& u = uses_[t];
+      for (std::size_t i = 0; i < u.size(); ++i) {
+        fixed[u[i].step] += u[i].on_host ? u[i].slice_bytes : p_.tensors[t].bytes;
+        // A pinned tensor stays between its uses.
+        if (!p_.tensors[t].pinned || i + 1 == u.size()) continue;
+        for (std::uint32_t st = u[i].step + 1; st < u[i + 1].step; ++st) {
+          fixed[st] += p_.tensors[t].bytes;
+        }
+      }
+    }
+    for (std::size_t s = 0; s < fixed.size(); ++s) {
+      fixed[s] += step_extra(s);
+      for (std::uint32_t y : chain_[s]) fixed[s] += p_.tensors[y].bytes;
+    }
+    return fixed;
+  }
+
+  // What a drop of `t` rebuilt before step `c` adds to what nothing can take off `c`: the
+  // other tensors its chain (`chain`, from rebuild_chain_seconds) rebuilds there, and those
+  // its replays touch that are idle at `c` now (kept there, then uses).
+  std::size_t pinned_by_rebuild(std::uint32_t t, std::uint32_t c,
+                                const std::vector<std::uint32_t>& chain) const {
+    std::size_t pinned = 0;
+    std::vector<std::uint32_t> seen;
+    for (std::uint32_t z : chain) {
+      if (z != t) pinned += p_.tensors[z].bytes;
+      for (std::uint32_t y : p_.tensors[z].rebuild_touches) {
+        if (std::find(chain.begin(), chain.end(), y) != chain.end() ||
+            std::find(seen.begin(), seen.end(), y) != seen.end() || !alive_at(y, c) ||
+            is_use(y, c) || parked_at(y, c) || gap_containing(y, c) == k_none) {
+          continue;
+        }
+        seen.push_back(y);
+        pinned += p_.tensors[y].bytes;
+      }
+    }
+    return pinned;
+  }
+
   // After the rest is planned: a micro-tensor that a staged step reaches in host memory stays
   // whole on the device there instead where every step still fits and the iteration gets
   // shorter (its slices no longer cross the link; a copy in or out may take their place),
@@ -806,6 +850,10 @@ class planner {
     } best;
     const std::size_t steps = p_.step_seconds.size();
     std::vector<std::uint32_t> visited;
+    // chain_room: per step, the bytes nothing can take off it (what it uses, its extra bytes
+    // and rebuild chains): the floor a drop's rebuild must leave room above.
+    std::vector<std::size_t> fixed;
+    if (o_.chain_room) fixed = fixed_bytes();
     for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
       const schedule_tensor& x = p_.tensors[t];
       if (x.bytes == 0 || x.bytes < o_.min_bytes) continue;
@@ -869,9 +917,8 @@ class planner {
         // What its chain rebuilds besides it is on the device together at `c`: a chain that
         // puts `c` over the budget trades one overflow for another, at a step where those
         // tensors are then in use and nothing can take them off again (chain_room).
-        std::size_t held = 0;
-        for (std::uint32_t y : visited) held += y == t ? 0 : p_.tensors[y].bytes;
-        const bool room = !o_.chain_room || held == 0 || bytes[c] + held <= planning_budget_;
+        const bool room =
+            !o_.chain_room || fixed[c] + pinned_by_rebuild(t, c, visited) <= planning_budget_;
         if (chain >= 0 && room) {
           consider(gap_action::drop, a + 1, c - 1, chain);
         }
