@@ -76,6 +76,8 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"scheduled_swaps\": " << p.scheduled_swaps
         << ",\n      \"scheduled_drops\": " << p.scheduled_drops
         << ",\n      \"scheduled_parks\": " << p.scheduled_parks
+        << ",\n      \"scheduled_whole\": " << p.scheduled_whole
+        << ",\n      \"scheduled_to_host\": " << p.scheduled_to_host
         << ",\n      \"parked_bytes\": " << p.parked_bytes
         << ",\n      \"schedule_misses\": " << p.schedule_misses
         << ",\n      \"predicted_seconds\": " << json_number(p.predicted_seconds)
@@ -333,6 +335,11 @@ void write_summary(std::ostream& out, const run_report& r) {
         out << "  " << p.policy << ": " << p.scheduled_parks << " of the swaps park persistent "
             << "tensors (" << format_bytes(p.parked_bytes)
             << ") on the host across the iteration's end\n";
+      }
+      if (p.staged_steps != 0) {
+        out << "  " << p.policy << ": at its staged split steps the schedule keeps "
+            << p.scheduled_whole << " micro-tensors whole on the device; " << p.scheduled_to_host
+            << " of the swaps go to host memory for a staged step and stay there\n";
       }
       if (p.bound_seconds > 0) {
         out << "  " << p.policy << ": no exact schedule can take less than " << std::setprecision(4)

@@ -896,7 +896,9 @@ policy_report executor::report() const {
         ++r.scheduled_parks;
         r.parked_bytes += table_[g.tensor].bytes;
       }
+      if (g.to_host) ++r.scheduled_to_host;
     }
+    for (const scheduled_step& st : schedule_->steps) r.scheduled_whole += st.whole.size();
     r.predicted_seconds = schedule_->predicted_seconds;
     r.bound_seconds = schedule_->bound_seconds;
     r.schedule_misses = schedule_misses_;

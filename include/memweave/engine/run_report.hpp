@@ -78,6 +78,11 @@ struct policy_report {
   /// end, and their bytes
   std::uint64_t scheduled_parks = 0;
   std::uint64_t parked_bytes = 0;
+  /// all with staged split steps: micro-tensors the schedule keeps whole at a staged step
+  /// (scheduled_step::whole), and swaps offloaded for a staged step that never come back
+  /// (scheduled_gap::to_host)
+  std::uint64_t scheduled_whole = 0;
+  std::uint64_t scheduled_to_host = 0;
   std::uint64_t schedule_misses = 0;  ///< all: scheduled actions the safety net pre-empted
   double predicted_seconds = 0.0;     ///< all: the schedule's modelled iteration time
   double bound_seconds = 0.0;         ///< all: the least any exact schedule could take

@@ -173,6 +173,7 @@ TEST(split_staging_test, the_memory_schedule_plans_around_staged_steps) {
       EXPECT_GT(whole, 0u);
     }
     const auto [r, steps] = expect_plan_and_train_agree(net, s.options);
+    EXPECT_EQ(r.scheduled_whole, whole);  // the report says so
     // The run keeps to the plan, the micro-tensors it keeps whole included (staged instead,
     // AlexNet at 0.95 copies 1.3 MiB more and runs 13 % over the prediction, not 3.5 %).
     EXPECT_LT(r.seconds_per_iteration, 1.05 * r.predicted_seconds);
@@ -204,6 +205,8 @@ TEST(split_staging_test, a_tensor_offloaded_for_a_staged_step_is_taken_from_its_
     }
   }
   EXPECT_GT(to_host, 0u);
+  planned.run_iteration(nullptr, 0);
+  EXPECT_EQ(planned.report().scheduled_to_host, to_host);
   const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
   expect_bit_identical(reference, test::train(net, s.options, 2), "vgg16 all");
   // Weighed (as `memweave train` and `plan` run it) against the cache alone, the schedule
