@@ -146,23 +146,46 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   const std::size_t user_share = options.schedule.workspace_share;
   const bool keep = options.schedule.keep_rebuilt;
   const std::size_t min_bytes = options.schedule.min_bytes;
+  // The schedule against the cache alone (no schedule): with staged split steps the cache can
+  // be the faster (AlexNet b16 at 0.95 of its max(l_i): 0.454 ms per iteration against 0.696
+  // scheduled), so both run.
+  auto run_reactive = [&] {
+    executor_options reactive = o;
+    reactive.schedule.allow_swap = reactive.schedule.allow_drop = false;
+    choice.reactive_s = run(reactive, nullptr);
+  };
+  // The other configurations refine the first by a few percent. Not worth running where the
+  // first plans no schedule (its retries include no headroom and no workspaces: none of them
+  // would), nor where the cache alone is faster than it by more than 5 %: on a large problem
+  // far below the peak each is the greedy planned over again (ResNet-152 b1700 at 12 GiB with
+  // staged steps: its schedule runs 66.6 s per iteration, the cache alone 61.7).
+  bool refine = true, first = true;
   for (const double headroom : headrooms) {
     for (const std::size_t share : {16, 4, 1}) {
-      if (user_share == 0 || share == user_share) run_all(headroom, share, keep, min_bytes);
+      if (!refine || (user_share != 0 && share != user_share)) continue;
+      run_all(headroom, share, keep, min_bytes);
+      if (!first) continue;
+      first = false;
+      if (!choice.schedule) {
+        refine = false;
+        continue;
+      }
+      run_reactive();
+      refine = !(choice.reactive_s > 0 && choice.reactive_s < 0.95 * choice.all_s);
     }
   }
   // Keeping what a replay rebuilt early until its own use saves replays (DenseNet-121 at a
   // third of its peak: 0.838 -> 0.883 of liveness's speed) but holds memory longer, which
   // can fragment the heap (ResNet-50 there: 457 safety-net evictions at half the headroom):
   // run at the headroom and share chosen, kept if faster.
-  if (options.schedule.keep_rebuilt_auto && choice.all_s > 0) {
+  if (options.schedule.keep_rebuilt_auto && choice.all_s > 0 && refine) {
     run_all(chosen.schedule.headroom, chosen.schedule.workspace_share, !keep, min_bytes);
   }
   // Tiny tensors' actions: a threshold of 1/16384 of the budget, at the headroom and
   // keep_rebuilt chosen, each share (schedule_options::min_bytes_auto; the share that runs
   // fastest changes with it: DenseNet-121 at a third of its peak, a sixteenth with the tiny
   // tensors moved, all of the budget without).
-  if (options.schedule.min_bytes_auto && choice.all_s > 0) {
+  if (options.schedule.min_bytes_auto && choice.all_s > 0 && refine) {
     const double headroom = chosen.schedule.headroom;
     const bool kept = chosen.schedule.keep_rebuilt;
     for (const std::size_t share : {16, 4, 1}) {
@@ -171,14 +194,8 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
       }
     }
   }
-  // The schedule against the reactive cache alone: with staged split steps the schedule
-  // plans every micro-tensor in host memory, where the cache keeps whole those the budget
-  // holds beside the micro-step, and copies in series what it stages (a small VGG16 at 0.95
-  // of its max(l_i): 13.5 ms per iteration scheduled, 11.9 reactive); so run both.
   if (choice.schedule) {
-    executor_options reactive = o;
-    reactive.schedule.allow_swap = reactive.schedule.allow_drop = false;
-    choice.reactive_s = run(reactive, nullptr);
+    if (choice.reactive_s == 0) run_reactive();
     if (choice.reactive_s > 0 && choice.reactive_s < choice.all_s) {
       choice.reactive = true;
       choice.schedule.reset();

@@ -79,9 +79,11 @@ TEST(split_staging_test, random_dags_below_the_largest_layer) {
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
     const network net = test::random_dag_with_every_type(seed);
     const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 2);
-    const staged_run s = plan_below_largest_layer(net, "utp", 0.6);
-    ASSERT_LT(s.budget, s.max_layer) << net.name() << ": nothing to split";
-    expect_bit_identical(reference, test::train(net, s.options, 2), net.name());
+    for (const char* policy : {"utp", "all"}) {
+      const staged_run s = plan_below_largest_layer(net, policy, 0.6);
+      ASSERT_LT(s.budget, s.max_layer) << net.name() << ": nothing to split";
+      expect_bit_identical(reference, test::train(net, s.options, 2), net.name() + " " + policy);
+    }
   }
 }
 
