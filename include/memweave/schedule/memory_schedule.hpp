@@ -22,6 +22,10 @@
 // the link is free, the release waits for the copy's arrival, the prefetch is issued as late
 // as lets it land before the step that needs it). Copies run in issue order on one stream per
 // direction, both directions overlapping compute and each other, as on the device.
+// A TSPLIT staged step reaches some tensors in host memory, slice by slice
+// (schedule_use::on_host): a gap closing at such a use is kept or swapped one way (never
+// prefetched), one opening there takes no action, and after the greedy rounds the planner
+// keeps whole on the device those the staged step has room for where that saves time.
 //
 // Pure arithmetic on plain data: knows no engine type. Thread-compatible.
 #pragma once
