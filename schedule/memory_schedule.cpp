@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <iterator>
 #include <optional>
 #include <string>
 
@@ -35,6 +34,21 @@ namespace memweave {
 namespace {
 
 constexpr std::uint32_t k_none = std::numeric_limits<std::uint32_t>::max();
+
+// The index of the first of `uses` (ascending by step) at or after `step`; uses.size() when
+// none is.
+std::size_t first_use_from(const std::vector<schedule_use>& uses, std::uint32_t step) {
+  const auto it =
+      std::lower_bound(uses.begin(), uses.end(), step,
+                       [](const schedule_use& x, std::uint32_t s) { return x.step < s; });
+  return static_cast<std::size_t>(it - uses.begin());
+}
+
+// Whether `uses` has one at `step`.
+bool has_use_at(const std::vector<schedule_use>& uses, std::uint32_t step) {
+  const std::size_t i = first_use_from(uses, step);
+  return i < uses.size() && uses[i].step == step;
+}
 
 struct gap {
   gap_action action = gap_action::keep;
@@ -106,9 +120,9 @@ class planner {
       halve_[t] = o.compress && x.compressible && !staged;
       // The steps whose time its staging changes: its uses in host memory, and the uses right
       // after them (a copy in, where the tensor is then on the device).
+      if (staged && staging_.empty()) staging_.resize(steps);
       for (std::size_t i = 0; staged && i < x.uses.size(); ++i) {
         if (x.uses[i].on_host || (i > 0 && x.uses[i - 1].on_host)) {
-          staging_.resize(steps);
           staging_[x.uses[i].step].push_back(t);
         }
       }
@@ -284,11 +298,8 @@ class planner {
 
   // The index of `t`'s use at `step`, or uses_[t].size() where it has none.
   std::size_t use_index(std::uint32_t t, std::uint32_t step) const {
-    const auto& u = uses_[t];
-    const auto it =
-        std::lower_bound(u.begin(), u.end(), step,
-                         [](const schedule_use& x, std::uint32_t st) { return x.step < st; });
-    return it != u.end() && it->step == step ? static_cast<std::size_t>(it - u.begin()) : u.size();
+    const std::size_t i = first_use_from(uses_[t], step);
+    return has_use_at(uses_[t], step) ? i : uses_[t].size();
   }
   // The ways workspace selection may run step s at run time: every one, where the plan's
   // options stop at the workspaces planned for.
@@ -359,20 +370,12 @@ class planner {
   // k_none when `step` is a use or outside the first..last use.
   std::uint32_t gap_containing(std::uint32_t t, std::uint32_t step) const {
     const auto& u = uses_[t];
-    const auto it =
-        std::lower_bound(u.begin(), u.end(), step,
-                         [](const schedule_use& x, std::uint32_t s) { return x.step < s; });
-    if (it == u.begin() || it == u.end() || it->step == step) return k_none;
-    return static_cast<std::uint32_t>(it - u.begin() - 1);
+    const std::size_t i = first_use_from(u, step);
+    if (i == 0 || i == u.size() || u[i].step == step) return k_none;
+    return static_cast<std::uint32_t>(i - 1);
   }
 
-  bool is_use(std::uint32_t t, std::uint32_t step) const {
-    const auto& u = uses_[t];
-    const auto it =
-        std::lower_bound(u.begin(), u.end(), step,
-                         [](const schedule_use& x, std::uint32_t s) { return x.step < s; });
-    return it != u.end() && it->step == step;
-  }
+  bool is_use(std::uint32_t t, std::uint32_t step) const { return has_use_at(uses_[t], step); }
 
   // Whether gap `i` of `t` opens at a use in host memory (a staged step): the tensor is in
   // host memory across it, nothing for the schedule to move.
@@ -382,10 +385,9 @@ class planner {
   // that opens at such a use.
   bool on_host_at(std::uint32_t t, std::uint32_t step) const {
     const auto& u = uses_[t];
-    auto it = std::lower_bound(u.begin(), u.end(), step,
-                               [](const schedule_use& x, std::uint32_t s) { return x.step < s; });
-    if (it != u.end() && it->step == step) return it->on_host;
-    return it != u.begin() && it != u.end() && std::prev(it)->on_host;
+    const std::size_t i = first_use_from(u, step);
+    if (i < u.size() && u[i].step == step) return u[i].on_host;
+    return i != 0 && i < u.size() && u[i - 1].on_host;
   }
 
   // Whether persistent `t` is parked on the host at `step`.
@@ -499,13 +501,13 @@ class planner {
     }
     for (std::size_t st = 0; st < staging_.size(); ++st) {
       for (std::uint32_t t : staging_[st]) {
-        const std::size_t i = use_index(t, static_cast<std::uint32_t>(st));
+        // Given in host memory there, planned on the device.
+        const auto at = static_cast<std::uint32_t>(st);
+        const std::size_t i = use_index(t, at);
         const auto& given = p_.tensors[t].uses;
-        const auto it =
-            std::lower_bound(given.begin(), given.end(), static_cast<std::uint32_t>(st),
-                             [](const schedule_use& x, std::uint32_t at) { return x.step < at; });
-        if (i < uses_[t].size() && !uses_[t][i].on_host && it != given.end() && it->step == st &&
-            it->on_host) {
+        const std::size_t g = first_use_from(given, at);
+        if (i < uses_[t].size() && !uses_[t][i].on_host && g < given.size() &&
+            given[g].step == at && given[g].on_host) {
           s.steps[st].whole.push_back(t);
         }
       }

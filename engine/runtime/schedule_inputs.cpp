@@ -41,7 +41,6 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
   p.link_bytes_per_s = in.link_bytes_per_s;
   p.copy_latency_s = in.copy_latency_s;
   p.step_seconds.assign(steps, 0.0);
-  p.step_extra_bytes.assign(steps, 0);
   p.step_options.resize(steps);
   p.timing_options.resize(steps);
   const auto staged_at = [&](std::size_t s) {
