@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 38> k_options{{
+constexpr std::array<option_info, 39> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -173,6 +173,9 @@ constexpr std::array<option_info, 38> k_options{{
     {"MEMWEAVE_SCHEDULE_COMPRESS", "none", f::choice, "none|fp16",
      "all: fp16 = scheduled swaps of fp32 tensors cross the link as FP16, half the bytes (LDFG; "
      "lossy: results are no longer bit-identical, the round-trip error is reported)"},
+    {"MEMWEAVE_SPLIT_WEIGH", "1", f::boolean, "",
+     "all with --split: run the split plans whose micro-steps fit 100, 85 and 70 % of the "
+     "budget on the null device, keep the fastest (0 = the fewest micro-batches that fit)"},
     {"MEMWEAVE_BUCKET_BYTES",
      "25MiB",
      f::bytes,

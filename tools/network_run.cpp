@@ -217,6 +217,7 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
       plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget");
   eo.split_parts = plan.parts(table.step_count());
   eo.channel_parts = plan.channel_parts(table.step_count());
+  eo.split_weighed = o.split_weighed && option_bool("MEMWEAVE_SPLIT_WEIGH");
 }
 
 std::string describe_tiling(const network_run_options& o) {
@@ -324,8 +325,11 @@ bool does_not_fit(const std::exception& e) noexcept {
 
 bool plan_fits_budget(const network& net, const network_run_options& o, const std::string& policy,
                       const device_options& dev) {
+  // Whether it fits does not depend on which split plan runs fastest.
+  network_run_options fitting = o;
+  fitting.split_weighed = false;
   try {
-    return run_policy(net, o, policy, dev, 1, nullptr, nullptr, nullptr).fits;
+    return run_policy(net, fitting, policy, dev, 1, nullptr, nullptr, nullptr).fits;
   } catch (const error& e) {
     if (does_not_fit(e)) return false;
     throw;

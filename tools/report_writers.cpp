@@ -90,7 +90,11 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"min_bytes\": " << p.weighed_min_bytes
         << ", \"ran_as_recompute\": " << (p.ran_as_recompute ? "true" : "false")
         << ", \"reactive_seconds\": " << json_number(p.weighed_reactive_seconds)
-        << ", \"ran_without_schedule\": " << (p.ran_without_schedule ? "true" : "false") << "}"
+        << ", \"ran_without_schedule\": " << (p.ran_without_schedule ? "true" : "false")
+        << ", \"split_share\": " << json_number(p.weighed_split_share)
+        << ", \"split_steps\": " << p.weighed_split_steps
+        << ", \"fewest_split_steps\": " << p.fewest_split_steps
+        << ", \"fewest_split_seconds\": " << json_number(p.weighed_fewest_split_seconds) << "}"
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
@@ -324,6 +328,13 @@ void write_summary(std::ostream& out, const run_report& r) {
           << "here in the plan's model (" << std::setprecision(4)
           << 1e3 * p.weighed_reactive_seconds << " ms per iteration against "
           << 1e3 * p.weighed_all_seconds << " ms with it)\n";
+    }
+    if (p.weighed_split_share > 0 && p.weighed_split_share < 1) {
+      out << "  " << p.policy << ": TSPLIT: ran the split plan whose micro-steps fit "
+          << std::setprecision(3) << 100 * p.weighed_split_share << " % of the budget ("
+          << p.weighed_split_steps << " steps in micro-batches, against " << p.fewest_split_steps
+          << " with the fewest), faster here in the plan's model (the fewest: "
+          << std::setprecision(4) << 1e3 * p.weighed_fewest_split_seconds << " ms per iteration)\n";
     }
     if (p.scheduled_swaps + p.scheduled_drops != 0) {
       out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "

@@ -910,6 +910,10 @@ policy_report executor::report() const {
     r.ran_as_recompute = !options_.policy.planned;
     r.ran_without_schedule = choice_.reactive;
     r.weighed_reactive_seconds = choice_.reactive_s;
+    r.weighed_split_share = choice_.split_share;
+    r.weighed_split_steps = choice_.split_steps;
+    r.fewest_split_steps = choice_.fewest_split_steps;
+    r.weighed_fewest_split_seconds = choice_.fewest_split_s;
     r.weighed_headroom = options_.schedule.headroom;
     r.weighed_workspace_share = options_.schedule.workspace_share;
     r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;

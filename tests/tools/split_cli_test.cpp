@@ -36,9 +36,14 @@ TEST(split_cli_test, half_the_largest_layer_splits_and_reports_the_floor) {
                        "27.86 MiB at step 208 (res5a_branch2b)"),
             std::string::npos)
       << r.out;
-  // The runs: both policies fit, the 41 split steps staged.
+  // The runs: both policies fit, utp with the 41 split steps staged; all with the split
+  // plan it weighed fastest, here the one whose micro-steps fit 70 % of the budget.
   EXPECT_NE(r.out.find("utp: TSPLIT: 41 steps ran in micro-batches"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("all: TSPLIT: 41 steps ran in micro-batches"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all: TSPLIT: ran the split plan whose micro-steps fit 70 % of the budget "
+                       "(69 steps in micro-batches, against 41 with the fewest)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("all: TSPLIT: 69 steps ran in micro-batches"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(" NO "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("41 of 351 steps split, 0 in output-channel groups"), std::string::npos)
       << r.out;
@@ -145,10 +150,35 @@ TEST(split_cli_test, needs_a_budget) {
   EXPECT_NE(error_of(plan_command, k_net).find("--split needs --budget"), std::string::npos);
 }
 
+// `all` weighs the split plans whose micro-steps fit 100, 85 and 70 % of the budget and runs
+// the fastest, and says so; MEMWEAVE_SPLIT_WEIGH=0 runs the fewest micro-batches.
+TEST(split_cli_test, all_runs_the_fastest_split_plan_and_says_which) {
+  const std::vector<std::string> args = {
+      "--net",  "vgg16",    "--batch", "16",      "--image-side", "128", "--width",
+      "0.0625", "--budget", "3MiB",    "--split", "--policy",     "all"};
+  const auto weighed = run(plan_command, args);
+  EXPECT_EQ(weighed.code, 0) << weighed.out;
+  EXPECT_NE(weighed.out.find("all: TSPLIT: ran the split plan whose micro-steps fit 85 % of the "
+                             "budget (27 steps in micro-batches, against 24 with the fewest)"),
+            std::string::npos)
+      << weighed.out;
+  EXPECT_NE(weighed.out.find("all: TSPLIT: 27 steps ran in micro-batches"), std::string::npos)
+      << weighed.out;
+  const scoped_env fewest("MEMWEAVE_SPLIT_WEIGH", "0");
+  const auto plain = run(plan_command, args);
+  EXPECT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("ran the split plan"), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("all: TSPLIT: 24 steps ran in micro-batches"), std::string::npos)
+      << plain.out;
+}
+
 // ResNet-152 b1700 at 12 GiB: the staged micro-tensors and the swapped tensors fill the
 // 256 GiB host pool. A write-back ahead of need then stops (it used to fail the run), and an
 // eviction whose host copy cannot be had drops the tensor where it can be rebuilt.
 TEST(split_cli_test, a_full_host_pool_stops_write_back_and_drops_what_can_be_rebuilt) {
+  // The fewest micro-batches only: weighing the other split plans triples the planning, and
+  // the host pool fills either way.
+  const scoped_env fewest("MEMWEAVE_SPLIT_WEIGH", "0");
   const auto r = run(plan_command, {"--net", "resnet152", "--batch", "1700", "--budget", "12GiB",
                                     "--split", "--policy", "all", "--conv-ws", "none"});
   EXPECT_EQ(r.code, 0) << r.out;

@@ -183,6 +183,11 @@ struct executor_options {
   /// `direct` (CONV's im2col algorithms round differently: ARCHITECTURE.md, TSPLIT). Not
   /// with data parallelism (its gradient buckets reduce whole tensors).
   std::vector<int> channel_parts;
+  /// TSPLIT: split_parts and channel_parts are plan_splits' fewest for budget_bytes (what
+  /// `--split` gives): under `all` the weighing (weigh_alternatives) also runs the plans whose
+  /// micro-steps fit a smaller share of the budget (split_plan_shares), each leaving the memory
+  /// schedule more room beside its micro-steps for more micro-batches, and the fastest runs.
+  bool split_weighed = false;
   /// all under a budget: before it starts, `all` (with the schedule's headroom, and with half
   /// of it when schedule.headroom_auto; at each CONV workspace share unless
   /// schedule.workspace_share names one) and `recompute` are each run for one iteration on a
@@ -407,9 +412,16 @@ class executor {
     double reactive_s = 0;  // all with no schedule (the cache alone), where one was planned
     bool reactive = false;  // ... which ran faster than with it (all_s)
     std::optional<memory_schedule> schedule;  // the weighing run's, planned the same: reused
+    // split_weighed: the share of the budget the chosen split plan fits each micro-step in
+    // (0: not weighed), its split steps, and the fewest plan's steps and modelled iteration.
+    double split_share = 0;
+    std::size_t split_steps = 0, fewest_split_steps = 0;
+    double fewest_split_s = 0;
   };
   static executor_options weigh_policy(const network& net, const executor_options& options,
                                        policy_choice& choice);
+  static executor_options weigh_split_plans(const network& net, const executor_options& options,
+                                            policy_choice& choice);
 
   const network& net_;
   device& dev_;

@@ -98,6 +98,12 @@ std::int64_t splittable_channels(const layer& l) noexcept;
 /// its output and output gradient, its parameters, their gradients and momenta.
 bool channel_cut(const tensor_info& t, const layer& l) noexcept;
 
+/// The shares of the budget that `all`'s weighing fits each micro-step in, one split plan each
+/// (executor_options::split_weighed): the whole budget gives the fewest micro-batches; a
+/// smaller share more, which leaves the memory schedule room beside them. Measured in
+/// PERFORMANCE.md (issue 13): each of 0.8 to 0.9 and 0.7 ran fastest somewhere.
+inline constexpr double split_plan_shares[] = {1.0, 0.85, 0.7};
+
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per
 /// micro-batch does not fit (`knob`: the flag or variable that set the budget).

@@ -240,6 +240,65 @@ TEST(split_staging_test, all_runs_on_the_cache_alone_where_that_is_faster_than_i
   EXPECT_TRUE(test::train(net, weighed, 1).report.ran_without_schedule);
 }
 
+// Weighed with split_weighed (as `--split` runs it), `all` runs whichever split plan of
+// split_plan_shares is fastest in the model after its own weighing: here (VGG16 at 0.6 of
+// max(l_i)) one with more micro-batches than the fewest, which trains bit-identically.
+TEST(split_staging_test, all_runs_the_fastest_of_the_split_plans_weighed) {
+  const network net = test::zoo_net("vgg16", 16, 128, 0.0625);
+  const staged_run s = plan_below_largest_layer(net, "all", 0.6);
+  executor_options weighed = s.options;
+  weighed.weigh_alternatives = true;
+  auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+  // Each plan weighed on its own: the fewest, and those fitting each share of the budget.
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  double fastest = 0, fewest = 0;
+  std::vector<int> fastest_parts;
+  for (const double share : split_plan_shares) {
+    executor_options alone = weighed;
+    const auto budget = static_cast<std::size_t>(share * static_cast<double>(s.budget));
+    alone.split_parts = plan_splits(net, table, memory, cost_model{}, budget, k_heap_block, "test")
+                            .parts(table.step_count());
+    executor ex(net, *null_dev, alone);
+    ex.run_iteration(nullptr, 0);
+    const double seconds = ex.report().seconds_per_iteration;
+    if (share == 1.0) fewest = seconds;
+    if (fastest == 0 || seconds < fastest) fastest = seconds, fastest_parts = alone.split_parts;
+  }
+  ASSERT_LT(fastest, fewest) << "no plan with more micro-batches is faster here";
+  weighed.split_weighed = true;
+  executor chosen(net, *null_dev, weighed);
+  chosen.run_iteration(nullptr, 0);
+  const policy_report p = chosen.report();
+  // The same runs: equal but for the rounding of the shared null device's clock.
+  EXPECT_NEAR(p.seconds_per_iteration, fastest, 1e-9 * fastest);
+  EXPECT_NEAR(p.weighed_fewest_split_seconds, fewest, 1e-9 * fewest);
+  EXPECT_LT(p.weighed_split_share, 1.0);
+  EXPECT_EQ(p.fewest_split_steps, s.plan.split_count());
+  std::size_t split_steps = 0, staged = 0;
+  for (std::size_t st = 0; st < p.steps.size(); ++st) {
+    const int parts = st < fastest_parts.size() ? fastest_parts[st] : 1;
+    EXPECT_EQ(p.steps[st].parts, parts) << "step " << st;
+    if (p.steps[st].parts > 1) ++split_steps;
+    if (p.steps[st].staged) ++staged;
+  }
+  EXPECT_EQ(p.weighed_split_steps, split_steps);
+  EXPECT_GT(staged, s.plan.split_count());
+  // Not weighed: the fewest run, and the report says nothing was weighed.
+  weighed.split_weighed = false;
+  executor fewest_only(net, *null_dev, weighed);
+  fewest_only.run_iteration(nullptr, 0);
+  EXPECT_NEAR(fewest_only.report().seconds_per_iteration, fewest, 1e-9 * fewest);
+  EXPECT_EQ(fewest_only.report().weighed_split_share, 0.0);
+  // The host trains the plan chosen, bit-identically.
+  weighed.split_weighed = true;
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 1);
+  const auto trained = test::train(net, weighed, 1);
+  EXPECT_EQ(trained.report.weighed_split_share, p.weighed_split_share);
+  expect_bit_identical(reference, trained, "vgg16 all, split plans weighed");
+}
+
 TEST(split_staging_test, a_watched_tensor_handed_over_is_written_back_whole) {
   // BN's outputs die in the ReLU after them, which a split BN hands the last slice to without
   // writing it back; watched, they are captured whole after the step, as unsplit.
