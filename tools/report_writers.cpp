@@ -334,7 +334,8 @@ void write_summary(std::ostream& out, const run_report& r) {
           << std::setprecision(3) << 100 * p.weighed_split_share << " % of the budget ("
           << p.weighed_split_steps << " steps in micro-batches, against " << p.fewest_split_steps
           << " with the fewest), faster here in the plan's model (the fewest: "
-          << std::setprecision(4) << 1e3 * p.weighed_fewest_split_seconds << " ms per iteration)\n";
+          << std::setprecision(4) << 1e3 * p.weighed_fewest_split_seconds
+          << " ms per iteration); its parts per step: the steps' `parts` in --json and --csv\n";
     }
     if (p.scheduled_swaps + p.scheduled_drops != 0) {
       out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "
