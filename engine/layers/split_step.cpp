@@ -299,7 +299,9 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
     throw std::logic_error("split step of " + io.l->name +
                            ": handed a micro-batch's slices, but its first pass runs in order");
   }
-  if (io.l->type == layer_type::bn) {
+  // An evaluation's BN normalizes with the running statistics: element-wise, micro-batch by
+  // micro-batch, as any other layer (the two passes are for a batch's statistics).
+  if (io.l->type == layer_type::bn && !io.inference) {
     forward ? bn_forward(ctx, io, micro) : bn_backward(ctx, io, micro);
   } else if (io.l->type == layer_type::softmax_loss) {
     forward ? loss_forward(ctx, io, micro) : loss_backward(ctx, io, micro);

@@ -188,3 +188,36 @@ TEST(evaluate, bn_uses_running_statistics_and_dropout_passes_through) {
 
 }  // namespace
 }  // namespace memweave
+
+namespace memweave {
+namespace {
+
+// An executor that trains split (TSPLIT's micro-batches) evaluates as an unsplit one, bit
+// for bit: BN on its running statistics micro-batch by micro-batch (its two passes over a
+// batch's statistics once normalized with those of the evaluated batch), dropout off, the loss
+// over the whole batch.
+class split_evaluate : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(split_evaluate, split_steps_evaluate_as_whole_ones) {
+  const network net = test::small_zoo(GetParam(), 8);
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  const auto evaluated = [&](bool split) {
+    auto dev = test::make_test_device("host");
+    executor_options o = policy_options("liveness");
+    if (split) o.split_parts.assign(2 * net.size(), 3);
+    executor ex(net, *dev, o);
+    for (int i = 0; i < 2; ++i) ex.run_iteration(data.get(), i);
+    return ex.evaluate(data.get(), 100, 2);
+  };
+  const evaluation_result whole = evaluated(false), split = evaluated(true);
+  EXPECT_EQ(split.loss, whole.loss) << GetParam();
+  EXPECT_EQ(split.correct, whole.correct) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(zoo, split_evaluate,
+                         ::testing::Values("alexnet", "vgg16", "resnet50", "inception_v4",
+                                           "densenet121"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace memweave
