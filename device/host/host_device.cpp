@@ -6,10 +6,11 @@
 //   task at a time and runs it without the lock, so launch/record/wait from any thread
 //   never wait for running work. Nobody spins: the worker sleeps on work_cv_, callers of
 //   synchronize() on idle_cv_, and a waiting worker or thread on the event's cv.
-// - Events carry a generation: record() bumps `recorded` at call time and queues a task
-//   that raises `completed` to that generation when it runs; complete = completed >=
-//   recorded. wait(e) captures the generation at call time, so re-recording e later does
-//   not delay work that waited on the earlier record.
+// - Events carry a generation: record() bumps `recorded` at call time, marks it pending and
+//   queues a task that clears it when it runs; complete = the latest generation is not
+//   pending. wait(e) captures the generation at call time and waits for that record alone,
+//   as CUDA's does: re-recording e later neither delays it nor, on a stream that gets there
+//   first, releases it early.
 // - The first exception thrown by launched work is kept (sticky, like a CUDA error):
 //   synchronize() and events recorded after it report it; the queue keeps running so
 //   every later event still completes and nobody hangs.
@@ -19,6 +20,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -54,21 +56,24 @@ std::shared_ptr<event_state> shared_state_of(event& e, const char* what) {
 
 // ---- host_event -------------------------------------------------------------------------
 
+bool event_state::done(std::uint64_t g) const noexcept {
+  return g == 0 || std::find(pending.begin(), pending.end(), g) == pending.end();
+}
+
 bool host_event::query() {
-  const std::uint64_t target = state_->recorded.load(std::memory_order_acquire);
-  return state_->completed.load(std::memory_order_acquire) >= target;
+  std::lock_guard lock(state_->mu);
+  return state_->done(state_->recorded);
 }
 
 void host_event::synchronize() {
   event_state& st = *state_;
-  const std::uint64_t target = st.recorded.load(std::memory_order_acquire);
-  if (target == 0) return;  // never recorded: complete
   std::shared_ptr<const std::string> error;
   {
     std::unique_lock lock(st.mu);
-    if (st.completed.load(std::memory_order_relaxed) < target) {
+    const std::uint64_t target = st.recorded;
+    if (!st.done(target)) {
       ++st.waiters;
-      st.cv.wait(lock, [&] { return st.completed.load(std::memory_order_relaxed) >= target; });
+      st.cv.wait(lock, [&] { return st.done(target); });
       --st.waiters;
     }
     error = st.error;
@@ -141,15 +146,23 @@ void host_stream::record(event& e) {
   task t;
   t.kind = op::record;
   t.event = shared_state_of(e, "record");
-  t.generation = t.event->recorded.fetch_add(1, std::memory_order_acq_rel) + 1;
+  {
+    std::lock_guard lock(t.event->mu);
+    t.generation = ++t.event->recorded;
+    t.event->pending.push_back(t.generation);
+  }
   push(std::move(t));
 }
 
 void host_stream::wait(event& e) {
   event_state& st = state_of(e, "wait");
-  const std::uint64_t g = st.recorded.load(std::memory_order_acquire);
-  // Never recorded, or already complete: later work need not wait.
-  if (g == 0 || st.completed.load(std::memory_order_acquire) >= g) return;
+  std::uint64_t g = 0;
+  {
+    std::lock_guard lock(st.mu);
+    g = st.recorded;
+    // Never recorded, or that record already ran: later work need not wait.
+    if (st.done(g)) return;
+  }
   task t;
   t.kind = op::wait;
   t.event = static_cast<host_event&>(e).state();
@@ -238,20 +251,20 @@ void host_stream::execute(task& t) noexcept {
     case op::record: {
       event_state& st = *t.event;
       std::lock_guard lock(st.mu);
-      if (t.generation > st.completed.load(std::memory_order_relaxed)) {
+      std::erase(st.pending, t.generation);
+      if (t.generation > st.latest_done) {
         st.error = error_;  // this worker is error_'s only writer: no lock needed to read
-        st.completed.store(t.generation, std::memory_order_release);
+        st.latest_done = t.generation;
       }
       if (st.waiters > 0) st.cv.notify_all();
       break;
     }
     case op::wait: {
       event_state& st = *t.event;
-      if (st.completed.load(std::memory_order_acquire) >= t.generation) break;
       std::unique_lock lock(st.mu);
+      if (st.done(t.generation)) break;
       ++st.waiters;
-      st.cv.wait(lock,
-                 [&] { return st.completed.load(std::memory_order_relaxed) >= t.generation; });
+      st.cv.wait(lock, [&] { return st.done(t.generation); });
       --st.waiters;
       break;
     }

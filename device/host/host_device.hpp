@@ -19,12 +19,18 @@ namespace memweave::host_backend {
 /// What an event shares with the record/wait tasks that refer to it (tasks keep it alive
 /// when the event object is destroyed first).
 struct event_state {
-  std::mutex mu;                             // guards error and waiters; completions under it
-  std::condition_variable cv;                // signalled when `completed` advances
-  std::atomic<std::uint64_t> recorded{0};    // generation of the latest record() call
-  std::atomic<std::uint64_t> completed{0};   // highest generation whose record task ran
-  std::shared_ptr<const std::string> error;  // stream failure seen by `completed`, or null
+  std::mutex mu;               // guards everything below
+  std::condition_variable cv;  // signalled when a record task runs
+  std::uint64_t recorded = 0;  // generation of the latest record() call
+  // Generations recorded whose record task has not run yet. Records on different streams
+  // run in any order, so "a later generation ran" says nothing of an earlier one, which a
+  // wait may be for.
+  std::vector<std::uint64_t> pending;
+  std::uint64_t latest_done = 0;             // the highest generation whose record task ran
+  std::shared_ptr<const std::string> error;  // stream failure seen by latest_done, or null
   int waiters = 0;                           // threads blocked on cv (skip notify when 0)
+  /// Whether the record of generation `g` has run (0: never recorded). Under `mu`.
+  bool done(std::uint64_t g) const noexcept;
 };
 
 /// An event of the host backend.

@@ -125,6 +125,38 @@ TEST_F(host_device_test, wait_holds_later_work_until_the_event_completes) {
   EXPECT_TRUE(ran.load());
 }
 
+// As CUDA's: a wait is for the record it saw. The event recorded again on an idle stream
+// completes that later record at once, which must not release the wait on the earlier one,
+// still behind blocked work (the executor records one event on compute, has copies wait for
+// it, then records it on the copy stream: `memweave eval` under utp overwrote the labels
+// before the loss read them).
+TEST_F(host_device_test, a_wait_is_for_its_own_record_not_a_later_one_on_another_stream) {
+  auto e = dev_->create_event();
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  std::atomic<bool> compute_done{false};
+  compute_.launch([opened, &compute_done] {
+    opened.wait();
+    compute_done = true;
+  });
+  compute_.record(*e);
+  h2d_.wait(*e);
+  std::atomic<bool> saw_compute_done{false}, ran{false};
+  h2d_.launch([&] {
+    saw_compute_done = compute_done.load();
+    ran = true;
+  });
+  d2h_.record(*e);  // an idle stream: this record completes at once
+  d2h_.synchronize();
+  EXPECT_TRUE(e->query()) << "the latest record has completed";
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(ran.load()) << "the copy stream ran before the record it waits for";
+  gate.set_value();
+  h2d_.synchronize();
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(saw_compute_done.load());
+}
+
 TEST_F(host_device_test, wait_on_an_event_never_recorded_does_not_block) {
   auto e = dev_->create_event();
   compute_.wait(*e);
