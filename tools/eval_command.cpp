@@ -28,6 +28,7 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
   eo.evaluation_only = true;  // the budget need not hold a backward pass
   char line[320];
   try {
+    split_parts_if_asked(net, o, eo);
     executor ex(net, *dev, eo);
     const bool computes = dev->touches_memory();
     // The null device holds no values: the weights do not change what memory does. The
@@ -57,6 +58,11 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
                   static_cast<unsigned long long>(rep.evictions),
                   format_bytes(rep.bytes_offloaded).c_str());
     out << line;
+    if (rep.staged_steps != 0) {
+      out << "          TSPLIT: " << rep.staged_steps
+          << " steps ran in micro-batches with their micro-tensors in host memory, "
+          << format_bytes(rep.bytes_staged) << " over the link per batch\n";
+    }
     return true;
   } catch (const error& e) {
     if (!does_not_fit(e)) throw;
@@ -68,7 +74,7 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
 }  // namespace
 
 int eval_command(int argc, const char* const* argv, std::ostream& out) {
-  cli_args args(argc, argv, 2, {});
+  cli_args args(argc, argv, 2, {"split"});
   network_run_options o = read_network_run_options(args);
   read_init_from(args, o, false);
   const std::int64_t batches =
@@ -85,6 +91,7 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
     dev.kind = *kind;
   }
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
+  o.split = args.flag("split");
   args.reject_unused();
   const network net = make_run_network(o, true);
   const auto source =

@@ -42,6 +42,8 @@ commands:
           accuracy and memory per policy
           --net NAME|PATH.onnx [--init-from FILE] [--batches N (10)] [--first-batch N (0)]
           [--data ...] [--device auto|host|cuda|null] and train's network and memory options
+          [--split (TSPLIT: the forward steps over --budget run in micro-batches; under utp
+           and all only the running micro-batch's slices are on the device)]
   plan    the same runtime on the null device (no memory touched): per-step memory,
           peak, max(l_i), and whether each policy fits --budget (same options, no --data);
           --max-batch: the largest batch that fits --budget, per policy;

@@ -253,8 +253,8 @@ void loss_backward(const k::kernel_context& ctx, const step_io& io, const micro_
 
 }  // namespace
 
-int split_passes(layer_type type, bool forward, bool input_grad) noexcept {
-  if (type != layer_type::bn) return 1;
+int split_passes(layer_type type, bool forward, bool input_grad, bool inference) noexcept {
+  if (type != layer_type::bn || inference) return 1;
   return forward ? 3 : (input_grad ? 2 : 1);
 }
 
@@ -312,7 +312,7 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
 }
 
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
-                              int parts, bool input_grad) noexcept {
+                              int parts, bool input_grad, bool inference) noexcept {
   std::size_t b = 0;
   std::vector<staged_tensor> by_micro_batch;
   for (const staged_tensor& t : staged) {
@@ -327,7 +327,7 @@ std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const sta
   }
   if (by_micro_batch.empty()) return b;
   // The passes micro_steps runs, their micro-batches in the same order, through held_slices.
-  const auto passes = static_cast<std::size_t>(split_passes(type, forward, input_grad));
+  const auto passes = static_cast<std::size_t>(split_passes(type, forward, input_grad, inference));
   const std::vector<std::int64_t> bounds = micro_batch_bounds(by_micro_batch.front().n, parts);
   const std::size_t n = bounds.size() - 1;
   held_slices held(by_micro_batch);

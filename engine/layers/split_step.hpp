@@ -54,8 +54,9 @@ struct staged_tensor {
 
 /// The passes a split step of layer type `type` runs over its micro-batches: BN 3 forward
 /// (sum, squared deviations, normalisation), 2 backward where its input has a gradient
-/// (`input_grad`: the sums, then dx), 1 where not; every other type 1.
-int split_passes(layer_type type, bool forward, bool input_grad) noexcept;
+/// (`input_grad`: the sums, then dx), 1 where not; every other type 1. In an evaluation
+/// (`inference`: BN on its running statistics, element-wise) every type 1.
+int split_passes(layer_type type, bool forward, bool input_grad, bool inference = false) noexcept;
 
 /// The micro-batch whose slices a split step's micro buffers hold when it ends (its last
 /// pass's last): the passes alternate direction from the first, which starts at the last
@@ -101,7 +102,8 @@ std::size_t run_split_step(const kernels::host::kernel_context& ctx, const step_
 /// Channel-staged tensors (channels > 0) add their copies around each group: those with
 /// images once, those without once per micro-batch (`parts` of them).
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
-                              int parts = 1, bool input_grad = true) noexcept;
+                              int parts = 1, bool input_grad = true,
+                              bool inference = false) noexcept;
 
 /// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
 /// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):

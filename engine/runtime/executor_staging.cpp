@@ -27,9 +27,12 @@ int channel_groups_of(const executor_options& options, const network& net, const
 
 bool staged_split_step(const executor_options& options, const network& net, const route& r,
                        std::size_t s) noexcept {
-  return options.policy.evict_to_host && !options.evaluation_only &&
+  const layer_type type = net[r.at(s).layer].type;
+  // An evaluation reads the loss's predictions and labels whole (run_step).
+  return options.policy.evict_to_host &&
          (batch_parts_of(options, s) > 1 || channel_groups_of(options, net, r, s) > 1) &&
-         net[r.at(s).layer].type != layer_type::tiled;
+         type != layer_type::tiled &&
+         !(options.evaluation_only && type == layer_type::softmax_loss);
 }
 
 bool first_input_has_grad(const tensor_table& table, const layer& l) noexcept {
@@ -548,7 +551,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   const bool input_grad = first_input_has_grad(table_, l);
   const bool forward = rs.direction == pass::forward;
   const std::size_t copied =
-      layers::staged_copy_bytes(l.type, forward, st.tensors, parts, input_grad);
+      layers::staged_copy_bytes(l.type, forward, st.tensors, parts, input_grad, evaluating_);
   staging_->bytes_staged += copied;
   if (!st.own.empty()) {
     std::vector<layers::staged_tensor> unheld(st.tensors.begin(), st.tensors.end());

@@ -113,13 +113,14 @@ double split_plan::link_seconds() const noexcept {
 
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
                        const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
-                       const char* knob, bool channel_splits) {
+                       const char* knob, bool channel_splits, bool forward_only) {
   MEMWEAVE_EXPECTS(block_bytes > 0, "plan_splits: block_bytes is 0; expected a positive size");
   const std::int64_t batch = batch_of(table);
   const route& r = table.steps();
   split_plan plan;
   plan.budget_bytes = budget_bytes;
-  for (std::size_t s = 0; s < table.step_count(); ++s) {
+  const std::size_t steps = forward_only ? r.layer_count() : table.step_count();
+  for (std::size_t s = 0; s < steps; ++s) {
     if (table.accesses(s).empty()) continue;
     const route_step rs = r.at(s);
     const layer& l = net[rs.layer];

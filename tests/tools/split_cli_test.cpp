@@ -150,6 +150,41 @@ TEST(split_cli_test, needs_a_budget) {
   EXPECT_NE(error_of(plan_command, k_net).find("--split needs --budget"), std::string::npos);
 }
 
+// `memweave eval --split`: below the forward's largest step (conv1_2's, 8 MiB here) the
+// forward steps run staged and the loss and accuracy are those of unlimited memory; without
+// --split that budget does not fit, and below the smallest micro-step the error names it.
+TEST(split_cli_test, eval_below_the_forwards_largest_step_gives_the_unlimited_results) {
+  const std::vector<std::string> net = {
+      "--net",     "vgg16", "--batch",   "16", "--image-side", "128", "--width", "0.0625",
+      "--classes", "5",     "--batches", "2",  "--device",     "host"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = net;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const auto unlimited = run(eval_command, with({"--policy", "liveness"}));
+  ASSERT_EQ(unlimited.code, 0) << unlimited.out;
+  const auto at = unlimited.out.find("liveness  loss");
+  ASSERT_NE(at, std::string::npos) << unlimited.out;
+  const std::string result = unlimited.out.substr(at + 9, unlimited.out.find('\n', at) - at - 9);
+  const auto split =
+      run(eval_command, with({"--policy", "utp,all", "--budget", "2MiB", "--split"}));
+  ASSERT_EQ(split.code, 0) << split.out;
+  EXPECT_NE(split.out.find("utp      " + result), std::string::npos) << result << "\n" << split.out;
+  EXPECT_NE(split.out.find("all      " + result), std::string::npos) << result << "\n" << split.out;
+  EXPECT_NE(split.out.find("TSPLIT: 13 steps ran in micro-batches with their micro-tensors in "
+                           "host memory"),
+            std::string::npos)
+      << split.out;
+  const auto whole = run(eval_command, with({"--policy", "utp", "--budget", "2MiB"}));
+  EXPECT_EQ(whole.code, 1) << whole.out;
+  const auto below = run(eval_command, with({"--policy", "utp", "--budget", "1MiB", "--split"}));
+  EXPECT_EQ(below.code, 1) << below.out;
+  EXPECT_NE(below.out.find("below the smallest micro-step of step 34 (fc6 forward"),
+            std::string::npos)
+      << below.out;
+}
+
 // `all` weighs the split plans whose micro-steps fit 100, 85 and 70 % of the budget and runs
 // the fastest, and says so; MEMWEAVE_SPLIT_WEIGH=0 runs the fewest micro-batches.
 TEST(split_cli_test, all_runs_the_fastest_split_plan_and_says_which) {

@@ -108,9 +108,9 @@ inline constexpr double split_plan_shares[] = {1.0, 0.85, 0.7};
 /// naming the step, its layer and its smallest micro-step when even one image per
 /// micro-batch does not fit (`knob`: the flag or variable that set the budget).
 /// `channel_splits` false plans micro-batches only (a step that does not fit at one image is
-/// then too small a budget).
+/// then too small a budget). `forward_only` plans the forward steps alone (an evaluation's).
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
                        const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
-                       const char* knob, bool channel_splits = true);
+                       const char* knob, bool channel_splits = true, bool forward_only = false);
 
 }  // namespace memweave

@@ -8,6 +8,9 @@
 
 #include "engine_test_util.hpp"
 #include "memweave/device/stream_timeline.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/split_plan.hpp"
 
 namespace memweave {
 namespace {
@@ -212,6 +215,59 @@ TEST_P(split_evaluate, split_steps_evaluate_as_whole_ones) {
   const evaluation_result whole = evaluated(false), split = evaluated(true);
   EXPECT_EQ(split.loss, whole.loss) << GetParam();
   EXPECT_EQ(split.correct, whole.correct) << GetParam();
+}
+
+// `memweave eval --split`: an executor that only evaluates, under utp and all, stages its
+// split forward steps as training does (their micro-tensors in host memory, one micro-batch's
+// slices on the device; the loss's step whole), so it evaluates below the forward's largest
+// step, bit-identically to liveness with unlimited memory, and plan (null) and the host peak
+// alike.
+TEST_P(split_evaluate, below_the_forwards_largest_step_evaluates_as_unlimited_memory) {
+  const network net = test::small_zoo(GetParam(), 8);
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> weights;
+  evaluation_result reference;
+  {
+    auto dev = test::make_test_device("host");
+    executor ex(net, *dev, policy_options("liveness", 0, "fixed:direct"));
+    for (int i = 0; i < 2; ++i) ex.run_iteration(data.get(), i);  // running statistics move
+    names = ex.persistent_names();
+    weights = ex.read_persistent();
+    reference = ex.evaluate(data.get(), 100, 2);
+  }
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  const split_plan ample = plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40, 1024,
+                                       "test", false, true);
+  const std::size_t budget = std::max(ample.max_layer_bytes / 2, ample.floor_bytes);
+  ASSERT_LT(budget, ample.max_layer_bytes) << GetParam();
+  const split_plan plan =
+      plan_splits(net, table, memory, cost_model{}, budget, 1024, "test", false, true);
+  for (const char* policy : {"utp", "all"}) {
+    executor_options o = policy_options(policy, budget, "fixed:direct");
+    o.evaluation_only = true;
+    o.split_parts = plan.parts(table.step_count());
+    auto dev = test::make_test_device("host");
+    executor ex(net, *dev, o);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (names[i].ends_with(".momentum")) continue;  // an evaluation keeps none
+      ex.write(names[i], weights[i]);
+    }
+    const evaluation_result got = ex.evaluate(data.get(), 100, 2);
+    EXPECT_EQ(got.loss, reference.loss) << GetParam() << " " << policy;
+    EXPECT_EQ(got.correct, reference.correct) << GetParam() << " " << policy;
+    const policy_report host = ex.report();
+    EXPECT_GT(host.staged_steps, 0u) << GetParam() << " " << policy;
+    EXPECT_GT(host.bytes_staged, 0u) << GetParam() << " " << policy;
+    EXPECT_LE(host.peak_bytes, budget) << GetParam() << " " << policy;
+    auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+    executor planned(net, *null_dev, o);
+    (void)planned.evaluate(nullptr, 0, 1);
+    EXPECT_EQ(planned.report().peak_bytes, host.peak_bytes) << GetParam() << " " << policy;
+    EXPECT_EQ(planned.report().bytes_staged, host.bytes_staged) << GetParam() << " " << policy;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(zoo, split_evaluate,
