@@ -110,12 +110,14 @@ executor_options executor::weigh_split_plans(const network& net, const executor_
     if (!chosen.policy.planned) return c.recompute_s;
     return c.reactive ? c.reactive_s : c.all_s;
   };
+  executor_options candidate = options, best;
+  candidate.split_weighed = false;
+  // No split needed: none is weighed (splitting where nothing must be split costs nothing).
+  if (split(options) == 0) return weigh_policy(net, candidate, choice);
   const route r(net);
   const tensor_table table(net, r);
   const layer_memory memory(table);
   const std::size_t block = options.heap.block_bytes != 0 ? options.heap.block_bytes : 1024;
-  executor_options candidate = options, best;
-  candidate.split_weighed = false;
   double best_s = 0;
   for (const double share : split_plan_shares) {
     if (share < 1.0) {

@@ -291,6 +291,15 @@ TEST(split_staging_test, all_runs_the_fastest_of_the_split_plans_weighed) {
   fewest_only.run_iteration(nullptr, 0);
   EXPECT_NEAR(fewest_only.report().seconds_per_iteration, fewest, 1e-9 * fewest);
   EXPECT_EQ(fewest_only.report().weighed_split_share, 0.0);
+  // Where no step must be split (the budget over max(l_i)), no split plan is weighed.
+  executor_options roomy = weighed;
+  roomy.split_weighed = true;
+  roomy.budget_bytes = s.max_layer * 4;
+  roomy.split_parts.clear();
+  executor unsplit(net, *null_dev, roomy);
+  unsplit.run_iteration(nullptr, 0);
+  EXPECT_EQ(unsplit.report().weighed_split_share, 0.0);
+  for (const step_record& st : unsplit.report().steps) EXPECT_EQ(st.parts, 1) << st.step;
   // The host trains the plan chosen, bit-identically.
   weighed.split_weighed = true;
   const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 1);
