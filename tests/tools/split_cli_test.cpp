@@ -152,7 +152,8 @@ TEST(split_cli_test, needs_a_budget) {
 
 // `memweave eval --split`: below the forward's largest step (conv1_2's, 8 MiB here) the
 // forward steps run staged and the loss and accuracy are those of unlimited memory; without
-// --split that budget does not fit, and below the smallest micro-step the error names it.
+// --split that budget does not fit, and below the smallest micro-step (relu1_1's at one
+// image, which no channel group cuts) the error names it.
 TEST(split_cli_test, eval_below_the_forwards_largest_step_gives_the_unlimited_results) {
   const std::vector<std::string> net = {
       "--net",     "vgg16", "--batch",   "16", "--image-side", "128", "--width", "0.0625",
@@ -178,11 +179,34 @@ TEST(split_cli_test, eval_below_the_forwards_largest_step_gives_the_unlimited_re
       << split.out;
   const auto whole = run(eval_command, with({"--policy", "utp", "--budget", "2MiB"}));
   EXPECT_EQ(whole.code, 1) << whole.out;
-  const auto below = run(eval_command, with({"--policy", "utp", "--budget", "1MiB", "--split"}));
+  const auto below = run(eval_command, with({"--policy", "utp", "--budget", "256KiB", "--split"}));
   EXPECT_EQ(below.code, 1) << below.out;
-  EXPECT_NE(below.out.find("below the smallest micro-step of step 34 (fc6 forward"),
+  EXPECT_NE(below.out.find("below the smallest micro-step of step 3 (relu1_1 forward, one image "
+                           "per micro-batch): 512.00 KiB"),
             std::string::npos)
       << below.out;
+}
+
+// eval --split below the floor of micro-batches: fc6's weights (24.5 MiB here) run in
+// output-channel groups from host memory, at 512 KiB, with the unlimited results.
+TEST(split_cli_test, eval_runs_the_fc_weights_in_output_channel_groups) {
+  const std::vector<std::string> net = {
+      "--net",     "vgg16", "--batch",   "2", "--image-side", "32",  "--width", "0.25",
+      "--classes", "10",    "--batches", "2", "--device",     "host"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = net;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const auto unlimited = run(eval_command, with({"--policy", "liveness"}));
+  ASSERT_EQ(unlimited.code, 0) << unlimited.out;
+  const auto at = unlimited.out.find("liveness  loss");
+  ASSERT_NE(at, std::string::npos) << unlimited.out;
+  const std::string result = unlimited.out.substr(at + 9, unlimited.out.find('\n', at) - at - 9);
+  const auto split = run(eval_command, with({"--policy", "all", "--budget", "512KiB", "--split"}));
+  ASSERT_EQ(split.code, 0) << split.out;
+  EXPECT_NE(split.out.find("all      " + result), std::string::npos) << result << "\n" << split.out;
+  EXPECT_NE(split.out.find("peak 497.00 KiB"), std::string::npos) << split.out;
 }
 
 // `all` weighs the split plans whose micro-steps fit 100, 85 and 70 % of the budget and runs
