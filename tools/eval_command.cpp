@@ -93,6 +93,9 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
   o.split = args.flag("split");
   args.reject_unused();
+  MEMWEAVE_EXPECTS(!o.split || o.budget_bytes != 0,
+                   "--split runs the forward steps over the budget in micro-batches: give "
+                   "--budget");
   const network net = make_run_network(o, true);
   const auto source =
       make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);

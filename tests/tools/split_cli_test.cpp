@@ -179,6 +179,12 @@ TEST(split_cli_test, eval_below_the_forwards_largest_step_gives_the_unlimited_re
       << split.out;
   const auto whole = run(eval_command, with({"--policy", "utp", "--budget", "2MiB"}));
   EXPECT_EQ(whole.code, 1) << whole.out;
+  // No budget: an error before anything runs.
+  const std::string no_budget = error_of(eval_command, with({"--policy", "utp", "--split"}));
+  EXPECT_NE(no_budget.find("--split runs the forward steps over the budget in micro-batches: "
+                           "give --budget"),
+            std::string::npos)
+      << no_budget;
   const auto below = run(eval_command, with({"--policy", "utp", "--budget", "256KiB", "--split"}));
   EXPECT_EQ(below.code, 1) << below.out;
   EXPECT_NE(below.out.find("below the smallest micro-step of step 3 (relu1_1 forward, one image "
