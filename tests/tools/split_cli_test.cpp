@@ -44,6 +44,12 @@ TEST(split_cli_test, half_the_largest_layer_splits_and_reports_the_floor) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("all: TSPLIT: 69 steps ran in micro-batches"), std::string::npos) << r.out;
+  // Its plan step by step, the first twelve (the plan printed above is the fewest).
+  EXPECT_NE(r.out.find("all: its steps in micro-batches: conv1 F 2, bn_conv1 F 2, conv1_relu F "
+                       "2, pool1 F 2, res2a_branch2c F 2,"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(", and 57 more (--json, --csv: `parts`)"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(" NO "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("41 of 351 steps split, 0 in output-channel groups"), std::string::npos)
       << r.out;
