@@ -650,16 +650,11 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   //    rest is acquired whole, and a buffer for one micro-batch's slices is taken after.
   std::vector<tensor_id> locked;
   const auto accesses = table_.accesses(s);
-  // An evaluation stages its split steps too, but the loss's: the predictions it copies out
-  // (copy_out_predictions) and the labels are read whole on the device.
-  const bool staged = staging_->step[s] && !(evaluating_ && l.type == layer_type::softmax_loss);
+  const bool staged = staging_->step[s];
   if (staged) {
     acquire_staged(s, accesses, locked);
   } else {
     release_handed();  // slices a staged step handed over are for staged steps only
-    // Split or not, it reaches its tensors whole (the last staged step's list is not its own).
-    staging_->tensors.clear();
-    staging_->ids.clear();
     try {
       acquire(s, accesses, locked, false);
     } catch (const out_of_memory&) {

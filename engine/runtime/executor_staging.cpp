@@ -27,12 +27,9 @@ int channel_groups_of(const executor_options& options, const network& net, const
 
 bool staged_split_step(const executor_options& options, const network& net, const route& r,
                        std::size_t s) noexcept {
-  const layer_type type = net[r.at(s).layer].type;
-  // An evaluation reads the loss's predictions and labels whole (run_step).
   return options.policy.evict_to_host &&
          (batch_parts_of(options, s) > 1 || channel_groups_of(options, net, r, s) > 1) &&
-         type != layer_type::tiled &&
-         !(options.evaluation_only && type == layer_type::softmax_loss);
+         net[r.at(s).layer].type != layer_type::tiled;
 }
 
 bool first_input_has_grad(const tensor_table& table, const layer& l) noexcept {

@@ -28,8 +28,7 @@ namespace memweave {
 /// Whether route step `s` is staged: planned in more than one micro-batch, under a policy
 /// that moves tensors to host memory (not a tiled segment, which splits itself). A staged
 /// DATA step writes the batch into host memory, where the split steps after it read it. An
-/// executor that only evaluates stages its forward steps alike, but the loss's, whose
-/// predictions and labels are copied out whole.
+/// evaluation stages its split forward steps alike.
 bool staged_split_step(const executor_options& options, const network& net, const route& r,
                        std::size_t s) noexcept;
 

@@ -268,6 +268,20 @@ TEST_P(split_evaluate, below_the_forwards_largest_step_evaluates_as_unlimited_me
     EXPECT_EQ(planned.report().peak_bytes, host.peak_bytes) << GetParam() << " " << policy;
     EXPECT_EQ(planned.report().bytes_staged, host.bytes_staged) << GetParam() << " " << policy;
   }
+  // Every forward step staged, DATA's and the loss's too: the predictions and labels are
+  // copied out of host memory, with the same results.
+  executor_options every = policy_options("utp", ample.max_layer_bytes * 4, "fixed:direct");
+  every.evaluation_only = true;
+  every.split_parts.assign(r.layer_count(), 2);
+  auto dev = test::make_test_device("host");
+  executor ex(net, *dev, every);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (!names[i].ends_with(".momentum")) ex.write(names[i], weights[i]);
+  }
+  const evaluation_result got = ex.evaluate(data.get(), 100, 2);
+  EXPECT_EQ(got.loss, reference.loss) << GetParam() << ", every step staged";
+  EXPECT_EQ(got.correct, reference.correct) << GetParam() << ", every step staged";
+  EXPECT_EQ(ex.report().staged_steps, r.layer_count()) << GetParam();
 }
 
 INSTANTIATE_TEST_SUITE_P(zoo, split_evaluate,
