@@ -337,12 +337,12 @@ void write_summary(std::ostream& out, const run_report& r) {
           << std::setprecision(4) << 1e3 * p.weighed_fewest_split_seconds << " ms per iteration)\n";
       // Its plan step by step (the plan printed above is the fewest), the first few here.
       constexpr std::size_t shown = 12;
-      std::size_t listed = 0, split = 0;
+      std::size_t split = 0;
       out << "  " << p.policy << ": its steps in micro-batches:";
       for (const step_record& st : p.steps) {
         if (st.parts <= 1 && st.groups <= 1) continue;
         if (++split > shown) continue;
-        out << (listed++ == 0 ? " " : ", ") << st.layer << ' ' << st.pass << ' ' << st.parts;
+        out << (split == 1 ? " " : ", ") << st.layer << ' ' << st.pass << ' ' << st.parts;
         if (st.groups > 1) out << "x" << st.groups << " groups";
       }
       if (split > shown) out << ", and " << split - shown << " more (--json, --csv: `parts`)";

@@ -37,13 +37,17 @@ void check_executor_options(const executor_options& options) {
   }
 }
 
+std::size_t heap_block_bytes(const executor_options& options) noexcept {
+  return options.heap.block_bytes != 0 ? options.heap.block_bytes : 1024;
+}
+
 void check_budget(const network& net, const route& steps, const tensor_table& table,
                   const memory_plan& plan, device& dev, const executor_options& options) {
   const bool moves_persistent = options.policy.evict_to_host;
   // The least the policy needs, each tensor rounded to whole heap blocks: the tensors of the
   // most demanding step (l_i), plus every persistent tensor where those never leave the
   // device (under utp/all they move like the others, so a step needs only its own).
-  const std::size_t block = options.heap.block_bytes ? options.heap.block_bytes : 1024;
+  const std::size_t block = heap_block_bytes(options);
   auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
   std::size_t persistent = 0;
   if (!moves_persistent) {

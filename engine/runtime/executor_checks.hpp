@@ -12,6 +12,10 @@
 
 namespace memweave {
 
+/// The heap's block the options give (0: the heap's default, 1 KiB): what budgets and split
+/// plans round each tensor to.
+std::size_t heap_block_bytes(const executor_options& options) noexcept;
+
 /// Throws invalid_argument naming the first option out of its range.
 void check_executor_options(const executor_options& options);
 

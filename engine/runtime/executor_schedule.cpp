@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/runtime/executor_checks.hpp"
 #include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "engine/runtime/residency_table.hpp"
@@ -117,8 +118,9 @@ executor_options executor::weigh_split_plans(const network& net, const executor_
   const route r(net);
   const tensor_table table(net, r);
   const layer_memory memory(table);
-  const std::size_t block = options.heap.block_bytes != 0 ? options.heap.block_bytes : 1024;
-  double best_s = 0;
+  const std::size_t block = heap_block_bytes(options);
+  policy_choice best_choice;
+  double best_s = 0, fewest_s = 0;
   for (const double share : split_plan_shares) {
     if (share < 1.0) {
       const auto budget =
@@ -138,17 +140,17 @@ executor_options executor::weigh_split_plans(const network& net, const executor_
     policy_choice c;
     executor_options weighed = weigh_policy(net, candidate, c);
     const double s = seconds(weighed, c);
-    if (share == 1.0) choice.fewest_split_s = s;
-    // The first that runs at all, then only a faster one.
+    if (share == 1.0) fewest_s = s;
+    // The fewest, then only a faster one.
     if (share == 1.0 || (s > 0 && (best_s == 0 || s < best_s))) {
       best = std::move(weighed);
       best_s = s;
-      const double fewest_s = choice.fewest_split_s;
-      choice = std::move(c);
-      choice.split_share = share;
-      choice.fewest_split_s = fewest_s;
+      best_choice = std::move(c);
+      best_choice.split_share = share;
     }
   }
+  choice = std::move(best_choice);
+  choice.fewest_split_s = fewest_s;
   choice.fewest_split_steps = split(options);
   choice.split_steps = split(best);
   return best;
