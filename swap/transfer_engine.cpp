@@ -800,7 +800,13 @@ double transfer_engine::wait_offloaded(std::uint32_t key, stream* compute) {
     auto it = m.entries_.find(key);
     if (it != m.entries_.end()) {
       if (compute != nullptr && it->second.offload_done) compute->wait(*it->second.offload_done);
-      if (auto rec = it->second.offloading) waited = m.wait_for_locked(lock, rec);
+      // Once its copy has landed the entry no longer names the record, while the watcher may
+      // still be running on_offloaded for it: the record stays queued until that returns.
+      std::shared_ptr<offload_record> rec = it->second.offloading;
+      for (auto q = m.queue_.rbegin(); !rec && q != m.queue_.rend(); ++q) {
+        if ((*q)->key == key) rec = *q;
+      }
+      if (rec) waited = m.wait_for_locked(lock, rec);
     }
   }
   m.throw_failures();
