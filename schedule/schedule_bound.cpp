@@ -2,23 +2,28 @@
 // from the best possible, and whether a figure asked of it is reachable in the model at all.
 //
 // At a step s, every byte live across s but not used by it and over the budget must be away:
-//   swapped  its offload crossed the device-to-host link before s started (a persistent
-//            tensor before its first use may have left in the previous iteration: no such
-//            limit), and its prefetch crosses the host-to-device link after s started (a
+//   swapped  its offload crossed the device-to-host link after the tensor was last written
+//            and before s started (a persistent tensor before its first use may have left in
+//            the previous iteration: no such limit), and its prefetch crosses the
+//            host-to-device link after s started and before its next use starts (a
 //            persistent tensor after its last use need not come back this iteration);
 //   dropped  (a rebuildable transient tensor) its producer's forward is replayed at least
 //            once, at least at the step's fastest time; one layer rebuilds one tensor.
 // A tensor in host memory at s (a staged step's, schedule_use::on_host) is away already: its
 // copies are in the steps' times.
 // Every second E the iteration is made longer (stalls and replays) lengthens both windows
-// by E, so with the link at L bytes/s at most L·(T_before(s) + E) bytes can have left and
-// L·(T_after(s) + E) come back; drops within E seconds of replays are at most the fractional
-// knapsack of the cheapest-per-byte ones. The least E at which the two reach the overflow
-// bounds s; the largest over the steps bounds the iteration.
+// by E (a stall right before s, or right after it, widens every copy's window). Each link is
+// one machine serving copies with release times (out) or deadlines (in), so what it can carry
+// is bounded by its cuts (min over θ: the bytes released before θ, plus L·(the window left
+// after θ); mirrored for deadlines): a tensor written just before s cannot leave in time
+// however idle the link was earlier. Drops within E seconds of replays are at most the
+// fractional knapsack of the cheapest-per-byte ones. The least E at which the two reach the
+// overflow bounds s; the largest over the steps bounds the iteration.
 #include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "memweave/schedule/memory_schedule.hpp"
@@ -30,22 +35,57 @@ struct drop_item {
   double bytes = 0, seconds = 0;
 };
 
+// Copies one link must carry for a step, each within a window that one end of fixes: its
+// release (the tensor's last write, for the way out) or its deadline (its next use, for the
+// way back), the other end being the step's start, which E seconds of stalls move away.
+struct link_jobs {
+  // (seconds from the step's start to the fixed end, bytes): for the way out, how long
+  // before the step the tensor was last written; for the way back, how long after the step's
+  // start it is next used. Sorted nearest first by prepare().
+  std::vector<std::pair<double, double>> jobs;
+  std::vector<double> farther;  // per job: the bytes of the jobs sorted after it
+
+  void add(double window, double bytes) { jobs.emplace_back(window, bytes); }
+
+  void prepare() {
+    std::sort(jobs.begin(), jobs.end());
+    farther.assign(jobs.size(), 0);
+    double sum = 0;
+    for (std::size_t i = jobs.size(); i-- > 0;) {
+      farther[i] = sum;
+      sum += jobs[i].second;
+    }
+  }
+
+  // The most bytes the link can carry at `link` bytes/s with every window `extra` seconds
+  // wider: the least cut, min over each job j of (the bytes of jobs with wider windows, which
+  // may all fit, plus what the link carries in j's window), and all the bytes.
+  double most(double extra, double link) const {
+    double m = jobs.empty() ? 0 : farther.front() + jobs.front().second;
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      m = std::min(m, farther[i] + link * (std::max(0.0, jobs[i].first) + extra));
+    }
+    return m;
+  }
+};
+
 // What may leave the device at one step, by which link it must cross.
 struct removable {
   double both = 0;               // transient in a gap: out before the step, back after it
   double in_only = 0;            // persistent before its first use: back after the step
   double out_only = 0;           // persistent after its last use: out before the step
   double free_bytes = 0;         // persistent and never used: may stay on the host
+  link_jobs out, in;             // out: both and out_only; in: both and in_only
   std::vector<drop_item> drops;  // cheapest per byte first
 
   double total() const { return both + in_only + out_only + free_bytes; }
 
   // The most bytes away at the step if the iteration is `extra` seconds longer than its
-  // fastest: links of `out_window`/`in_window` + extra seconds, replays within `extra`.
-  double most_away(double extra, double out_window, double in_window, double link) const {
-    const double out = link * (out_window + extra), in = link * (in_window + extra);
+  // fastest: what each link carries in its windows widened by `extra`, replays within it.
+  double most_away(double extra, double link) const {
+    const double o = out.most(extra, link), i = in.most(extra, link);
     const double swapped =
-        std::min({both + in_only + out_only, in + out_only, out + in_only, in + out}) + free_bytes;
+        std::min({both + in_only + out_only, i + out_only, o + in_only, i + o}) + free_bytes;
     double dropped = 0, left = extra;
     for (const drop_item& d : drops) {
       if (d.seconds <= left) {
@@ -69,6 +109,17 @@ const schedule_use* use_at_or_before(const schedule_tensor& t, std::uint32_t s) 
   return it == t.uses.begin() ? nullptr : &*std::prev(it);
 }
 
+// The last step at or before `u` (a use of `t`) that writes it: a copy out can start only
+// once that step is done. A transient tensor's first use writes it (it is born there); a
+// persistent one never written: none (k_unwritten).
+constexpr std::uint32_t k_unwritten = std::numeric_limits<std::uint32_t>::max();
+std::uint32_t last_write(const schedule_tensor& t, const schedule_use* u) {
+  for (const schedule_use* w = u;; --w) {
+    if (w->writes) return w->step;
+    if (w == t.uses.data()) return t.persistent ? k_unwritten : w->step;
+  }
+}
+
 }  // namespace
 
 schedule_bound bound_memory_schedule(const schedule_problem& p) {
@@ -88,7 +139,9 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
     }
   }
   schedule_bound b;
-  for (double x : fastest) b.baseline_seconds += x;
+  std::vector<double> start(steps + 1, 0);  // each step's start with every step at its fastest
+  for (std::size_t s = 0; s < steps; ++s) start[s + 1] = start[s] + fastest[s];
+  b.baseline_seconds = start[steps];
   double before = 0, worst_extra = 0;
   for (std::uint32_t s = 0; s < steps; before += fastest[s], ++s) {
     std::size_t fixed = least_extra[s];
@@ -101,8 +154,24 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
         continue;
       }
       const std::uint32_t first = t.uses.front().step, last = t.uses.back().step;
+      // Out after its last write (once that step is done), back before its next use starts.
+      auto out_after = [&](const schedule_use* u) {
+        const std::uint32_t w = last_write(t, u);
+        // Never written: its host copy from any earlier iteration will do.
+        r.out.add(
+            w == k_unwritten ? std::numeric_limits<double>::infinity() : before - start[w + 1],
+            bytes);
+      };
+      auto in_before = [&](std::uint32_t next) { r.in.add(start[next] - before, bytes); };
       if (s < first || s > last) {
-        if (t.persistent) (s < first ? r.in_only : r.out_only) += bytes;
+        if (!t.persistent) continue;
+        if (s < first) {
+          r.in_only += bytes;
+          in_before(first);
+        } else {
+          r.out_only += bytes;
+          out_after(&t.uses.back());
+        }
         continue;
       }
       const schedule_use* u = use_at_or_before(t, s);
@@ -113,6 +182,8 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
         continue;
       }
       r.both += bytes;
+      out_after(u);
+      in_before(std::next(u)->step);
       if (t.rebuildable && !t.persistent) r.drops.push_back({bytes, t.rebuild_seconds});
     }
     if (fixed > p.budget_bytes) {
@@ -128,10 +199,9 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
     std::sort(r.drops.begin(), r.drops.end(), [](const drop_item& x, const drop_item& y) {
       return x.seconds * y.bytes < y.seconds * x.bytes;
     });
-    const double after = b.baseline_seconds - before;
-    auto enough = [&](double extra) {
-      return r.most_away(extra, before, after, p.link_bytes_per_s) >= over;
-    };
+    r.out.prepare();
+    r.in.prepare();
+    auto enough = [&](double extra) { return r.most_away(extra, p.link_bytes_per_s) >= over; };
     if (enough(0)) continue;
     // The links' windows grow with the extra time, so enough time always suffices.
     double lo = 0, hi = std::max(1e-6, b.baseline_seconds);

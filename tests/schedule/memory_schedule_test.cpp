@@ -936,23 +936,50 @@ schedule_problem tiny_overflow() {
   return p;
 }
 
-TEST(schedule_bound_test, swapping_out_before_step_1_takes_49_more_seconds_of_link) {
-  // By step 1 the link has carried 1 + E bytes: 50 of them need E >= 49.
+TEST(schedule_bound_test, swapping_out_before_step_1_takes_50_more_seconds_of_link) {
+  // Step 0 writes the tensor and ends as step 1 starts: the link carries E bytes between the
+  // write and step 1 (the second it idled before the write does not count), so 50 need E >= 50.
   const schedule_bound b = bound_memory_schedule(tiny_overflow());
   EXPECT_TRUE(b.feasible);
   EXPECT_DOUBLE_EQ(b.baseline_seconds, 4.0);
-  EXPECT_NEAR(b.seconds, 53.0, 1e-9);
+  EXPECT_NEAR(b.seconds, 54.0, 1e-9);
   EXPECT_EQ(b.step, 1u);
   EXPECT_EQ(b.overflow_bytes, 50u);
 }
 
 TEST(schedule_bound_test, a_cheap_rebuild_lowers_the_bound_by_what_it_drops_per_second) {
-  // Rebuilding the 100 bytes costs 10 s: E seconds drop 10·E bytes besides the 1 + E swapped,
-  // so 1 + 11·E >= 50.
+  // Rebuilding the 100 bytes costs 10 s: E seconds drop 10·E bytes besides the E swapped,
+  // so 11·E >= 50.
   schedule_problem p = tiny_overflow();
   p.tensors[0].rebuildable = true;
   p.tensors[0].rebuild_seconds = 10.0;
-  EXPECT_NEAR(bound_memory_schedule(p).seconds, 4.0 + 49.0 / 11.0, 1e-9);
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 4.0 + 50.0 / 11.0, 1e-9);
+}
+
+TEST(schedule_bound_test, a_copy_waits_for_the_write_before_it_and_lands_before_the_next_use) {
+  // Six steps of 1 s, a link of 10 bytes/s, budget 100. A (100 bytes) is written at step 0,
+  // read at 2 and 5; B (50 bytes) is used at steps 3 and 4, where 50 bytes of A must be away.
+  // At step 4 they come back in the 1 s before step 5 starts (10 bytes) plus E: E >= 4 (the
+  // old bound let them use the link until the iteration's end). Were A written at step 2,
+  // at step 3 it could leave only in the E seconds after that write: 10·E >= 50, E >= 5.
+  schedule_problem p;
+  p.step_seconds.assign(6, 1.0);
+  p.tensors.push_back(tensor(100, {0, 2, 5}));
+  p.tensors.push_back(tensor(50, {3, 4}));
+  p.link_bytes_per_s = 10.0;
+  p.budget_bytes = 100;
+  EXPECT_EQ(bound_memory_schedule(p).step, 4u);
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 4.0, 1e-9);
+  p.tensors[0].uses[1].writes = true;
+  const schedule_bound b = bound_memory_schedule(p);
+  EXPECT_NEAR(b.seconds, 6.0 + 5.0, 1e-9);
+  EXPECT_EQ(b.step, 3u);
+  // A parameter that is never written (frozen) may stay on the host from an earlier
+  // iteration: after its last use it need not cross the link at all.
+  p.tensors[0] = tensor(100, {0, 2});
+  p.tensors[0].persistent = true;
+  p.tensors[0].uses[0].writes = false;
+  EXPECT_DOUBLE_EQ(bound_memory_schedule(p).seconds, 6.0);
 }
 
 TEST(schedule_bound_test, nothing_to_move_is_the_baseline_and_an_oversized_step_is_infeasible) {

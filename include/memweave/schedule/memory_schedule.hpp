@@ -254,9 +254,10 @@ struct schedule_bound {
 };
 
 /// Bounds `problem` step by step: whatever is live across a step but not used by it and over
-/// the budget must be away, on the host or dropped. Offloaded bytes cannot exceed what the
-/// link carries before the step starts (nor prefetched ones after it), even with every stall
-/// lengthening the iteration; dropped ones cost at least their replays, cheapest per byte
+/// the budget must be away, on the host or dropped. A tensor's offload crosses the link
+/// between its last write and the step's start, its prefetch between that and its next use's
+/// start (each link a single machine: its cuts bound what it carries), even with every stall
+/// lengthening the windows; dropped ones cost at least their replays, cheapest per byte
 /// first. Each of these is relaxed in the schedule's favour (persistent and pinned tensors
 /// may move, the step takes its smallest workspace, the whole budget is usable, no chain or
 /// fragmentation is charged), so the bound is loose but sound. O(steps · tensors · log).
