@@ -157,10 +157,13 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
       // Out after its last write (once that step is done), back before its next use starts.
       auto out_after = [&](const schedule_use* u) {
         const std::uint32_t w = last_write(t, u);
-        // Never written: its host copy from any earlier iteration will do.
-        r.out.add(
-            w == k_unwritten ? std::numeric_limits<double>::infinity() : before - start[w + 1],
-            bytes);
+        if (w != k_unwritten) return r.out.add(before - start[w + 1], bytes);
+        // Persistent, not written yet this iteration: it may have left since its last write
+        // in the one before; never written, its host copy from any earlier one will do.
+        const std::uint32_t previous = last_write(t, &t.uses.back());
+        r.out.add(previous == k_unwritten ? std::numeric_limits<double>::infinity()
+                                          : before + b.baseline_seconds - start[previous + 1],
+                  bytes);
       };
       auto in_before = [&](std::uint32_t next) { r.in.add(start[next] - before, bytes); };
       if (s < first || s > last) {

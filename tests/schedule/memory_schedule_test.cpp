@@ -982,6 +982,25 @@ TEST(schedule_bound_test, a_copy_waits_for_the_write_before_it_and_lands_before_
   EXPECT_DOUBLE_EQ(bound_memory_schedule(p).seconds, 6.0);
 }
 
+TEST(schedule_bound_test, a_parameter_may_leave_from_its_update_in_the_iteration_before) {
+  // A parameter P (100 bytes) read at step 0 and updated at step 5 of six 1-s steps, B (50)
+  // at step 1, budget 100, 10 bytes/s. At step 1, 50 bytes of P must be away: written at the
+  // end of the iteration before, it has had 1 s of link (10 bytes) plus E: E >= 4. Frozen
+  // (never written), only its way back counts: 4 s before step 5 (40 bytes) plus E: E >= 1.
+  schedule_problem p;
+  p.step_seconds.assign(6, 1.0);
+  p.tensors.push_back(tensor(100, {0, 5}));
+  p.tensors[0].persistent = true;
+  p.tensors[0].uses[0].writes = false;
+  p.tensors[0].uses[1].writes = true;
+  p.tensors.push_back(tensor(50, {1}));
+  p.link_bytes_per_s = 10.0;
+  p.budget_bytes = 100;
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 4.0, 1e-9);
+  p.tensors[0].uses[1].writes = false;
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 1.0, 1e-9);
+}
+
 TEST(schedule_bound_test, nothing_to_move_is_the_baseline_and_an_oversized_step_is_infeasible) {
   schedule_problem p = tiny_overflow();
   p.budget_bytes = 150;
