@@ -39,6 +39,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
   schedule_problem p;
   p.budget_bytes = in.budget_bytes;
   p.link_bytes_per_s = in.link_bytes_per_s;
+  p.device_bytes_per_s = in.model.memory_bytes_per_s;
   p.copy_latency_s = in.copy_latency_s;
   p.step_seconds.assign(steps, 0.0);
   p.step_options.resize(steps);

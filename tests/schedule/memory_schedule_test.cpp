@@ -179,6 +179,47 @@ TEST(memory_schedule_test, a_drop_becomes_a_swap_where_the_link_is_idle_and_the_
   EXPECT_NEAR(d.predicted_seconds, d.baseline_seconds + 2e-3, 1e-12);
 }
 
+TEST(memory_schedule_test, drops_made_swaps_take_the_link_for_costlier_replays_first) {
+  // Ten 1 ms steps. A (100 MiB, replayed in 0.5 ms: a memory-bound pass at 500 GB/s), C1 and
+  // C2 (50 MiB each, 0.4 ms: costlier per byte) are written at step 0 and read at 9; B
+  // (200 MiB) at steps 3..6 puts all 200 MiB of them over the budget there. The link carries
+  // 100 MiB in the 2 ms between step 0 and step 3 (and again between 6 and 9): one round trip
+  // of A, or of C1 and C2. By replay time alone A goes first and the Cs are replayed (0.8 ms);
+  // memory-bound replays last, the Cs cross the link and A is replayed (0.5 ms).
+  schedule_problem p;
+  p.step_seconds.assign(10, 1e-3);
+  p.tensors.push_back(tensor(100 * k_mib, {0, 9}));
+  p.tensors.push_back(tensor(50 * k_mib, {0, 9}));
+  p.tensors.push_back(tensor(50 * k_mib, {0, 9}));
+  p.tensors.push_back(tensor(200 * k_mib, {3, 4, 5, 6}));
+  for (std::size_t t = 0; t < 3; ++t) p.tensors[t].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 0.5e-3;
+  p.tensors[1].rebuild_seconds = p.tensors[2].rebuild_seconds = 0.4e-3;
+  p.link_bytes_per_s = 60e9;
+  p.budget_bytes = 200 * k_mib;
+  auto action_of = [](const memory_schedule& s, std::uint32_t t) {
+    for (const scheduled_gap& g : s.gaps) {
+      if (g.tensor == t) return g.action;
+    }
+    return gap_action::keep;
+  };
+  const memory_schedule by_time = plan_memory_schedule(p, no_headroom());
+  ASSERT_TRUE(by_time.fits);
+  EXPECT_EQ(action_of(by_time, 0), gap_action::swap);
+  EXPECT_EQ(action_of(by_time, 1), gap_action::drop);
+  EXPECT_EQ(action_of(by_time, 2), gap_action::drop);
+  EXPECT_NEAR(by_time.predicted_seconds, 10e-3 + 0.8e-3, 1e-9);
+  p.device_bytes_per_s = 500e9;
+  const memory_schedule costlier_first = plan_memory_schedule(p, no_headroom());
+  ASSERT_TRUE(costlier_first.fits);
+  EXPECT_EQ(action_of(costlier_first, 0), gap_action::drop);
+  EXPECT_EQ(action_of(costlier_first, 1), gap_action::swap);
+  EXPECT_EQ(action_of(costlier_first, 2), gap_action::swap);
+  EXPECT_NEAR(costlier_first.predicted_seconds, 10e-3 + 0.5e-3, 1e-9);
+  p.device_bytes_per_s = -1;
+  EXPECT_THROW((void)plan_memory_schedule(p, no_headroom()), invalid_argument);
+}
+
 TEST(memory_schedule_test, an_expensive_rebuild_loses_to_a_hidden_swap) {
   schedule_problem p = long_gap(10, 10e-3, 2, 7);
   p.budget_bytes = 150 * k_mib;

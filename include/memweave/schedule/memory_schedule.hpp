@@ -105,6 +105,10 @@ struct schedule_problem {
   std::vector<schedule_tensor> tensors;
   std::size_t budget_bytes = 0;    ///< what the tensors may hold at any step
   double link_bytes_per_s = 16e9;  ///< host link, each direction
+  /// Device memory, to tell a memory-bound replay (an element-wise layer's) from a costlier
+  /// one: drops turned into swaps after planning take the costlier first. 0 = unknown: by
+  /// replay time alone.
+  double device_bytes_per_s = 0.0;
   /// What each copy costs besides its bytes (issuing it, the stream's turn-around): 0 in the
   /// model; measured on a real device, where it dominates small tensors' copies.
   double copy_latency_s = 0.0;
