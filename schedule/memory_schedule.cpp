@@ -174,6 +174,7 @@ class planner {
     }
     if (o_.allow_swap && !fits_plain) refine();
     if (!staging_.empty()) unstage();
+    if (!fits_plain && o_.hold_dead) hold_chains();
     widen_workspaces();  // a plan that fits plainly is still timed with what selection takes
     defer_releases();
     const std::vector<std::size_t> bytes = memory_curve();
@@ -396,6 +397,70 @@ class planner {
     return k.action == gap_action::swap && (step <= k.prefetch || step >= k.release);
   }
 
+  // Whether dead `t` is kept at `step` from a rebuild at an earlier step (hold_chains).
+  bool held_at(std::uint32_t t, std::uint32_t step) const {
+    if (t >= held_.size()) return false;
+    return std::any_of(held_[t].begin(), held_[t].end(),
+                       [&](const auto& h) { return h.first < step && step <= h.second; });
+  }
+
+  // Last but for the workspaces: a tensor dead by the time replays need it is rebuilt at each
+  // step whose chain reads it, and freed after it (a DenseNet block's features, which every
+  // concatenation after them reads, each concatenation rebuilt in backward: the block's first
+  // feature five times in a row). Where the steps between two such rebuilds have room under
+  // the planning budget, it stays from the first to the last of a run instead: one replay for
+  // the run, and the later steps' chains no longer rebuild what only its replay read. Those
+  // replaying the most first. Not beside staged steps (their replays' reads are in host
+  // memory).
+  void hold_chains() {
+    if (!staging_.empty()) return;
+    const auto steps = static_cast<std::uint32_t>(chain_.size());
+    auto rebuilt_at = [&](std::uint32_t y) {
+      std::vector<std::uint32_t> at;
+      for (std::uint32_t s = 0; s < steps; ++s) {
+        if (std::find(chain_[s].begin(), chain_[s].end(), y) != chain_[s].end()) at.push_back(s);
+      }
+      return at;
+    };
+    std::vector<std::pair<double, std::uint32_t>> order;
+    {
+      std::vector<std::uint32_t> count(p_.tensors.size(), 0);
+      for (const auto& c : chain_) {
+        for (std::uint32_t y : c) ++count[y];
+      }
+      for (std::uint32_t y = 0; y < count.size(); ++y) {
+        if (count[y] > 1) order.emplace_back((count[y] - 1) * p_.tensors[y].rebuild_seconds, y);
+      }
+    }
+    if (order.empty()) return;
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    held_.resize(p_.tensors.size());
+    for (const auto& [saved, y] : order) {
+      const std::vector<std::uint32_t> at = rebuilt_at(y);
+      std::vector<std::size_t> bytes = memory_curve();
+      const std::size_t b = p_.tensors[y].bytes;
+      // Held over (from, to]: the steps its chains rebuild it at count it already.
+      auto room = [&](std::uint32_t from, std::uint32_t to) {
+        for (std::uint32_t s = from + 1; s <= to; ++s) {
+          const bool counted = std::binary_search(at.begin(), at.end(), s);
+          if (bytes[s] + (counted ? 0 : b) > planning_budget_) return false;
+        }
+        return true;
+      };
+      for (std::size_t i = 0; i + 1 < at.size();) {
+        std::size_t j = i;
+        while (j + 1 < at.size() && room(at[i], at[j + 1])) ++j;
+        if (j > i) {
+          held_[y].emplace_back(at[i], at[j]);
+          for (std::size_t k = i + 1; k <= j; ++k) gather_chain(at[k]);
+          bytes = memory_curve();
+        }
+        i = j + 1;
+      }
+    }
+  }
+
   bool alive_at(std::uint32_t t, std::uint32_t step) const {
     if (p_.tensors[t].persistent) return true;
     const auto& u = uses_[t];
@@ -444,6 +509,9 @@ class planner {
             break;
         }
       }
+    }
+    for (std::uint32_t t = 0; t < held_.size(); ++t) {
+      for (const auto& [from, to] : held_[t]) add(from + 1, to, p_.tensors[t].bytes);
     }
     std::vector<std::size_t> bytes(steps);
     std::int64_t run = 0;
@@ -498,6 +566,9 @@ class planner {
     }
     for (std::size_t st = 0; st < chain_.size(); ++st) {
       for (std::uint32_t y : chain_[st]) s.steps[st].rebuild.push_back(y), ++s.rebuilds;
+    }
+    for (std::uint32_t t = 0; t < held_.size(); ++t) {
+      for (const auto& [from, to] : held_[t]) s.steps[from].hold.emplace_back(t, to);
     }
     for (std::size_t st = 0; st < staging_.size(); ++st) {
       for (std::uint32_t t : staging_[st]) {
@@ -805,7 +876,8 @@ class planner {
       const std::uint32_t t = pending.back();
       pending.pop_back();
       for (std::uint32_t y : p_.tensors[t].rebuild_touches) {
-        if (alive_at(y, c) || std::find(chain_[c].begin(), chain_[c].end(), y) != chain_[c].end()) {
+        if (alive_at(y, c) || held_at(y, c) ||
+            std::find(chain_[c].begin(), chain_[c].end(), y) != chain_[c].end()) {
           continue;
         }
         chain_[c].push_back(y);
@@ -1063,6 +1135,9 @@ class planner {
   std::vector<std::vector<schedule_use>> uses_;
   std::vector<std::vector<gap>> gaps_;
   std::vector<std::vector<std::uint32_t>> chain_;  // per step: dead tensors rebuilt for replays
+  // Per tensor (empty: none held): the runs [from, to] over which a dead tensor rebuilt at
+  // `from` is kept for the replays that read it up to `to` (hold_chains).
+  std::vector<std::vector<std::pair<std::uint32_t, std::uint32_t>>> held_;
   // Per step (empty: no staged step): the tensors whose staging changes its time.
   std::vector<std::vector<std::uint32_t>> staging_;
   std::vector<std::uint32_t> choice_;   // per step: the option taken

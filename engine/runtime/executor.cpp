@@ -201,6 +201,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   // When each transient tensor's device memory is given back: after its last use (the
   // plan), or later when a rebuild reads it (recompute, all).
   free_step_.assign(n, route_.step_count());
+  hold_until_.assign(n, 0);
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
     for (tensor_id t : plan_.steps[st].free) free_step_[t] = st;
   }
@@ -514,6 +515,8 @@ void executor::begin_iteration() {
   loss_ = 0;
   cache_->reset_stats();
   if (transfers_) transfers_->engine.reset_stats();
+  release_held(route_.step_count(), true);  // none but after a failed iteration
+  std::fill(hold_until_.begin(), hold_until_.end(), 0);
   // A tensor a replay rebuilt and dropped again after its last use holds nothing.
   residency_->forget_dropped();
   std::fill(host_dropped_.begin(), host_dropped_.end(), false);
@@ -630,7 +633,11 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   marks_ = {};
   residency_->begin_step();
   reap_offloads(s, false);
-  if (schedule_ && !evaluating_) apply_releases(s);
+  if (schedule_ && !evaluating_) {
+    apply_releases(s);
+    // What this step's rebuilds re-create though dead, kept for later replays.
+    for (const auto& [t, until] : schedule_->steps[s].hold) hold_until_[t] = until;
+  }
 
   // 0. recompute: the plan's replays before this backward step.
   const std::size_t position = route_.position(l.id);
@@ -798,8 +805,14 @@ void executor::apply_policy_moves(std::size_t s, bool forward, std::size_t posit
 // (`after_kernel` false) those dead before it, which the step does not touch; after it,
 // those whose last use it was too.
 void executor::drop_dead_rebuilt(std::size_t s, bool after_kernel) {
+  release_held(s, after_kernel);
   std::erase_if(rebuilt_, [&](tensor_id t) {
     if (after_kernel ? free_step_[t] > s : free_step_[t] >= s) return false;
+    if (hold_until_[t] > s) {
+      // Kept for the replays of later steps (scheduled_step::hold): dropped at its last.
+      if (std::find(held_.begin(), held_.end(), t) == held_.end()) held_.push_back(t);
+      return true;
+    }
     if (!after_kernel) {
       // Before the kernel only what sits unlocked on the device, and no replay under way
       // reads (a staged replay's inputs are in host memory, not locked).
@@ -811,6 +824,25 @@ void executor::drop_dead_rebuilt(std::size_t s, bool after_kernel) {
     if (residency_->state(t) == residency::resident) {
       drop(t);
     } else if (residency_->state(t) != residency::dropped) {
+      free_transient(t);  // evicted meanwhile: its host copy goes too
+    }
+    return true;
+  });
+}
+
+void executor::release_held(std::size_t s, bool after_kernel) {
+  std::erase_if(held_, [&](tensor_id t) {
+    if (hold_until_[t] > s) return false;
+    const residency r = residency_->state(t);
+    if (!after_kernel && r == residency::resident &&
+        (cache_->locked(t) ||
+         std::find(replaying_.begin(), replaying_.end(), t) != replaying_.end())) {
+      return false;
+    }
+    hold_until_[t] = 0;
+    if (r == residency::resident) {
+      drop(t);
+    } else if (r != residency::dropped) {
       free_transient(t);  // evicted meanwhile: its host copy goes too
     }
     return true;

@@ -220,6 +220,44 @@ TEST(memory_schedule_test, drops_made_swaps_take_the_link_for_costlier_replays_f
   EXPECT_THROW((void)plan_memory_schedule(p, no_headroom()), invalid_argument);
 }
 
+TEST(memory_schedule_test, a_dead_tensor_two_replays_read_is_rebuilt_once_where_there_is_room) {
+  // Nine 1 ms steps. F (10 MiB) is written at step 0 and read at 1, then dead; C (read at 1
+  // and 5) and D (read at 2 and 7) are rebuilt from F. B (40 MiB, the whole budget) at steps
+  // 3 and 4 has both C and D dropped: each replay needs F, rebuilt first (a chain), at steps
+  // 5 and 7. With room at steps 6 and 7, F stays from its rebuild at 5 to D's at 7: one
+  // replay of F, not two.
+  schedule_problem p;
+  p.step_seconds.assign(9, 1e-3);
+  p.tensors.push_back(tensor(10 * k_mib, {0, 1}));  // F
+  p.tensors.push_back(tensor(10 * k_mib, {1, 5}));  // C
+  p.tensors.push_back(tensor(10 * k_mib, {2, 7}));  // D
+  p.tensors.push_back(tensor(40 * k_mib, {3, 4}));  // B
+  for (std::size_t t = 0; t < 3; ++t) {
+    p.tensors[t].rebuildable = true;
+    p.tensors[t].rebuild_seconds = 1e-3;
+  }
+  p.tensors[1].rebuild_touches = p.tensors[2].rebuild_touches = {0};
+  p.budget_bytes = 40 * k_mib;
+  schedule_options o = no_headroom();
+  o.allow_swap = false;
+  const memory_schedule held = plan_memory_schedule(p, o);
+  ASSERT_TRUE(held.fits);
+  using hold = std::pair<std::uint32_t, std::uint32_t>;
+  EXPECT_EQ(held.steps[5].hold, std::vector<hold>{hold(0, 7)});
+  EXPECT_EQ(held.steps[5].rebuild, (std::vector<std::uint32_t>{1, 0}));
+  EXPECT_EQ(held.steps[7].rebuild, std::vector<std::uint32_t>{2});
+  EXPECT_EQ(held.rebuilds, 3u);
+  EXPECT_EQ(held.bytes_per_step[6], 10 * k_mib);  // F, held
+  EXPECT_NEAR(held.predicted_seconds, 9e-3 + 3e-3, 1e-12);
+  // Another 40 MiB at step 6 leaves F no room there: rebuilt at both steps.
+  p.tensors.push_back(tensor(40 * k_mib, {6}));
+  const memory_schedule rebuilt = plan_memory_schedule(p, o);
+  ASSERT_TRUE(rebuilt.fits);
+  for (const scheduled_step& st : rebuilt.steps) EXPECT_TRUE(st.hold.empty());
+  EXPECT_EQ(rebuilt.steps[7].rebuild, (std::vector<std::uint32_t>{2, 0}));
+  EXPECT_NEAR(rebuilt.predicted_seconds, 9e-3 + 4e-3, 1e-12);
+}
+
 TEST(memory_schedule_test, an_expensive_rebuild_loses_to_a_hidden_swap) {
   schedule_problem p = long_gap(10, 10e-3, 2, 7);
   p.budget_bytes = 150 * k_mib;

@@ -368,6 +368,9 @@ class executor {
   void rebuild(tensor_id t, std::size_t step);
   void rebuild_chain(tensor_id t, std::size_t step);
   bool rebuilt_first(tensor_id t, const tensor_access& a) const;
+  /// Drops the held tensors (held_) whose hold ends at step `s` or before (all of them when
+  /// `s` is past the iteration); before a kernel only those unlocked that no replay reads.
+  void release_held(std::size_t s, bool after_kernel);
   void evict_all();
   void replay_forward(std::size_t position, std::size_t step, const layer* fused_act = nullptr);
   void replay_staged(std::size_t position, std::size_t step);
@@ -476,9 +479,13 @@ class executor {
   // all, where the backend fuses: per tensor, the BN whose forward rebuilds it with its ACT
   // (fused_bn_act_sources), or invalid_layer; empty otherwise.
   std::vector<layer_id> fused_source_;
-  std::vector<std::size_t> free_step_;   // per tensor: the step whose free_after_ lists it
-  std::vector<tensor_id> rebuilt_;       // tensors replays allocated in the current step
-  std::vector<std::size_t> last_write_;  // per tensor: the step that last wrote it
+  std::vector<std::size_t> free_step_;  // per tensor: the step whose free_after_ lists it
+  std::vector<tensor_id> rebuilt_;      // tensors replays allocated in the current step
+  // all: dead tensors a replay rebuilt that the schedule keeps for later replays
+  // (scheduled_step::hold), and per tensor the step before whose kernel each goes.
+  std::vector<tensor_id> held_;
+  std::vector<std::size_t> hold_until_;
+  std::vector<std::size_t> last_write_;             // per tensor: the step that last wrote it
   std::vector<std::unique_ptr<event>> step_done_;   // per step: recorded after its kernel
   std::vector<std::uint64_t> step_done_iteration_;  // per step: the iteration it was recorded in
   std::uint64_t iterations_run_ = 0;                // iterations started (tags step_done_ records)

@@ -26,6 +26,9 @@
 // (schedule_use::on_host): a gap closing at such a use is kept or swapped one way (never
 // prefetched), one opening there takes no action, and after the greedy rounds the planner
 // keeps whole on the device those the staged step has room for where that saves time.
+// A tensor dead by the time a replay needs it is rebuilt for that replay and freed after it
+// (a chain); one that replays need at several steps stays from the first to the last where
+// the steps between have room (scheduled_step::hold).
 //
 // Pure arithmetic on plain data: knows no engine type. Thread-compatible.
 #pragma once
@@ -34,6 +37,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace memweave {
@@ -180,6 +184,9 @@ struct schedule_options {
   bool keep_rebuilt_auto = true;
   bool allow_swap = true;
   bool allow_drop = true;
+  /// A dead tensor that replays at several steps read is kept from its first rebuild to its
+  /// last where the steps between have room (scheduled_step::hold), not rebuilt at each.
+  bool hold_dead = true;
   /// A drop whose rebuild first rebuilds other tensors (a chain) is weighed only where those
   /// fit beside what the step of the rebuild holds under the planning budget.
   bool chain_room = false;
@@ -207,6 +214,10 @@ struct scheduled_step {
   std::vector<std::uint32_t> rebuild;   ///< before the kernel: rebuilt (informational)
   /// A staged step's tensors given as uses in host memory that it keeps whole on the device.
   std::vector<std::uint32_t> whole;
+  /// Tensors dead by now that this step's rebuilds re-create for a replay and that replays
+  /// read again at later steps: kept on the device until the step given (freed before its
+  /// kernel), instead of rebuilt again at each (one replay for several).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> hold;
 };
 
 /// One planned gap with an action other than keep.
