@@ -429,7 +429,9 @@ class planner {
         for (std::uint32_t y : c) ++count[y];
       }
       for (std::uint32_t y = 0; y < count.size(); ++y) {
-        if (count[y] > 1) order.emplace_back((count[y] - 1) * p_.tensors[y].rebuild_seconds, y);
+        if (count[y] > 1 && !p_.tensors[y].fused_away) {
+          order.emplace_back((count[y] - 1) * p_.tensors[y].rebuild_seconds, y);
+        }
       }
     }
     if (order.empty()) return;

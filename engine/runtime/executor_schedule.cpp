@@ -82,7 +82,9 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   // are planned as two).
   in.fused = fused_source_;
   for (layer_id& l : in.fused) {
-    if (l != invalid_layer && net_[l].type != layer_type::bn) l = invalid_layer;
+    if (l == invalid_layer || net_[l].type == layer_type::bn) continue;
+    in.fused_away.push_back(table_.of(l).output);
+    l = invalid_layer;
   }
   if (any_staged_) describe_staging(in);
   return plan_executor_schedule(in, options_.schedule);

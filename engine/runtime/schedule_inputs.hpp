@@ -37,6 +37,10 @@ struct schedule_inputs {
   /// Per tensor, fused_bn_act_sources' answer where the backend runs fused replays
   /// (kernel_launcher::fuses_bn_act); empty: every rebuild replays its own layer.
   std::vector<layer_id> fused;
+  /// The CONV outputs the executor's fused CONV+ACT replays skip (written straight into the
+  /// ACT's output): a rebuild never puts them on the device, so the plan never holds one
+  /// there (schedule_tensor::fused_away).
+  std::vector<tensor_id> fused_away;
   /// TSPLIT, per route step (empty: none staged): the micro-tensors a staged step reaches in
   /// host memory (schedule_use::on_host) and, for each, the device bytes of its slices in
   /// the micro buffers and the bytes its slices' copies move between the micro-steps (the

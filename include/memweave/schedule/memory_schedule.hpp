@@ -80,6 +80,10 @@ struct schedule_tensor {
   /// An fp32 tensor that may cross the link as fp16 (half the bytes each way) when
   /// schedule_options::compress is on; the caller decides which (values, not indices).
   bool compressible = false;
+  /// Its rebuilds happen only inside a replay that writes the next tensor straight from its
+  /// inputs (the executor's fused CONV+ACT): it is never on the device by itself, so the
+  /// schedule never keeps it there between replays (scheduled_step::hold).
+  bool fused_away = false;
   double rebuild_seconds = 0.0;  ///< the replay's modelled time
   /// Every other tensor the replay touches (its inputs, parameters, auxiliary outputs):
   /// each must be resident, or rebuilt first, at the step of the rebuild.
