@@ -94,10 +94,9 @@ class schedule_half_peak_test : public ::testing::TestWithParam<std::string> {};
 // safety net idle, and trains on host (link throttled and not) bit-identically to baseline,
 // step by step as the plan said. Returns the plan.
 planned_run expect_runs_as_planned(const network& net, std::size_t budget,
-                                   bool keep_rebuilt = false, bool hold_dead = true) {
+                                   bool keep_rebuilt = false) {
   executor_options o = scheduled_options("all", budget, "fixed:direct");
   o.schedule.keep_rebuilt = keep_rebuilt;
-  o.schedule.hold_dead = hold_dead;
   // The plan's schedule all along (re-planning from measured times has its own test).
   o.replan_from_measured = false;
   const planned_run plan = plan_run(net, o);
@@ -161,55 +160,45 @@ TEST(schedule_test, all_parks_idle_persistent_tensors_across_the_iterations_end_
 
 // DenseNet-121's replays rebuild concatenations from pieces that are themselves dropped: a
 // piece rebuilt for one replay before its own use can stay until that use where the steps
-// between have room, instead of being dropped again and rebuilt twice (at half liveness's
-// peak, small: 514 replays without, 353 with; the pieces dead by then are held apart, as the
-// next test has it, and not here). Bit-identical, as planned, and faster.
-TEST(schedule_test, all_keeps_what_a_replay_rebuilt_early_until_its_use_bit_identically) {
+// between have room, instead of being dropped again and rebuilt twice (keep_rebuilt; at half
+// liveness's peak, small: 514 replays without, 353 with, pieces dead by then left alone). And
+// a block's features, read by every concatenation after them, are dead in backward: each
+// concatenation's replay rebuilt them, the same feature at up to five steps in a row. Where
+// the steps between have room, the schedule keeps a dead piece from its first rebuild to its
+// last (scheduled_step::hold): no later step's replays rebuild it, fewer replays are planned
+// and run, and training stays bit-identical and as planned.
+TEST(schedule_test, all_keeps_rebuilt_pieces_until_their_use_and_holds_dead_ones_bit_identically) {
   const network net = activation_heavy("densenet121");
   const std::size_t budget = liveness_peak(net) / 2;
   executor_options o = scheduled_options("all", budget, "fixed:direct");
   o.replan_from_measured = false;
   o.schedule.hold_dead = false;
   const planned_run dropped_again = plan_run(net, o);
-  const planned_run kept = expect_runs_as_planned(net, budget, true, false);
+  o.schedule.keep_rebuilt = true;
+  const planned_run kept = plan_run(net, o);
   EXPECT_FALSE(dropped_again.report.weighed_keep_rebuilt);
   EXPECT_LT(kept.report.recomputations * 5, dropped_again.report.recomputations * 4);
   EXPECT_LT(kept.report.scheduled_drops, dropped_again.report.scheduled_drops);
   EXPECT_LT(kept.schedule.predicted_seconds, dropped_again.schedule.predicted_seconds);
   EXPECT_LT(kept.report.seconds_per_iteration, dropped_again.report.seconds_per_iteration);
-}
+  for (const scheduled_step& st : kept.schedule.steps) EXPECT_TRUE(st.hold.empty());
 
-// A DenseNet block's features are read by every concatenation after them: in backward, with
-// those concatenations dropped, each replay rebuilds the features, dead by then, and at a
-// third of liveness's peak the same feature was rebuilt at up to five steps in a row. Where the
-// steps between have room, the schedule keeps it from the first rebuild to the last
-// (scheduled_step::hold): no later step's replays rebuild it, the executor replays what the
-// plan counts, and training stays bit-identical and as planned.
-TEST(schedule_test, a_dead_tensor_that_replays_read_at_several_steps_is_held_bit_identically) {
-  const network net = activation_heavy("densenet121");
-  const planned_run plan = expect_runs_as_planned(net, liveness_peak(net) / 2, true);
+  const planned_run held = expect_runs_as_planned(net, budget, true);
   std::size_t holds = 0;
-  for (std::size_t s = 0; s < plan.schedule.steps.size(); ++s) {
-    for (const auto& [t, until] : plan.schedule.steps[s].hold) {
+  for (std::size_t s = 0; s < held.schedule.steps.size(); ++s) {
+    for (const auto& [t, until] : held.schedule.steps[s].hold) {
       ++holds;
       EXPECT_GT(until, s);
-      for (std::size_t k = s + 1; k <= until && k < plan.schedule.steps.size(); ++k) {
-        const auto& again = plan.schedule.steps[k].rebuild;
+      for (std::size_t k = s + 1; k <= until && k < held.schedule.steps.size(); ++k) {
+        const auto& again = held.schedule.steps[k].rebuild;
         EXPECT_EQ(std::count(again.begin(), again.end(), t), 0) << "tensor " << t << " step " << k;
       }
     }
   }
   EXPECT_GT(holds, 0u);
-  // Rebuilt at each step instead: more replays, planned and run, and a longer iteration.
-  executor_options o = scheduled_options("all", liveness_peak(net) / 2, "fixed:direct");
-  o.schedule.keep_rebuilt = true;
-  o.replan_from_measured = false;
-  o.schedule.hold_dead = false;
-  const planned_run rebuilt = plan_run(net, o);
-  for (const scheduled_step& st : rebuilt.schedule.steps) EXPECT_TRUE(st.hold.empty());
-  EXPECT_LT(plan.schedule.rebuilds, rebuilt.schedule.rebuilds);
-  EXPECT_LT(plan.report.recomputations, rebuilt.report.recomputations);
-  EXPECT_LT(plan.report.seconds_per_iteration, rebuilt.report.seconds_per_iteration);
+  EXPECT_LT(held.schedule.rebuilds, kept.schedule.rebuilds);
+  EXPECT_LT(held.report.recomputations, kept.report.recomputations);
+  EXPECT_LT(held.report.seconds_per_iteration, kept.report.seconds_per_iteration);
 }
 
 INSTANTIATE_TEST_SUITE_P(zoo, schedule_half_peak_test,
