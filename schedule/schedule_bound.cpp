@@ -142,8 +142,9 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
   std::vector<double> start(steps + 1, 0);  // each step's start with every step at its fastest
   for (std::size_t s = 0; s < steps; ++s) start[s + 1] = start[s] + fastest[s];
   b.baseline_seconds = start[steps];
-  double before = 0, worst_extra = 0;
-  for (std::uint32_t s = 0; s < steps; before += fastest[s], ++s) {
+  double worst_extra = 0;
+  for (std::uint32_t s = 0; s < steps; ++s) {
+    const double before = start[s];
     std::size_t fixed = least_extra[s];
     removable r;
     for (const schedule_tensor& t : p.tensors) {

@@ -147,6 +147,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
       if (x != invalid_tensor) bn_input[x] = true;
     }
   }
+  for (tensor_id t : in.fused_away) p.tensors[t].fused_away = true;
   for (tensor_id t = 0; t < n; ++t) {
     schedule_tensor& x = p.tensors[t];
     if (!in.in_cache(t)) continue;
@@ -168,7 +169,6 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     // would be rounded every iteration, its error adding up over training.
     x.compressible = x.bytes % sizeof(float) == 0 && table[t].bytes % sizeof(float) == 0 &&
                      table[t].role != tensor_role::auxiliary && !x.persistent && !bn_input[t];
-    x.fused_away = std::find(in.fused_away.begin(), in.fused_away.end(), t) != in.fused_away.end();
     if (!rebuildable(net, table, t)) continue;
     // A fused replay runs BN's forward pass over x with the ACT applied as it writes: the
     // traffic of BN's forward (x in, one tensor out), touching what that forward touches.

@@ -197,25 +197,20 @@ TEST(memory_schedule_test, drops_made_swaps_take_the_link_for_costlier_replays_f
   p.tensors[1].rebuild_seconds = p.tensors[2].rebuild_seconds = 0.4e-3;
   p.link_bytes_per_s = 60e9;
   p.budget_bytes = 200 * k_mib;
-  auto action_of = [](const memory_schedule& s, std::uint32_t t) {
+  // Plans `p`: A's action and the Cs', and the iteration's seconds.
+  auto expect_plan = [&p](gap_action a, gap_action cs, double seconds) {
+    const memory_schedule s = plan_memory_schedule(p, no_headroom());
+    ASSERT_TRUE(s.fits);
+    std::vector<gap_action> actions(3, gap_action::keep);
     for (const scheduled_gap& g : s.gaps) {
-      if (g.tensor == t) return g.action;
+      if (g.tensor < actions.size()) actions[g.tensor] = g.action;
     }
-    return gap_action::keep;
+    EXPECT_EQ(actions, (std::vector<gap_action>{a, cs, cs}));
+    EXPECT_NEAR(s.predicted_seconds, seconds, 1e-9);
   };
-  const memory_schedule by_time = plan_memory_schedule(p, no_headroom());
-  ASSERT_TRUE(by_time.fits);
-  EXPECT_EQ(action_of(by_time, 0), gap_action::swap);
-  EXPECT_EQ(action_of(by_time, 1), gap_action::drop);
-  EXPECT_EQ(action_of(by_time, 2), gap_action::drop);
-  EXPECT_NEAR(by_time.predicted_seconds, 10e-3 + 0.8e-3, 1e-9);
+  expect_plan(gap_action::swap, gap_action::drop, 10e-3 + 0.8e-3);  // by replay time
   p.device_bytes_per_s = 500e9;
-  const memory_schedule costlier_first = plan_memory_schedule(p, no_headroom());
-  ASSERT_TRUE(costlier_first.fits);
-  EXPECT_EQ(action_of(costlier_first, 0), gap_action::drop);
-  EXPECT_EQ(action_of(costlier_first, 1), gap_action::swap);
-  EXPECT_EQ(action_of(costlier_first, 2), gap_action::swap);
-  EXPECT_NEAR(costlier_first.predicted_seconds, 10e-3 + 0.5e-3, 1e-9);
+  expect_plan(gap_action::drop, gap_action::swap, 10e-3 + 0.5e-3);  // memory-bound last
   p.device_bytes_per_s = -1;
   EXPECT_THROW((void)plan_memory_schedule(p, no_headroom()), invalid_argument);
 }
