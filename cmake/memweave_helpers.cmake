@@ -52,7 +52,9 @@ endfunction()
 # memweave_add_test(NAME SOURCES ... LIBS ... LABELS ...): a GoogleTest binary whose cases
 # are registered one by one with CTest; a GTEST_SKIP shows as skipped, not passed.
 function(memweave_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  # SLOW: a regular expression over the discovered test names; those it matches are also
+  # labelled slow (kept out of CI, run by scripts/test.sh --slow).
+  cmake_parse_arguments(ARG "" "TIMEOUT;SLOW" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT ARG_LABELS)
     set(ARG_LABELS unit)
   endif()
@@ -79,9 +81,14 @@ function(memweave_add_test name)
                SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
                ENVIRONMENT "MEMWEAVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
   set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+  set(slow_labels ${ARG_LABELS} slow)
   file(WRITE ${labels_file}
     "foreach(_t IN LISTS ${name}_TESTS)\n"
-    "  set_tests_properties(\"\${_t}\" PROPERTIES LABELS \"${ARG_LABELS}\")\n"
+    "  set(_labels \"${ARG_LABELS}\")\n"
+    "  if(NOT \"${ARG_SLOW}\" STREQUAL \"\" AND _t MATCHES \"${ARG_SLOW}\")\n"
+    "    set(_labels \"${slow_labels}\")\n"
+    "  endif()\n"
+    "  set_tests_properties(\"\${_t}\" PROPERTIES LABELS \"\${_labels}\")\n"
     "endforeach()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()

@@ -2,19 +2,21 @@
 # Sets up (Debian packages, configure, build) and runs memweave's whole test suite:
 #   release: every test but those labelled slow;
 #   asan:    the same under AddressSanitizer + UndefinedBehaviorSanitizer (host backends;
-#            the cuda backend and its gpu tests are built by release only), but for the
-#            full-size planning test (the planner's logic at full size, 13 s in release
-#            and 5 x that under ASan) and the zoo oracle's Inception v4 and DenseNet-121
-#            (14 and 11 s in release, 48 and 38 s under ASan): the same code paths run under
-#            ASan in the oracle's other networks, the random DAGs and the schedule tests
-#            (likewise the tiled-training zoo test's Inception v4, DenseNet-121 and VGG16, 4, 3
-#            and 12 s in release, VGG16 43 s under ASan: the tiling runs under ASan in its
-#            other networks and tests; and the weighing of `all` against recompute on
-#            full-size DenseNet-121, 6 s in release, and of its size threshold there, 14 s:
-#            the weighing runs under ASan wherever `all` has a budget; and the half-peak schedule test's Inception v4 and
-#            DenseNet-121 and the floor training test's DenseNet-121 (9, 7 and 8 s in
-#            release; the two tests took 95 and 32 s under ASan with them): their ResNet-50 and
-#            VGG16 run the same paths under ASan);
+#            the cuda backend and its gpu tests are built by release only), but for tests whose
+#            code paths run under ASan in smaller tests, and which take 5-10 x their release
+#            time there (CMakePresets.json's asan filter):
+#            - planning at full size on the null device (`all` at 1.02 x max(l_i) on every
+#              zoo network, 6 s in release; ResNet-152
+#              at batch 1700 filling the host pool under --split, 15 s and 70 s under ASan;
+#              the weighing of `all` against recompute on full-size DenseNet-121, 6 s, and of
+#              its size threshold there, 14 s): the same planner runs under ASan on the small
+#              networks, and the full host pool in split_staging_test;
+#            - Inception v4's and DenseNet-121's cases of the zoo oracle (14 and 11 s in
+#              release, 48 and 38 s under ASan), of the tiled-training test (4 and 3 s; VGG16's
+#              too, 12 s, 43 s under ASan), of the half-peak schedule test (9 and 7 s), of the
+#              floor training test (DenseNet-121, 8 s) and of the below-the-largest-layer
+#              staging test (4 and 6 s, 25 and 44 s under ASan): their ResNet-50 and VGG16
+#              cases run the same paths under ASan;
 #   tsan:    the tests labelled concurrent under ThreadSanitizer.
 # The sanitizer builds carry line tables only (-g1): stack traces keep file and line, and
 # the builds take a fifth less time than with full debug information.

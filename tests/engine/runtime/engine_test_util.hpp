@@ -134,6 +134,24 @@ inline std::size_t smallest_budget(const network& net, executor_options options)
   return hi;
 }
 
+/// A host pool, in MiB from `lo_mib` up to `hi_mib` in steps of `step_mib`, at which
+/// `fits(mib)` holds and one step less does not (or `lo_mib`), found by bisection: each try is
+/// a whole planned iteration, and a scan down from `hi_mib` made up to 60. The least such pool
+/// where fitting is monotonic in it; where it is not, still a pool at the edge of fitting.
+/// 0 where `hi_mib` does not fit.
+template <class Fits>
+std::size_t least_host_pool_mib(std::size_t lo_mib, std::size_t hi_mib, std::size_t step_mib,
+                                Fits fits) {
+  if (!fits(hi_mib)) return 0;
+  // Invariant: fits at good; bad is below lo_mib (taken as not fitting) or does not fit.
+  std::ptrdiff_t bad = -1, good = static_cast<std::ptrdiff_t>((hi_mib - lo_mib) / step_mib);
+  while (good - bad > 1) {
+    const std::ptrdiff_t mid = bad + (good - bad) / 2;
+    (fits(lo_mib + static_cast<std::size_t>(mid) * step_mib) ? good : bad) = mid;
+  }
+  return lo_mib + static_cast<std::size_t>(good) * step_mib;
+}
+
 /// A random DAG of 25 layers with every layer type, batch 4.
 inline network random_dag_with_every_type(std::uint64_t seed) {
   random_dag_options r;

@@ -75,7 +75,7 @@ TEST_P(floor_train_test, all_and_utp_train_at_their_floor_bit_identical_and_as_p
   const std::string name = GetParam();
   const network net = test::small_zoo(name, 4);
   const std::size_t largest = max_layer_bytes(net);
-  const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 3);
+  const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 2);
   for (const std::string policy : {"utp", "all"}) {
     const std::size_t smallest =
         test::smallest_budget(net, policy_options(policy, 0, "fixed:direct"));
@@ -84,7 +84,7 @@ TEST_P(floor_train_test, all_and_utp_train_at_their_floor_bit_identical_and_as_p
     // One 4 KiB step of the search, and a 1 KiB block per tensor of the step.
     EXPECT_LE(smallest, largest + (64u << 10));
     const executor_options o = policy_options(policy, smallest, "fixed:direct");
-    const auto trained = test::train(net, o, 3, 4.0);
+    const auto trained = test::train(net, o, 2, 4.0);
     test::expect_bit_identical(reference, trained, name + " " + policy);
     const auto planned = plan_reports(net, o)[0].steps;
     ASSERT_EQ(trained.steps.size(), planned.size());

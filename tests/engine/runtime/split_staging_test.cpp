@@ -374,7 +374,7 @@ TEST(split_staging_test, all_rebuilds_staged_values_it_dropped_when_host_memory_
   const network net = test::host_heavy_resnet50();
   staged_run s = plan_below_largest_layer(net, "all", 0.64);
   ASSERT_GT(s.plan.split_count(), 0u);
-  // The least host pool (in steps of 4 MiB, from 128 MiB down) that all trains in.
+  // The least host pool (in steps of 4 MiB, 8 to 128 MiB) that all trains in.
   auto runs = [&](const executor_options& o) {
     auto dev = test::make_test_device("null", std::size_t{1} << 40);
     try {
@@ -385,12 +385,10 @@ TEST(split_staging_test, all_rebuilds_staged_values_it_dropped_when_host_memory_
       return false;
     }
   };
-  std::size_t least = 0;
-  for (std::size_t mib = 128; mib >= 8; mib -= 4) {
+  const std::size_t least = test::least_host_pool_mib(8, 128, 4, [&](std::size_t mib) {
     s.options.host_pool_bytes = mib << 20;
-    if (!runs(s.options)) break;
-    least = mib;
-  }
+    return runs(s.options);
+  });
   ASSERT_GT(least, 0u);
   s.options.host_pool_bytes = least << 20;
   executor_options utp = s.options;

@@ -217,12 +217,10 @@ TEST(utp_test, all_gives_back_host_values_it_can_rebuild_when_host_memory_runs_o
   executor_options o = policy_options("all", 0, "fixed:direct");
   o.host_pool_bytes = std::size_t{256} << 20;
   o.budget_bytes = test::smallest_budget(net, o) * 11 / 10;
-  std::size_t least = 0;
-  for (std::size_t mib = 128; mib >= 8; mib -= 2) {
+  const std::size_t least = test::least_host_pool_mib(8, 128, 2, [&](std::size_t mib) {
     o.host_pool_bytes = mib << 20;
-    if (!plan_fits(net, o)) break;
-    least = mib;
-  }
+    return plan_fits(net, o);
+  });
   ASSERT_GT(least, 0u);
   o.host_pool_bytes = least << 20;
   executor_options utp = o;
