@@ -591,14 +591,46 @@ class planner {
     return s;
   }
 
-  // Overflow removed if `b` bytes leave the device over steps [from, to].
-  double value(const std::vector<std::size_t>& bytes, std::uint32_t from, std::uint32_t to,
-               std::size_t b) const {
-    double v = 0;
-    for (std::uint32_t s = from; s <= to; ++s) {
+  // The steps of a memory curve over the planning budget, ascending, and their overflow. A
+  // round weighs every idle tensor's gap against them (value), and most steps are under the
+  // budget: summed over the gap's steps, that was most of the planner's time.
+  struct overflow {
+    std::vector<std::uint32_t> step;
+    std::vector<std::size_t> bytes;
+    // The whole overflow is below 2^53: any sum of its parts is an integer a double holds
+    // exactly, so summing in integers gives the very double that summing in doubles gave.
+    bool exact_in_double = true;
+  };
+
+  overflow overflow_of(const std::vector<std::size_t>& bytes) const {
+    overflow o;
+    std::size_t total = 0;
+    for (std::uint32_t s = 0; s < bytes.size(); ++s) {
       if (bytes[s] > planning_budget_) {
-        v += static_cast<double>(std::min(b, bytes[s] - planning_budget_));
+        o.step.push_back(s);
+        o.bytes.push_back(bytes[s] - planning_budget_);
+        const std::size_t room = std::numeric_limits<std::size_t>::max() - total;
+        total += std::min(room, o.bytes.back());
       }
+    }
+    o.exact_in_double = total < (std::size_t{1} << 53);
+    return o;
+  }
+
+  // Overflow removed if `b` bytes leave the device over steps [from, to]: summed in integers
+  // (no chain of floating-point additions), or in doubles in step order where the total is
+  // too large for that to be exact.
+  static double value(const overflow& over, std::uint32_t from, std::uint32_t to, std::size_t b) {
+    auto i = static_cast<std::size_t>(std::lower_bound(over.step.begin(), over.step.end(), from) -
+                                      over.step.begin());
+    if (over.exact_in_double) {
+      std::size_t v = 0;
+      for (; i < over.step.size() && over.step[i] <= to; ++i) v += std::min(b, over.bytes[i]);
+      return static_cast<double>(v);
+    }
+    double v = 0;
+    for (; i < over.step.size() && over.step[i] <= to; ++i) {
+      v += static_cast<double>(std::min(b, over.bytes[i]));
     }
     return v;
   }
@@ -941,10 +973,11 @@ class planner {
     // and rebuild chains): the floor a drop's rebuild must leave room above.
     std::vector<std::size_t> fixed;
     if (o_.chain_room) fixed = fixed_bytes();
+    const overflow over = overflow_of(bytes);
     for (std::uint32_t t = 0; t < p_.tensors.size(); ++t) {
       const schedule_tensor& x = p_.tensors[t];
       if (x.bytes == 0 || x.bytes < o_.min_bytes) continue;
-      if (const auto k = park_candidate(t, worst, bytes, tl); k && k->score < best.score) {
+      if (const auto k = park_candidate(t, worst, over, tl); k && k->score < best.score) {
         best = {t, 0, gap_action::swap, k->release, k->prefetch, k->score, true};
       }
       if (x.pinned) continue;
@@ -974,14 +1007,14 @@ class planner {
         } else {
           continue;
         }
-        const double v = value(bytes, from, to, x.bytes);
+        const double v = value(over, from, to, x.bytes);
         if (v <= 0) continue;
         const double score = cost > 0 ? cost / v : -v;
         if (score < best.score) best = {t, gi, gap_action::swap, release, prefetch, score};
         continue;
       }
       auto consider = [&](gap_action action, std::uint32_t r, std::uint32_t b, double cost) {
-        const double v = value(bytes, r, b, x.bytes);
+        const double v = value(over, r, b, x.bytes);
         if (v <= 0) return;
         // Least added time per byte-step of overflow removed; among free actions, the most
         // overflow removed.
@@ -1102,8 +1135,7 @@ class planner {
   // take it off `worst`, which lies outside [F, L]: timed by slack as a swap is, on the
   // current timeline; none when it is not parkable, already parked, or cannot be timed.
   std::optional<park_choice> park_candidate(std::uint32_t t, std::uint32_t worst,
-                                            const std::vector<std::size_t>& bytes,
-                                            const timeline& tl) const {
+                                            const overflow& over, const timeline& tl) const {
     const schedule_tensor& x = p_.tensors[t];
     const auto& u = uses_[t];
     const auto steps = static_cast<std::uint32_t>(p_.step_seconds.size());
@@ -1125,7 +1157,7 @@ class planner {
     // a park lost to slower workspaces where its copies hide (VGG16 b64 at half its peak:
     // 0.937 of liveness's speed charged, 0.952 not).
     const double v =
-        value(bytes, k.release, steps - 1, x.bytes) + value(bytes, 0, k.prefetch, x.bytes);
+        value(over, k.release, steps - 1, x.bytes) + value(over, 0, k.prefetch, x.bytes);
     if (v <= 0) return std::nullopt;
     return park_choice{k.release, k.prefetch, k.stall > 0 ? k.stall / v : -v};
   }
