@@ -100,7 +100,9 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
         << ", \"link_gbps\": " << json_number(p.replan.link_gbps)
         << ", \"copy_latency_us\": " << json_number(p.replan.copy_latency_us)
-        << ", \"gaps_changed\": " << p.replan.gaps_changed
+        << ", \"gaps_changed\": " << p.replan.gaps_changed << ", \"replanned_iteration_seconds\": "
+        << json_number(p.replan.replanned_iteration_seconds)
+        << ", \"model_iteration_seconds\": " << json_number(p.replan.model_iteration_seconds)
         << ", \"note\": " << json_string(p.replan.note) << "}"
         << ",\n      \"staged_steps\": " << p.staged_steps
         << ",\n      \"channel_group_steps\": " << p.channel_group_steps
@@ -385,6 +387,12 @@ void write_summary(std::ostream& out, const run_report& r) {
         out << p.replan.gaps_changed << " gaps changed\n";
       } else {
         out << p.replan.note << "\n";
+      }
+      if (p.replan.model_iteration_seconds > 0) {
+        out << "  " << p.policy << ": on trial, the re-planned schedule ran an iteration in "
+            << std::setprecision(4) << 1e3 * p.replan.replanned_iteration_seconds
+            << " ms, the model's in " << 1e3 * p.replan.model_iteration_seconds
+            << " ms: " << (p.replan.replanned ? "the re-planned" : "the model's") << " runs on\n";
       }
     }
     if (p.host_drops != 0) {

@@ -594,6 +594,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();
+  const auto wall_start = std::chrono::steady_clock::now();
   begin_iteration();
   // What this iteration records: the caller's timeline, or, for the first iteration of a
   // schedule to re-plan from measured times, the executor's own.
@@ -614,8 +615,38 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
     compute.synchronize();
     measuring_.reset();
     if (transfers_) transfers_->engine.set_timeline(recording());
+  } else if (trial_iterations_ >= 0) {
+    compute.synchronize();  // the iteration's work is done when it is timed
+    continue_replan_trial(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count());
+    compute.synchronize();  // the next schedule's placement of persistent tensors lands first
   }
   return loss_;
+}
+
+// The re-planned schedule ran this iteration, or the model's did, timed: run the other next,
+// or, the trial over, keep the faster in total for good.
+void executor::continue_replan_trial(double iteration_seconds) {
+  trial_seconds_[trial_iterations_ % 2] += iteration_seconds;
+  if (++trial_iterations_ < k_trial_iterations) {
+    std::unique_ptr<memory_schedule> ran = std::move(schedule_);
+    use_schedule(std::move(*other_schedule_));
+    other_schedule_ = std::move(ran);
+    return;
+  }
+  // The model's ran last (an even number of turns, the re-planned one's first).
+  trial_iterations_ = -1;
+  replan_.replanned_iteration_seconds = trial_seconds_[0] / (k_trial_iterations / 2);
+  replan_.model_iteration_seconds = trial_seconds_[1] / (k_trial_iterations / 2);
+  if (trial_seconds_[0] < trial_seconds_[1]) {
+    use_schedule(std::move(*other_schedule_));
+  } else {
+    replan_.replanned = false;
+    replan_.note =
+        "the re-planned schedule ran slower than the model's, the two run in turn: "
+        "the model's is kept";
+  }
+  other_schedule_.reset();
 }
 
 void executor::note_peak() noexcept {

@@ -395,6 +395,10 @@ void executor::replan_from(const std::vector<timeline_span>& spans) {
                                 std::back_inserter(differ));
   replan_.gaps_changed = differ.size();
   replan_.replanned = true;
+  // On trial: it runs the next iteration, the model's the one after, and so on
+  // (continue_replan_trial).
+  other_schedule_ = std::move(schedule_);
+  trial_iterations_ = 0;
   use_schedule(std::move(*planned));
 }
 

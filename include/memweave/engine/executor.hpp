@@ -140,6 +140,10 @@ struct executor_options {
   /// copy times replace the model's and the schedule is planned again from them, once
   /// (Capuchin; MEMWEAVE_SCHEDULE_REPLAN). The new schedule is used only when it runs one
   /// iteration in the budget on the null device; else the model's stays (replan_report::note).
+  /// It is then on trial: it and the model's run in turn, two iterations each (the second
+  /// to the fifth), timed, and the faster in total runs from the sixth on: the measured times
+  /// do not see all that the device does (on the host backend, copies take the cores the
+  /// kernels run on).
   bool replan_from_measured = true;
   /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
   /// compression of swapped tensors) is refused with invalid_argument.
@@ -449,6 +453,13 @@ class executor {
   std::vector<bool> compressed_;                // all: per tensor, its swaps travel as fp16
   replan_report replan_;                        // all: what re-planning from measured times did
   std::unique_ptr<stream_timeline> measuring_;  // the first iteration's, when re-planning
+  // The re-planned schedule and the model's, run in turn and timed before one is kept: the
+  // trial's iterations so far (even: the re-planned one's), each one's seconds in total.
+  static constexpr int k_trial_iterations = 4;
+  int trial_iterations_ = -1;  // -1: no trial running
+  double trial_seconds_[2] = {0.0, 0.0};
+  std::unique_ptr<memory_schedule> other_schedule_;  // the one not running during the trial
+  void continue_replan_trial(double iteration_seconds);
   struct step_marks {
     int offloads = 0, prefetches = 0, replays = 0;
   } marks_;  // the current step's copies and replays, for its record

@@ -39,6 +39,11 @@ struct replan_report {
   double copy_latency_us = 0.0;    ///< each copy's cost besides its bytes, as measured
   std::uint64_t gaps_changed = 0;  ///< gaps whose action or timing differs from the model's
   std::string note;                ///< why it was not replaced, when not
+  /// The trial: the re-planned schedule's iterations and the model's, run in turn (two each),
+  /// their mean time; 0 until the trial is over. The faster is kept (replanned false: the
+  /// model's).
+  double replanned_iteration_seconds = 0.0;
+  double model_iteration_seconds = 0.0;
 };
 
 /// Data parallelism: one rank's figures, gathered by rank 0.
