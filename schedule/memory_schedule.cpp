@@ -165,8 +165,8 @@ class planner {
         }
       }
       if (worst == k_none) break;
-      const memory_schedule current = emit(bytes);
-      const timeline tl = simulate(current);
+      timeline& tl = round_timeline_;
+      simulate_into(tl, emitted(bytes));
       // A step with no idle tensor left can never come under the budget (later actions only
       // add uses): the schedule does not fit, and planning stops.
       if (!commit_best(worst, bytes, tl)) break;
@@ -193,14 +193,28 @@ class planner {
   // tensor's last writer, in issue order on their stream) and prefetches (after the step, in
   // issue order on theirs).
   timeline simulate(const memory_schedule& s) const {
-    const std::size_t steps = p_.step_seconds.size();
     timeline tl;
+    simulate_into(tl, s);
+    return tl;
+  }
+
+  // The same into `tl`, whose lists (and the scratch below) keep their capacity: the greedy
+  // rounds and refine's trials simulate a schedule each, and making them anew each time was a
+  // tenth of the planning.
+  void simulate_into(timeline& tl, const memory_schedule& s) const {
+    const std::size_t steps = p_.step_seconds.size();
     tl.start.assign(steps, 0), tl.end.assign(steps, 0);
     tl.d2h_done.assign(steps, 0), tl.h2d_done.assign(steps, 0);
     tl.offloaded.resize(steps), tl.prefetched.resize(steps);
+    for (auto& issued : tl.offloaded) issued.clear();
+    for (auto& issued : tl.prefetched) issued.clear();
     const std::size_t n = p_.tensors.size();
-    std::vector<double> offload_end(n, 0), prefetch_end(n, 0);  // per tensor, its latest copy
-    std::vector<std::vector<std::uint32_t>> ready_before(steps);
+    std::vector<double>& offload_end = scratch_.offload_end;  // per tensor, its latest copy
+    std::vector<double>& prefetch_end = scratch_.prefetch_end;
+    offload_end.assign(n, 0), prefetch_end.assign(n, 0);
+    std::vector<std::vector<std::uint32_t>>& ready_before = scratch_.ready_before;
+    ready_before.resize(steps);
+    for (auto& r : ready_before) r.clear();
     for (const scheduled_gap& g : s.gaps) {
       if (g.action != gap_action::swap || g.to_host) continue;
       ready_before[g.before].push_back(g.tensor);
@@ -233,7 +247,9 @@ class planner {
     // Slack of each swap's copies against the step that waits for them (its release, the use
     // that closes its gap), as the least over the copies issued after each step.
     const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> d2h_at(steps, inf), h2d_at(steps, inf);
+    std::vector<double>& d2h_at = scratch_.d2h_at;
+    std::vector<double>& h2d_at = scratch_.h2d_at;
+    d2h_at.assign(steps, inf), h2d_at.assign(steps, inf);
     for (const scheduled_gap& g : s.gaps) {
       if (g.action != gap_action::swap) continue;
       const double out = tl.start[g.release] - timeline::arrival(tl.offloaded[g.after], g.tensor);
@@ -242,18 +258,16 @@ class planner {
       const double in = tl.start[g.before] - timeline::arrival(tl.prefetched[g.prefetch], g.tensor);
       h2d_at[g.prefetch] = std::min(h2d_at[g.prefetch], in);
     }
-    auto suffix_min = [steps, inf](const std::vector<double>& at) {
-      std::vector<double> after(steps, inf);
+    auto suffix_min = [steps, inf](const std::vector<double>& at, std::vector<double>& after) {
+      after.assign(steps, inf);
       double m = inf;
       for (std::size_t st = steps; st-- > 0;) {
         after[st] = m;
         m = std::min(m, at[st]);
       }
-      return after;
     };
-    tl.d2h_slack_after = suffix_min(d2h_at);
-    tl.h2d_slack_after = suffix_min(h2d_at);
-    return tl;
+    suffix_min(d2h_at, tl.d2h_slack_after);
+    suffix_min(h2d_at, tl.h2d_slack_after);
   }
 
   // Replays a given schedule: its swaps' copies are halved as it marks them.
@@ -528,7 +542,33 @@ class planner {
   // The schedule the gaps describe (lists in tensor order within a step).
   memory_schedule emit(const std::vector<std::size_t>& bytes) const {
     memory_schedule s;
-    s.steps.resize(p_.step_seconds.size());
+    emit_into(s, bytes);
+    return s;
+  }
+
+  // The schedule the gaps describe, emitted into the planner's scratch one: for a schedule
+  // that is only simulated (the greedy rounds, refine's and unstage's trials).
+  const memory_schedule& emitted(const std::vector<std::size_t>& bytes) const {
+    emit_into(scratch_.schedule, bytes);
+    return scratch_.schedule;
+  }
+
+  // The same into `s`, its steps' lists cleared rather than made anew (they keep their
+  // capacity); every other field back to its default.
+  void emit_into(memory_schedule& s, const std::vector<std::size_t>& bytes) const {
+    static_assert(sizeof(scheduled_step) == 7 * sizeof(std::vector<std::uint32_t>),
+                  "scheduled_step has a field that emit_into does not clear");
+    std::vector<scheduled_step> steps = std::move(s.steps);
+    std::vector<scheduled_gap> gaps = std::move(s.gaps);
+    s = memory_schedule{};
+    steps.resize(p_.step_seconds.size());
+    for (scheduled_step& st : steps) {
+      st.release.clear(), st.drop.clear(), st.offload.clear(), st.prefetch.clear();
+      st.rebuild.clear(), st.whole.clear(), st.hold.clear();
+    }
+    gaps.clear();
+    s.steps = std::move(steps);
+    s.gaps = std::move(gaps);
     // A swap's three fixed points (a park's too: its offload after its last use, its
     // prefetch before its first).
     auto emit_swap = [&](scheduled_gap sg, bool back) {
@@ -588,7 +628,6 @@ class planner {
     s.bytes_per_step = bytes;
     s.step_choice = choice_;
     for (std::size_t b : bytes) s.predicted_peak_bytes = std::max(s.predicted_peak_bytes, b);
-    return s;
   }
 
   // The steps of a memory curve over the planning budget, ascending, and their overflow. A
@@ -769,7 +808,7 @@ class planner {
       const gap before = g;
       gap best = before;
       double best_total = tl.total - 1e-12;
-      timeline best_tl;
+      timeline best_tl, trial_tl;
       const std::vector<std::uint32_t> chain_before = chain_[c];
       for (std::uint32_t back = 0;; back = back == 0 ? 1 : 2 * back) {
         if (b < earliest + back) break;
@@ -786,11 +825,11 @@ class planner {
                                      [&](std::size_t x) { return x > full; })) {
           continue;
         }
-        timeline trial_tl = simulate(emit(bytes));
+        simulate_into(trial_tl, emitted(bytes));
         if (trial_tl.total < best_total) {
           best_total = trial_tl.total;
           best = g;
-          best_tl = std::move(trial_tl);
+          std::swap(best_tl, trial_tl);  // trial_tl's lists are rewritten by the next trial
         }
       }
       g = best;
@@ -876,6 +915,7 @@ class planner {
       return x.per_byte > y.per_byte;
     });
     double total = simulate(emit(memory_curve())).total;
+    timeline trial_tl;
     for (const candidate& k : staged) {
       const std::size_t i = use_index(k.tensor, k.step);
       auto& u = uses_[k.tensor];
@@ -885,7 +925,8 @@ class planner {
       }
       u[i].on_host = false;
       const std::vector<std::size_t> bytes = memory_curve();
-      const double trial = all_fit(bytes) ? simulate(emit(bytes)).total : total;
+      double trial = total;
+      if (all_fit(bytes)) simulate_into(trial_tl, emitted(bytes)), trial = trial_tl.total;
       if (trial < total) {
         total = trial;
       } else {
@@ -1164,6 +1205,14 @@ class planner {
 
   const schedule_problem& p_;
   const schedule_options& o_;
+  // What each simulation and trial emission writes into, kept for their capacity.
+  struct scratch {
+    memory_schedule schedule;
+    std::vector<double> offload_end, prefetch_end, d2h_at, h2d_at;
+    std::vector<std::vector<std::uint32_t>> ready_before;
+  };
+  mutable scratch scratch_;
+  timeline round_timeline_;  // the greedy round's
   std::vector<gap> park_;    // per tensor: its gap around the iteration's end (swap: parked)
   std::vector<bool> halve_;  // per tensor: its swaps move fp16 (compress, and compressible)
   std::vector<std::vector<schedule_use>> uses_;
