@@ -452,9 +452,10 @@ class planner {
     std::stable_sort(order.begin(), order.end(),
                      [](const auto& x, const auto& y) { return x.first > y.first; });
     held_.resize(p_.tensors.size());
+    // The curve changes only where a hold is added (then taken again below).
+    std::vector<std::size_t> bytes = memory_curve();
     for (const auto& [saved, y] : order) {
       const std::vector<std::uint32_t> at = rebuilt_at(y);
-      std::vector<std::size_t> bytes = memory_curve();
       const std::size_t b = p_.tensors[y].bytes;
       // Held over (from, to]: the steps its chains rebuild it at count it already.
       auto room = [&](std::uint32_t from, std::uint32_t to) {
