@@ -88,6 +88,15 @@ std::size_t half_of_liveness(const network& net) {
   return ex.report().peak_bytes / 2;
 }
 
+// The simulated device the iterations run on: 2 GiB, its link throttled to k_link_gbps.
+std::unique_ptr<device> host_device() {
+  device_options d;
+  d.kind = "host";
+  d.capacity_bytes = std::size_t{2} << 30;
+  d.host_link_gbps = k_link_gbps;
+  return make_device(d);
+}
+
 enum class budget_kind { ample, half, tight };
 
 void BM_train_iteration_policy(benchmark::State& state, const char* policy, budget_kind kind,
@@ -97,11 +106,7 @@ void BM_train_iteration_policy(benchmark::State& state, const char* policy, budg
   const std::size_t budget = tight                       ? smallest_budget(net, policy)
                              : kind == budget_kind::half ? half_of_liveness(net)
                                                          : 0;
-  device_options d;
-  d.kind = "host";
-  d.capacity_bytes = std::size_t{2} << 30;
-  d.host_link_gbps = k_link_gbps;
-  auto dev = make_device(d);
+  auto dev = host_device();
   executor_options o = options(policy, budget);
   // all: the warm-up iteration's measured times re-plan the schedule (Capuchin), or not.
   o.replan_from_measured = replan;
@@ -152,14 +157,7 @@ double median(std::vector<double> v) {
 // two schedules, or not). vs_liveness: the ratio of the medians of their iteration times.
 void BM_all_half_alternated_with_liveness(benchmark::State& state, bool replan) {
   const network net = small_resnet(32);
-  auto host = [] {
-    device_options d;
-    d.kind = "host";
-    d.capacity_bytes = std::size_t{2} << 30;
-    d.host_link_gbps = k_link_gbps;
-    return make_device(d);
-  };
-  auto liveness_dev = host(), all_dev = host();
+  auto liveness_dev = host_device(), all_dev = host_device();
   executor_options all_options = options("all", half_of_liveness(net));
   all_options.replan_from_measured = replan;
   executor liveness(net, *liveness_dev, options("liveness", 0));

@@ -637,42 +637,28 @@ class planner {
   struct overflow {
     std::vector<std::uint32_t> step;
     std::vector<std::size_t> bytes;
-    // The whole overflow is below 2^53: any sum of its parts is an integer a double holds
-    // exactly, so summing in integers gives the very double that summing in doubles gave.
-    bool exact_in_double = true;
   };
 
   overflow overflow_of(const std::vector<std::size_t>& bytes) const {
     overflow o;
-    std::size_t total = 0;
     for (std::uint32_t s = 0; s < bytes.size(); ++s) {
       if (bytes[s] > planning_budget_) {
         o.step.push_back(s);
         o.bytes.push_back(bytes[s] - planning_budget_);
-        const std::size_t room = std::numeric_limits<std::size_t>::max() - total;
-        total += std::min(room, o.bytes.back());
       }
     }
-    o.exact_in_double = total < (std::size_t{1} << 53);
     return o;
   }
 
-  // Overflow removed if `b` bytes leave the device over steps [from, to]: summed in integers
-  // (no chain of floating-point additions), or in doubles in step order where the total is
-  // too large for that to be exact.
+  // Overflow removed if `b` bytes leave the device over steps [from, to], summed in integers:
+  // exact, as the doubles it was once summed in were for any total a plan reaches (below 2^53
+  // bytes), so the same number, without a chain of floating-point additions.
   static double value(const overflow& over, std::uint32_t from, std::uint32_t to, std::size_t b) {
     auto i = static_cast<std::size_t>(std::lower_bound(over.step.begin(), over.step.end(), from) -
                                       over.step.begin());
-    if (over.exact_in_double) {
-      std::size_t v = 0;
-      for (; i < over.step.size() && over.step[i] <= to; ++i) v += std::min(b, over.bytes[i]);
-      return static_cast<double>(v);
-    }
-    double v = 0;
-    for (; i < over.step.size() && over.step[i] <= to; ++i) {
-      v += static_cast<double>(std::min(b, over.bytes[i]));
-    }
-    return v;
+    std::size_t v = 0;
+    for (; i < over.step.size() && over.step[i] <= to; ++i) v += std::min(b, over.bytes[i]);
+    return static_cast<double>(v);
   }
 
   // A drop of `t`'s gap closing at `c`: the seconds of its rebuild chain (its replay, and the
