@@ -951,6 +951,41 @@ void transfer_engine::drop_host(std::uint32_t key) {
   m.entries_.erase(it);
 }
 
+std::size_t transfer_engine::reclaim_host() {
+  impl& m = *impl_;
+  m.reject_on_watcher("reclaim_host");
+  std::unique_lock lock(m.mu_);
+  const std::size_t before = m.host_bytes_;
+  m.sweep_locked();
+  // A dropped key's offload in flight: the watcher frees its buffer once the copy lands, and
+  // offloads land in order, so waiting for the newest such one waits for them all.
+  std::shared_ptr<offload_record> newest_dropped;
+  for (const std::shared_ptr<offload_record>& rec : m.queue_) {
+    auto it = m.entries_.find(rec->key);
+    if (it != m.entries_.end() && it->second.dropped && it->second.offloading == rec) {
+      newest_dropped = rec;
+    }
+  }
+  if (newest_dropped != nullptr) (void)m.wait_for_locked(lock, newest_dropped);
+  if (!m.deferred_.empty()) {
+    // The deferred buffers wait for prefetches, all on the one in-order host-to-device
+    // stream: once it is idle every one of them is done. Not waited for under mu_ (stream
+    // work never takes it, but the watcher and other callers do).
+    lock.unlock();
+    try {
+      m.h2d_.synchronize();
+    } catch (...) {
+      // A failed copy is reported by throw_failures below; its event counts as complete.
+    }
+    lock.lock();
+    m.sweep_locked();
+  }
+  const std::size_t freed = before > m.host_bytes_ ? before - m.host_bytes_ : 0;
+  lock.unlock();
+  m.throw_failures();
+  return freed;
+}
+
 void transfer_engine::check() {
   {
     std::lock_guard lock(impl_->mu_);

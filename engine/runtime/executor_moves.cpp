@@ -144,7 +144,7 @@ void executor::write_back() {
     if (free_step_[t] <= current_step_ + k_write_back_horizon) continue;
     transfers_->engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     try {
-      transfers_->engine.offload(t, cache_->ptr(t), table_[t].bytes, written(t));
+      offload_with_room(t, cache_->ptr(t), transfer_encoding::exact);
     } catch (const out_of_memory&) {
       // Host memory is full: a copy ahead of need is not worth failing for (nothing was
       // enqueued); the eviction, if it comes, decides (drop, or the error).
@@ -152,6 +152,22 @@ void executor::write_back() {
     }
     ++marks_.offloads;
     residency_->set_copied(t, true);
+  }
+}
+
+// Starts the offload of `t` (at `ptr`, `bytes`, 0 for its own size). Where host memory is
+// full, what copies still in flight hold of buffers already given back is waited for and the
+// offload tried once more: on null nothing is ever held so, and host and cuda then decide as
+// plan did. Throws out_of_memory when host memory is still full.
+void executor::offload_with_room(tensor_id t, const void* ptr, transfer_encoding encoding,
+                                 std::size_t bytes) {
+  if (bytes == 0) bytes = table_[t].bytes;
+  transfer_engine& engine = transfers_->engine;
+  try {
+    engine.offload(t, ptr, bytes, written(t), encoding);
+  } catch (const out_of_memory&) {
+    if (engine.reclaim_host() == 0) throw;
+    engine.offload(t, ptr, bytes, written(t), encoding);
   }
 }
 
@@ -167,13 +183,14 @@ bool executor::evict(tensor_id t, void* ptr, std::size_t bytes) {
     engine.wait_offloaded(t);  // a discarded earlier copy still in flight
     for (;;) {
       try {
-        engine.offload(t, ptr, bytes, written(t));
+        offload_with_room(t, ptr, transfer_encoding::exact, bytes);
         ++marks_.offloads;
         break;
       } catch (const out_of_memory&) {
-        // Host memory is full: a tensor that can be rebuilt goes anyway, dropped (its replay
-        // costs compute, not memory; ResNet-152 under TSPLIT's staging at 12 GiB); else a
-        // host value that can be rebuilt makes room, and the copy is tried again.
+        // Host memory is full even of what copies in flight held: a tensor that can be
+        // rebuilt goes anyway, dropped (its replay costs compute, not memory; ResNet-152
+        // under TSPLIT's staging at 12 GiB); else a host value that can be rebuilt makes
+        // room, and the copy is tried again.
         if (may_drop_now(t)) return drop_it();
         if (drop_one_host_value()) continue;
         host_exhausted_ = true;  // not a matter of packing device memory: no repack
@@ -205,8 +222,7 @@ event& executor::written(tensor_id t) {
 void executor::start_offload(tensor_id t) {
   void* p = cache_->ptr(t);
   const bool fp16 = t < compressed_.size() && compressed_[t];
-  transfers_->engine.offload(t, p, table_[t].bytes, written(t),
-                             fp16 ? transfer_encoding::fp16 : transfer_encoding::exact);
+  offload_with_room(t, p, fp16 ? transfer_encoding::fp16 : transfer_encoding::exact);
   ++marks_.offloads;
   residency_->set_copied(t, true);
   residency_->offload_started(t, cache_->forget(t));

@@ -53,8 +53,10 @@ float* executor::new_staging(tensor_id t) {
   const std::size_t bytes = table_[t].bytes;
   const std::size_t pool = transfers_->pool.capacity();
   auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->held; };
-  // Full: host values that can be rebuilt make room first.
-  while (used() + bytes > pool && drop_one_host_value()) {
+  // Full: first what copies in flight still hold of buffers given back is waited for (as
+  // offload_with_room), then host values that can be rebuilt make room.
+  while (used() + bytes > pool &&
+         (transfers_->engine.reclaim_host() > 0 || drop_one_host_value())) {
   }
   const std::size_t swapped = transfers_->pool.bytes_in_use();
   if (used() + bytes > pool) {

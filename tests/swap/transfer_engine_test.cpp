@@ -791,17 +791,35 @@ TEST(transfer_engine, host_copy_survives_prefetch_and_is_replaced_by_a_new_offlo
   r.engine->drop_host(1);  // unknown key: a no-op
 }
 
+// Offloads key 1 from `a` behind a closed gate and drops its host copy while the copy is in
+// flight; returns the gate.
+std::unique_ptr<gate> drop_during_an_offload(rig& r, device_buffer& a) {
+  auto g = std::make_unique<gate>(*r.dev, r.h2d);
+  auto ready = r.dev->create_event();
+  produce(r.compute, a, 1, *ready);
+  r.d2h.wait(g->ev());
+  r.engine->offload(1, a.get(), a.size(), *ready);
+  r.engine->drop_host(1);
+  return g;
+}
+
+// Offloads key 1 from `a`, prefetches it into `b` behind a closed gate and drops its host
+// copy while the prefetch may still read it; returns the gate.
+std::unique_ptr<gate> drop_during_a_prefetch(rig& r, device_buffer& a, device_buffer& b) {
+  r.produce_and_offload(1, a, 1);
+  r.engine->wait_offloaded(1);
+  auto g = std::make_unique<gate>(*r.dev, r.d2h);
+  r.engine->prefetch(1, b.get(), &g->ev());
+  r.engine->drop_host(1);
+  return g;
+}
+
 TEST(transfer_engine, drop_host_during_an_offload_discards_it_when_it_lands) {
   rig r;
   device_buffer a(*r.dev, MiB);
-  gate g(*r.dev, r.h2d);
-  auto ready = r.dev->create_event();
-  produce(r.compute, a, 1, *ready);
-  r.d2h.wait(g.ev());
-  r.engine->offload(1, a.get(), a.size(), *ready);
-  r.engine->drop_host(1);
+  const std::unique_ptr<gate> g = drop_during_an_offload(r, a);
   EXPECT_EQ(r.host.bytes_in_use(), MiB) << "the copy still writes the buffer";
-  g.open();
+  g->open();
   r.engine->wait_offloaded(1);
   EXPECT_EQ(r.offloaded_count(1), 0);
   EXPECT_FALSE(r.engine->has_host_copy(1));
@@ -811,20 +829,55 @@ TEST(transfer_engine, drop_host_during_an_offload_discards_it_when_it_lands) {
 TEST(transfer_engine, drop_host_during_a_prefetch_frees_once_the_copy_is_done) {
   rig r;
   device_buffer a(*r.dev, MiB), b(*r.dev, MiB);
-  r.produce_and_offload(1, a, 1);
-  r.engine->wait_offloaded(1);
-  gate g(*r.dev, r.d2h);
-  r.engine->prefetch(1, b.get(), &g.ev());
-  r.engine->drop_host(1);
+  const std::unique_ptr<gate> g = drop_during_a_prefetch(r, a, b);
   // Freed now, the copy would read unmapped memory (direct_pinned_memory unmaps).
   EXPECT_EQ(r.host.bytes_in_use(), MiB);
   EXPECT_EQ(r.engine->stats().host_bytes, MiB);
-  g.open();
+  g->open();
   r.h2d.synchronize();
   r.engine->check();  // any call frees what is no longer read
   EXPECT_EQ(r.host.bytes_in_use(), 0u);
   r.compute.synchronize();
   EXPECT_TRUE(b.holds(1)) << "the prefetch issued before the drop still delivered";
+}
+
+// Opens `g` from another thread 30 ms from now: a call made at once that does not wait finds
+// the copy behind the gate still undone.
+std::jthread open_later(gate& g) {
+  return std::jthread([&g] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    g.open();
+  });
+}
+
+// reclaim_host waits for the copies that still hold buffers given back: the gate opens later
+// from another thread, so an implementation that only swept would free nothing.
+TEST(transfer_engine, reclaim_host_waits_for_a_prefetch_still_reading_a_dropped_copy) {
+  rig r;
+  device_buffer a(*r.dev, MiB), b(*r.dev, MiB);
+  EXPECT_EQ(r.engine->reclaim_host(), 0u) << "nothing given back: nothing to wait for";
+  const std::unique_ptr<gate> g = drop_during_a_prefetch(r, a, b);
+  EXPECT_EQ(r.host.bytes_in_use(), MiB);
+  std::jthread opener = open_later(*g);
+  EXPECT_EQ(r.engine->reclaim_host(), MiB);
+  EXPECT_EQ(r.host.bytes_in_use(), 0u);
+  EXPECT_EQ(r.engine->stats().host_bytes, 0u);
+  r.compute.synchronize();
+  EXPECT_TRUE(b.holds(1)) << "the prefetch issued before the drop still delivered";
+}
+
+TEST(transfer_engine, reclaim_host_waits_for_a_dropped_offload_in_flight_and_keeps_the_rest) {
+  rig r;
+  device_buffer a(*r.dev, MiB), c(*r.dev, MiB);
+  r.produce_and_offload(2, c, 2);
+  r.engine->wait_offloaded(2);
+  const std::unique_ptr<gate> g = drop_during_an_offload(r, a);
+  EXPECT_EQ(r.host.bytes_in_use(), 2 * MiB) << "the copy still writes the buffer";
+  std::jthread opener = open_later(*g);
+  EXPECT_EQ(r.engine->reclaim_host(), MiB);
+  EXPECT_EQ(r.host.bytes_in_use(), MiB) << "key 2's host copy is kept";
+  EXPECT_TRUE(r.engine->has_host_copy(2));
+  EXPECT_EQ(r.offloaded_count(1), 0);
 }
 
 TEST(transfer_engine, destruction_waits_for_copies_in_flight) {

@@ -357,6 +357,8 @@ class executor {
   void free_transient(tensor_id t) noexcept;
   void ensure_resident(tensor_id t, std::size_t step);
   bool evict(tensor_id t, void* ptr, std::size_t bytes);
+  void offload_with_room(tensor_id t, const void* ptr, transfer_encoding encoding,
+                         std::size_t bytes = 0);
   void start_offload(tensor_id t);
   void start_prefetch(tensor_id t, void* p);
   event& written(tensor_id t);

@@ -209,6 +209,14 @@ class transfer_engine {
   /// discarded when it lands (on_offloaded is not called). Never throws pending failures.
   void drop_host(std::uint32_t key);
 
+  /// Blocks until the copies that still read or write host buffers already given back
+  /// (drop_host of a key whose prefetch or offload was in flight) are done, and frees those
+  /// buffers; returns the bytes freed, 0 at once when none was waiting. Host memory held
+  /// afterwards is the kept keys' copies and their offloads in flight. For a caller that
+  /// found host memory full: on `null` nothing is ever waiting (its events are complete), so
+  /// on `host` and `cuda` waiting here first decides as `null` does. Throws pending failures.
+  std::size_t reclaim_host();
+
   /// Throws pending failures, if any (one device_error naming every tensor concerned).
   void check();
 

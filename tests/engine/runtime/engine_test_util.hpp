@@ -188,10 +188,10 @@ inline network small_zoo(const std::string& name, std::int64_t batch = 2) {
   return zoo_net(name, batch, std::max<std::int64_t>(32, zoo_min_side(name)), 0.0625);
 }
 
-/// ResNet-50 at batch 16 of 160-pixel images, width 1/8, 5 classes: activations large enough
+/// ResNet-50 at batch 16 of 128-pixel images, width 1/8, 5 classes: activations large enough
 /// that a host pool of a few tens of MiB runs out under utp and all.
 inline network host_heavy_resnet50() {
-  return test::zoo_net("resnet50", 16, 160, 0.125);
+  return test::zoo_net("resnet50", 16, 128, 0.125);
 }
 
 /// conv -> bn -> relu -> pool -> fc x3 -> dropout -> fc -> loss, batch 4 of 3x8x8, 5
