@@ -2,10 +2,14 @@
 #include "engine/layers/split_step.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace memweave::layers {
 namespace k = kernels::host;
@@ -90,8 +94,87 @@ bool starts_reversed(std::span<const staged_tensor> staged, std::size_t micro_ba
   });
 }
 
+// The copies of one micro-step as micro_steps runs them and staged_copy_bytes /
+// staged_critical_bytes charge them: before micro-batch i runs, the copies out of the one
+// before (what the last pass wrote) and i's copies in go at once, the link's two directions,
+// except that a tensor whose slice goes out is copied in after it (its one micro buffer).
+struct micro_copies {
+  std::vector<std::size_t> in_bytes;   // per staged tensor: copied in before micro-batch i
+  std::vector<std::size_t> out_bytes;  // per staged tensor: out after the micro-batch before
+  std::size_t total() const {
+    std::size_t b = 0;
+    for (std::size_t i = 0; i < in_bytes.size(); ++i) b += in_bytes[i] + out_bytes[i];
+    return b;
+  }
+  // The bytes the step waits for: max(out, in of the other tensors), then the own ins.
+  std::size_t critical() const {
+    std::size_t out = 0, in_free = 0, in_after = 0;
+    for (std::size_t i = 0; i < in_bytes.size(); ++i) {
+      out += out_bytes[i];
+      (out_bytes[i] != 0 ? in_after : in_free) += in_bytes[i];
+    }
+    return std::max(out, in_free) + in_after;
+  }
+};
+
+// One more thread for a split step's copies out, beside its copies in on the calling thread
+// (the link's other direction), started at its first use and joined with the step. A plain
+// thread and a condition variable, not the kernels' TBB arena: ThreadSanitizer sees this
+// synchronization (the TBB library is not instrumented).
+class side_thread {
+ public:
+  side_thread() = default;
+  side_thread(const side_thread&) = delete;
+  side_thread& operator=(const side_thread&) = delete;
+  ~side_thread() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+  // Runs `there` on the side thread and `here` on this one; returns when both are done.
+  // Neither may throw (they copy memory).
+  void run(const std::function<void()>& there, const std::function<void()>& here) {
+    if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+    {
+      std::lock_guard lock(mu_);
+      job_ = &there;
+    }
+    wake_.notify_one();
+    here();
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return job_ == nullptr; });
+  }
+
+ private:
+  void serve() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || job_ != nullptr; });
+      if (job_ == nullptr) return;
+      const std::function<void()>* job = job_;
+      lock.unlock();
+      (*job)();
+      lock.lock();
+      job_ = nullptr;
+      done_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void()>* job_ = nullptr;  // guarded by mu_
+  bool stopping_ = false;                       // guarded by mu_
+  std::thread thread_;
+};
+
 // The micro-steps of one split step: each micro-batch's step_io, its staged tensors' slices
-// copied into their micro buffers before it runs and, after the step's last pass, back out.
+// copied into their micro buffers before it runs and, after the step's last pass, back out
+// (each micro-batch's copies out overlapping the next one's copies in: micro_copies).
 // Consecutive passes run the micro-batches in alternating directions, so each turn starts at
 // the micro-batch whose slices are still in the buffers; the first pass starts at the last
 // micro-batch where that is the one handed over. The step's math must allow it: every pass
@@ -99,16 +182,20 @@ bool starts_reversed(std::span<const staged_tensor> staged, std::size_t micro_ba
 // handed a slice must allow any order in its first pass (any_order_first_pass).
 class micro_steps {
  public:
-  micro_steps(const step_io& io, bool forward, int parts, std::span<const staged_tensor> staged)
-      : io_(io),
+  micro_steps(const k::kernel_context& ctx, const step_io& io, bool forward, int parts,
+              std::span<const staged_tensor> staged)
+      : ctx_(ctx),
+        io_(io),
         forward_(forward),
         staged_(staged),
         bounds_(micro_batch_bounds(io.input_shapes[0].n, parts)),
         held_(staged),
-        reverse_(starts_reversed(staged, bounds_.size() - 1)) {}
+        reverse_(starts_reversed(staged, bounds_.size() - 1)),
+        out_(staged.size(), 0) {}
 
   // Runs f(micro-batch io) for each micro-batch, in this pass's direction; `last_pass`: the
-  // step is done with them afterwards (what it wrote is copied out).
+  // step is done with them afterwards (what it wrote is copied out: each micro-batch's while
+  // the next one's slices come in, the last one's at the end).
   template <class F>
   void each(F&& f, bool last_pass = true) const {
     const std::size_t n = bounds_.size() - 1;
@@ -122,11 +209,17 @@ class micro_steps {
         f(s);
         continue;
       }
-      stage_in(s, i, last_pass);
+      copy_around(i, last_pass);
+      remap_all(s, b);
       f(s);
-      stage_out(b, e, last_pass, k + 1 == n);
-      for (std::size_t ti = 0; ti < staged_.size(); ++ti) held_.ran(ti, staged_[ti], i, last_pass);
+      out_from_ = b;
+      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
+        const staged_tensor& t = staged_[ti];
+        out_[ti] = held_slices::copy_out(t, last_pass, k + 1 == n) ? bytes(t, e - b) : 0;
+        held_.ran(ti, t, i, last_pass);
+      }
     }
+    if (!staged_.empty()) copy_around(k_none, last_pass);
   }
 
   bool reversed_start() const noexcept { return reverse_; }
@@ -151,14 +244,7 @@ class micro_steps {
     return const_cast<float*>(p);
   }
 
-  void stage_in(step_io& s, std::size_t i, bool last_pass) const {
-    const std::int64_t b = bounds_[i], e = bounds_[i + 1];
-    for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-      const staged_tensor& t = staged_[ti];
-      if (!held_.copy_in(ti, t, i, last_pass)) continue;
-      std::memcpy(t.micro, t.whole + b * t.per_image, bytes(t, e - b));
-      copied_ += bytes(t, e - b);
-    }
+  void remap_all(step_io& s, std::int64_t b) const {
     for (const float*& p : s.inputs) p = remap(p, b);
     for (auto& g : s.input_grads) g.data = remap(g.data, b);
     for (float*& p : s.aux) p = remap(p, b);
@@ -167,21 +253,53 @@ class micro_steps {
     s.labels = remap(s.labels, b);
   }
 
-  void stage_out(std::int64_t b, std::int64_t e, bool last_pass, bool final) const {
-    for (const staged_tensor& t : staged_) {
-      if (!held_slices::copy_out(t, last_pass, final)) continue;
-      std::memcpy(t.whole + b * t.per_image, t.micro, bytes(t, e - b));
-      copied_ += bytes(t, e - b);
+  // The copies out of the micro-batch that ran last (out_, from image out_from_) and the
+  // copies in of micro-batch i (k_none: none), as micro_copies says: the outs and the other
+  // tensors' ins at once, then the ins of tensors whose slice went out. Each side touches
+  // only its own tensors' buffers, so the two never race.
+  void copy_around(std::size_t i, bool last_pass) const {
+    const auto in_bytes = [&](std::size_t ti) -> std::size_t {
+      if (i == k_none || !held_.copy_in(ti, staged_[ti], i, last_pass)) return 0;
+      return bytes(staged_[ti], bounds_[i + 1] - bounds_[i]);
+    };
+    const auto copy_in = [&](bool after_out) {
+      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
+        const std::size_t n = in_bytes(ti);
+        if (n == 0 || (out_[ti] != 0) != after_out) continue;
+        std::memcpy(staged_[ti].micro, staged_[ti].whole + bounds_[i] * staged_[ti].per_image, n);
+      }
+    };
+    const auto copy_out = [&] {
+      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
+        if (out_[ti] == 0) continue;
+        const staged_tensor& t = staged_[ti];
+        std::memcpy(t.whole + out_from_ * t.per_image, t.micro, out_[ti]);
+      }
+    };
+    std::size_t outs = 0, ins = 0;
+    for (std::size_t ti = 0; ti < staged_.size(); ++ti) outs += out_[ti], ins += in_bytes(ti);
+    if (outs != 0 && ins != 0 && ctx_.threads() > 1) {
+      side_.run(copy_out, [&] { copy_in(false); });
+    } else {
+      copy_out();
+      copy_in(false);
     }
+    copy_in(true);
+    copied_ += outs + ins;
+    std::fill(out_.begin(), out_.end(), 0);
   }
 
+  const k::kernel_context& ctx_;
   const step_io& io_;
   bool forward_;
   std::span<const staged_tensor> staged_;
   std::vector<std::int64_t> bounds_;
   mutable held_slices held_;
-  mutable bool reverse_;  // the next pass's direction
+  mutable bool reverse_;                  // the next pass's direction
+  mutable std::vector<std::size_t> out_;  // per staged tensor: bytes to copy out, from out_from_
+  mutable std::int64_t out_from_ = 0;     // the first image of the micro-batch that ran last
   mutable std::size_t copied_ = 0;
+  mutable side_thread side_;  // the copies out, where ctx_ has more than one thread
 };
 
 void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
@@ -294,7 +412,7 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
     if (fn != nullptr) fn(ctx, io);
     return 0;
   }
-  const micro_steps micro(io, forward, parts, staged);
+  const micro_steps micro(ctx, io, forward, parts, staged);
   if (micro.reversed_start() && !any_order_first_pass(io.l->type, forward)) {
     throw std::logic_error("split step of " + io.l->name +
                            ": handed a micro-batch's slices, but its first pass runs in order");
@@ -311,9 +429,15 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
   return micro.copied();
 }
 
-std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
-                              int parts, bool input_grad, bool inference) noexcept {
-  std::size_t b = 0;
+namespace {
+
+// The copies of a step's staged tensors, as micro_steps runs them: channel-cut tensors
+// (channels > 0) around each group, in series (`serial`); the others through micro_copies,
+// one per micro-batch of each pass and one after each pass (its last copies out).
+template <class F>
+std::size_t walk_copies(layer_type type, bool forward, std::span<const staged_tensor> staged,
+                        int parts, bool input_grad, bool inference, F&& each) {
+  std::size_t serial = 0;
   std::vector<staged_tensor> by_micro_batch;
   for (const staged_tensor& t : staged) {
     if (t.channels == 0) {
@@ -323,29 +447,59 @@ std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const sta
     // Around each group: one with images once, one without (weights) once per micro-batch.
     const std::size_t whole = static_cast<std::size_t>(t.n * t.per_image) * sizeof(float);
     const std::size_t times = t.n == 1 ? static_cast<std::size_t>(std::max(parts, 1)) : 1;
-    b += ((t.read ? 1 : 0) + (t.written ? 1 : 0)) * times * whole;
+    serial += ((t.read ? 1 : 0) + (t.written ? 1 : 0)) * times * whole;
   }
-  if (by_micro_batch.empty()) return b;
+  if (by_micro_batch.empty()) return serial;
   // The passes micro_steps runs, their micro-batches in the same order, through held_slices.
   const auto passes = static_cast<std::size_t>(split_passes(type, forward, input_grad, inference));
   const std::vector<std::int64_t> bounds = micro_batch_bounds(by_micro_batch.front().n, parts);
   const std::size_t n = bounds.size() - 1;
   held_slices held(by_micro_batch);
   bool reverse = starts_reversed(by_micro_batch, n);
+  micro_copies c{std::vector<std::size_t>(by_micro_batch.size(), 0),
+                 std::vector<std::size_t>(by_micro_batch.size(), 0)};
   for (std::size_t pass = 0; pass < passes; ++pass, reverse = !reverse) {
     const bool last = pass + 1 == passes;
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t i = reverse ? n - 1 - k : k;
+    for (std::size_t k = 0; k <= n; ++k) {
+      const std::size_t i = k == n ? k_none : reverse ? n - 1 - k : k;
+      for (std::size_t ti = 0; ti < by_micro_batch.size(); ++ti) {
+        const staged_tensor& t = by_micro_batch[ti];
+        c.in_bytes[ti] = i != k_none && held.copy_in(ti, t, i, last)
+                             ? static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) *
+                                   sizeof(float)
+                             : 0;
+      }
+      each(c);
+      if (i == k_none) break;
       for (std::size_t ti = 0; ti < by_micro_batch.size(); ++ti) {
         const staged_tensor& t = by_micro_batch[ti];
         const std::size_t slice =
             static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
-        if (held.copy_in(ti, t, i, last)) b += slice;
-        if (held_slices::copy_out(t, last, k + 1 == n)) b += slice;
+        c.out_bytes[ti] = held_slices::copy_out(t, last, k + 1 == n) ? slice : 0;
         held.ran(ti, t, i, last);
       }
     }
+    std::fill(c.out_bytes.begin(), c.out_bytes.end(), 0);
   }
+  return serial;
+}
+
+}  // namespace
+
+std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
+                              int parts, bool input_grad, bool inference) noexcept {
+  std::size_t b = 0;
+  b += walk_copies(type, forward, staged, parts, input_grad, inference,
+                   [&](const micro_copies& c) { b += c.total(); });
+  return b;
+}
+
+std::size_t staged_critical_bytes(layer_type type, bool forward,
+                                  std::span<const staged_tensor> staged, int parts, bool input_grad,
+                                  bool inference) noexcept {
+  std::size_t b = 0;
+  b += walk_copies(type, forward, staged, parts, input_grad, inference,
+                   [&](const micro_copies& c) { b += c.critical(); });
   return b;
 }
 
@@ -556,7 +710,7 @@ void run_channel_split_step(const k::kernel_context& ctx, const step_io& io, boo
   for (const staged_tensor& t : staged) (t.channels > 0 ? channel_cut : slices).push_back(t);
   const std::int64_t batch = io.input_shapes[0].n;
   channel_groups run(*io.l, channel_cut, batch);
-  const micro_steps micro(io, forward, parts, slices);
+  const micro_steps micro(ctx, io, forward, parts, slices);
   micro.each([&](const step_io& s) {
     const bool last = s.first_image + s.input_shapes[0].n == batch;
     run.run(ctx, s, forward, groups, last ? updates : std::span<const param_update>{}, update);

@@ -86,11 +86,12 @@ using update_fn =
 /// Runs the forward (or backward) of io's layer on the host in `parts` micro-batches. parts
 /// 1 (or a DATA layer) runs the whole step. With `staged`, each micro-step runs on the
 /// staged tensors' micro buffers (copied in and out around it) instead of slices of their
-/// whole values: the same bits. Consecutive passes over the micro-batches (BN's) alternate
-/// direction, each turn starting at the slices still in the buffers, and a step handed a
-/// slice (staged_tensor::held) starts at it. Returns the bytes the copies moved
-/// (staged_copy_bytes); a slice handed to a step whose first pass runs in order is a
-/// std::logic_error.
+/// whole values: the same bits. A micro-batch's copies out run beside the next one's copies
+/// in (on two of ctx's threads, where it has two), as staged_critical_bytes charges them.
+/// Consecutive passes over the micro-batches (BN's) alternate direction, each turn starting at the
+/// slices still in the buffers, and a step handed a slice (staged_tensor::held) starts at it.
+/// Returns the bytes the copies moved (staged_copy_bytes); a slice handed to a step whose first
+/// pass runs in order is a std::logic_error.
 std::size_t run_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
                            bool forward, int parts, std::span<const staged_tensor> staged = {});
 
@@ -104,6 +105,15 @@ std::size_t run_split_step(const kernels::host::kernel_context& ctx, const step_
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
                               int parts = 1, bool input_grad = true,
                               bool inference = false) noexcept;
+
+/// The bytes of staged_copy_bytes that the step waits for: each micro-batch's copies out
+/// overlap the next micro-batch's copies in (the link's two directions), but a tensor whose
+/// slice goes out is copied in after it (its one micro buffer); copies never overlap the
+/// micro-steps' compute (the buffers hold one micro-batch). Channel-staged tensors' copies
+/// count whole. What the null device charges a staged step at the link's rate.
+std::size_t staged_critical_bytes(layer_type type, bool forward,
+                                  std::span<const staged_tensor> staged, int parts = 1,
+                                  bool input_grad = true, bool inference = false) noexcept;
 
 /// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
 /// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):

@@ -26,12 +26,13 @@ class null_kernel_launcher final : public kernel_launcher {
   void launch(const layer_launch& step) override {
     const layer& l = *step.l;
     const double compute_s = l.type == layer_type::conv ? step.conv->seconds : -1;
-    // Staged micro-tensors cross the link between the micro-steps, one after the other (the
-    // host backend copies them in the step's own work, without overlap).
+    // Staged micro-tensors cross the link between the micro-steps, each micro-batch's copies
+    // out beside the next one's copies in (the host backend copies them in the step's own
+    // work, the two directions at once).
     const bool input_grad = first_input_has_grad(*ctx_.table, l);
     const double staging_s =
-        static_cast<double>(layers::staged_copy_bytes(l.type, step.forward, step.staged, step.parts,
-                                                      input_grad, step.inference)) /
+        static_cast<double>(layers::staged_critical_bytes(l.type, step.forward, step.staged,
+                                                          step.parts, input_grad, step.inference)) /
         ctx_.model.link_bytes_per_s;
     ctx_.dev->get_stream(stream_role::compute)
         .launch({}, model_seconds(ctx_.model, *ctx_.net, *ctx_.memory, l, step.forward, compute_s) +

@@ -1,7 +1,8 @@
 // TSPLIT's staging copies: a staged step copies exactly what staged_copy_bytes says (the
-// null device charges that, the host backend does that), and BN's passes over the
-// micro-batches alternate direction so that each turn finds a slice already in its buffer,
-// with the same bits as the whole step.
+// host backend does that, each micro-batch's copies out beside the next one's copies in; the
+// null device charges what the step waits for, staged_critical_bytes), and BN's passes over
+// the micro-batches alternate direction so that each turn finds a slice already in its
+// buffer, with the same bits as the whole step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -138,6 +139,7 @@ TEST(staged_copies_test, staged_bn_copies_what_it_is_charged_with_the_same_bits)
   }
 }
 
+// What a staged step copies, and what of that it waits for.
 TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
   // 5 images of 24 floats in 2 micro-batches: 3 + 2 images.
   bn_case c;
@@ -162,6 +164,25 @@ TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
   EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, false, sums, 2, false), 2 * whole);
   // One pass of any other layer: what it reads in once, what it writes out once.
   EXPECT_EQ(layers::staged_copy_bytes(layer_type::act, true, fwd, 2), 2 * whole);
+
+  // What the step waits for of those: a micro-batch's copies out go beside the next one's
+  // copies in (the link's two directions), but a tensor's own copy in waits for its copy out.
+  // ACT: x0 in (3 images); y0 out beside x1 in (3); y1 out (2).
+  EXPECT_EQ(layers::staged_critical_bytes(layer_type::act, true, fwd, 2), 8 * image);
+  // BN forward: the statistics passes copy x in alone (3 + 2, then 3 at the turn); the last,
+  // in order from the slice held: y0 out beside x1 in (3), then y1 out (2).
+  EXPECT_EQ(layers::staged_critical_bytes(layer_type::bn, true, fwd, 2), 13 * image);
+  // BN backward, dx read and written: the sums pass copies x and dy in (6 + 4); the last pass
+  // from micro-batch 1 (x1, dy1 held): dx1 in (2); dx1 out beside x0 and dy0 in (6), then dx0
+  // in after its own copy out (3); dx0 out (3).
+  EXPECT_EQ(layers::staged_critical_bytes(layer_type::bn, false, bwd, 2), 24 * image);
+  // One micro-batch: everything in, the step, everything out; nothing overlaps.
+  for (const auto& staged : {fwd, bwd}) {
+    for (const bool forward : {true, false}) {
+      EXPECT_EQ(layers::staged_critical_bytes(layer_type::bn, forward, staged, 1),
+                layers::staged_copy_bytes(layer_type::bn, forward, staged, 1));
+    }
+  }
 }
 
 TEST(staged_copies_test, a_step_handed_a_slice_starts_there_with_the_same_bits) {
