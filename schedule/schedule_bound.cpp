@@ -206,7 +206,10 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
     r.out.prepare();
     r.in.prepare();
     auto enough = [&](double extra) { return r.most_away(extra, p.link_bytes_per_s) >= over; };
-    if (enough(0)) continue;
+    // Where the extra time the worst step so far needs is enough here too, this step cannot
+    // raise the bound (enough is monotonic in the extra time): no bisection. The bisection
+    // below would have ended under worst_extra, so the bound is the same to the bit.
+    if (enough(worst_extra)) continue;
     // The links' windows grow with the extra time, so enough time always suffices.
     double lo = 0, hi = std::max(1e-6, b.baseline_seconds);
     while (!enough(hi)) hi *= 2;
