@@ -736,7 +736,11 @@ class planner {
   // rebuild first, becomes a swap timed by slack on the current timeline when the schedule
   // still fits and the iteration gets shorter; else it stays dropped.
   void refine() {
-    if (!all_fit(memory_curve())) return;
+    // memory_curve() as the trials change it, kept here: a trial changes only its gap's bytes
+    // and the chain rebuilt before the gap's closing step (trial_curve), so one curve is
+    // taken, not one per trial (they were a fifth of planning DenseNet-121).
+    std::vector<std::size_t> curve = memory_curve();
+    if (!all_fit(curve)) return;
     struct candidate {
       std::uint32_t tensor, gap;
       double seconds;
@@ -772,7 +776,8 @@ class planner {
                3.0 * static_cast<double>(p_.tensors[d.tensor].bytes) / p_.device_bytes_per_s;
       });
     }
-    timeline tl = simulate(emit(memory_curve()));
+    timeline tl = simulate(emit(curve));
+    std::vector<std::size_t> trial_bytes, best_bytes;
     for (const candidate& k : drops) {
       const std::uint32_t t = k.tensor, a = uses_[t][k.gap].step, c = uses_[t][k.gap + 1].step;
       const double d = copy_seconds(t);
@@ -802,7 +807,8 @@ class planner {
         g = gap{gap_action::swap, r, b - back};
         // Swapped, it is no longer rebuilt before `c`: nor is what only its replay needed.
         gather_chain(c);
-        const std::vector<std::size_t> bytes = memory_curve();
+        trial_curve(curve, t, k.gap, chain_before, trial_bytes);
+        const std::vector<std::size_t>& bytes = trial_bytes;
         if (!all_fit(bytes)) continue;
         // An earlier prefetch holds its bytes over more steps, which the heap may not find
         // in one run where the plan is full (fragmentation is not modelled): there, it keeps
@@ -817,16 +823,45 @@ class planner {
           best_total = trial_tl.total;
           best = g;
           std::swap(best_tl, trial_tl);  // trial_tl's lists are rewritten by the next trial
+          std::swap(best_bytes, trial_bytes);
         }
       }
       g = best;
       if (best.action == gap_action::swap) {
         tl = std::move(best_tl);
         gather_chain(c);
+        std::swap(curve, best_bytes);
       } else {
         chain_[c] = chain_before;
       }
     }
+  }
+
+  // refine's trial: `curve` (memory_curve() with gap `gi` of `t` dropped and `chain_before`
+  // rebuilt before its closing step c) with that gap now as gaps_ says and chain_[c] as it is
+  // now, into `out`. Nothing else differs: a swap's trial adds no use (the uses its drop's
+  // replay added stay) and holds nothing (hold_chains runs after refine).
+  void trial_curve(const std::vector<std::size_t>& curve, std::uint32_t t, std::uint32_t gi,
+                   const std::vector<std::uint32_t>& chain_before,
+                   std::vector<std::size_t>& out) const {
+    out = curve;
+    const std::uint32_t a = uses_[t][gi].step, c = uses_[t][gi + 1].step;
+    const std::size_t b = p_.tensors[t].bytes;
+    const gap& g = gaps_[t][gi];
+    auto add = [&](std::uint32_t from, std::uint32_t to_inclusive) {
+      for (std::uint32_t s = from; s <= to_inclusive && s < out.size(); ++s) out[s] += b;
+    };
+    if (!uses_[t][gi].on_host) {
+      if (g.action == gap_action::keep) add(a + 1, c - 1);
+      if (g.action == gap_action::swap) add(a + 1, g.release - 1), add(g.prefetch + 1, c - 1);
+    }
+    for (std::uint32_t y : chain_before) out[c] -= p_.tensors[y].bytes;
+    for (std::uint32_t y : chain_[c]) out[c] += p_.tensors[y].bytes;
+#ifndef NDEBUG
+    if (out != memory_curve()) {
+      throw std::logic_error("schedule: refine's trial curve differs from memory_curve()");
+    }
+#endif
   }
 
   // Per step, the bytes of what it uses (slices for uses in host memory), its extra bytes and
