@@ -802,11 +802,15 @@ class planner {
       double best_total = tl.total - 1e-12;
       timeline best_tl, trial_tl;
       const std::vector<std::uint32_t> chain_before = chain_[c];
+      // Swapped in every trial, `t` is no longer rebuilt before `c`: the other drops are.
+      g = gap{gap_action::swap, r, b};
+      const std::vector<std::uint32_t> roots = drops_closing_at(c);
+      g = before;
       for (std::uint32_t back = 0;; back = back == 0 ? 1 : 2 * back) {
         if (b < earliest + back) break;
         g = gap{gap_action::swap, r, b - back};
         // Swapped, it is no longer rebuilt before `c`: nor is what only its replay needed.
-        gather_chain(c);
+        gather_chain_from(c, roots);
         trial_curve(curve, t, k.gap, chain_before, trial_bytes);
         const std::vector<std::size_t>& bytes = trial_bytes;
         if (!all_fit(bytes)) continue;
@@ -829,7 +833,7 @@ class planner {
       g = best;
       if (best.action == gap_action::swap) {
         tl = std::move(best_tl);
-        gather_chain(c);
+        gather_chain_from(c, roots);
         std::swap(curve, best_bytes);
       } else {
         chain_[c] = chain_before;
@@ -960,15 +964,25 @@ class planner {
   // chain_[c] anew from the drops whose replays run before step `c`: the dead tensors those
   // replays touch, and theirs in turn.
   void gather_chain(std::uint32_t c) {
-    chain_[c].clear();
-    std::vector<std::uint32_t> pending;
+    gather_chain_from(c, drops_closing_at(c));
+  }
+
+  // The tensors with a dropped gap that closes at step `c` (those rebuilt before it).
+  std::vector<std::uint32_t> drops_closing_at(std::uint32_t c) const {
+    std::vector<std::uint32_t> roots;
     for (std::uint32_t t = 0; t < gaps_.size(); ++t) {
       for (std::uint32_t i = 0; i < gaps_[t].size(); ++i) {
         if (gaps_[t][i].action == gap_action::drop && uses_[t][i + 1].step == c) {
-          pending.push_back(t);
+          roots.push_back(t);
         }
       }
     }
+    return roots;
+  }
+
+  // gather_chain with the drops closing at `c` given (`roots`: drops_closing_at(c)).
+  void gather_chain_from(std::uint32_t c, std::vector<std::uint32_t> pending) {
+    chain_[c].clear();
     while (!pending.empty()) {
       const std::uint32_t t = pending.back();
       pending.pop_back();
