@@ -175,7 +175,7 @@ constexpr std::array<option_info, 39> k_options{{
      "all: fp16 = scheduled swaps of fp32 tensors cross the link as FP16, half the bytes (LDFG; "
      "lossy: results are no longer bit-identical, the round-trip error is reported)"},
     {"MEMWEAVE_SPLIT_WEIGH", "1", f::boolean, "",
-     "all with --split: run the split plans whose micro-steps fit 100, 85 and 70 % of the "
+     "all with --split: run the split plans whose micro-steps fit 100, 85, 70, 55 and 40 % of the "
      "budget on the null device, keep the fastest (0 = the fewest micro-batches that fit)"},
     {"MEMWEAVE_BUCKET_BYTES",
      "25MiB",

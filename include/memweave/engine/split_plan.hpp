@@ -101,8 +101,9 @@ bool channel_cut(const tensor_info& t, const layer& l) noexcept;
 /// The shares of the budget that `all`'s weighing fits each micro-step in, one split plan each
 /// (executor_options::split_weighed): the whole budget gives the fewest micro-batches; a
 /// smaller share more, which leaves the memory schedule room beside them. Measured in
-/// PERFORMANCE.md (issue 13): each of 0.8 to 0.9 and 0.7 ran fastest somewhere.
-inline constexpr double split_plan_shares[] = {1.0, 0.85, 0.7};
+/// PERFORMANCE.md (issue 13): each of 0.8 to 0.9, 0.7, 0.55 and 0.4 ran fastest somewhere
+/// (AlexNet b128 at 0.8 x max(l_i): 228 ms per iteration with 0.85, 180 with 0.4).
+inline constexpr double split_plan_shares[] = {1.0, 0.85, 0.7, 0.55, 0.4};
 
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per
