@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 
 namespace memweave::layers {
@@ -139,7 +140,17 @@ class side_thread {
   // Runs `there` on the side thread and `here` on this one; returns when both are done.
   // Neither may throw (they copy memory).
   void run(const std::function<void()>& there, const std::function<void()>& here) {
-    if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+    if (!thread_.joinable()) {
+      try {
+        thread_ = std::thread([this] { serve(); });
+      } catch (const std::system_error&) {
+        // No thread to be had (a process at its limit): the copies run one after the other,
+        // as they would on one core.
+        there();
+        here();
+        return;
+      }
+    }
     {
       std::lock_guard lock(mu_);
       job_ = &there;
