@@ -803,9 +803,7 @@ class planner {
       timeline best_tl, trial_tl;
       const std::vector<std::uint32_t> chain_before = chain_[c];
       // Swapped in every trial, `t` is no longer rebuilt before `c`: the other drops are.
-      g = gap{gap_action::swap, r, b};
-      const std::vector<std::uint32_t> roots = drops_closing_at(c);
-      g = before;
+      const std::vector<std::uint32_t> roots = drops_closing_at(c, t);
       for (std::uint32_t back = 0;; back = back == 0 ? 1 : 2 * back) {
         if (b < earliest + back) break;
         g = gap{gap_action::swap, r, b - back};
@@ -952,7 +950,10 @@ class planner {
       u[i].on_host = false;
       const std::vector<std::size_t> bytes = memory_curve();
       double trial = total;
-      if (all_fit(bytes)) simulate_into(trial_tl, emitted(bytes)), trial = trial_tl.total;
+      if (all_fit(bytes)) {
+        simulate_into(trial_tl, emitted(bytes));
+        trial = trial_tl.total;
+      }
       if (trial < total) {
         total = trial;
       } else {
@@ -967,10 +968,13 @@ class planner {
     gather_chain_from(c, drops_closing_at(c));
   }
 
-  // The tensors with a dropped gap that closes at step `c` (those rebuilt before it).
-  std::vector<std::uint32_t> drops_closing_at(std::uint32_t c) const {
+  // The tensors with a dropped gap that closes at step `c` (those rebuilt before it), but
+  // `except` (a tensor has one gap closing at `c` at most).
+  std::vector<std::uint32_t> drops_closing_at(std::uint32_t c,
+                                              std::uint32_t except = k_none) const {
     std::vector<std::uint32_t> roots;
     for (std::uint32_t t = 0; t < gaps_.size(); ++t) {
+      if (t == except) continue;
       for (std::uint32_t i = 0; i < gaps_[t].size(); ++i) {
         if (gaps_[t][i].action == gap_action::drop && uses_[t][i + 1].step == c) {
           roots.push_back(t);

@@ -473,20 +473,20 @@ std::size_t walk_copies(layer_type type, bool forward, std::span<const staged_te
     const bool last = pass + 1 == passes;
     for (std::size_t k = 0; k <= n; ++k) {
       const std::size_t i = k == n ? k_none : reverse ? n - 1 - k : k;
+      // Micro-batch i's slice of t (none after the pass).
+      const auto slice = [&](const staged_tensor& t) -> std::size_t {
+        if (i == k_none) return 0;
+        return static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
+      };
       for (std::size_t ti = 0; ti < by_micro_batch.size(); ++ti) {
         const staged_tensor& t = by_micro_batch[ti];
-        c.in_bytes[ti] = i != k_none && held.copy_in(ti, t, i, last)
-                             ? static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) *
-                                   sizeof(float)
-                             : 0;
+        c.in_bytes[ti] = i != k_none && held.copy_in(ti, t, i, last) ? slice(t) : 0;
       }
       each(c);
       if (i == k_none) break;
       for (std::size_t ti = 0; ti < by_micro_batch.size(); ++ti) {
         const staged_tensor& t = by_micro_batch[ti];
-        const std::size_t slice =
-            static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
-        c.out_bytes[ti] = held_slices::copy_out(t, last, k + 1 == n) ? slice : 0;
+        c.out_bytes[ti] = held_slices::copy_out(t, last, k + 1 == n) ? slice(t) : 0;
         held.ran(ti, t, i, last);
       }
     }
@@ -499,19 +499,21 @@ std::size_t walk_copies(layer_type type, bool forward, std::span<const staged_te
 
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
                               int parts, bool input_grad, bool inference) noexcept {
-  std::size_t b = 0;
-  b += walk_copies(type, forward, staged, parts, input_grad, inference,
-                   [&](const micro_copies& c) { b += c.total(); });
-  return b;
+  std::size_t by_micro_batch = 0;
+  const std::size_t serial =
+      walk_copies(type, forward, staged, parts, input_grad, inference,
+                  [&](const micro_copies& c) { by_micro_batch += c.total(); });
+  return serial + by_micro_batch;
 }
 
 std::size_t staged_critical_bytes(layer_type type, bool forward,
                                   std::span<const staged_tensor> staged, int parts, bool input_grad,
                                   bool inference) noexcept {
-  std::size_t b = 0;
-  b += walk_copies(type, forward, staged, parts, input_grad, inference,
-                   [&](const micro_copies& c) { b += c.critical(); });
-  return b;
+  std::size_t by_micro_batch = 0;
+  const std::size_t serial =
+      walk_copies(type, forward, staged, parts, input_grad, inference,
+                  [&](const micro_copies& c) { by_micro_batch += c.critical(); });
+  return serial + by_micro_batch;
 }
 
 namespace {

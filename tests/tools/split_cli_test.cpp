@@ -218,8 +218,8 @@ TEST(split_cli_test, eval_runs_the_fc_weights_in_output_channel_groups) {
   EXPECT_NE(split.out.find("peak 497.00 KiB"), std::string::npos) << split.out;
 }
 
-// `all` weighs the split plans whose micro-steps fit 100, 85, 70, 55 and 40 % of the budget and runs
-// the fastest, and says so; MEMWEAVE_SPLIT_WEIGH=0 runs the fewest micro-batches.
+// `all` weighs the split plans whose micro-steps fit 100, 85, 70, 55 and 40 % of the budget and
+// runs the fastest, and says so; MEMWEAVE_SPLIT_WEIGH=0 runs the fewest micro-batches.
 TEST(split_cli_test, all_runs_the_fastest_split_plan_and_says_which) {
   const std::vector<std::string> args = {
       "--net",  "vgg16",    "--batch", "16",      "--image-side", "128", "--width",
