@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 39> k_options{{
+constexpr std::array<option_info, 40> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -177,6 +177,14 @@ constexpr std::array<option_info, 39> k_options{{
     {"MEMWEAVE_SPLIT_WEIGH", "1", f::boolean, "",
      "all with --split: run the split plans whose micro-steps fit 100, 85, 70, 55 and 40 % of the "
      "budget on the null device, keep the fastest (0 = the fewest micro-batches that fit)"},
+    {"MEMWEAVE_SPLIT_REGIONS",
+     "4",
+     f::integer,
+     "",
+     "all with --split: then mix the plans step by step: the steps where they differ are cut "
+     "into this many regions, each tries every other plan's micro-batches, kept where faster "
+     "on the null device (0 = the fastest whole plan)",
+     {0, 64, true}},
     {"MEMWEAVE_BUCKET_BYTES",
      "25MiB",
      f::bytes,

@@ -17,9 +17,10 @@
 #              floor training test (DenseNet-121, 8 s) and of the below-the-largest-layer
 #              staging test (4 and 6 s, 25 and 44 s under ASan): their ResNet-50 and VGG16
 #              cases run the same paths under ASan;
-#            - the split staging test that weighs each of the five split plans on its own and
-#              then all of them (5 s in release, 27-34 s under ASan): split_cli_test's
-#              all_runs_the_fastest_split_plan_and_says_which weighs them under ASan;
+#            - the split staging tests that weigh each of the five split plans on its own and
+#              then all of them (5 s in release, 27-34 s under ASan), and that mix them region
+#              by region and train the mix (3.6 s, 18 s under ASan): split_cli_test's
+#              all_runs_the_fastest_split_plan_and_says_which weighs and mixes them under ASan;
 #   tsan:    the tests labelled concurrent under ThreadSanitizer.
 # The sanitizer builds carry line tables only (-g1): stack traces keep file and line, and
 # the builds take a fifth less time than with full debug information.

@@ -63,7 +63,8 @@ struct network_run_options {
   /// CONV/FC steps where one image is too much in output-channel groups
   /// (split_parts_if_asked), their micro-tensors in host memory under utp and all.
   bool split = false;
-  /// With --split, `all` weighs the split plans of split_plan_shares and runs the fastest
+  /// With --split, `all` weighs the split plans of split_plan_shares, mixes the fastest with
+  /// the others region by region (MEMWEAVE_SPLIT_REGIONS) and runs the fastest
   /// (executor_options::split_weighed); the searches, which ask only whether it fits, do not.
   bool split_weighed = true;
   /// train --export-onnx: a copy of the ONNX model with the trained weights ("" = none).

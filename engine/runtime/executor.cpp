@@ -977,6 +977,8 @@ policy_report executor::report() const {
     r.weighed_split_steps = choice_.split_steps;
     r.fewest_split_steps = choice_.fewest_split_steps;
     r.weighed_fewest_split_seconds = choice_.fewest_split_s;
+    r.mixed_split_steps = choice_.mixed_split_steps;
+    r.weighed_whole_split_seconds = choice_.whole_split_s;
     r.weighed_headroom = options_.schedule.headroom;
     r.weighed_workspace_share = options_.schedule.workspace_share;
     r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;

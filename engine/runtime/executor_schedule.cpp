@@ -15,6 +15,7 @@
 #include "engine/runtime/executor_checks.hpp"
 #include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
+#include "engine/runtime/null_run.hpp"
 #include "engine/runtime/residency_table.hpp"
 #include "engine/runtime/schedule_inputs.hpp"
 #include "memweave/comm/communicator.hpp"
@@ -36,9 +37,8 @@ double schedule_link_gbps(const executor_options& options) {
   return link;
 }
 
-// Options and device for a run of the same runtime on the null device with the schedule's
-// link and model: what `memweave plan` reports. No communicator (the plan's buckets are kept
-// by `ranks`), no files written, nothing re-planned, and no weighing inside.
+}  // namespace
+
 executor_options null_run_options(const executor_options& options) {
   executor_options o = options;
   o.weigh_alternatives = false;
@@ -58,7 +58,18 @@ device_options null_run_device(const executor_options& options) {
   return d;
 }
 
-}  // namespace
+double null_run_seconds(const network& net, const executor_options& options,
+                        std::optional<memory_schedule>* schedule) {
+  try {
+    auto null_device = make_device(null_run_device(options));
+    executor ex(net, *null_device, null_run_options(options));
+    ex.run_iteration(nullptr, 0);
+    if (schedule != nullptr && ex.schedule() != nullptr) *schedule = *ex.schedule();
+    return ex.report().seconds_per_iteration;
+  } catch (const error&) {
+    return 0.0;  // does not run there (the executor itself will say why, if it cannot)
+  }
+}
 
 // all: plans the iteration's memory schedule under the budget (engine/runtime/schedule_inputs,
 // memweave/schedule); none when no plan fits.
@@ -90,74 +101,6 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   return plan_executor_schedule(in, options_.schedule);
 }
 
-// TSPLIT: plan_splits gives each step the fewest micro-batches whose micro-step fits the
-// budget, which leaves the memory schedule the least room beside them; more micro-batches
-// leave it more, for smaller kernels and more copies. Which pays depends on the network and
-// the budget (VGG16 b64 at 0.95 of its max(l_i): 1106 ms per iteration with the fewest, 978
-// with micro-steps within 85 % of the budget; Inception v4 b32 there: 636 against 661), and
-// on the rest of the weighing (each plan's best configuration differs), so the whole
-// weighing runs for the plan of each of split_plan_shares, and the fastest plan runs.
-executor_options executor::weigh_split_plans(const network& net, const executor_options& options,
-                                             policy_choice& choice) {
-  const auto split = [](const executor_options& o) {
-    std::size_t n = 0;
-    const std::size_t steps = std::max(o.split_parts.size(), o.channel_parts.size());
-    for (std::size_t s = 0; s < steps; ++s) {
-      const bool parts = s < o.split_parts.size() && o.split_parts[s] > 1;
-      if (parts || (s < o.channel_parts.size() && o.channel_parts[s] > 1)) ++n;
-    }
-    return n;
-  };
-  // What a weighing found runs that fast in the model.
-  const auto seconds = [](const executor_options& chosen, const policy_choice& c) {
-    if (!chosen.policy.planned) return c.recompute_s;
-    return c.reactive ? c.reactive_s : c.all_s;
-  };
-  executor_options candidate = options, best;
-  candidate.split_weighed = false;
-  // No split needed: none is weighed (splitting where nothing must be split costs nothing).
-  if (split(options) == 0) return weigh_policy(net, candidate, choice);
-  const route r(net);
-  const tensor_table table(net, r);
-  const layer_memory memory(table);
-  const std::size_t block = heap_block_bytes(options);
-  policy_choice best_choice;
-  double best_s = 0, fewest_s = 0;
-  for (const double share : split_plan_shares) {
-    if (share < 1.0) {
-      const auto budget =
-          static_cast<std::size_t>(static_cast<double>(options.budget_bytes) * share);
-      try {
-        const split_plan p =
-            plan_splits(net, table, memory, options.model, budget, block, "--budget");
-        const std::vector<int> parts = p.parts(table.step_count());
-        const std::vector<int> groups = p.channel_parts(table.step_count());
-        if (parts == candidate.split_parts && groups == candidate.channel_parts) continue;
-        candidate.split_parts = parts;
-        candidate.channel_parts = groups;
-      } catch (const budget_too_small&) {
-        break;  // a smaller share does not fit either
-      }
-    }
-    policy_choice c;
-    executor_options weighed = weigh_policy(net, candidate, c);
-    const double s = seconds(weighed, c);
-    if (share == 1.0) fewest_s = s;
-    // The fewest, then only a faster one.
-    if (share == 1.0 || (s > 0 && (best_s == 0 || s < best_s))) {
-      best = std::move(weighed);
-      best_s = s;
-      best_choice = std::move(c);
-      best_choice.split_share = share;
-    }
-  }
-  choice = std::move(best_choice);
-  choice.fewest_split_s = fewest_s;
-  choice.fewest_split_steps = split(options);
-  choice.split_steps = split(best);
-  return best;
-}
-
 // Every run is on the null device (null_run_options): what `memweave plan` reports for each.
 executor_options executor::weigh_policy(const network& net, const executor_options& options,
                                         policy_choice& choice) {
@@ -167,17 +110,8 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   }
   if (options.split_weighed) return weigh_split_plans(net, options, choice);
   executor_options o = null_run_options(options);
-  const device_options d = null_run_device(options);
   auto run = [&](const executor_options& q, std::optional<memory_schedule>* schedule) {
-    try {
-      auto null_device = make_device(d);
-      executor ex(net, *null_device, q);
-      ex.run_iteration(nullptr, 0);
-      if (schedule != nullptr && ex.schedule() != nullptr) *schedule = *ex.schedule();
-      return ex.report().seconds_per_iteration;
-    } catch (const error&) {
-      return 0.0;  // does not run here (the executor itself will say why, if it cannot)
-    }
+    return null_run_seconds(net, q, schedule);
   };
   choice.weighed = true;
   executor_options chosen = options;

@@ -22,6 +22,8 @@ std::vector<std::string> at(const std::string& budget) {
 }
 
 TEST(split_cli_test, half_the_largest_layer_splits_and_reports_the_floor) {
+  // The whole plans only: mixing them region by region quadruples the planning here.
+  const scoped_env whole("MEMWEAVE_SPLIT_REGIONS", "0");
   const auto r = run(plan_command, at("147MiB"));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("max(l_i) 294.01 MiB"), std::string::npos) << r.out;
@@ -36,11 +38,13 @@ TEST(split_cli_test, half_the_largest_layer_splits_and_reports_the_floor) {
                        "27.86 MiB at step 208 (res5a_branch2b)"),
             std::string::npos)
       << r.out;
-  // The runs: both policies fit, utp with the 41 split steps staged; all with the split
-  // plan it weighed fastest, here the one whose micro-steps fit 70 % of the budget.
+  // The runs: both policies fit, utp with the 41 split steps staged; all with the whole split
+  // plan it weighed fastest, here the one whose micro-steps fit 70 % of the budget (not mixed
+  // region by region: all_runs_the_fastest_split_plan_and_says_which).
   EXPECT_NE(r.out.find("utp: TSPLIT: 41 steps ran in micro-batches"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("all: TSPLIT: ran the split plan whose micro-steps fit 70 % of the budget "
-                       "(69 steps in micro-batches, against 41 with the fewest)"),
+  EXPECT_NE(r.out.find("all: TSPLIT: the fastest whole split plan here in the plan's model fits "
+                       "its micro-steps in 70 % of the budget (69 steps in micro-batches, "
+                       "against 41 with the fewest, which runs 868.2 ms per iteration)"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("all: TSPLIT: 69 steps ran in micro-batches"), std::string::npos) << r.out;
@@ -218,24 +222,42 @@ TEST(split_cli_test, eval_runs_the_fc_weights_in_output_channel_groups) {
   EXPECT_NE(split.out.find("peak 497.00 KiB"), std::string::npos) << split.out;
 }
 
-// `all` weighs the split plans whose micro-steps fit 100, 85, 70, 55 and 40 % of the budget and
-// runs the fastest, and says so; MEMWEAVE_SPLIT_WEIGH=0 runs the fewest micro-batches.
+// `all` weighs the split plans whose micro-steps fit 100, 85, 70, 55 and 40 % of the budget,
+// keeps the fastest, mixes it region by region with the others (MEMWEAVE_SPLIT_REGIONS, 4),
+// and says so; MEMWEAVE_SPLIT_REGIONS=0 runs the fastest whole plan, MEMWEAVE_SPLIT_WEIGH=0
+// the fewest micro-batches.
 TEST(split_cli_test, all_runs_the_fastest_split_plan_and_says_which) {
   const std::vector<std::string> args = {
       "--net",  "vgg16",    "--batch", "16",      "--image-side", "128", "--width",
       "0.0625", "--budget", "3MiB",    "--split", "--policy",     "all"};
-  const auto weighed = run(plan_command, args);
-  EXPECT_EQ(weighed.code, 0) << weighed.out;
-  EXPECT_NE(weighed.out.find("all: TSPLIT: ran the split plan whose micro-steps fit 85 % of the "
-                             "budget (27 steps in micro-batches, against 24 with the fewest)"),
+  const std::string whole_plan =
+      "all: TSPLIT: the fastest whole split plan here in the plan's model fits its micro-steps in "
+      "85 % of the budget (27 steps in micro-batches, against 24 with the fewest, which runs "
+      "9.029 ms per iteration)";
+  const auto mixed = run(plan_command, args);
+  EXPECT_EQ(mixed.code, 0) << mixed.out;
+  EXPECT_NE(mixed.out.find(whole_plan), std::string::npos) << mixed.out;
+  EXPECT_NE(mixed.out.find("all: TSPLIT: 13 steps took another split plan's micro-batches, "
+                           "region by region, faster here in the plan's model (the whole plan: "
+                           "8.655 ms per iteration)"),
             std::string::npos)
-      << weighed.out;
-  EXPECT_NE(weighed.out.find("all: TSPLIT: 27 steps ran in micro-batches"), std::string::npos)
-      << weighed.out;
+      << mixed.out;
+  EXPECT_NE(mixed.out.find("all: TSPLIT: 29 steps ran in micro-batches"), std::string::npos)
+      << mixed.out;
+  {
+    const scoped_env whole("MEMWEAVE_SPLIT_REGIONS", "0");
+    const auto weighed = run(plan_command, args);
+    EXPECT_EQ(weighed.code, 0) << weighed.out;
+    EXPECT_NE(weighed.out.find(whole_plan), std::string::npos) << weighed.out;
+    EXPECT_EQ(weighed.out.find("region by region"), std::string::npos) << weighed.out;
+    EXPECT_NE(weighed.out.find("all: TSPLIT: 27 steps ran in micro-batches"), std::string::npos)
+        << weighed.out;
+  }
   const scoped_env fewest("MEMWEAVE_SPLIT_WEIGH", "0");
   const auto plain = run(plan_command, args);
   EXPECT_EQ(plain.code, 0) << plain.out;
-  EXPECT_EQ(plain.out.find("ran the split plan"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("whole split plan"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("region by region"), std::string::npos) << plain.out;
   EXPECT_NE(plain.out.find("all: TSPLIT: 24 steps ran in micro-batches"), std::string::npos)
       << plain.out;
 }

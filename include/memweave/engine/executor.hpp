@@ -192,6 +192,13 @@ struct executor_options {
   /// micro-steps fit a smaller share of the budget (split_plan_shares), each leaving the memory
   /// schedule more room beside its micro-steps for more micro-batches, and the fastest runs.
   bool split_weighed = false;
+  /// TSPLIT with split_weighed: the weighed plans are then mixed step by step. The steps whose
+  /// parts differ between them are cut into this many runs of consecutive route steps
+  /// (regions); each region in turn takes each other plan's micro-batches and channel groups,
+  /// kept where the iteration runs faster in the model (one null iteration a trial, at the
+  /// configuration the weighing chose). 0: the fastest whole plan runs
+  /// (MEMWEAVE_SPLIT_REGIONS).
+  int split_regions = 4;
   /// all under a budget: before it starts, `all` (with the schedule's headroom, and with half
   /// of it when schedule.headroom_auto; at each CONV workspace share unless
   /// schedule.workspace_share names one) and `recompute` are each run for one iteration on a
@@ -426,11 +433,26 @@ class executor {
     double split_share = 0;
     std::size_t split_steps = 0, fewest_split_steps = 0;
     double fewest_split_s = 0;
+    // split_regions: the steps whose parts another plan's region gave, and the fastest whole
+    // plan's modelled iteration (0: nothing mixed).
+    std::size_t mixed_split_steps = 0;
+    double whole_split_s = 0;
+    // What the weighing found `chosen` (the options it returned) runs in, in the model.
+    double chosen_s(const executor_options& chosen) const noexcept {
+      if (!chosen.policy.planned) return recompute_s;
+      return reactive ? reactive_s : all_s;
+    }
   };
   static executor_options weigh_policy(const network& net, const executor_options& options,
                                        policy_choice& choice);
   static executor_options weigh_split_plans(const network& net, const executor_options& options,
                                             policy_choice& choice);
+  // One split plan: split_parts and channel_parts per route step.
+  struct split_choice {
+    std::vector<int> parts, groups;
+  };
+  static void mix_split_plans(const network& net, std::span<const split_choice> plans,
+                              executor_options& best, policy_choice& choice);
 
   const network& net_;
   device& dev_;

@@ -107,13 +107,18 @@ struct policy_report {
   /// model (weighed_reactive_seconds: that run; 0 where not weighed against it).
   bool ran_without_schedule = false;
   double weighed_reactive_seconds = 0.0;
-  /// TSPLIT (executor_options::split_weighed): the share of the budget the split plan that ran
-  /// fits each micro-step in (0: not weighed; 1: plan_splits' fewest micro-batches), how many
-  /// steps it splits, and the fewest plan's split steps and modelled iteration.
+  /// TSPLIT (executor_options::split_weighed): the share of the budget the fastest whole split
+  /// plan fits each micro-step in (0: not weighed; 1: plan_splits' fewest micro-batches), how
+  /// many steps it splits, and the fewest plan's split steps and modelled iteration.
   double weighed_split_share = 0.0;
   std::size_t weighed_split_steps = 0;
   std::size_t fewest_split_steps = 0;
   double weighed_fewest_split_seconds = 0.0;
+  /// ... and with executor_options::split_regions, how many steps took their micro-batches
+  /// from another plan than the fastest whole one, which ran weighed_whole_split_seconds
+  /// (0: none did).
+  std::size_t mixed_split_steps = 0;
+  double weighed_whole_split_seconds = 0.0;
   replan_report replan;                 ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;   ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
   std::size_t staged_steps = 0;         ///< TSPLIT: split steps run on micro-tensors

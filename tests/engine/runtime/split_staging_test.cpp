@@ -2,6 +2,8 @@
 // host memory and holds only one micro-batch's slices on the device, so budgets below
 // max(l_i) train, bit-identical to unsplit training with unlimited memory, with `plan`
 // (null) and `train` (host) agreeing step by step.
+#include <algorithm>
+
 #include "engine/runtime/executor_staging.hpp"
 #include "engine_test_util.hpp"
 #include "memweave/device/stream_timeline.hpp"
@@ -248,6 +250,7 @@ TEST(split_staging_test, all_runs_the_fastest_of_the_split_plans_weighed) {
   const staged_run s = plan_below_largest_layer(net, "all", 0.6);
   executor_options weighed = s.options;
   weighed.weigh_alternatives = true;
+  weighed.split_regions = 0;  // whole plans only (all_mixes_the_split_plans_region_by_region)
   auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
   // Each plan weighed on its own: the fewest, and those fitting each share of the budget.
   const route r(net);
@@ -306,6 +309,67 @@ TEST(split_staging_test, all_runs_the_fastest_of_the_split_plans_weighed) {
   const auto trained = test::train(net, weighed, 1);
   EXPECT_EQ(trained.report.weighed_split_share, p.weighed_split_share);
   expect_bit_identical(reference, trained, "vgg16 all, split plans weighed");
+}
+
+// With split_regions, the fastest whole plan is then mixed region by region with the others:
+// here (VGG16 at 0.6 of max(l_i)) some steps take another plan's micro-batches and the
+// iteration runs faster in the model than with any whole plan; every step runs the parts of
+// one of the plans weighed, and the host trains the mix bit-identically, step by step as
+// planned.
+TEST(split_staging_test, all_mixes_the_split_plans_region_by_region) {
+  const network net = test::zoo_net("vgg16", 16, 128, 0.0625);
+  const staged_run s = plan_below_largest_layer(net, "all", 0.6);
+  executor_options options = s.options;
+  options.weigh_alternatives = true;
+  options.split_weighed = true;
+  auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+  const auto planned = [&](int regions) {
+    executor_options o = options;
+    o.split_regions = regions;
+    executor ex(net, *null_dev, o);
+    ex.run_iteration(nullptr, 0);
+    return ex.report();
+  };
+  const policy_report whole = planned(0), mixed = planned(4);
+  EXPECT_EQ(whole.mixed_split_steps, 0U);
+  EXPECT_EQ(whole.weighed_whole_split_seconds, 0.0);
+  ASSERT_GT(mixed.mixed_split_steps, 0U) << "no region took another plan's parts here";
+  EXPECT_LT(mixed.seconds_per_iteration, whole.seconds_per_iteration);
+  // The whole plan it started from is the one weighed without regions.
+  EXPECT_NEAR(mixed.weighed_whole_split_seconds, whole.seconds_per_iteration,
+              1e-9 * whole.seconds_per_iteration);
+  EXPECT_EQ(mixed.weighed_split_share, whole.weighed_split_share);
+  EXPECT_EQ(mixed.weighed_split_steps, whole.weighed_split_steps);
+  // Step by step, the parts of one of the plans weighed; mixed_split_steps differ from the
+  // whole plan's.
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  std::vector<std::vector<int>> plans;
+  for (const double share : split_plan_shares) {
+    const auto budget = static_cast<std::size_t>(share * static_cast<double>(s.budget));
+    plans.push_back(plan_splits(net, table, memory, cost_model{}, budget, k_heap_block, "test")
+                        .parts(table.step_count()));
+  }
+  std::size_t differ = 0;
+  for (std::size_t st = 0; st < mixed.steps.size(); ++st) {
+    const int parts = mixed.steps[st].parts;
+    EXPECT_TRUE(std::any_of(plans.begin(), plans.end(),
+                            [&](const std::vector<int>& p) { return p[st] == parts; }))
+        << "step " << st << " runs " << parts << " parts, which no plan weighed gives it";
+    if (parts != whole.steps[st].parts) ++differ;
+  }
+  EXPECT_EQ(differ, mixed.mixed_split_steps);
+  // The host trains the mix, each step in the parts planned, bit-identically.
+  options.split_regions = 4;
+  const auto reference = test::train(net, test::policy_options("baseline", 0, k_conv), 1);
+  const auto trained = test::train(net, options, 1);
+  ASSERT_EQ(trained.report.steps.size(), mixed.steps.size());
+  for (std::size_t st = 0; st < mixed.steps.size(); ++st) {
+    EXPECT_EQ(trained.report.steps[st].parts, mixed.steps[st].parts) << "step " << st;
+  }
+  EXPECT_EQ(trained.report.mixed_split_steps, mixed.mixed_split_steps);
+  expect_bit_identical(reference, trained, "vgg16 all, split plans mixed");
 }
 
 TEST(split_staging_test, a_watched_tensor_handed_over_is_written_back_whole) {
