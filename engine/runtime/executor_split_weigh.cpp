@@ -95,13 +95,14 @@ executor_options executor::weigh_split_plans(const network& net, const executor_
 // differs along the route: a stretch of steps may run faster with more micro-batches (room
 // beside them for the schedule) while another runs faster with fewer (larger kernels, fewer
 // copies). So the steps whose micro-batches or channel groups differ between the plans
-// weighed are cut into split_regions runs of consecutive steps (equal counts, route order);
-// each region in turn takes each other plan's parts there, one null iteration a trial at the
-// configuration the weighing chose for `best` (its headroom, workspace share, policy), kept
-// where it runs faster. The plans mixed are each a plan that fits, so every step of a mix
-// fits the budget on its own; whether the whole mix runs is what the trial says. Measured
-// (PERFORMANCE.md, issue 13): 4 regions take DenseNet-121 b32 at 0.5 of its max(l_i) from
-// 764 to 705 ms per iteration, for four times the planning.
+// weighed are cut into regions of consecutive steps (equal counts, route order); each region
+// in turn takes each other plan's parts there, one null iteration a trial, kept where it runs
+// faster. Coarse to fine: 4 regions, then 8, ... up to split_regions, each pass from the mix
+// the one before kept (the descent is greedy: a finer pass reaches mixes a coarser one cannot,
+// a coarser one moves whole stretches at once). The plans mixed each fit, so every step of a
+// mix fits the budget on its own; whether the whole mix runs is what its trial says.
+// Measured (PERFORMANCE.md, issue 13): DenseNet-121 b32 at 0.5 of its max(l_i) 764 -> 649 ms
+// per iteration, ResNet-50 b64 there 1674 -> 1428, for two to four times the planning.
 void executor::mix_split_plans(const network& net, std::span<const split_choice> plans,
                                executor_options& best, policy_choice& choice) {
   if (best.split_regions <= 0 || plans.size() < 2) return;
@@ -115,51 +116,84 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
       }
     }
   }
-  const std::size_t regions = std::min(static_cast<std::size_t>(best.split_regions), differ.size());
+  if (differ.empty()) return;
   const executor_options whole = best;
   const double whole_s = choice.chosen_s(best);
+  // The trials run at the configuration the weighing chose for the whole plan (its headroom,
+  // workspace share, policy). Where that planned a schedule, a trial plans it at the link
+  // charge and prefetch margin it took, unbounded: one plan instead of five and a bound.
+  // Where none fitted (the cache alone ran), a trial runs on the cache alone without trying:
+  // a failing greedy is the costliest plan of all (Inception v4 b32 at 0.95 of its max(l_i):
+  // about 1 s a trial, 0.2 without). The mix kept is then planned in full below.
+  executor_options trial_options = whole;
+  schedule_options& so = trial_options.schedule;
+  if (whole.policy.planned && !choice.reactive && choice.schedule) {
+    so.link_charge = choice.schedule->link_charge;
+    so.slack_copy_share = choice.schedule->slack_copy_share;
+    so.link_charge_auto = so.slack_auto = so.bound = false;
+  } else if (whole.policy.planned && !choice.reactive) {
+    so.allow_swap = so.allow_drop = false;
+  }
+  std::vector<int> parts = whole.split_parts, groups = whole.channel_parts;
+  parts.resize(steps, 1);
+  groups.resize(steps, 1);
   double best_s = whole_s;
-  for (std::size_t region = 0; region < regions; ++region) {
-    const std::size_t first = differ.size() * region / regions;
-    const std::size_t last = differ.size() * (region + 1) / regions;
-    for (const split_choice& q : plans) {
-      executor_options trial = best;
-      trial.split_parts.resize(steps, 1);
-      trial.channel_parts.resize(steps, 1);
-      bool changed = false;
-      for (std::size_t i = first; i < last; ++i) {
-        const std::size_t s = differ[i];
-        changed = changed || trial.split_parts[s] != at(q.parts, s) ||
-                  trial.channel_parts[s] != at(q.groups, s);
-        trial.split_parts[s] = at(q.parts, s);
-        trial.channel_parts[s] = at(q.groups, s);
-      }
-      if (!changed) continue;
-      std::optional<memory_schedule> schedule;
-      const double s = null_run_seconds(net, trial, &schedule);
-      if (s <= 0 || s >= best_s) continue;
-      best = std::move(trial);
-      best_s = s;
-      // What the executor then runs is what this trial ran: its schedule (none on the cache
-      // alone, as weigh_policy leaves it), and its time where the report reads the choice's.
-      if (!best.policy.planned) {
-        choice.recompute_s = s;
-      } else if (choice.reactive) {
-        choice.reactive_s = s;
-      } else {
-        choice.all_s = s;
-        choice.schedule = std::move(schedule);
+  const auto mix_regions = [&](std::size_t regions) {
+    for (std::size_t region = 0; region < regions; ++region) {
+      const std::size_t first = differ.size() * region / regions;
+      const std::size_t last = differ.size() * (region + 1) / regions;
+      for (const split_choice& q : plans) {
+        executor_options& trial = trial_options;
+        trial.split_parts = parts;
+        trial.channel_parts = groups;
+        bool changed = false;
+        for (std::size_t i = first; i < last; ++i) {
+          const std::size_t s = differ[i];
+          changed = changed || parts[s] != at(q.parts, s) || groups[s] != at(q.groups, s);
+          trial.split_parts[s] = at(q.parts, s);
+          trial.channel_parts[s] = at(q.groups, s);
+        }
+        if (!changed) continue;
+        const double s = null_run_seconds(net, trial);
+        if (s <= 0 || s >= best_s) continue;
+        parts = trial.split_parts;
+        groups = trial.channel_parts;
+        best_s = s;
       }
     }
+  };
+  const std::size_t finest = std::min(static_cast<std::size_t>(best.split_regions), differ.size());
+  for (std::size_t regions = std::min<std::size_t>(4, finest);;
+       regions = std::min(2 * regions, finest)) {
+    mix_regions(regions);
+    if (regions == finest) break;
   }
+  // The mix, planned as the whole plan was (every link charge and margin, bounded): kept where
+  // it still runs faster. What the executor then runs is what this run ran: its schedule (none
+  // on the cache alone, as weigh_policy leaves it), and its time where the report reads the
+  // choice's.
+  if (best_s >= whole_s) return;
+  executor_options mix = whole;
+  mix.split_parts = parts;
+  mix.channel_parts = groups;
+  std::optional<memory_schedule> schedule;
+  const double s = null_run_seconds(net, mix, &schedule);
+  if (s <= 0 || s >= whole_s) return;
   std::size_t mixed = 0;
-  for (std::size_t s = 0; s < steps; ++s) {
-    if (at(best.split_parts, s) != at(whole.split_parts, s) ||
-        at(best.channel_parts, s) != at(whole.channel_parts, s)) {
+  for (std::size_t st = 0; st < steps; ++st) {
+    if (parts[st] != at(whole.split_parts, st) || groups[st] != at(whole.channel_parts, st)) {
       ++mixed;
     }
   }
-  if (mixed == 0) return;
+  best = std::move(mix);
+  if (!best.policy.planned) {
+    choice.recompute_s = s;
+  } else if (choice.reactive) {
+    choice.reactive_s = s;
+  } else {
+    choice.all_s = s;
+    choice.schedule = std::move(schedule);
+  }
   choice.mixed_split_steps = mixed;
   choice.whole_split_s = whole_s;
 }

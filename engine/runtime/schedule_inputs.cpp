@@ -270,6 +270,8 @@ std::optional<memory_schedule> plan_problem(const schedule_problem& p,
     std::optional<memory_schedule> planned = plan_once(p, o);
     if (planned && (!best || planned->predicted_seconds < best->predicted_seconds)) {
       best = std::move(planned);
+      best->link_charge = o.link_charge;
+      best->slack_copy_share = o.slack_copy_share;
       chosen = o;
     }
   };
@@ -331,7 +333,7 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
   // How far the plan is from the best possible: bounded on the last problem planned, whose
   // steps may take every workspace the budget allows (the whole budget's share, or one that
   // opens the same workspaces).
-  if (best && previous) {
+  if (best && previous && options.bound) {
     const bool widest = options.workspace_share == 0 || options.workspace_share == 1;
     best->bound_seconds = bound_memory_schedule(widest ? *previous : make_problem(in, 1)).seconds;
   }

@@ -193,12 +193,12 @@ struct executor_options {
   /// schedule more room beside its micro-steps for more micro-batches, and the fastest runs.
   bool split_weighed = false;
   /// TSPLIT with split_weighed: the weighed plans are then mixed step by step. The steps whose
-  /// parts differ between them are cut into this many runs of consecutive route steps
-  /// (regions); each region in turn takes each other plan's micro-batches and channel groups,
-  /// kept where the iteration runs faster in the model (one null iteration a trial, at the
-  /// configuration the weighing chose). 0: the fastest whole plan runs
-  /// (MEMWEAVE_SPLIT_REGIONS).
-  int split_regions = 4;
+  /// parts differ between them are cut into runs of consecutive route steps (regions); each
+  /// region in turn takes each other plan's micro-batches and channel groups, kept where the
+  /// iteration runs faster in the model (one null iteration a trial, at the configuration the
+  /// weighing chose). Passes of 4, 8, ... regions, up to this many. 0: the fastest whole plan
+  /// runs (MEMWEAVE_SPLIT_REGIONS).
+  int split_regions = 16;
   /// all under a budget: before it starts, `all` (with the schedule's headroom, and with half
   /// of it when schedule.headroom_auto; at each CONV workspace share unless
   /// schedule.workspace_share names one) and `recompute` are each run for one iteration on a

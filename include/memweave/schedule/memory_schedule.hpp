@@ -198,6 +198,9 @@ struct schedule_options {
   /// time, so more of them hide. Lossy, never the default (MEMWEAVE_SCHEDULE_COMPRESS=fp16);
   /// refused where results must be bit-identical (require_exact).
   bool compress = false;
+  /// The executor bounds each plan (memory_schedule::bound_seconds); off for trials that
+  /// compare iteration times only (executor::mix_split_plans).
+  bool bound = true;
   /// Throws invalid_argument naming the field when a value is out of range.
   void validate() const;
   /// The MEMWEAVE_SCHEDULE* variables (defaults as above); invalid_argument naming the
@@ -259,6 +262,10 @@ struct memory_schedule {
   std::uint64_t bytes_compressed = 0;
   std::uint64_t rebuilds = 0;  ///< replays the schedule adds
   bool fits = true;            ///< predicted_peak_bytes <= the planning budget
+  /// The link charge and prefetch margin it was planned with (schedule_options: the executor
+  /// tries several and keeps the fastest prediction).
+  double link_charge = 0.0;
+  double slack_copy_share = 0.0;
 };
 
 /// The least iteration time any exact schedule of a problem can reach in its model (no
