@@ -292,6 +292,25 @@ TEST(schedule_test, the_link_charge_left_unset_keeps_the_fastest_of_three_plans)
   }
   EXPECT_LE(best.report.predicted_seconds, fixed_half);
   EXPECT_LT(best.report.predicted_seconds, 58.5e-3);
+  // The schedule kept names the charge and margin it was planned with: planned again at those
+  // alone, unbounded (what mix_split_plans' trials run), it is the same plan.
+  EXPECT_GT(best.report.bound_seconds, 0.0);
+  EXPECT_TRUE(best.schedule.link_charge == 0.5 || best.schedule.link_charge == 1.0 ||
+              best.schedule.link_charge == 2.0)
+      << best.schedule.link_charge;
+  EXPECT_TRUE(best.schedule.slack_copy_share == 0.0 || best.schedule.slack_copy_share == 0.5 ||
+              best.schedule.slack_copy_share == 1.0)
+      << best.schedule.slack_copy_share;
+  executor_options again = options(budget);
+  again.schedule.link_charge = best.schedule.link_charge;
+  again.schedule.slack_copy_share = best.schedule.slack_copy_share;
+  again.schedule.link_charge_auto = again.schedule.slack_auto = again.schedule.bound = false;
+  const planned_run fixed = plan_run(net, again);
+  ASSERT_TRUE(fixed.scheduled);
+  EXPECT_EQ(fixed.report.predicted_seconds, best.report.predicted_seconds);
+  EXPECT_EQ(fixed.report.seconds_per_iteration, best.report.seconds_per_iteration);
+  EXPECT_EQ(fixed.schedule.gaps.size(), best.schedule.gaps.size());
+  EXPECT_EQ(fixed.report.bound_seconds, 0.0) << "not bounded, as asked";
 }
 
 // A zoo network at full size, batch 64 (DenseNet-121 32, as the bench), and a third of
