@@ -3,6 +3,7 @@
 // micro-step as "does not fit" naming it.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "cli_harness.hpp"
@@ -234,9 +235,20 @@ TEST(split_cli_test, all_runs_the_fastest_split_plan_and_says_which) {
       "all: TSPLIT: the fastest whole split plan here in the plan's model fits its micro-steps in "
       "85 % of the budget (27 steps in micro-batches, against 24 with the fewest, which runs "
       "9.029 ms per iteration)";
-  const auto mixed = run(plan_command, args);
+  const std::string json = temp("split_mixed.json");
+  std::vector<std::string> with_json = args;
+  with_json.insert(with_json.end(), {"--json", json});
+  const auto mixed = run(plan_command, with_json);
   EXPECT_EQ(mixed.code, 0) << mixed.out;
   EXPECT_NE(mixed.out.find(whole_plan), std::string::npos) << mixed.out;
+  // The report's fields for scripts: the whole plan's share and time, and the steps mixed.
+  const std::string report = slurp(json);
+  std::filesystem::remove(json);
+  EXPECT_NE(report.find("\"split_steps\": 27, \"fewest_split_steps\": 24"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("\"mixed_split_steps\": 11, \"whole_split_seconds\": 0.00865"),
+            std::string::npos)
+      << report;
   EXPECT_NE(mixed.out.find("all: TSPLIT: 11 steps took another split plan's micro-batches, "
                            "region by region, faster here in the plan's model (the whole plan: "
                            "8.655 ms per iteration)"),
