@@ -109,10 +109,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     return options;
   }
   if (options.split_weighed) return weigh_split_plans(net, options, choice);
-  executor_options o = null_run_options(options);
-  auto run = [&](const executor_options& q, std::optional<memory_schedule>* schedule) {
-    return null_run_seconds(net, q, schedule);
-  };
+  executor_options o = options;  // each run is null_run_seconds' (null_run_options)
   choice.weighed = true;
   executor_options chosen = options;
   // Equal runs (a budget with room for every workspace) go to the better prediction (the
@@ -127,7 +124,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     o.schedule.keep_rebuilt = keep_rebuilt;
     o.schedule.min_bytes = min_bytes;
     std::optional<memory_schedule> schedule;
-    const double s = run(o, &schedule);
+    const double s = null_run_seconds(net, o, &schedule);
     const bool tie = s == choice.all_s && predicted(schedule) < predicted(choice.schedule);
     if (s > 0 && (choice.all_s == 0 || s < choice.all_s || tie)) {
       choice.all_s = s;
@@ -159,7 +156,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   auto run_reactive = [&] {
     executor_options reactive = o;
     reactive.schedule.allow_swap = reactive.schedule.allow_drop = false;
-    choice.reactive_s = run(reactive, nullptr);
+    choice.reactive_s = null_run_seconds(net, reactive);
   };
   // The other configurations refine the first by a few percent. Not worth running where the
   // first plans no schedule (its retries include no headroom and no workspaces: none of them
@@ -218,7 +215,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   }
   executor_policy recompute = executor_policy::parse("recompute");
   o.policy = recompute;
-  choice.recompute_s = run(o, nullptr);
+  choice.recompute_s = null_run_seconds(net, o);
   const double all_s = choice.reactive ? choice.reactive_s : choice.all_s;
   if (choice.recompute_s > 0 && (all_s == 0 || choice.recompute_s < all_s)) {
     recompute.name = options.policy.name;  // still `all` to the user; the report says why

@@ -143,21 +143,20 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
       const std::size_t first = differ.size() * region / regions;
       const std::size_t last = differ.size() * (region + 1) / regions;
       for (const split_choice& q : plans) {
-        executor_options& trial = trial_options;
-        trial.split_parts = parts;
-        trial.channel_parts = groups;
+        trial_options.split_parts = parts;
+        trial_options.channel_parts = groups;
         bool changed = false;
         for (std::size_t i = first; i < last; ++i) {
           const std::size_t s = differ[i];
           changed = changed || parts[s] != at(q.parts, s) || groups[s] != at(q.groups, s);
-          trial.split_parts[s] = at(q.parts, s);
-          trial.channel_parts[s] = at(q.groups, s);
+          trial_options.split_parts[s] = at(q.parts, s);
+          trial_options.channel_parts[s] = at(q.groups, s);
         }
         if (!changed) continue;
-        const double s = null_run_seconds(net, trial);
+        const double s = null_run_seconds(net, trial_options);
         if (s <= 0 || s >= best_s) continue;
-        parts = trial.split_parts;
-        groups = trial.channel_parts;
+        parts = trial_options.split_parts;
+        groups = trial_options.channel_parts;
         best_s = s;
       }
     }
@@ -179,12 +178,10 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
   std::optional<memory_schedule> schedule;
   const double s = null_run_seconds(net, mix, &schedule);
   if (s <= 0 || s >= whole_s) return;
-  std::size_t mixed = 0;
-  for (std::size_t st = 0; st < steps; ++st) {
-    if (parts[st] != at(whole.split_parts, st) || groups[st] != at(whole.channel_parts, st)) {
-      ++mixed;
-    }
-  }
+  // Only steps where the plans differ can have changed.
+  const auto mixed = std::count_if(differ.begin(), differ.end(), [&](std::size_t st) {
+    return parts[st] != at(whole.split_parts, st) || groups[st] != at(whole.channel_parts, st);
+  });
   best = std::move(mix);
   if (!best.policy.planned) {
     choice.recompute_s = s;
@@ -194,7 +191,7 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
     choice.all_s = s;
     choice.schedule = std::move(schedule);
   }
-  choice.mixed_split_steps = mixed;
+  choice.mixed_split_steps = static_cast<std::size_t>(mixed);
   choice.whole_split_s = whole_s;
 }
 
