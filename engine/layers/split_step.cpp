@@ -317,19 +317,15 @@ void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_ste
   const auto& p = std::get<bn_params>(io.l->params);
   const shape4& in = io.input_shapes[0];
   const auto C = static_cast<std::size_t>(in.c);
-  std::vector<k::exact_sum> sum(C), sq(C);
-  std::vector<double> mean(C);
-  steps.each(
-      [&](const step_io& s) { k::bn_sum_images(ctx, s.input_shapes[0], s.inputs[0], sum.data()); },
-      false);
-  const std::int64_t m = in.n * in.h * in.w;
-  k::bn_mean(in.c, m, sum.data(), mean.data());
+  std::vector<k::exact_sum> sum(C), squares(C);
   steps.each(
       [&](const step_io& s) {
-        k::bn_sum_squared_deviations(ctx, s.input_shapes[0], s.inputs[0], mean.data(), sq.data());
+        k::bn_sum_moments(ctx, s.input_shapes[0], s.inputs[0], sum.data(), squares.data());
       },
-      false);  // the other way round: exact sums, any order gives the same bits
-  k::bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), io.aux[0], io.aux[1]);
+      false);
+  k::bn_finish_statistics(in.c, in.n * in.h * in.w, p, sum.data(), squares.data(), io.aux[0],
+                          io.aux[1]);
+  // Element-wise, the other way round (the sums before are exact: any order, the same bits).
   steps.each([&](const step_io& s) {
     k::bn_normalize(ctx, s.input_shapes[0], s.inputs[0], io.params[0], io.params[1], io.aux[0],
                     io.aux[1], s.output);
@@ -384,7 +380,7 @@ void loss_backward(const k::kernel_context& ctx, const step_io& io, const micro_
 
 int split_passes(layer_type type, bool forward, bool input_grad, bool inference) noexcept {
   if (type != layer_type::bn || inference) return 1;
-  return forward ? 3 : (input_grad ? 2 : 1);
+  return forward || input_grad ? 2 : 1;
 }
 
 std::int64_t final_micro_batch(layer_type type, bool forward, bool input_grad,

@@ -52,8 +52,8 @@ struct staged_tensor {
   bool keeps_last = false;
 };
 
-/// The passes a split step of layer type `type` runs over its micro-batches: BN 3 forward
-/// (sum, squared deviations, normalisation), 2 backward where its input has a gradient
+/// The passes a split step of layer type `type` runs over its micro-batches: BN 2 forward
+/// (the sums of x and x^2, then normalisation), 2 backward where its input has a gradient
 /// (`input_grad`: the sums, then dx), 1 where not; every other type 1. In an evaluation
 /// (`inference`: BN on its running statistics, element-wise) every type 1.
 int split_passes(layer_type type, bool forward, bool input_grad, bool inference = false) noexcept;
@@ -96,7 +96,7 @@ std::size_t run_split_step(const kernels::host::kernel_context& ctx, const step_
                            bool forward, int parts, std::span<const staged_tensor> staged = {});
 
 /// The bytes run_split_step returns for a step of layer type `type` (the link traffic of
-/// staging): what only reads once per pass over the micro-batches (BN: 3 passes forward, 2
+/// staging): what only reads once per pass over the micro-batches (BN: 2 passes forward, 2
 /// backward where its input has a gradient (`input_grad`), 1 where not), less the slice each
 /// turn of direction finds in its buffer and a slice handed over (held); what is read and
 /// written once in and once out; what is only written once out.

@@ -11,7 +11,7 @@
 // POOL, its input for CONV, BN, LRN and max POOL); a gradient from its last reader's
 // backward (the first to add to it) to its own. The scratch
 // holds the crops of a point-wise member's inputs (and of their gradients) whose producer's
-// region is larger than the member's, and BN's owned part during its statistics passes.
+// region is larger than the member's, and BN's owned part during its statistics pass.
 #pragma once
 
 #include <cstddef>

@@ -38,8 +38,8 @@ double sweep_flops(const tiled_segment& s, const std::vector<std::vector<region>
   return f;
 }
 
-// BN's statistics over its whole map: one pass summing x, one summing (x - mean)^2, or
-// (backward) one summing dy and dy * x_hat: about two flops per element each.
+// BN's statistics over its whole map: one pass summing x and x^2, or (backward) one summing dy
+// and dy * x_hat: about two flops per element.
 double statistics_flops(const layer& bn) {
   return 2.0 * static_cast<double>(bn.output_shape.count());
 }
@@ -66,8 +66,8 @@ double tiled_forward_flops(const tiled_segment& s) {
   double f = sweep_flops(s, regions, {}, false);
   for (const std::size_t b : detail::bn_members(s)) {
     std::vector<bool> up = detail::ancestors(s, b);
-    up[b] = false;  // the statistics passes stop at the BN's input
-    f += 2.0 * sweep_flops(s, regions, up, false) + 2.0 * statistics_flops(s.layers[b]);
+    up[b] = false;  // the statistics pass stops at the BN's input
+    f += sweep_flops(s, regions, up, false) + statistics_flops(s.layers[b]);
   }
   return f;
 }

@@ -1,9 +1,9 @@
 // The fused forward of a tiled segment on the host: one pass over the tiles computing each
-// tile's regions and writing its share of the output, preceded in training by two passes
-// per BN member (in topological order) that gather its whole-image statistics:
-//   mean pass:      sum of x over the positions each tile owns, then / m;
-//   deviation pass: sum of (x - mean)^2 likewise; then the saved mean and inverse std.
-// Each pass runs only the BN's ancestors; the BNs before it normalise with their finished
+// tile's regions and writing its share of the output, preceded in training by one pass per
+// BN member (in topological order) that gathers its whole-image statistics: the sums of x
+// and of x^2 over the positions each tile owns, then the saved mean and inverse std (the
+// variance exact from the two sums, exact_sum::variance). Each pass runs only the BN's
+// ancestors; the BNs before it normalise with their finished
 // statistics. The output has the untiled bits (tile_run.hpp), BN included: its sums are
 // exact (exact_sum.hpp), so summing the owned positions tile by tile instead of the images'
 // rows in order gives the untiled statistics. Thread safety: one call at a time per io.
@@ -38,34 +38,27 @@ owned_part owned_input(const detail::sweep& sw, const detail::tile_run& run, std
   return {crop, {o.n, o.c, own.height(), own.width()}};
 }
 
-// The passes of one BN: its saved statistics in io.aux.
+// The statistics pass of one BN (the sums of x and x^2 over every tile's owned part): its
+// saved statistics in io.aux.
 void bn_statistics(const detail::sweep& sw, std::size_t b) {
   const layer& l = sw.s.layers[b];
   const std::vector<bool> up = detail::ancestors(sw.s, b);
   const auto c = static_cast<std::size_t>(l.output_shape.c);
   const std::int64_t m = l.output_shape.n * l.output_shape.h * l.output_shape.w;
-  std::vector<k::exact_sum> sum(c), sq(c);
-  std::vector<double> mean(c);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::int64_t t = 0; t < detail::tile_count(sw.s); ++t) {
-      const detail::tile_run run = sw.tile(t);
-      run.load_input();
-      for (std::size_t j = 1; j < b; ++j) {
-        if (up[j]) run.forward(j);
-      }
-      const owned_part part = owned_input(sw, run, b, t);
-      if (part.x == nullptr) continue;
-      if (pass == 0) {
-        k::bn_sum_images(sw.ctx, part.shape, part.x, sum.data());
-      } else {
-        k::bn_sum_squared_deviations(sw.ctx, part.shape, part.x, mean.data(), sq.data());
-      }
+  std::vector<k::exact_sum> sum(c), squares(c);
+  for (std::int64_t t = 0; t < detail::tile_count(sw.s); ++t) {
+    const detail::tile_run run = sw.tile(t);
+    run.load_input();
+    for (std::size_t j = 1; j < b; ++j) {
+      if (up[j]) run.forward(j);
     }
-    if (pass == 0) k::bn_mean(l.output_shape.c, m, sum.data(), mean.data());
+    const owned_part part = owned_input(sw, run, b, t);
+    if (part.x == nullptr) continue;
+    k::bn_sum_moments(sw.ctx, part.shape, part.x, sum.data(), squares.data());
   }
   float* const* aux = sw.io.aux.data() + sw.slots[b].aux;
-  k::bn_finish_statistics(l.output_shape.c, m, std::get<bn_params>(l.params), sq.data(),
-                          mean.data(), aux[0], aux[1]);
+  k::bn_finish_statistics(l.output_shape.c, m, std::get<bn_params>(l.params), sum.data(),
+                          squares.data(), aux[0], aux[1]);
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ std::vector<std::vector<region>> tile_regions(const tiled_segment& s);
 std::size_t tiled_workspace_bytes(const tiled_segment& s, bool backward);
 
 /// The null device's cost of the fused steps in floating-point operations: every member's
-/// work over its tile regions (halos recomputed), BN's extra statistics passes, and in
+/// work over its tile regions (halos recomputed), BN's extra statistics pass, and in
 /// backward the recomputed tile forward.
 double tiled_forward_flops(const tiled_segment& s);
 double tiled_backward_flops(const tiled_segment& s);

@@ -45,7 +45,7 @@ TEST(split_cli_test, half_the_largest_layer_splits_and_reports_the_floor) {
   EXPECT_NE(r.out.find("utp: TSPLIT: 41 steps ran in micro-batches"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("all: TSPLIT: the fastest whole split plan here in the plan's model fits "
                        "its micro-steps in 70 % of the budget (69 steps in micro-batches, "
-                       "against 41 with the fewest, which runs 868.2 ms per iteration)"),
+                       "against 41 with the fewest, which runs 852.2 ms per iteration)"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("all: TSPLIT: 69 steps ran in micro-batches"), std::string::npos) << r.out;
@@ -138,7 +138,7 @@ TEST(split_cli_test, train_below_the_largest_layer_gives_the_unsplit_losses) {
                                         "--image-side", "64",       "--conv-ws", "fixed:direct",
                                         "--iterations", "3",        "--device",  "host"};
   expect_the_unsplit_losses(net, {"--policy", "utp", "--budget", "300KiB", "--split"},
-                            {"loss   3.53255", "loss   2.27500", "loss   1.97856"},
+                            {"loss   3.53254", "loss   2.27510", "loss   2.19139"},
                             "utp: TSPLIT: ");
   const std::string no_budget = error_of(train_command, with(net, {"--policy", "utp", "--split"}));
   EXPECT_NE(no_budget.find("--split runs the steps over the budget in micro-batches: give "

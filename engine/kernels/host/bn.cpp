@@ -8,6 +8,7 @@
 // none of its own; concurrent calls must not share outputs.
 #include "engine/kernels/host/bn.hpp"
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -19,52 +20,51 @@ namespace memweave::kernels::host {
 
 using std::int64_t;
 
-void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum) {
+void bn_sum_moments(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum,
+                    exact_sum* squares) {
   const int64_t C = in.c, HW = in.h * in.w;
   detail::parallel_for(ctx, C, detail::grain_for(in.n * HW), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
-      exact_sum& s = sum[c];
+      // Two sets of accumulators taking turns, value j in set j % 2, so that consecutive
+      // values of one exponent do not wait on each other; each square's two floats go to
+      // sets of their own likewise. Folded into the channel's sums once, exactly.
+      std::array<exact_sum, 2> s{}, high{}, low{};
+      const auto add = [&](std::size_t set, float v) {
+        s[set].add(v);
+        const exact_sum::square_parts p(v);
+        high[set].add(p.high);
+        low[set].add(p.low);
+      };
       for (int64_t n = 0; n < in.n; ++n) {
         const float* xp = x + (n * C + c) * HW;
-        s.add_each(HW, [xp](int64_t j) { return xp[j]; });
+        int64_t j = 0;
+        for (; j + 1 < HW; j += 2) {
+          add(0, xp[j]);
+          add(1, xp[j + 1]);
+        }
+        if (j < HW) add(0, xp[j]);
+      }
+      for (std::size_t set = 0; set < 2; ++set) {
+        sum[c].add(s[set]);
+        squares[c].add(high[set]);
+        squares[c].add(low[set]);
       }
     }
   });
-}
-
-void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, const float* x,
-                               const double* mean, exact_sum* sq) {
-  const int64_t C = in.c, HW = in.h * in.w;
-  detail::parallel_for(ctx, C, detail::grain_for(in.n * HW), [&](int64_t lo, int64_t hi) {
-    for (int64_t c = lo; c < hi; ++c) {
-      exact_sum& s = sq[c];
-      const double mean_c = mean[c];
-      for (int64_t n = 0; n < in.n; ++n) {
-        const float* xp = x + (n * C + c) * HW;
-        s.add_each(HW, [xp, mean_c](int64_t j) {
-          const double d = xp[j] - mean_c;
-          return static_cast<float>(d * d);
-        });
-      }
-    }
-  });
-}
-
-void bn_mean(std::int64_t channels, std::int64_t m, const exact_sum* sum, double* mean) {
-  MEMWEAVE_EXPECTS(m <= exact_sum::k_max_terms,
-                   "bn: " + std::to_string(m) +
-                       " values per channel (images x height x width); "
-                       "expected at most 2^36, what BN's exact statistics hold; use a smaller "
-                       "batch or image");
-  for (int64_t c = 0; c < channels; ++c) mean[c] = sum[c].value() / static_cast<double>(m);
 }
 
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
-                          const exact_sum* sq, const double* mean, float* saved_mean,
+                          const exact_sum* sum, const exact_sum* squares, float* saved_mean,
                           float* saved_invstd) {
+  MEMWEAVE_EXPECTS(m <= exact_sum::k_max_squares,
+                   "bn: " + std::to_string(m) +
+                       " values per channel (images x height x width); "
+                       "expected at most 2^35, what BN's exact statistics hold; use a smaller "
+                       "batch or image");
+  const auto md = static_cast<double>(m);
   for (int64_t c = 0; c < channels; ++c) {
-    const double var = sq[c].value() / static_cast<double>(m);
-    saved_mean[c] = static_cast<float>(mean[c]);
+    const double var = exact_sum::variance(sum[c], squares[c], m);
+    saved_mean[c] = static_cast<float>(sum[c].value() / md);
     saved_invstd[c] = static_cast<float>(1.0 / std::sqrt(var + p.epsilon));
   }
 }
@@ -129,12 +129,9 @@ void bn_forward_training(const kernel_context& ctx, const shape4& in, const bn_p
   checks::check_bn_forward_training(kernel, in, p, x, gamma, beta, y, saved_mean, saved_invstd);
   const auto C = static_cast<std::size_t>(in.c);
   const int64_t m = in.n * in.h * in.w;
-  std::vector<exact_sum> sum(C), sq(C);
-  std::vector<double> mean(C);
-  bn_sum_images(ctx, in, x, sum.data());
-  bn_mean(in.c, m, sum.data(), mean.data());
-  bn_sum_squared_deviations(ctx, in, x, mean.data(), sq.data());
-  bn_finish_statistics(in.c, m, p, sq.data(), mean.data(), saved_mean, saved_invstd);
+  std::vector<exact_sum> sum(C), squares(C);
+  bn_sum_moments(ctx, in, x, sum.data(), squares.data());
+  bn_finish_statistics(in.c, m, p, sum.data(), squares.data(), saved_mean, saved_invstd);
   bn_normalize(ctx, in, x, gamma, beta, saved_mean, saved_invstd, y);
 }
 

@@ -4,10 +4,11 @@
 // (saved for the backward) and y = gamma * x_hat + beta with x_hat = (x - mean) * invstd,
 // evaluated in float from the saved (float) statistics. It does NOT touch the running
 // statistics: bn_update_running does, once per step, so recomputing a forward (memory
-// recomputation) never updates them twice. The statistics are exact sums of floats
-// (exact_sum.hpp: x, then the squared deviations each rounded to float), so their bits do not
-// depend on the order of the elements: a batch run whole, in micro-batches (TSPLIT) or tile
-// by tile (tiled segments) gets the same statistics. The backward's sums are summed in
+// recomputation) never updates them twice. The statistics come from two exact sums, of x and
+// of x^2, taken in one pass (exact_sum.hpp; the variance from them exactly, without
+// cancellation), so their bits do not depend on the order of the elements: a batch run whole,
+// in micro-batches (TSPLIT) or tile by tile (tiled segments) gets the same statistics, and a
+// batch in parts needs one statistics pass over them, not two. The backward's sums are summed in
 // double, images then positions in order: bit-reproducible, and continued across
 // micro-batches in the same order.
 #pragma once
@@ -48,17 +49,15 @@ void bn_backward(const kernel_context& ctx, const shape4& in, const bn_params& p
 // element-wise step per part) give the same bits as one call, whatever the parts; in
 // backward in the same order as the whole batch when the parts are its images in order.
 
-/// sum[c] += x over the images and positions of `in` (one part).
-void bn_sum_images(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum);
-/// sq[c] += (x - mean[c])^2 (each square rounded to float) over the images and positions.
-void bn_sum_squared_deviations(const kernel_context& ctx, const shape4& in, const float* x,
-                               const double* mean, exact_sum* sq);
-/// mean[c] = sum[c] / m (m = images * h * w of the batch), for bn_sum_squared_deviations.
-/// Throws invalid_argument when m exceeds exact_sum::k_max_terms.
-void bn_mean(std::int64_t channels, std::int64_t m, const exact_sum* sum, double* mean);
-/// saved_mean = mean, saved_invstd = 1/sqrt(sq/m + epsilon).
+/// sum[c] += x and squares[c] += x^2 over the images and positions of `in` (one part): one
+/// pass over x for both of the variance's sums.
+void bn_sum_moments(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum,
+                    exact_sum* squares);
+/// saved_mean = sum/m and saved_invstd = 1/sqrt(var + epsilon), the biased variance var
+/// computed exactly from the two sums (exact_sum::variance), m = images * h * w of the batch.
+/// Throws invalid_argument when m exceeds exact_sum::k_max_squares.
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
-                          const exact_sum* sq, const double* mean, float* saved_mean,
+                          const exact_sum* sum, const exact_sum* squares, float* saved_mean,
                           float* saved_invstd);
 /// One element of bn_normalize (and of bn_act_normalize, with the same bits).
 inline float bn_value(float x, float mean, float invstd, float gamma, float beta) noexcept {

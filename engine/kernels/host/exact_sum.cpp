@@ -1,9 +1,10 @@
 // exact_sum's rounding (exact_sum.hpp): the groups are combined into 32-bit digits, carried
 // into a unique form (every digit but the top one in [0, 2^32)), and only those digits are
-// read, so value() gives the same bits for any order of the additions.
+// read, so value() and variance() give the same bits for any order of the additions.
 #include "engine/kernels/host/exact_sum.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace memweave::kernels::host {
 
@@ -22,15 +23,14 @@ void carry(digits& d) {
   }
 }
 
-}  // namespace
-
-double exact_sum::value() const noexcept {
-  if (special_ != 0.0) return special_;  // an infinity, or NaN
+// The exact sum of `groups` as its magnitude in base-2^32 digits (each in [0, 2^32), the
+// value sum d[k] 2^(32k - 150)) and its sign.
+digits magnitude(const std::array<std::int64_t, 64>& groups, bool& negative) {
   digits d{};
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    if (groups_[g] == 0) continue;
-    // groups_[g] * 2^(4g) (< 2^91): digit g/8, the next, and the signed rest in the third.
-    __int128 t = static_cast<__int128>(groups_[g]) * (__int128{1} << (4 * (g % 8)));
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g] == 0) continue;
+    // groups[g] * 2^(4g) (< 2^91): digit g/8, the next, and the signed rest in the third.
+    __int128 t = static_cast<__int128>(groups[g]) * (__int128{1} << (4 * (g % 8)));
     const std::size_t k = g / 8;
     for (std::size_t j = k; j < k + 2; ++j) {
       const auto low = static_cast<std::int64_t>(static_cast<std::uint64_t>(t) & 0xffffffffu);
@@ -42,16 +42,111 @@ double exact_sum::value() const noexcept {
   carry(d);
   // A negative sum carries to a negative top digit over digits of 2^32 - 1: take the
   // magnitude, so that the digits below the first nonzero one add only lower bits.
-  const bool negative = d.back() < 0;
+  negative = d.back() < 0;
   if (negative) {
     for (std::int64_t& x : d) x = -x;
     carry(d);
   }
+  return d;
+}
+
+// sum d[k] 2^(32k + scale), rounded from the top digit down (a fixed function of the digits).
+template <class Digits>
+double to_double(const Digits& d, int scale) {
   double v = 0.0;
-  for (std::size_t k = k_digits; k-- > 0;) {
-    if (d[k] != 0) v += std::ldexp(static_cast<double>(d[k]), static_cast<int>(32 * k) - 150);
+  for (std::size_t k = d.size(); k-- > 0;) {
+    if (d[k] != 0) v += std::ldexp(static_cast<double>(d[k]), static_cast<int>(32 * k) + scale);
   }
+  return v;
+}
+
+// Unsigned integers of up to 32 base-2^32 digits (1024 bits), enough for the square of a
+// 12-digit magnitude: the few operations the variance needs.
+constexpr std::size_t k_wide = 32;
+using wide = std::array<std::uint64_t, k_wide>;  // digits in [0, 2^32), carried
+
+wide widen(const digits& d) {
+  wide w{};
+  for (std::size_t k = 0; k < k_digits; ++k) w[k] = static_cast<std::uint64_t>(d[k]);
+  return w;
+}
+
+// a * b (their digits fit: the product of 12- and 12-digit numbers has at most 24 digits, of
+// a 12-digit one and a 2-digit one 14).
+wide multiply(const wide& a, const wide& b) {
+  wide r{};
+  for (std::size_t i = 0; i < k_wide; ++i) {
+    if (a[i] == 0) continue;
+    std::uint64_t c = 0;
+    for (std::size_t j = 0; i + j < k_wide; ++j) {
+      // < 2^64: (2^32 - 1)^2 + 2 (2^32 - 1).
+      const std::uint64_t t = r[i + j] + a[i] * b[j] + c;
+      r[i + j] = t & 0xffffffffu;
+      c = t >> 32;
+    }
+  }
+  return r;
+}
+
+// a * 2^bits.
+wide shift_left(const wide& a, unsigned bits) {
+  wide r{};
+  const std::size_t whole = bits / 32, part = bits % 32;
+  for (std::size_t k = k_wide; k-- > whole;) {
+    std::uint64_t v = a[k - whole] << part;
+    if (part != 0 && k - whole >= 1) v |= a[k - whole - 1] >> (32 - part);
+    r[k] = v & 0xffffffffu;
+  }
+  return r;
+}
+
+bool less(const wide& a, const wide& b) {
+  for (std::size_t k = k_wide; k-- > 0;) {
+    if (a[k] != b[k]) return a[k] < b[k];
+  }
+  return false;
+}
+
+// a - b for a >= b.
+wide subtract(const wide& a, const wide& b) {
+  wide r{};
+  std::uint64_t borrow = 0;
+  for (std::size_t k = 0; k < k_wide; ++k) {
+    const std::uint64_t sub = b[k] + borrow;
+    borrow = a[k] < sub ? 1 : 0;
+    r[k] = (a[k] + (borrow << 32) - sub) & 0xffffffffu;
+  }
+  return r;
+}
+
+}  // namespace
+
+double exact_sum::value() const noexcept {
+  if (special_ != 0.0) return special_;  // an infinity, or NaN
+  bool negative = false;
+  const double v = to_double(magnitude(groups_, negative), -150);
   return negative ? -v : v;
+}
+
+double exact_sum::variance(const exact_sum& sum, const exact_sum& squares,
+                           std::int64_t m) noexcept {
+  if (sum.special_ != 0.0) return std::numeric_limits<double>::quiet_NaN();
+  if (squares.special_ != 0.0) return squares.special_;  // +infinity (NaN came with the sum)
+  if (m <= 0) return 0.0;
+  // sum = S 2^-150 and squares = Q 2^-150 with integers S, Q, so m^2 var = m Q 2^-150 - S^2
+  // 2^-300 = (m Q 2^150 - S^2) 2^-300: integers, exact.
+  bool sum_negative = false, squares_negative = false;  // a square's sign does not matter
+  const wide s = widen(magnitude(sum.groups_, sum_negative));
+  const wide q = widen(magnitude(squares.groups_, squares_negative));
+  if (squares_negative) return 0.0;  // only where rounded squares summed below zero
+  wide mm{};
+  mm[0] = static_cast<std::uint64_t>(m) & 0xffffffffu;
+  mm[1] = static_cast<std::uint64_t>(m) >> 32;
+  const wide scaled = shift_left(multiply(q, mm), 150);
+  const wide square = multiply(s, s);
+  if (less(scaled, square)) return 0.0;  // squares rounded below the sum's square
+  const double md = static_cast<double>(m);
+  return to_double(subtract(scaled, square), -300) / md / md;
 }
 
 }  // namespace memweave::kernels::host

@@ -1,5 +1,6 @@
 // exact_sum: the same bits for any order of the additions, exact where float or double sums
-// lose digits, signs, extremes and non-finite values.
+// lose digits, signs, extremes and non-finite values; the variance from the sums of x and x^2
+// exact where one pass in floating point cancels.
 #include "engine/kernels/host/exact_sum.hpp"
 #include "engine/kernels/host/bn.hpp"
 #include "memweave/core/error.hpp"
@@ -73,15 +74,82 @@ TEST(exact_sum, non_finite_values_sum_as_doubles) {
 
 TEST(exact_sum, bn_refuses_more_values_per_channel_than_the_sums_hold) {
   const std::vector<exact_sum> sums(2);
-  std::vector<double> mean(2);
-  EXPECT_NO_THROW(bn_mean(2, exact_sum::k_max_terms, sums.data(), mean.data()));
+  std::vector<float> mean(2), invstd(2);
+  const bn_params p;
+  EXPECT_NO_THROW(bn_finish_statistics(2, exact_sum::k_max_squares, p, sums.data(), sums.data(),
+                                       mean.data(), invstd.data()));
   try {
-    bn_mean(2, exact_sum::k_max_terms + 1, sums.data(), mean.data());
+    bn_finish_statistics(2, exact_sum::k_max_squares + 1, p, sums.data(), sums.data(), mean.data(),
+                         invstd.data());
     ADD_FAILURE() << "accepted";
   } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("68719476737 values per channel"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("34359738369 values per channel"), std::string::npos)
         << e.what();
   }
+}
+
+// The biased variance of v from one pass of the two sums.
+double variance_of(const std::vector<float>& v) {
+  exact_sum sum, squares;
+  sum.add_each(static_cast<std::int64_t>(v.size()), [&](std::int64_t i) { return v[i]; });
+  squares.add_squares(static_cast<std::int64_t>(v.size()), [&](std::int64_t i) { return v[i]; });
+  return exact_sum::variance(sum, squares, static_cast<std::int64_t>(v.size()));
+}
+
+TEST(exact_sum, variance_is_exact_where_one_pass_in_double_cancels) {
+  // 2^20 + {-1, 0, 1, 2}: mean 2^20 + 1/2, variance 5/4 exactly. E[x^2] - E[x]^2 in double
+  // loses it: the squares are 2^40, their sum's last bit 2^-12 of the variance's scale away.
+  const float big = std::ldexp(1.0f, 20);
+  const std::vector<float> v = {big - 1, big, big + 1, big + 2};
+  EXPECT_EQ(variance_of(v), 1.25);
+  // The same far out: 2^40 + k 2^17 (floats are exact there), variance 1.25 * 2^34.
+  const float far = std::ldexp(1.0f, 40), step = std::ldexp(1.0f, 17);
+  EXPECT_EQ(variance_of({far - step, far, far + step, far + 2 * step}), std::ldexp(1.25, 34));
+  // Constant values: exactly 0, whatever their size.
+  EXPECT_EQ(variance_of(std::vector<float>(1000, 3.1f)), 0.0);
+  EXPECT_EQ(variance_of(std::vector<float>(7, -1e15f)), 0.0);
+  EXPECT_EQ(variance_of({}), 0.0);
+  // Negative values, and tiny ones whose squares fall below float's normal range.
+  EXPECT_EQ(variance_of({-3.0f, -1.0f}), 1.0);
+  const float small = std::ldexp(1.0f, -60);
+  EXPECT_NEAR(variance_of({small, -small}), std::ldexp(1.0, -120), std::ldexp(1.0, -140));
+}
+
+TEST(exact_sum, variance_has_the_same_bits_in_any_order_and_matches_two_passes) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> value(40.0f, 3.0f);
+  std::vector<float> v(20000);
+  for (float& x : v) x = value(rng);
+  const double first = variance_of(v);
+  // Two passes in long double (the deviations from the mean before squaring): the reference.
+  long double mean = 0;
+  for (const float x : v) mean += x;
+  mean /= static_cast<long double>(v.size());
+  long double sq = 0;
+  for (const float x : v) sq += (x - mean) * (x - mean);
+  const auto reference = static_cast<double>(sq / static_cast<long double>(v.size()));
+  EXPECT_NEAR(first, reference, 1e-12 * reference);
+  for (int i = 0; i < 3; ++i) {
+    std::shuffle(v.begin(), v.end(), rng);
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(variance_of(v)), std::bit_cast<std::uint64_t>(first));
+  }
+  // Split anywhere into parts, each summed on its own accumulators and added in turn: the
+  // same bits (what a micro-batch or a tile does).
+  exact_sum sum, squares;
+  for (std::size_t b = 0; b < v.size(); b += 777) {
+    const std::size_t e = std::min(v.size(), b + 777);
+    sum.add_each(static_cast<std::int64_t>(e - b), [&](std::int64_t i) { return v[b + i]; });
+    squares.add_squares(static_cast<std::int64_t>(e - b), [&](std::int64_t i) { return v[b + i]; });
+  }
+  EXPECT_EQ(exact_sum::variance(sum, squares, static_cast<std::int64_t>(v.size())), first);
+}
+
+TEST(exact_sum, variance_of_non_finite_or_overflowing_values) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isnan(variance_of({1.0f, inf})));
+  EXPECT_TRUE(std::isnan(variance_of({1.0f, std::nanf("")})));
+  // Finite, but the square beyond float's range: +infinity (invstd 0), as two passes give.
+  EXPECT_EQ(variance_of({1e30f, -1e30f}), std::numeric_limits<double>::infinity());
 }
 
 }  // namespace

@@ -149,10 +149,9 @@ TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
   const std::size_t image = static_cast<std::size_t>(c.in.per_image()) * sizeof(float);
   const std::size_t whole = 5 * image;
   const std::vector<layers::staged_tensor> fwd = c.forward_staged(t, mx, my);
-  // x in for three passes less the last micro-batch (2 images) at the first turn and the
-  // first (3 images) at the second; y out once.
-  EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, true, fwd, 2),
-            3 * whole - 2 * image - 3 * image + whole);
+  // x in for two passes (the sums of x and x^2, then normalisation) less the last
+  // micro-batch (2 images) at the turn; y out once.
+  EXPECT_EQ(layers::staged_copy_bytes(layer_type::bn, true, fwd, 2), 2 * whole - 2 * image + whole);
   const std::vector<layers::staged_tensor> bwd = {c.staged(t.x, mx, true, false),
                                                   c.staged(t.dy, mdy, true, false),
                                                   c.staged(t.dx, mdx, true, true)};
@@ -169,9 +168,9 @@ TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
   // copies in (the link's two directions), but a tensor's own copy in waits for its copy out.
   // ACT: x0 in (3 images); y0 out beside x1 in (3); y1 out (2).
   EXPECT_EQ(layers::staged_critical_bytes(layer_type::act, true, fwd, 2), 8 * image);
-  // BN forward: the statistics passes copy x in alone (3 + 2, then 3 at the turn); the last,
-  // in order from the slice held: y0 out beside x1 in (3), then y1 out (2).
-  EXPECT_EQ(layers::staged_critical_bytes(layer_type::bn, true, fwd, 2), 13 * image);
+  // BN forward: the statistics pass copies x in alone (3 + 2); the last, the other way round
+  // from the slice still in the buffer: y1 out beside x0 in (3), then y0 out (3).
+  EXPECT_EQ(layers::staged_critical_bytes(layer_type::bn, true, fwd, 2), 11 * image);
   // BN backward, dx read and written: the sums pass copies x and dy in (6 + 4); the last pass
   // from micro-batch 1 (x1, dy1 held): dx1 in (2); dx1 out beside x0 and dy0 in (6), then dx0
   // in after its own copy out (3); dx0 out (3).
@@ -203,9 +202,10 @@ TEST(staged_copies_test, a_step_handed_a_slice_starts_there_with_the_same_bits) 
     fwd[0].held = held;
     const std::size_t copied = layers::run_split_step(ctx, c.io(t), true, 2, fwd);
     EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::bn, true, fwd, 2));
-    // One slice fewer than from nothing: 3 passes of x less the two turns and the slice held.
-    EXPECT_EQ(copied,
-              3 * 5 * image - 5 * image - static_cast<std::size_t>(images) * image + 5 * image);
+    // One slice fewer than from nothing: 2 passes of x less the turn and the slice held (x
+    // in once), y out once.
+    EXPECT_EQ(copied, 2 * 5 * image - (5 - static_cast<std::size_t>(images)) * image -
+                          static_cast<std::size_t>(images) * image + 5 * image);
     expect_same_bits(whole.y, t.y, "y");
     expect_same_bits(whole.mean, t.mean, "mean");
     expect_same_bits(whole.invstd, t.invstd, "invstd");
@@ -215,7 +215,7 @@ TEST(staged_copies_test, a_step_handed_a_slice_starts_there_with_the_same_bits) 
 TEST(staged_copies_test, a_slice_kept_for_its_last_reader_is_not_written_back) {
   const k::kernel_context ctx(2);
   std::mt19937 gen(19);
-  bn_case c;  // 5 images in 2 micro-batches: 3 + 2; forward ends at the last
+  bn_case c;  // 5 images in 2 micro-batches: 3 + 2; forward (two passes) ends at the first
   const bn_tensors start = c.inputs(gen);
   const bn_tensors whole = c.whole_forward(start);
   bn_tensors t = start;
@@ -225,12 +225,14 @@ TEST(staged_copies_test, a_slice_kept_for_its_last_reader_is_not_written_back) {
   const std::size_t copied = layers::run_split_step(ctx, c.io(t), true, 2, fwd);
   EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::bn, true, fwd, 2));
   const std::size_t image = static_cast<std::size_t>(c.in.per_image());
-  EXPECT_EQ(copied, (3 * 5 - 5 + 5 - 2) * image * sizeof(float));  // y's last 2 images stay
+  // x in 5 images, then 3 (the turn finds micro-batch 1's 2 in the buffer); y out for
+  // micro-batch 1 alone: micro-batch 0's 3 images stay.
+  EXPECT_EQ(copied, (5 + 3 + 2) * image * sizeof(float));
   const auto split = static_cast<std::ptrdiff_t>(3 * image);
-  // Images 0-2 went out; 3-4 are still in the buffer, with the whole step's values.
-  EXPECT_TRUE(std::equal(t.y.begin(), t.y.begin() + split, whole.y.begin()));
-  EXPECT_TRUE(std::equal(t.y.begin() + split, t.y.end(), start.y.begin() + split));
-  EXPECT_TRUE(std::equal(my.begin(), my.begin() + 2 * split / 3, whole.y.begin() + split));
+  // Images 3-4 went out; 0-2 are still in the buffer, with the whole step's values.
+  EXPECT_TRUE(std::equal(t.y.begin() + split, t.y.end(), whole.y.begin() + split));
+  EXPECT_TRUE(std::equal(t.y.begin(), t.y.begin() + split, start.y.begin()));
+  EXPECT_TRUE(std::equal(my.begin(), my.begin() + split, whole.y.begin()));
 }
 
 TEST(staged_copies_test, a_slice_handed_to_a_step_that_sums_in_order_is_refused) {
