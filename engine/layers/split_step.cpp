@@ -317,7 +317,8 @@ void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_ste
   const auto& p = std::get<bn_params>(io.l->params);
   const shape4& in = io.input_shapes[0];
   const auto C = static_cast<std::size_t>(in.c);
-  std::vector<k::exact_sum> sum(C), squares(C);
+  std::vector<k::exact_sum> sum(C);
+  std::vector<k::exact_square_sum> squares(C);
   steps.each(
       [&](const step_io& s) {
         k::bn_sum_moments(ctx, s.input_shapes[0], s.inputs[0], sum.data(), squares.data());

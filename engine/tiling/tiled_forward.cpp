@@ -45,7 +45,8 @@ void bn_statistics(const detail::sweep& sw, std::size_t b) {
   const std::vector<bool> up = detail::ancestors(sw.s, b);
   const auto c = static_cast<std::size_t>(l.output_shape.c);
   const std::int64_t m = l.output_shape.n * l.output_shape.h * l.output_shape.w;
-  std::vector<k::exact_sum> sum(c), squares(c);
+  std::vector<k::exact_sum> sum(c);
+  std::vector<k::exact_square_sum> squares(c);
   for (std::int64_t t = 0; t < detail::tile_count(sw.s); ++t) {
     const detail::tile_run run = sw.tile(t);
     run.load_input();

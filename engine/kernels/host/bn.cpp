@@ -8,6 +8,7 @@
 // none of its own; concurrent calls must not share outputs.
 #include "engine/kernels/host/bn.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -20,46 +21,50 @@ namespace memweave::kernels::host {
 
 using std::int64_t;
 
+namespace {
+// Values per block of bn_sum_moments: 8 KiB of floats, well within an L1 data cache.
+constexpr std::size_t k_moments_block = 2048;
+}  // namespace
+
 void bn_sum_moments(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum,
-                    exact_sum* squares) {
+                    exact_square_sum* squares) {
   const int64_t C = in.c, HW = in.h * in.w;
   detail::parallel_for(ctx, C, detail::grain_for(in.n * HW), [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
-      // Two sets of accumulators taking turns, value j in set j % 2, so that consecutive
-      // values of one exponent do not wait on each other; each square's two floats go to
-      // sets of their own likewise. Folded into the channel's sums once, exactly.
-      std::array<exact_sum, 2> s{}, high{}, low{};
-      const auto add = [&](std::size_t set, float v) {
-        s[set].add(v);
-        const exact_sum::square_parts p(v);
-        high[set].add(p.high);
-        low[set].add(p.low);
+      // Both sums in one pass over x, a block at a time: the block's values, gathered from
+      // the channel's planes (a plane may hold only 49), are still in the L1 cache for the
+      // squares. Each sum's loop alone runs about twice as fast as one loop feeding both
+      // (fewer live registers, no stores of one sum waiting on the other's).
+      std::array<float, k_moments_block> block;
+      std::size_t used = 0;
+      const auto take = [&] {
+        const auto at = [&](int64_t j) { return block[static_cast<std::size_t>(j)]; };
+        sum[c].add_each(static_cast<int64_t>(used), at);
+        squares[c].add_each(static_cast<int64_t>(used), at);
+        used = 0;
       };
       for (int64_t n = 0; n < in.n; ++n) {
         const float* xp = x + (n * C + c) * HW;
-        int64_t j = 0;
-        for (; j + 1 < HW; j += 2) {
-          add(0, xp[j]);
-          add(1, xp[j + 1]);
+        for (int64_t j = 0; j < HW;) {
+          const auto count = std::min(static_cast<std::size_t>(HW - j), block.size() - used);
+          std::copy_n(xp + j, count, block.begin() + static_cast<std::ptrdiff_t>(used));
+          used += count;
+          j += static_cast<int64_t>(count);
+          if (used == block.size()) take();
         }
-        if (j < HW) add(0, xp[j]);
       }
-      for (std::size_t set = 0; set < 2; ++set) {
-        sum[c].add(s[set]);
-        squares[c].add(high[set]);
-        squares[c].add(low[set]);
-      }
+      if (used != 0) take();
     }
   });
 }
 
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
-                          const exact_sum* sum, const exact_sum* squares, float* saved_mean,
+                          const exact_sum* sum, const exact_square_sum* squares, float* saved_mean,
                           float* saved_invstd) {
-  MEMWEAVE_EXPECTS(m <= exact_sum::k_max_squares,
+  MEMWEAVE_EXPECTS(m <= exact_sum::k_max_terms,
                    "bn: " + std::to_string(m) +
                        " values per channel (images x height x width); "
-                       "expected at most 2^35, what BN's exact statistics hold; use a smaller "
+                       "expected at most 2^36, what BN's exact statistics hold; use a smaller "
                        "batch or image");
   const auto md = static_cast<double>(m);
   for (int64_t c = 0; c < channels; ++c) {
@@ -129,7 +134,8 @@ void bn_forward_training(const kernel_context& ctx, const shape4& in, const bn_p
   checks::check_bn_forward_training(kernel, in, p, x, gamma, beta, y, saved_mean, saved_invstd);
   const auto C = static_cast<std::size_t>(in.c);
   const int64_t m = in.n * in.h * in.w;
-  std::vector<exact_sum> sum(C), squares(C);
+  std::vector<exact_sum> sum(C);
+  std::vector<exact_square_sum> squares(C);
   bn_sum_moments(ctx, in, x, sum.data(), squares.data());
   bn_finish_statistics(in.c, m, p, sum.data(), squares.data(), saved_mean, saved_invstd);
   bn_normalize(ctx, in, x, gamma, beta, saved_mean, saved_invstd, y);

@@ -52,12 +52,12 @@ void bn_backward(const kernel_context& ctx, const shape4& in, const bn_params& p
 /// sum[c] += x and squares[c] += x^2 over the images and positions of `in` (one part): one
 /// pass over x for both of the variance's sums.
 void bn_sum_moments(const kernel_context& ctx, const shape4& in, const float* x, exact_sum* sum,
-                    exact_sum* squares);
+                    exact_square_sum* squares);
 /// saved_mean = sum/m and saved_invstd = 1/sqrt(var + epsilon), the biased variance var
 /// computed exactly from the two sums (exact_sum::variance), m = images * h * w of the batch.
-/// Throws invalid_argument when m exceeds exact_sum::k_max_squares.
+/// Throws invalid_argument when m exceeds exact_sum::k_max_terms.
 void bn_finish_statistics(std::int64_t channels, std::int64_t m, const bn_params& p,
-                          const exact_sum* sum, const exact_sum* squares, float* saved_mean,
+                          const exact_sum* sum, const exact_square_sum* squares, float* saved_mean,
                           float* saved_invstd);
 /// One element of bn_normalize (and of bn_act_normalize, with the same bits).
 inline float bn_value(float x, float mean, float invstd, float gamma, float beta) noexcept {

@@ -61,7 +61,7 @@ double to_double(const Digits& d, int scale) {
 }
 
 // Unsigned integers of up to 32 base-2^32 digits (1024 bits), enough for the square of a
-// 12-digit magnitude: the few operations the variance needs.
+// 12-digit magnitude and for the squares' sum times m: the few operations the variance needs.
 constexpr std::size_t k_wide = 32;
 using wide = std::array<std::uint64_t, k_wide>;  // digits in [0, 2^32), carried
 
@@ -71,8 +71,8 @@ wide widen(const digits& d) {
   return w;
 }
 
-// a * b (their digits fit: the product of 12- and 12-digit numbers has at most 24 digits, of
-// a 12-digit one and a 2-digit one 14).
+// a * b, digits carried (they fit: a product of 12- and 12-digit numbers has at most 24
+// digits; the squares' sum, at most 631 bits, 20, times a 2-digit m, 22).
 wide multiply(const wide& a, const wide& b) {
   wide r{};
   for (std::size_t i = 0; i < k_wide; ++i) {
@@ -88,16 +88,22 @@ wide multiply(const wide& a, const wide& b) {
   return r;
 }
 
-// a * 2^bits.
-wide shift_left(const wide& a, unsigned bits) {
-  wide r{};
-  const std::size_t whole = bits / 32, part = bits % 32;
-  for (std::size_t k = k_wide; k-- > whole;) {
-    std::uint64_t v = a[k - whole] << part;
-    if (part != 0 && k - whole >= 1) v |= a[k - whole - 1] >> (32 - part);
-    r[k] = v & 0xffffffffu;
+// w += v * 2^bits (w's digits may exceed 2^32 until carry(w): each takes at most five
+// pieces of 32 bits from each call).
+void add_shifted(wide& w, unsigned __int128 v, unsigned bits) {
+  const std::size_t first = bits / 32, part = bits % 32;
+  for (std::size_t j = 0; j < 4 && v != 0; ++j, v >>= 32) {
+    const auto limb = static_cast<std::uint64_t>(v & 0xffffffffu);
+    w[first + j] += (limb << part) & 0xffffffffu;
+    if (part != 0) w[first + j + 1] += limb >> (32 - part);
   }
-  return r;
+}
+
+void carry(wide& w) {
+  for (std::size_t k = 0; k + 1 < k_wide; ++k) {
+    w[k + 1] += w[k] >> 32;
+    w[k] &= 0xffffffffu;
+  }
 }
 
 bool less(const wide& a, const wide& b) {
@@ -128,24 +134,28 @@ double exact_sum::value() const noexcept {
   return negative ? -v : v;
 }
 
-double exact_sum::variance(const exact_sum& sum, const exact_sum& squares,
+double exact_sum::variance(const exact_sum& sum, const exact_square_sum& squares,
                            std::int64_t m) noexcept {
-  if (sum.special_ != 0.0) return std::numeric_limits<double>::quiet_NaN();
-  if (squares.special_ != 0.0) return squares.special_;  // +infinity (NaN came with the sum)
+  if (sum.special_ != 0.0 || squares.special_ != 0.0) {
+    return std::numeric_limits<double>::quiet_NaN();  // an x was infinite or NaN
+  }
   if (m <= 0) return 0.0;
-  // sum = S 2^-150 and squares = Q 2^-150 with integers S, Q, so m^2 var = m Q 2^-150 - S^2
-  // 2^-300 = (m Q 2^150 - S^2) 2^-300: integers, exact.
-  bool sum_negative = false, squares_negative = false;  // a square's sign does not matter
-  const wide s = widen(magnitude(sum.groups_, sum_negative));
-  const wide q = widen(magnitude(squares.groups_, squares_negative));
-  if (squares_negative) return 0.0;  // only where rounded squares summed below zero
+  // sum = S 2^-150 and squares = Q 2^-300 with integers S, Q, so m^2 var = m Q 2^-300 - S^2
+  // 2^-300 = (m Q - S^2) 2^-300: integers, exact (m Q >= S^2: Cauchy-Schwarz).
+  bool negative = false;  // the sign of S does not matter: it is squared
+  const wide s = widen(magnitude(sum.groups_, negative));
+  wide q{};
+  for (std::size_t g = 0; g < squares.groups_.size(); ++g) {
+    add_shifted(q, squares.groups_[g], static_cast<unsigned>(8 * g));
+  }
+  carry(q);
   wide mm{};
   mm[0] = static_cast<std::uint64_t>(m) & 0xffffffffu;
   mm[1] = static_cast<std::uint64_t>(m) >> 32;
-  const wide scaled = shift_left(multiply(q, mm), 150);
+  const wide scaled = multiply(q, mm);
   const wide square = multiply(s, s);
-  if (less(scaled, square)) return 0.0;  // squares rounded below the sum's square
-  const double md = static_cast<double>(m);
+  if (less(scaled, square)) return 0.0;  // cannot happen for exact sums of the same values
+  const auto md = static_cast<double>(m);
   return to_double(subtract(scaled, square), -300) / md / md;
 }
 

@@ -74,25 +74,27 @@ TEST(exact_sum, non_finite_values_sum_as_doubles) {
 
 TEST(exact_sum, bn_refuses_more_values_per_channel_than_the_sums_hold) {
   const std::vector<exact_sum> sums(2);
+  const std::vector<exact_square_sum> squares(2);
   std::vector<float> mean(2), invstd(2);
   const bn_params p;
-  EXPECT_NO_THROW(bn_finish_statistics(2, exact_sum::k_max_squares, p, sums.data(), sums.data(),
+  EXPECT_NO_THROW(bn_finish_statistics(2, exact_sum::k_max_terms, p, sums.data(), squares.data(),
                                        mean.data(), invstd.data()));
   try {
-    bn_finish_statistics(2, exact_sum::k_max_squares + 1, p, sums.data(), sums.data(), mean.data(),
+    bn_finish_statistics(2, exact_sum::k_max_terms + 1, p, sums.data(), squares.data(), mean.data(),
                          invstd.data());
     ADD_FAILURE() << "accepted";
   } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("34359738369 values per channel"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("68719476737 values per channel"), std::string::npos)
         << e.what();
   }
 }
 
 // The biased variance of v from one pass of the two sums.
 double variance_of(const std::vector<float>& v) {
-  exact_sum sum, squares;
+  exact_sum sum;
+  exact_square_sum squares;
   sum.add_each(static_cast<std::int64_t>(v.size()), [&](std::int64_t i) { return v[i]; });
-  squares.add_squares(static_cast<std::int64_t>(v.size()), [&](std::int64_t i) { return v[i]; });
+  squares.add_each(static_cast<std::int64_t>(v.size()), [&](std::int64_t i) { return v[i]; });
   return exact_sum::variance(sum, squares, static_cast<std::int64_t>(v.size()));
 }
 
@@ -108,11 +110,18 @@ TEST(exact_sum, variance_is_exact_where_one_pass_in_double_cancels) {
   // Constant values: exactly 0, whatever their size.
   EXPECT_EQ(variance_of(std::vector<float>(1000, 3.1f)), 0.0);
   EXPECT_EQ(variance_of(std::vector<float>(7, -1e15f)), 0.0);
+  EXPECT_EQ(variance_of(std::vector<float>(7, 1e30f)), 0.0);
   EXPECT_EQ(variance_of({}), 0.0);
-  // Negative values, and tiny ones whose squares fall below float's normal range.
+  // Negative values, tiny ones whose squares fall below float's range, the smallest
+  // subnormal, huge ones whose squares exceed it: all exact.
   EXPECT_EQ(variance_of({-3.0f, -1.0f}), 1.0);
   const float small = std::ldexp(1.0f, -60);
-  EXPECT_NEAR(variance_of({small, -small}), std::ldexp(1.0, -120), std::ldexp(1.0, -140));
+  EXPECT_EQ(variance_of({small, -small}), std::ldexp(1.0, -120));
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(variance_of({tiny, -tiny}), std::ldexp(1.0, -298));
+  const float huge = 1e30f;
+  EXPECT_EQ(variance_of({huge, -huge}), static_cast<double>(huge) * static_cast<double>(huge));
+  EXPECT_EQ(variance_of(std::vector<float>(5, -std::numeric_limits<float>::max())), 0.0);
 }
 
 TEST(exact_sum, variance_has_the_same_bits_in_any_order_and_matches_two_passes) {
@@ -135,21 +144,41 @@ TEST(exact_sum, variance_has_the_same_bits_in_any_order_and_matches_two_passes) 
   }
   // Split anywhere into parts, each summed on its own accumulators and added in turn: the
   // same bits (what a micro-batch or a tile does).
-  exact_sum sum, squares;
+  exact_sum sum;
+  exact_square_sum squares;
   for (std::size_t b = 0; b < v.size(); b += 777) {
     const std::size_t e = std::min(v.size(), b + 777);
     sum.add_each(static_cast<std::int64_t>(e - b), [&](std::int64_t i) { return v[b + i]; });
-    squares.add_squares(static_cast<std::int64_t>(e - b), [&](std::int64_t i) { return v[b + i]; });
+    squares.add_each(static_cast<std::int64_t>(e - b), [&](std::int64_t i) { return v[b + i]; });
   }
   EXPECT_EQ(exact_sum::variance(sum, squares, static_cast<std::int64_t>(v.size())), first);
 }
 
-TEST(exact_sum, variance_of_non_finite_or_overflowing_values) {
+TEST(exact_sum, squares_added_in_blocks_equal_squares_added_one_by_one) {
+  // add_each sums squares in 64-bit groups folded into 128-bit ones every block; the largest
+  // terms there are the largest mantissa's square at the largest shift (exponent 127: 1.99..,
+  // 127 mod 4 = 3). Thousands of them and a 0 (so that the variance is not 0) over several
+  // blocks: a group that overflowed would lose 2^64 and change the variance.
+  const float w = std::nextafter(2.0f, 0.0f);
+  std::vector<float> v(10000, w);
+  v.back() = 0.0f;
+  exact_sum sum;
+  exact_square_sum one_by_one;
+  for (const float x : v) {
+    sum.add(x);
+    one_by_one.add(x);
+  }
+  const auto m = static_cast<std::int64_t>(v.size());
+  const double expected = exact_sum::variance(sum, one_by_one, m);
+  EXPECT_GT(expected, 0.0);
+  EXPECT_EQ(variance_of(v), expected);
+}
+
+TEST(exact_sum, variance_of_non_finite_values_is_nan) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(std::isnan(variance_of({1.0f, inf})));
+  EXPECT_TRUE(std::isnan(variance_of({1.0f, -inf})));
   EXPECT_TRUE(std::isnan(variance_of({1.0f, std::nanf("")})));
-  // Finite, but the square beyond float's range: +infinity (invstd 0), as two passes give.
-  EXPECT_EQ(variance_of({1e30f, -1e30f}), std::numeric_limits<double>::infinity());
 }
 
 }  // namespace
