@@ -250,9 +250,9 @@ struct transfer_engine::impl {
   stream_timeline* timeline_ = nullptr;  // copies are recorded here when set
   std::uint64_t next_id_ = 1;
   bool stopping_ = false;
-  // Compressed copies; null when the device has none (`cuda` for now). Stream work uses it
-  // until the last copy ran: it outlives the watcher (which waits for every offload) and the
-  // destructor's waits for prefetches.
+  // Compressed copies; null when the device has none (`cuda` without a codec given). Stream work
+  // uses it until the last copy ran: it outlives the watcher (which waits for every offload) and
+  // the destructor's waits for prefetches.
   const std::unique_ptr<fp16_codec> codec_;
   std::thread watcher_;  // last: starts once everything above is built
 
@@ -652,9 +652,10 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   const bool compress = encoding == transfer_encoding::fp16;
   if (compress && m.codec_ == nullptr) {
     throw invalid_argument("transfer_engine::offload of " + m.label(key, bytes) +
-                           " compressed to fp16 (MEMWEAVE_SCHEDULE_COMPRESS=fp16): FP16 "
-                           "compression is not built for cuda yet (no fp16 codec for this "
-                           "device); unset MEMWEAVE_SCHEDULE_COMPRESS or set it to none");
+                           " compressed to fp16 (MEMWEAVE_SCHEDULE_COMPRESS=fp16): this engine "
+                           "has no fp16 codec for its device (a cuda engine needs one given, "
+                           "transfer_options::fp16_codec_factory, as the executor gives "
+                           "cuda's); unset MEMWEAVE_SCHEDULE_COMPRESS or set it to none");
   }
   if (compress && bytes % 4 != 0) {
     throw invalid_argument("transfer_engine::offload of " + m.label(key, bytes) +

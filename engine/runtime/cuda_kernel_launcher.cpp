@@ -16,6 +16,8 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "engine/kernels/cuda/cuda_kernels.hpp"
+#include "engine/runtime/cuda_current_device.hpp"
+#include "engine/runtime/cuda_fp16_codec.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "memweave/core/error.hpp"
 
@@ -34,32 +36,6 @@ static_assert(static_cast<int>(k::conv_pass::forward) == static_cast<int>(kc::co
 kc::conv_pass to_cuda(k::conv_pass pass) noexcept {
   return static_cast<kc::conv_pass>(pass);
 }
-
-// Makes `ordinal` the calling thread's current device for the scope, then restores the
-// previous one (the cuda device does the same around each of its own calls; the kernels
-// called here need it current too).
-class current_device final : public launch_scope {
- public:
-  explicit current_device(int ordinal) {
-    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != ordinal) {
-      // cudaGetDevice says 0 on a thread that never chose a device: setting 0 back would
-      // create a context on GPU 0. Restore only where a context was current.
-      const bool had_context = cuda_backend::context_current();
-      MEMWEAVE_CUDA_CHECK(cudaSetDevice(ordinal));
-      restore_ = had_context;
-    }
-  }
-  ~current_device() override {
-    if (restore_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
-  }
-  current_device(const current_device&) = delete;
-  current_device& operator=(const current_device&) = delete;
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
 
 // "cudart 13000 cudnn 91000": the runtime's and cuDNN's versions, for cache fingerprints.
 std::string cuda_library_versions() {
@@ -170,18 +146,6 @@ void cuda_conv(kc::cuda_kernel_context& ctx, const layers::step_io& io, bool for
                            io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
 }
 
-// The compute stream's device: where the kernels' context is made, and what is current
-// while they are enqueued.
-int stream_device(cudaStream_t stream) {
-  int ordinal = 0;
-#if CUDART_VERSION >= 12080
-  MEMWEAVE_CUDA_CHECK(cudaStreamGetDevice(stream, &ordinal));
-#else
-  MEMWEAVE_CUDA_CHECK(cudaGetDevice(&ordinal));  // older runtimes: the current device
-#endif
-  return ordinal;
-}
-
 class cuda_kernel_launcher final : public kernel_launcher {
  public:
   explicit cuda_kernel_launcher(const launcher_context& c)
@@ -211,6 +175,9 @@ class cuda_kernel_launcher final : public kernel_launcher {
   // The kernels are enqueued from the calling thread: their device is current meanwhile.
   std::unique_ptr<launch_scope> enter_iteration() override {
     return std::make_unique<current_device>(ordinal_);
+  }
+  std::function<std::unique_ptr<fp16_codec>(device&)> fp16_codec_factory() const override {
+    return [](device& d) { return make_cuda_fp16_codec(d); };
   }
 
   // A no-workspace algorithm always runs: the fastest of cuDNN's.

@@ -166,6 +166,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     transfer_options to;
     to.verify = options.verify_transfers || option_bool("MEMWEAVE_VERIFY_TRANSFERS");
     to.name_fn = [this](std::uint32_t t) { return table_[t].name; };
+    to.fp16_codec_factory = launcher_->fp16_codec_factory();  // cuda's; empty: swap/'s
     transfers_ = std::make_unique<transfers>(dev, options.host_pool_bytes, std::move(to));
   }
 

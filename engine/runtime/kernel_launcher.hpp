@@ -28,6 +28,7 @@
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/network.hpp"
 #include "memweave/engine/tensor_table.hpp"
+#include "memweave/swap/fp16_codec.hpp"
 
 namespace memweave {
 
@@ -108,6 +109,12 @@ class kernel_launcher {
   virtual bool fuses_bn_act() const { return false; }
   /// Held by the caller while it runs an iteration; nullptr when nothing is needed.
   virtual std::unique_ptr<launch_scope> enter_iteration() { return nullptr; }
+  /// The fp16 codec of compressed swaps on this backend's device, for the transfer engine
+  /// (transfer_options::fp16_codec_factory): cuda's conversion kernels; empty where swap/'s
+  /// own codec serves (host, null).
+  virtual std::function<std::unique_ptr<fp16_codec>(device&)> fp16_codec_factory() const {
+    return {};
+  }
 
   /// The algorithms of a CONV step when `available` bytes can be handed out for its
   /// workspace, chosen by `selector` among this backend's candidates.

@@ -1,5 +1,5 @@
-// The custom CUDA kernels of the cuda backend (what cuDNN and cuBLAS lack) and their
-// launchers.
+// The custom CUDA kernels of the cuda backend (what cuDNN and cuBLAS lack, and the fp16
+// conversions of compressed swaps) and their launchers.
 //
 // Invariants:
 //   - element-wise kernels evaluate the host kernels' expressions in the same order with
@@ -10,6 +10,7 @@
 //   - reductions have one fixed order: a thread's elements in index order, then a shared
 //     memory tree; one block for the loss, one block per channel for BN. Deterministic.
 // Thread safety: launchers are free functions over caller memory; none has state.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -274,6 +275,61 @@ __global__ void adaptive_avg_pool_backward_kernel(int64_t planes, int64_t h, int
   }
 }
 
+// fp16.hpp's conversions (the host codec's bits): __float2half_rn rounds to nearest even with
+// +-inf from 65520 on, and every non-NaN fp16 is exactly an fp32, as the host's bit
+// operations do; a NaN keeps its top payload bits (the quiet bit set where they are 0) both
+// ways, where the conversion instructions would give a canonical NaN.
+__device__ inline std::uint16_t fp16_bits_of(float x) {
+  const std::uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    const auto payload = static_cast<std::uint32_t>((bits & 0x7fffffu) >> 13);
+    return static_cast<std::uint16_t>(((bits >> 16) & 0x8000u) | 0x7c00u |
+                                      (payload != 0 ? payload : 0x200u));
+  }
+  return __half_as_ushort(__float2half_rn(x));
+}
+
+__device__ inline float float_of_fp16_bits(std::uint16_t h) {
+  if ((h & 0x7fffu) > 0x7c00u) {
+    return __uint_as_float((static_cast<std::uint32_t>(h & 0x8000u) << 16) | 0x7f800000u |
+                           (static_cast<std::uint32_t>(h & 0x3ffu) << 13));
+  }
+  return __half2float(__ushort_as_half(h));
+}
+
+// The round trip's relative error is measured as fp16_encode measures it (in float,
+// against max(|x|, 2^-14); NaN for NaN and infinite x, which the comparison skips). The
+// largest is a max, the same in any order: per thread, then per warp, then atomicMax on the
+// bits (non-negative floats, +inf included, order as their bit patterns do).
+__global__ void fp16_encode_kernel(int64_t count, const float* __restrict__ src,
+                                   std::uint16_t* __restrict__ dst, unsigned* max_error_bits) {
+  constexpr float k_error_floor = 6.103515625e-05f;  // fp16_error_floor: 2^-14
+  float worst = 0.0f;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const float x = src[i];
+    const std::uint16_t h = fp16_bits_of(x);
+    dst[i] = h;
+    const float error =
+        __fdiv_rn(fabsf(__fsub_rn(x, float_of_fp16_bits(h))), fmaxf(fabsf(x), k_error_floor));
+    worst = error > worst ? error : worst;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    worst = fmaxf(worst, __shfl_down_sync(0xffffffffu, worst, offset));
+  }
+  if ((threadIdx.x & 31u) == 0 && worst > 0.0f) atomicMax(max_error_bits, __float_as_uint(worst));
+}
+
+__global__ void fp16_decode_kernel(int64_t count, const std::uint16_t* __restrict__ src,
+                                   float* __restrict__ dst) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    dst[i] = float_of_fp16_bits(src[i]);
+  }
+}
+
 }  // namespace
 
 void launch_dropout_forward(cudaStream_t stream, int64_t count, std::uint64_t seed, float ratio,
@@ -362,6 +418,19 @@ void launch_adaptive_avg_pool_backward(cudaStream_t stream, int64_t planes, int6
   adaptive_avg_pool_backward_kernel<<<grid_for(count), k_threads, 0, stream>>>(planes, h, w, oh, ow,
                                                                                dy, dx, accumulate);
   check_launch("adaptive_avg_pool_backward_kernel");
+}
+
+void launch_fp16_encode(cudaStream_t stream, int64_t count, const float* src, std::uint16_t* dst,
+                        unsigned* max_error_bits) {
+  if (count <= 0) return;
+  fp16_encode_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, src, dst, max_error_bits);
+  check_launch("fp16_encode_kernel");
+}
+
+void launch_fp16_decode(cudaStream_t stream, int64_t count, const std::uint16_t* src, float* dst) {
+  if (count <= 0) return;
+  fp16_decode_kernel<<<grid_for(count), k_threads, 0, stream>>>(count, src, dst);
+  check_launch("fp16_decode_kernel");
 }
 
 }  // namespace memweave::kernels::cuda::detail

@@ -1,4 +1,5 @@
-// Private: launchers of the few kernels cuDNN and cuBLAS lack (custom_kernels.cu). Each
+// Private: launchers of the few kernels cuDNN and cuBLAS lack (custom_kernels.cu), and of the
+// fp16 conversions of compressed swaps (engine/runtime/cuda_fp16_codec.cpp). Each
 // enqueues on `stream`, returns at once, and throws device_error when the launch fails.
 // Callers have checked shapes and pointers. Element-wise kernels round every operation
 // separately (no contraction into FMA: __fmul_rn/__fadd_rn), in the host kernels' order,
@@ -71,5 +72,17 @@ void launch_adaptive_avg_pool_forward(cudaStream_t stream, std::int64_t planes, 
 void launch_adaptive_avg_pool_backward(cudaStream_t stream, std::int64_t planes, std::int64_t h,
                                        std::int64_t w, std::int64_t oh, std::int64_t ow,
                                        const float* dy, float* dx, bool accumulate);
+
+/// dst[i] = the fp16 bits of src[i] for i < count, as fp16.hpp's fp16_from_float gives them
+/// (round to nearest even, +-inf from 65520 on, NaN payloads kept), and *max_error_bits =
+/// the bits of max(*max_error_bits as a float, the largest relative round-trip error of the
+/// values as fp16_encode measures it) (an overflow: +inf; NaN and infinities not counted).
+/// src and dst must not overlap.
+void launch_fp16_encode(cudaStream_t stream, std::int64_t count, const float* src,
+                        std::uint16_t* dst, unsigned* max_error_bits);
+
+/// dst[i] = fp32(src[i]) for i < count (fp16.hpp's float_from_fp16); no overlap.
+void launch_fp16_decode(cudaStream_t stream, std::int64_t count, const std::uint16_t* src,
+                        float* dst);
 
 }  // namespace memweave::kernels::cuda::detail

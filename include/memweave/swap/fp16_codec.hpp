@@ -5,10 +5,11 @@
 // plain copy does.
 //
 // The transfer engine takes a codec in its options; swap/ builds the one for devices whose
-// memory the host may address (`host`) or never touches (`null`). A `cuda` codec converts
-// with a device kernel through a staging buffer; it belongs with the CUDA kernels (swap/
-// does not depend on engine/) and is not built yet: without one, a compressed offload on
-// `cuda` is an invalid_argument naming MEMWEAVE_SCHEDULE_COMPRESS.
+// memory the host may address (`host`) or never touches (`null`). The `cuda` codec converts
+// with device kernels through staging buffers; it belongs with the CUDA kernels (swap/ does
+// not depend on engine/): engine/runtime/cuda_fp16_codec.cpp, which the executor gives its
+// transfer engine on `cuda`. Without a codec, a compressed offload on `cuda` is an
+// invalid_argument naming MEMWEAVE_SCHEDULE_COMPRESS.
 #pragma once
 
 #include <atomic>

@@ -60,7 +60,8 @@ struct transfer_options {
   std::function<std::string(std::uint32_t key)> name_fn;
   /// Makes the codec of compressed (fp16) offloads, once, for the engine's device; empty =
   /// make_host_fp16_codec on `host` and `null`, none on `cuda` (a compressed offload there is
-  /// then an invalid_argument). The engine owns what it returns.
+  /// then an invalid_argument; the executor gives the cuda backend's conversion kernels,
+  /// engine/runtime/cuda_fp16_codec.hpp). The engine owns what it returns.
   std::function<std::unique_ptr<fp16_codec>(device&)> fp16_codec_factory;
   /// Reads MEMWEAVE_VERIFY_TRANSFERS; throws invalid_argument naming it when malformed.
   static transfer_options from_environment();

@@ -1,13 +1,22 @@
 // The executor on the cuda device: a small ResNet-50 trains under liveness and under utp at
 // a tight budget with losses close to the host's, the heap sees what `plan` (null) predicts
 // step by step, tensors move under utp, and workspace selection chooses among cuDNN's
-// algorithms. Label gpu: every test skips without a CUDA device.
+// algorithms; compressed swaps (FP16, LDFG) convert with the host codec's bits and run as
+// planned. Label gpu: every test skips without a CUDA device.
+#include <atomic>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "engine/runtime/cuda_fp16_codec.hpp"
 #include "engine_test_util.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/swap/fp16.hpp"
 #include "support/gpu_or_skip.hpp"
 #include "support/static_tls_reexec.hpp"
 
@@ -156,6 +165,130 @@ TEST(cuda_executor_test, a_fixed_host_algorithm_is_rejected_with_cudnns_candidat
     const std::string what = e.what();
     EXPECT_NE(what.find("im2col_image"), std::string::npos) << what;
     EXPECT_NE(what.find("cuda|"), std::string::npos) << what;  // a cuDNN candidate list
+  }
+}
+
+// Memory of the cuda device, given back on scope exit (a failed assertion returns early).
+struct device_block {
+  device& dev;
+  std::size_t bytes;
+  bool pinned;
+  void* p;
+  device_block(device& d, std::size_t b, bool host_pinned)
+      : dev(d), bytes(b), pinned(host_pinned), p(pinned ? d.allocate_pinned(b) : d.allocate(b)) {}
+  ~device_block() { pinned ? dev.deallocate_pinned(p, bytes) : dev.deallocate(p, bytes); }
+  device_block(const device_block&) = delete;
+  device_block& operator=(const device_block&) = delete;
+};
+
+std::vector<std::uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// Values of every kind fp16 meets, then random ones of magnitudes 2^-30 to 2^10, in all a
+// chunk of the codec and more: ties, fp16 subnormals, values rounding to 0, fp32
+// subnormals, and with `out_of_range` overflows, infinities and NaNs with payloads.
+std::vector<float> fp16_cases(bool out_of_range) {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 3.14159265f, -2.71828182f, 1e-3f, -7.5e-6f};
+  v.insert(v.end(), {1.0f + 0x1p-11f, 1.0f + 0x3p-11f});  // ties: to even, down and up
+  v.insert(v.end(), {65504.0f, 65519.0f});                // the largest fp16, and just below inf
+  v.insert(v.end(), {0x1p-14f, 0x1p-24f, -0x1.4p-20f});   // fp16's smallest normal, subnormals
+  v.insert(v.end(), {0x1p-25f, 0x1.8p-25f, 0x1p-26f});    // to 0 (a tie), up, to 0
+  v.push_back(std::numeric_limits<float>::denorm_min());  // an fp32 subnormal: 0
+  if (out_of_range) {
+    const float nan_payload = std::bit_cast<float>(0x7fa01234u);
+    // Its payload lies below fp16's bits: the quiet bit is set.
+    const float nan_low = std::bit_cast<float>(0xff800001u);
+    v.insert(v.end(), {65520.0f, -1e9f, std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(), nan_payload, nan_low});
+  }
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-30, 10);
+  while (v.size() < (std::size_t{1} << 20) + 4099)
+    v.push_back(std::ldexp(normal(gen), exponent(gen)));
+  return v;
+}
+
+// The cuda codec's fp16 bytes, largest error and expanded values are the host codec's, bit
+// for bit, over more than one staging chunk.
+TEST(cuda_executor_test, the_fp16_codec_gives_the_host_codecs_bits_and_largest_error) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to convert on");
+  device_options d;
+  d.kind = "cuda";
+  auto dev = make_device(d);
+  auto codec = make_cuda_fp16_codec(*dev);
+  stream& out = dev->get_stream(stream_role::device_to_host);
+  stream& in = dev->get_stream(stream_role::host_to_device);
+  for (const bool out_of_range : {false, true}) {
+    SCOPED_TRACE(out_of_range ? "with overflows, infinities and NaNs" : "within fp16's range");
+    const std::vector<float> values = fp16_cases(out_of_range);
+    const std::size_t n = values.size();
+    std::vector<std::uint16_t> expected(n);
+    const double expected_error = fp16_encode(expected.data(), values.data(), n);
+    std::vector<float> expected_back(n);
+    fp16_decode(expected_back.data(), expected.data(), n);
+
+    device_block src(*dev, n * sizeof(float), false), back(*dev, n * sizeof(float), false);
+    device_block host(*dev, n * sizeof(std::uint16_t), true);
+    out.copy_async(src.p, values.data(), n * sizeof(float), copy_kind::host_to_device);
+    out.synchronize();
+    std::atomic<double> error{-1.0};
+    codec->encode(out, host.p, src.p, n, error);
+    out.synchronize();
+    std::vector<std::uint16_t> got(n);
+    std::memcpy(got.data(), host.p, n * sizeof(std::uint16_t));
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], expected[i]) << "value " << i << " = " << values[i];
+    }
+    EXPECT_EQ(error.load(), expected_error);
+    if (out_of_range) {
+      EXPECT_TRUE(std::isinf(error.load())) << "an overflow shows as inf";
+    } else {
+      EXPECT_LE(error.load(), fp16_max_relative_error);
+    }
+
+    codec->decode(in, back.p, host.p, n);
+    std::vector<float> got_back(n);
+    in.copy_async(got_back.data(), back.p, n * sizeof(float), copy_kind::device_to_host);
+    in.synchronize();
+    EXPECT_EQ(bits_of(got_back), bits_of(expected_back));
+  }
+}
+
+// Training under `all` with FP16 compression (MEMWEAVE_SCHEDULE_COMPRESS=fp16, opt-in and
+// lossy) on cuda: the swaps the plan compresses travel as fp16 (the same bytes as `plan`
+// says), each value within fp16's rounding, and the losses stay close to the host's run
+// with the same compression.
+TEST(cuda_executor_test, compressed_swaps_run_as_planned_within_fp16_rounding) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to train on");
+  const network net = test::zoo_net("resnet50", 8, 64, 0.0625);
+  const std::size_t peak = plan_on_null(net, policy_options("liveness", 0, "none")).peak_bytes;
+  executor_options o = policy_options("all", peak / 2, "none");
+  o.exact = false;
+  o.schedule.compress = true;
+  o.link_gbps = 2.0;               // planned for a slow link: halving the swaps pays
+  o.replan_from_measured = false;  // the model's schedule on both devices
+  constexpr int iterations = 3;
+  auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor planner(net, *null_dev, o);
+  for (int i = 0; i < iterations; ++i) planner.run_iteration(nullptr, i);
+  const policy_report planned = planner.report();
+  ASSERT_GT(planned.bytes_compressed, 0u) << "the plan compresses nothing";
+
+  const cuda_run got = train_on_cuda(net, o, iterations);
+  EXPECT_EQ(got.report.bytes_compressed, planned.bytes_compressed);
+  EXPECT_GT(got.report.max_compression_error, 0.0);
+  EXPECT_LE(got.report.max_compression_error, fp16_max_relative_error);
+  const test::training_result host = test::train(net, o, iterations);
+  ASSERT_EQ(got.losses.size(), host.losses.size());
+  for (std::size_t i = 0; i < got.losses.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got.losses[i])) << "iteration " << i;
+    EXPECT_NEAR(got.losses[i], host.losses[i], 2e-3 * std::max(1.0, std::abs(host.losses[i])))
+        << "iteration " << i;
   }
 }
 
