@@ -637,17 +637,31 @@ class planner {
   struct overflow {
     std::vector<std::uint32_t> step;
     std::vector<std::size_t> bytes;
+    std::vector<std::size_t> prefix;  // prefix[i]: the sum of bytes[0, i)
   };
 
   overflow overflow_of(const std::vector<std::size_t>& bytes) const {
     overflow o;
+    o.prefix.push_back(0);
     for (std::uint32_t s = 0; s < bytes.size(); ++s) {
       if (bytes[s] > planning_budget_) {
         o.step.push_back(s);
         o.bytes.push_back(bytes[s] - planning_budget_);
+        o.prefix.push_back(o.prefix.back() + o.bytes.back());
       }
     }
     return o;
+  }
+
+  // At least value(over, from, to, b), in O(log n): b off every step over the budget in
+  // [from, to], and no more than all their overflow.
+  static double value_bound(const overflow& over, std::uint32_t from, std::uint32_t to,
+                            std::size_t b) {
+    const auto i = std::lower_bound(over.step.begin(), over.step.end(), from) - over.step.begin();
+    const auto j = std::upper_bound(over.step.begin(), over.step.end(), to) - over.step.begin();
+    if (j <= i) return 0.0;
+    const auto steps = static_cast<std::size_t>(j - i);
+    return static_cast<double>(std::min(b * steps, over.prefix[j] - over.prefix[i]));
   }
 
   // Overflow removed if `b` bytes leave the device over steps [from, to], summed in integers:
@@ -870,19 +884,24 @@ class planner {
   // the dead tensors rebuilt there: what no action can take off it.
   std::vector<std::size_t> fixed_bytes() const {
     std::vector<std::size_t> fixed(p_.step_seconds.size(), 0);
+    // A pinned tensor stays between its uses: added over those steps as differences (the
+    // spans are long and this runs every greedy round).
+    std::vector<std::size_t> starts(fixed.size() + 1, 0), ends(fixed.size() + 1, 0);
     for (std::uint32_t t = 0; t < uses_.size(); ++t) {
       const auto& u = uses_[t];
       for (std::size_t i = 0; i < u.size(); ++i) {
         fixed[u[i].step] += u[i].on_host ? u[i].slice_bytes : p_.tensors[t].bytes;
-        // A pinned tensor stays between its uses.
-        if (!p_.tensors[t].pinned || i + 1 == u.size()) continue;
-        for (std::uint32_t st = u[i].step + 1; st < u[i + 1].step; ++st) {
-          fixed[st] += p_.tensors[t].bytes;
+        if (!p_.tensors[t].pinned || i + 1 == u.size() || u[i].step + 1 >= u[i + 1].step) {
+          continue;
         }
+        starts[u[i].step + 1] += p_.tensors[t].bytes;
+        ends[u[i + 1].step] += p_.tensors[t].bytes;
       }
     }
+    std::size_t between = 0;  // bytes of pinned tensors between their uses at step s
     for (std::size_t s = 0; s < fixed.size(); ++s) {
-      fixed[s] += step_extra(s);
+      between = between + starts[s] - ends[s];
+      fixed[s] += between + step_extra(s);
       for (std::uint32_t y : chain_[s]) fixed[s] += p_.tensors[y].bytes;
     }
     return fixed;
@@ -1095,6 +1114,11 @@ class planner {
         continue;
       }
       auto consider = [&](gap_action action, std::uint32_t r, std::uint32_t b, double cost) {
+        // Most candidates cannot beat the best so far even if they removed all they could:
+        // skip their sum (the same choice, most of the planner's time saved: a score only
+        // grows as v shrinks, and only a smaller one is taken).
+        const double most = value_bound(over, r, b, x.bytes);
+        if (most <= 0 || (cost > 0 ? cost / most : -most) >= best.score) return;
         const double v = value(over, r, b, x.bytes);
         if (v <= 0) return;
         // Least added time per byte-step of overflow removed; among free actions, the most
