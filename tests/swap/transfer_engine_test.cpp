@@ -1254,6 +1254,42 @@ TEST(transfer_engine, a_compressed_offload_sends_half_the_bytes_over_a_throttled
   EXPECT_EQ(r.engine->stats().bytes_offloaded - exact_bytes, buf.size() / 2);
 }
 
+// On null an offload has landed once offload() returns (nothing ran, nothing to verify):
+// no watcher round trip, the simulated clocks as before; with on_offloaded set, the watcher
+// still calls it.
+TEST(transfer_engine, on_the_null_device_an_offload_completes_within_offload) {
+  rig r("null", 8.0);
+  r.engine->set_on_offloaded({});       // the rig's counts on the watcher
+  constexpr std::size_t n = 8'000'000;  // 1 ms
+  void* a = r.dev->allocate(n);
+  void* b = r.dev->allocate(n);
+  auto ready = r.dev->create_event();
+  r.compute.record(*ready);
+  r.engine->offload(1, a, n, *ready);
+  EXPECT_EQ(r.engine->pending_offloads(), 0u);
+  EXPECT_TRUE(r.engine->has_host_copy(1));
+  EXPECT_EQ(r.engine->stats().offloads_completed, 1u);
+  EXPECT_DOUBLE_EQ(r.d2h.simulated_time_s(), 0.001);
+  r.engine->wait_offloaded(1, &r.compute);  // the compute stream still waits for the copy
+  EXPECT_DOUBLE_EQ(r.compute.simulated_time_s(), 0.001);
+  r.engine->prefetch(1, b);
+  EXPECT_DOUBLE_EQ(r.h2d.simulated_time_s(), 0.001);
+
+  std::atomic<int> called{0};
+  r.engine->set_on_offloaded([&](std::uint32_t key) {
+    EXPECT_EQ(key, 2u);
+    called.fetch_add(1);
+  });
+  r.engine->offload(2, a, n, *ready);
+  r.engine->wait_offloaded(2);
+  EXPECT_EQ(called.load(), 1);
+  EXPECT_TRUE(r.engine->has_host_copy(2));
+  r.engine->drop_host(1);
+  r.engine->drop_host(2);
+  r.dev->deallocate(a, n);
+  r.dev->deallocate(b, n);
+}
+
 TEST(transfer_engine, on_the_null_device_a_compressed_copy_costs_half) {
   rig r("null", 8.0);                   // 8e9 bytes/s
   constexpr std::size_t n = 8'000'000;  // 1 ms exact, 0.5 ms as fp16

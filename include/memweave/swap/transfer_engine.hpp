@@ -25,7 +25,9 @@
 //
 // Threads: every member may be called from any thread, but calls for the same key must not
 // race each other (as an executor's step loop does not). on_offloaded runs on the engine's
-// watcher thread with no engine lock held.
+// watcher thread with no engine lock held. On a device that runs no work (`null`), an
+// offload completes within offload() (nothing to wait for or verify) unless a fault is
+// injected or on_offloaded is set.
 #pragma once
 
 #include <cstddef>
