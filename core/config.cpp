@@ -178,13 +178,13 @@ constexpr std::array<option_info, 40> k_options{{
      "all with --split: run the split plans whose micro-steps fit 100, 85, 70, 55 and 40 % of the "
      "budget on the null device, keep the fastest (0 = the fewest micro-batches that fit)"},
     {"MEMWEAVE_SPLIT_REGIONS",
-     "16",
+     "64",
      f::integer,
      "",
      "all with --split: then mix the plans step by step: the steps where they differ are cut "
      "into regions, each tries every other plan's micro-batches, kept where faster on the null "
      "device; passes of 4, 8, ... regions up to this many (0 = the fastest whole plan)",
-     {0, 64, true}},
+     {0, 1024, true}},
     {"MEMWEAVE_BUCKET_BYTES",
      "25MiB",
      f::bytes,

@@ -196,9 +196,9 @@ struct executor_options {
   /// parts differ between them are cut into runs of consecutive route steps (regions); each
   /// region in turn takes each other plan's micro-batches and channel groups, kept where the
   /// iteration runs faster in the model (one null iteration a trial, at the configuration the
-  /// weighing chose). Passes of 4, 8, ... regions, up to this many. 0: the fastest whole plan
-  /// runs (MEMWEAVE_SPLIT_REGIONS).
-  int split_regions = 16;
+  /// weighing chose). Passes of 4, 8, ... regions, up to this many (at most the steps that
+  /// differ). 0: the fastest whole plan runs (MEMWEAVE_SPLIT_REGIONS, 0 to 1024).
+  int split_regions = 64;
   /// all under a budget: before it starts, `all` (with the schedule's headroom, and with half
   /// of it when schedule.headroom_auto; at each CONV workspace share unless
   /// schedule.workspace_share names one) and `recompute` are each run for one iteration on a
