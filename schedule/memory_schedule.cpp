@@ -884,9 +884,9 @@ class planner {
   // the dead tensors rebuilt there: what no action can take off it.
   std::vector<std::size_t> fixed_bytes() const {
     std::vector<std::size_t> fixed(p_.step_seconds.size(), 0);
-    // A pinned tensor stays between its uses: added over those steps as differences (the
-    // spans are long and this runs every greedy round).
-    std::vector<std::size_t> starts(fixed.size() + 1, 0), ends(fixed.size() + 1, 0);
+    // A pinned tensor stays between its uses: added over those steps as differences, as
+    // memory_curve does (the spans are long and this runs every greedy round).
+    std::vector<std::int64_t> delta(fixed.size() + 1, 0);
     for (std::uint32_t t = 0; t < uses_.size(); ++t) {
       const auto& u = uses_[t];
       for (std::size_t i = 0; i < u.size(); ++i) {
@@ -894,14 +894,14 @@ class planner {
         if (!p_.tensors[t].pinned || i + 1 == u.size() || u[i].step + 1 >= u[i + 1].step) {
           continue;
         }
-        starts[u[i].step + 1] += p_.tensors[t].bytes;
-        ends[u[i + 1].step] += p_.tensors[t].bytes;
+        delta[u[i].step + 1] += static_cast<std::int64_t>(p_.tensors[t].bytes);
+        delta[u[i + 1].step] -= static_cast<std::int64_t>(p_.tensors[t].bytes);
       }
     }
-    std::size_t between = 0;  // bytes of pinned tensors between their uses at step s
+    std::int64_t between = 0;  // bytes of pinned tensors between their uses at step s
     for (std::size_t s = 0; s < fixed.size(); ++s) {
-      between = between + starts[s] - ends[s];
-      fixed[s] += between + step_extra(s);
+      between += delta[s];
+      fixed[s] += static_cast<std::size_t>(between) + step_extra(s);
       for (std::uint32_t y : chain_[s]) fixed[s] += p_.tensors[y].bytes;
     }
     return fixed;

@@ -321,6 +321,18 @@ struct transfer_engine::impl {
   // Gives back `en`'s host buffers, at once when no prefetch may still read them, else
   // once its event completes (the event moves to deferred; a later prefetch makes a new
   // one).
+  // An offload whose copy landed good (after its event: the stream work has stored its
+  // checksum and, compressed, its largest error): the host copy is valid.
+  void landed_locked(entry& en, const offload_record& rec) {
+    en.host_valid = true;
+    en.checksum = rec.device_sum.load(std::memory_order_acquire);
+    ++counters_.offloads_completed;
+    if (rec.compressed) {
+      counters_.max_compression_error =
+          std::max(counters_.max_compression_error, rec.max_error.load(std::memory_order_relaxed));
+    }
+  }
+
   void release_buffers_locked(entry& en) {
     deferred_free d;
     if (en.host != nullptr) d.buffers.emplace_back(en.host, en.bytes);
@@ -556,14 +568,7 @@ struct transfer_engine::impl {
         release_buffers_locked(en);
         entries_.erase(rec->key);
       } else if (error.empty()) {
-        en.host_valid = true;
-        en.checksum = rec->device_sum.load(std::memory_order_acquire);
-        ++counters_.offloads_completed;
-        if (rec->compressed) {
-          // After the offload's event: the encode's stream work has stored it.
-          counters_.max_compression_error = std::max(
-              counters_.max_compression_error, rec->max_error.load(std::memory_order_relaxed));
-        }
+        landed_locked(en, *rec);
         notify = static_cast<bool>(on_offloaded_) && !stopping_;
       } else {
         ++counters_.failed_offloads;
@@ -791,9 +796,7 @@ void transfer_engine::offload(std::uint32_t key, const void* device_ptr, std::si
   // and waits thousands of times an iteration). An injected failure and on_offloaded, which
   // runs on the watcher, still go through it.
   if (!m.moves_data_ && rec->injected.empty() && !m.on_offloaded_) {
-    en.host_valid = true;
-    en.checksum = rec->device_sum.load(std::memory_order_relaxed);
-    ++m.counters_.offloads_completed;
+    m.landed_locked(en, *rec);
     rec->processed = true;
     return;
   }
