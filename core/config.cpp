@@ -235,10 +235,14 @@ std::string range_text(const option_info& info) {
   if (info.form == f::bytes && r.max >= 1.8e19) {
     if (r.min == 1) out = "a positive size";
     if (r.min > 1) out += " of at least " + format_bytes(static_cast<std::size_t>(r.min));
+  } else if (info.form == f::integer) {
+    // Whole numbers in full: format_number's six digits would print 1048576 as 1.04858e+06.
+    out += " from " + std::to_string(static_cast<std::int64_t>(r.min)) + " to " +
+           std::to_string(static_cast<std::int64_t>(r.max));
   } else {
     out += " from " + format_number(r.min) + " to " + format_number(r.max);
   }
-  if (r.zero_allowed) out = "0 or " + out;
+  if (r.zero_allowed && r.min > 0) out = "0 or " + out;
   return out;
 }
 
@@ -267,10 +271,18 @@ void check(const option_info& info, const std::string& value, std::string_view k
     case f::number:
       check_range(info, value, knob, parse_double(value, knob));
       break;
-    case f::integer:
-      check_range(info, value, knob,
-                  static_cast<double>(parse_int(value, knob, INT64_MIN, INT64_MAX)));
+    case f::integer: {
+      // parse_int's own message would name int64's range, not the row's.
+      std::int64_t v = 0;
+      try {
+        v = parse_int(value, knob, INT64_MIN, INT64_MAX);
+      } catch (const invalid_argument&) {
+        throw invalid_argument(knob_value(knob, value) + " is not " + range_text(info) + "; " +
+                               std::string(knob_remedy(knob)));
+      }
+      check_range(info, value, knob, static_cast<double>(v));
       break;
+    }
     case f::boolean:
       (void)parse_bool(value, knob);
       break;

@@ -111,6 +111,32 @@ TEST(config_test, integer_rows_are_whole_numbers_in_their_range) {
   }
 }
 
+// What is not a whole number, or not one int64 holds, is told the row's range (it was told
+// int64's: "from -9223372036854775808 to ..."), in full digits (1048576, not 1.04858e+06), and
+// a range from 0 is not "0 or" from 0.
+std::string int_error(const char* knob, const char* value) {
+  try {
+    (void)parse_option_int(knob, value, "--knob");
+  } catch (const invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(config_test, a_bad_whole_number_is_told_the_rows_own_range) {
+  for (const char* value : {"abc", "1.5", "99999999999999999999999"}) {
+    const std::string what = int_error("MEMWEAVE_PREFETCH_DISTANCE", value);
+    EXPECT_NE(what.find("--knob '" + std::string(value) + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find("a whole number from 1 to 1048576;"), std::string::npos) << what;
+    EXPECT_EQ(what.find("9223372036854775807"), std::string::npos) << what;
+  }
+  const std::string regions = int_error("MEMWEAVE_SPLIT_REGIONS", "x");
+  EXPECT_NE(regions.find("is not a whole number from 0 to 1024;"), std::string::npos) << regions;
+  const std::string above = int_error("MEMWEAVE_SPLIT_REGIONS", "1025");
+  EXPECT_NE(above.find("out of range: expected a whole number from 0 to 1024;"), std::string::npos)
+      << above;
+}
+
 TEST(config_test, link_speed_too_small_to_throttle_is_rejected_and_zero_means_off) {
   for (const char* tiny : {"1e-300", "0.0000001", "-1", "inf"}) {
     scoped_env env("MEMWEAVE_HOST_LINK_GBPS", tiny);
