@@ -12,6 +12,8 @@
 #include <system_error>
 #include <thread>
 
+#include "memweave/swap/fp16.hpp"
+
 namespace memweave::layers {
 namespace k = kernels::host;
 
@@ -50,6 +52,25 @@ step_io slice(const step_io& io, std::int64_t b, std::int64_t e, bool forward) {
   // where the whole step would).
   s.accumulate_param_grads = io.accumulate_param_grads || (!forward && b > 0);
   return s;
+}
+
+// Visits the pointers of `s` that may name a staged tensor (batch-shaped ones): the inputs
+// and their gradients, the aux tensors (DROPOUT's mask), the output and its gradient, the
+// labels.
+template <class F>
+void each_batch_pointer(step_io& s, F&& f) {
+  for (const float*& p : s.inputs) f(p);
+  for (auto& g : s.input_grads) f(g.data);
+  for (float*& p : s.aux) f(p);
+  f(s.output);
+  f(s.output_grad);
+  f(s.labels);
+}
+
+// The link bytes of `images` images of staged tensor `t`: fp16 ones cross as half.
+std::size_t slice_link_bytes(const staged_tensor& t, std::int64_t images) {
+  return static_cast<std::size_t>(images * t.per_image) *
+         (t.fp16 ? sizeof(std::uint16_t) : sizeof(float));
 }
 
 constexpr std::size_t k_none = static_cast<std::size_t>(-1);
@@ -202,7 +223,22 @@ class micro_steps {
         bounds_(micro_batch_bounds(io.input_shapes[0].n, parts)),
         held_(staged),
         reverse_(starts_reversed(staged, bounds_.size() - 1)),
-        out_(staged.size(), 0) {}
+        out_(staged.size(), 0) {
+    // io's pointer to a staged tensor is its whole value's (staged_tensor::whole): each
+    // micro-step gets the micro buffer instead, and the slicing never moves along the whole
+    // value (which an fp16 one holds in half the bytes).
+    base_ = io;
+    std::size_t field = 0;
+    each_batch_pointer(base_, [&](auto& p) {
+      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
+        if (p == nullptr || p != staged_[ti].whole) continue;
+        links_.emplace_back(field, ti);
+        p = nullptr;
+        break;
+      }
+      ++field;
+    });
+  }
 
   // Runs f(micro-batch io) for each micro-batch, in this pass's direction; `last_pass`: the
   // step is done with them afterwards (what it wrote is copied out: each micro-batch's while
@@ -215,18 +251,18 @@ class micro_steps {
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = reverse ? n - 1 - k : k;
       const std::int64_t b = bounds_[i], e = bounds_[i + 1];
-      step_io s = slice(io_, b, e, forward_);
       if (staged_.empty()) {
-        f(s);
+        f(slice(io_, b, e, forward_));
         continue;
       }
+      step_io s = slice(base_, b, e, forward_);
       copy_around(i, last_pass);
-      remap_all(s, b);
+      link_micro_buffers(s);
       f(s);
       out_from_ = b;
       for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
         const staged_tensor& t = staged_[ti];
-        out_[ti] = held_slices::copy_out(t, last_pass, k + 1 == n) ? bytes(t, e - b) : 0;
+        out_[ti] = held_slices::copy_out(t, last_pass, k + 1 == n) ? e - b : 0;
         held_.ran(ti, t, i, last_pass);
       }
     }
@@ -235,33 +271,48 @@ class micro_steps {
 
   bool reversed_start() const noexcept { return reverse_; }
 
-  /// Bytes copied between the staged tensors' whole values and their micro buffers so far.
+  /// Bytes copied between the staged tensors' whole values and their micro buffers so far
+  /// (an fp16 one's at two bytes a value).
   std::size_t copied() const noexcept { return copied_; }
 
+  /// The largest relative error of the values rounded to fp16 on their way out so far.
+  double fp16_error() const noexcept { return fp16_error_; }
+
  private:
-  static std::size_t bytes(const staged_tensor& t, std::int64_t images) {
-    return static_cast<std::size_t>(images * t.per_image) * sizeof(float);
-  }
-
-  // Where a pointer into a staged tensor's slice of images [b, e) lands in its micro buffer.
-  float* remap(const float* p, std::int64_t b) const {
-    const auto q = reinterpret_cast<std::uintptr_t>(p);
-    for (const staged_tensor& t : staged_) {
-      const auto lo = reinterpret_cast<std::uintptr_t>(t.whole);
-      if (p != nullptr && q >= lo && q < lo + bytes(t, t.n)) {
-        return t.micro + (p - t.whole) - b * t.per_image;
+  // A micro-step's pointers to the staged tensors (nulled in base_) become their micro
+  // buffers, which hold the running micro-batch's slices from their first image.
+  void link_micro_buffers(step_io& s) const {
+    std::size_t field = 0, next = 0;
+    each_batch_pointer(s, [&](auto& p) {
+      if (next < links_.size() && links_[next].first == field) {
+        p = staged_[links_[next].second].micro;
+        ++next;
       }
-    }
-    return const_cast<float*>(p);
+      ++field;
+    });
   }
 
-  void remap_all(step_io& s, std::int64_t b) const {
-    for (const float*& p : s.inputs) p = remap(p, b);
-    for (auto& g : s.input_grads) g.data = remap(g.data, b);
-    for (float*& p : s.aux) p = remap(p, b);
-    s.output = remap(s.output, b);
-    s.output_grad = remap(s.output_grad, b);
-    s.labels = remap(s.labels, b);
+  // Images [from, from + images) of `t` into (out of) its micro buffer: an fp16 one expanded
+  // (rounded, its error kept in `error`), an fp32 one copied.
+  static void slice_in(const staged_tensor& t, std::int64_t from, std::int64_t images) {
+    const auto count = static_cast<std::size_t>(images * t.per_image);
+    if (t.fp16) {
+      fp16_decode(t.micro, reinterpret_cast<const std::uint16_t*>(t.whole) + from * t.per_image,
+                  count);
+      return;
+    }
+    std::memcpy(t.micro, t.whole + from * t.per_image, count * sizeof(float));
+  }
+  static void slice_out(const staged_tensor& t, std::int64_t from, std::int64_t images,
+                        double& error) {
+    const auto count = static_cast<std::size_t>(images * t.per_image);
+    if (t.fp16) {
+      error = std::max(error,
+                       fp16_encode(reinterpret_cast<std::uint16_t*>(t.whole) + from * t.per_image,
+                                   t.micro, count));
+      return;
+    }
+    std::memcpy(t.whole + from * t.per_image, t.micro, count * sizeof(float));
   }
 
   // The copies out of the micro-batch that ran last (out_, from image out_from_) and the
@@ -269,26 +320,29 @@ class micro_steps {
   // tensors' ins at once, then the ins of tensors whose slice went out. Each side touches
   // only its own tensors' buffers, so the two never race.
   void copy_around(std::size_t i, bool last_pass) const {
-    const auto in_bytes = [&](std::size_t ti) -> std::size_t {
+    const auto in_images = [&](std::size_t ti) -> std::int64_t {
       if (i == k_none || !held_.copy_in(ti, staged_[ti], i, last_pass)) return 0;
-      return bytes(staged_[ti], bounds_[i + 1] - bounds_[i]);
+      return bounds_[i + 1] - bounds_[i];
     };
     const auto copy_in = [&](bool after_out) {
       for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-        const std::size_t n = in_bytes(ti);
+        const std::int64_t n = in_images(ti);
         if (n == 0 || (out_[ti] != 0) != after_out) continue;
-        std::memcpy(staged_[ti].micro, staged_[ti].whole + bounds_[i] * staged_[ti].per_image, n);
+        slice_in(staged_[ti], bounds_[i], n);
       }
     };
+    // On the side thread: its error is its own until the handshake joins it.
+    double out_error = 0;
     const auto copy_out = [&] {
       for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-        if (out_[ti] == 0) continue;
-        const staged_tensor& t = staged_[ti];
-        std::memcpy(t.whole + out_from_ * t.per_image, t.micro, out_[ti]);
+        if (out_[ti] != 0) slice_out(staged_[ti], out_from_, out_[ti], out_error);
       }
     };
     std::size_t outs = 0, ins = 0;
-    for (std::size_t ti = 0; ti < staged_.size(); ++ti) outs += out_[ti], ins += in_bytes(ti);
+    for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
+      outs += slice_link_bytes(staged_[ti], out_[ti]);
+      ins += slice_link_bytes(staged_[ti], in_images(ti));
+    }
     if (outs != 0 && ins != 0 && ctx_.threads() > 1) {
       side_.run(copy_out, [&] { copy_in(false); });
     } else {
@@ -297,19 +351,23 @@ class micro_steps {
     }
     copy_in(true);
     copied_ += outs + ins;
+    fp16_error_ = std::max(fp16_error_, out_error);
     std::fill(out_.begin(), out_.end(), 0);
   }
 
   const k::kernel_context& ctx_;
   const step_io& io_;
+  step_io base_;  // io_ with its pointers to staged tensors nulled (links_ names them)
+  std::vector<std::pair<std::size_t, std::size_t>> links_;  // (each_batch_pointer's field, tensor)
   bool forward_;
   std::span<const staged_tensor> staged_;
   std::vector<std::int64_t> bounds_;
   mutable held_slices held_;
-  mutable bool reverse_;                  // the next pass's direction
-  mutable std::vector<std::size_t> out_;  // per staged tensor: bytes to copy out, from out_from_
-  mutable std::int64_t out_from_ = 0;     // the first image of the micro-batch that ran last
+  mutable bool reverse_;                   // the next pass's direction
+  mutable std::vector<std::int64_t> out_;  // per staged tensor: images to copy out, from out_from_
+  mutable std::int64_t out_from_ = 0;      // the first image of the micro-batch that ran last
   mutable std::size_t copied_ = 0;
+  mutable double fp16_error_ = 0;
   mutable side_thread side_;  // the copies out, where ctx_ has more than one thread
 };
 
@@ -413,7 +471,8 @@ bool any_order_first_pass(layer_type type, bool forward) noexcept {
 }
 
 std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool forward, int parts,
-                           std::span<const staged_tensor> staged) {
+                           std::span<const staged_tensor> staged, double* fp16_error) {
+  if (fp16_error != nullptr) *fp16_error = 0;
   const layer_steps& steps = layer_steps_for(io.l->type);
   const step_fn fn = forward ? steps.forward : steps.backward;
   if ((parts <= 1 && staged.empty()) || io.l->type == layer_type::data || io.input_shapes.empty()) {
@@ -434,6 +493,7 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
   } else if (fn != nullptr) {
     micro.each([&](const step_io& s) { fn(ctx, s); });
   }
+  if (fp16_error != nullptr) *fp16_error = micro.fp16_error();
   return micro.copied();
 }
 
@@ -473,7 +533,7 @@ std::size_t walk_copies(layer_type type, bool forward, std::span<const staged_te
       // Micro-batch i's slice of t (none after the pass).
       const auto slice = [&](const staged_tensor& t) -> std::size_t {
         if (i == k_none) return 0;
-        return static_cast<std::size_t>((bounds[i + 1] - bounds[i]) * t.per_image) * sizeof(float);
+        return slice_link_bytes(t, bounds[i + 1] - bounds[i]);
       };
       for (std::size_t ti = 0; ti < by_micro_batch.size(); ++ti) {
         const staged_tensor& t = by_micro_batch[ti];

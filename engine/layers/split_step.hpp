@@ -50,6 +50,12 @@ struct staged_tensor {
   /// `micro` for the next step, the tensor's last reader, which starts from it (the executor
   /// writes it back should that step not take it).
   bool keeps_last = false;
+  /// The whole value is held in host memory as fp16 (MEMWEAVE_SPLIT_COMPRESS=fp16, LDFG's
+  /// compression for micro-tensors; lossy): `whole` points at n * per_image halves, a slice
+  /// crosses the link as half the bytes, expanded into `micro` on its way in and rounded to
+  /// nearest even on its way out. Micro-batch slices only (channels 0). `whole` still names
+  /// the tensor: io's pointer to it is `whole` itself, as for an fp32 one.
+  bool fp16 = false;
 };
 
 /// The passes a split step of layer type `type` runs over its micro-batches: BN 2 forward
@@ -91,9 +97,12 @@ using update_fn =
 /// Consecutive passes over the micro-batches (BN's) alternate direction, each turn starting at the
 /// slices still in the buffers, and a step handed a slice (staged_tensor::held) starts at it.
 /// Returns the bytes the copies moved (staged_copy_bytes); a slice handed to a step whose first
-/// pass runs in order is a std::logic_error.
+/// pass runs in order is a std::logic_error. With fp16 staged tensors, `fp16_error` (when
+/// given) receives the largest relative error of the values rounded on their way out
+/// (fp16_encode's measure; 0 when none went out).
 std::size_t run_split_step(const kernels::host::kernel_context& ctx, const step_io& io,
-                           bool forward, int parts, std::span<const staged_tensor> staged = {});
+                           bool forward, int parts, std::span<const staged_tensor> staged = {},
+                           double* fp16_error = nullptr);
 
 /// The bytes run_split_step returns for a step of layer type `type` (the link traffic of
 /// staging): what only reads once per pass over the micro-batches (BN: 2 passes forward, 2

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 
 #include "engine/layers/split_step.hpp"
 #include "engine_test_util.hpp"
+#include "memweave/swap/fp16.hpp"
 
 namespace memweave {
 namespace staged_copies {
@@ -233,6 +235,83 @@ TEST(staged_copies_test, a_slice_kept_for_its_last_reader_is_not_written_back) {
   EXPECT_TRUE(std::equal(t.y.begin() + split, t.y.end(), whole.y.begin() + split));
   EXPECT_TRUE(std::equal(t.y.begin(), t.y.begin() + split, start.y.begin()));
   EXPECT_TRUE(std::equal(my.begin(), my.begin() + split, whole.y.begin()));
+}
+
+// MEMWEAVE_SPLIT_COMPRESS=fp16: a micro-tensor held as fp16 is expanded on its way into the
+// micro buffer and rounded on its way out, so the split step equals the whole step run on the
+// fp16 values of its inputs, its outputs then rounded to fp16: the same bits, every split.
+// Its slices cross as half the bytes, which is what staged_copy_bytes and
+// staged_critical_bytes count; the error reported is the rounding's on the way out.
+TEST(staged_copies_test, fp16_micro_tensors_cross_as_half_the_bytes_with_the_rounded_bits) {
+  const k::kernel_context ctx(2);
+  std::mt19937 gen(23);
+  bn_case c;  // BN: two passes over x forward, two over x and dy backward
+  const bn_tensors start = c.inputs(gen);
+  const std::size_t count = start.x.size();
+  auto encode = [&](const std::vector<float>& v) {
+    std::vector<std::uint16_t> h(count);
+    (void)fp16_encode(h.data(), v.data(), count);
+    return h;
+  };
+  auto decode = [&](const std::vector<std::uint16_t>& h) {
+    std::vector<float> v(count);
+    fp16_decode(v.data(), h.data(), count);
+    return v;
+  };
+  // The reference: the whole steps on the inputs' fp16 values.
+  bn_tensors whole = start;
+  whole.x = decode(encode(start.x));
+  whole.dy = decode(encode(start.dy));
+  layers::run_split_step(ctx, c.io(whole), true, 1);
+  layers::run_split_step(ctx, c.io(whole), false, 1);
+  std::vector<float> exact_y = whole.y;
+  const std::vector<std::uint16_t> y16 = encode(whole.y), dx16 = encode(whole.dx);
+  std::vector<std::uint16_t> scratch(count);
+  const double y_error = fp16_encode(scratch.data(), exact_y.data(), count);
+  for (int parts = 1; parts <= 5; ++parts) {
+    SCOPED_TRACE("parts " + std::to_string(parts));
+    bn_tensors t = start;
+    // The whole values in host memory as fp16; io's pointers to them name the tensors.
+    std::vector<std::uint16_t> hx = encode(start.x), hy(count), hdy = encode(start.dy), hdx(count);
+    const auto as_float = [](std::vector<std::uint16_t>& h) {
+      return reinterpret_cast<float*>(h.data());
+    };
+    std::vector<float> mx, my, mdy, mdx;
+    std::vector<layers::staged_tensor> fwd = c.forward_staged(t, mx, my);
+    fwd[0].whole = as_float(hx), fwd[1].whole = as_float(hy);
+    for (auto& m : fwd) m.fp16 = true;
+    layers::step_io io = c.io(t);
+    io.inputs = {fwd[0].whole};
+    io.output = fwd[1].whole;
+    double error = -1;
+    const std::size_t f = layers::run_split_step(ctx, io, true, parts, fwd, &error);
+    EXPECT_EQ(f, layers::staged_copy_bytes(layer_type::bn, true, fwd, parts));
+    EXPECT_EQ(hy, y16) << "y, rounded";
+    EXPECT_EQ(error, y_error);
+    // Half the bytes of the same step on fp32 values, and half of what it waits for.
+    std::vector<layers::staged_tensor> fp32 = fwd;
+    for (auto& m : fp32) m.fp16 = false;
+    EXPECT_EQ(2 * f, layers::staged_copy_bytes(layer_type::bn, true, fp32, parts));
+    EXPECT_EQ(2 * layers::staged_critical_bytes(layer_type::bn, true, fwd, parts),
+              layers::staged_critical_bytes(layer_type::bn, true, fp32, parts));
+    // Backward: x and dy read, dx written; BN's statistics as forward left them.
+    std::vector<layers::staged_tensor> bwd = {c.staged(t.x, mx, true, false),
+                                              c.staged(t.dy, mdy, true, false),
+                                              c.staged(t.dx, mdx, false, true)};
+    bwd[0].whole = as_float(hx), bwd[1].whole = as_float(hdy), bwd[2].whole = as_float(hdx);
+    for (auto& m : bwd) m.fp16 = true;
+    io = c.io(t);
+    io.inputs = {bwd[0].whole};
+    io.output_grad = bwd[1].whole;
+    io.input_grads = {k::grad_out{bwd[2].whole, false}};
+    const std::size_t b = layers::run_split_step(ctx, io, false, parts, bwd, &error);
+    EXPECT_EQ(b, layers::staged_copy_bytes(layer_type::bn, false, bwd, parts));
+    EXPECT_EQ(hdx, dx16) << "dx, rounded";
+    expect_same_bits(whole.dgamma, t.dgamma, "dgamma");
+    expect_same_bits(whole.dbeta, t.dbeta, "dbeta");
+    EXPECT_GT(error, 0.0);
+    EXPECT_LE(error, fp16_max_relative_error);
+  }
 }
 
 TEST(staged_copies_test, a_slice_handed_to_a_step_that_sums_in_order_is_refused) {
