@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 40> k_options{{
+constexpr std::array<option_info, 41> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -185,6 +185,11 @@ constexpr std::array<option_info, 40> k_options{{
      "into regions, each tries every other plan's micro-batches, kept where faster on the null "
      "device; passes of 4, 8, ... regions up to this many (0 = the fastest whole plan)",
      {0, 1024, true}},
+    {"MEMWEAVE_SPLIT_COMPRESS", "none", f::choice, "none|fp16",
+     "utp/all with --split: fp16 = the split steps' micro-tensors that are activations (not "
+     "the batch, BN inputs or the loss's output) are held in host memory and cross the link as "
+     "FP16, half the bytes (LDFG for TSPLIT; lossy: results are no longer bit-identical, the "
+     "largest rounding error is reported)"},
     {"MEMWEAVE_BUCKET_BYTES",
      "25MiB",
      f::bytes,

@@ -300,12 +300,12 @@ class planner {
       const std::size_t i = use_index(t, static_cast<std::uint32_t>(s));
       if (i == u.size()) continue;
       if (!u[i].on_host) {
-        if (i > 0 && u[i - 1].on_host) seconds += copy_seconds(t);
+        if (i > 0 && u[i - 1].on_host) seconds += staging_copy_seconds(t);
         continue;
       }
       seconds += u[i].staged_seconds;
       if (i > 0 && !u[i - 1].on_host && gaps_[t][i - 1].action == gap_action::keep) {
-        seconds += copy_seconds(t);
+        seconds += staging_copy_seconds(t);
       }
     }
     return seconds;
@@ -370,6 +370,14 @@ class planner {
   double copy_seconds(std::uint32_t t) const {
     const double bytes = static_cast<double>(p_.tensors[t].bytes);
     return p_.copy_latency_s + (halve_[t] ? bytes / 2 : bytes) / p_.link_bytes_per_s;
+  }
+
+  // A whole copy of `t` between the device and its staging memory (the executor's stage and
+  // fetch_staged): half the bytes when it is held there as fp16.
+  double staging_copy_seconds(std::uint32_t t) const {
+    const double bytes = static_cast<double>(p_.tensors[t].bytes);
+    return p_.copy_latency_s +
+           (p_.tensors[t].staged_fp16 ? bytes / 2 : bytes) / p_.link_bytes_per_s;
   }
 
   std::uint32_t last_write_at_or_before(std::uint32_t t, std::uint32_t step) const {
@@ -1133,7 +1141,9 @@ class planner {
         if (!o_.allow_swap || c - a < o_.min_swap_distance) continue;
         const timed_swap k = time_swap(t, a, c, c, worst, worst, tl, false);
         consider(gap_action::swap, k.release, c - 1,
-                 k.stall + (o_.link_charge - 1.0) * copy_seconds(t));
+                 k.stall + (p_.tensors[t].staged_fp16
+                                ? o_.link_charge * copy_seconds(t) - staging_copy_seconds(t)
+                                : (o_.link_charge - 1.0) * copy_seconds(t)));
         continue;
       }
       if (o_.allow_drop && x.rebuildable) {

@@ -61,7 +61,12 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
     if (rep.staged_steps != 0) {
       out << "          TSPLIT: " << rep.staged_steps
           << " steps ran in micro-batches with their micro-tensors in host memory, "
-          << format_bytes(rep.bytes_staged) << " over the link per batch\n";
+          << format_bytes(rep.bytes_staged) << " over the link per batch";
+      if (rep.bytes_staged_fp16 != 0) {
+        out << " (" << format_bytes(rep.bytes_staged_fp16)
+            << " of it as FP16: lossy, MEMWEAVE_SPLIT_COMPRESS)";
+      }
+      out << "\n";
     }
     return true;
   } catch (const error& e) {

@@ -221,6 +221,7 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
   eo.channel_parts = plan.channel_parts(table.step_count());
   eo.split_weighed = o.split_weighed && option_bool("MEMWEAVE_SPLIT_WEIGH");
   eo.split_regions = static_cast<int>(*option_int("MEMWEAVE_SPLIT_REGIONS"));
+  eo.split_compress = option_string("MEMWEAVE_SPLIT_COMPRESS") == "fp16";
 }
 
 std::string describe_tiling(const network_run_options& o) {

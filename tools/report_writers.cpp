@@ -110,6 +110,8 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"channel_group_steps\": " << p.channel_group_steps
         << ",\n      \"bytes_staged\": " << p.bytes_staged
         << ",\n      \"bytes_handed\": " << p.bytes_handed
+        << ",\n      \"bytes_staged_fp16\": " << p.bytes_staged_fp16
+        << ",\n      \"staged_fp16_error\": " << json_number(p.staged_fp16_error)
         << ",\n      \"host_drops\": " << p.host_drops
         << ",\n      \"bytes_compressed\": " << p.bytes_compressed
         << ",\n      \"max_compression_error\": " << json_number(p.max_compression_error)
@@ -421,6 +423,14 @@ void write_summary(std::ostream& out, const run_report& r) {
                                         " more stayed on the device between split steps)"
                                   : std::string())
           << "\n";
+    }
+    if (p.bytes_staged_fp16 != 0) {
+      out << "  " << p.policy << ": TSPLIT: FP16 micro-tensors (lossy, MEMWEAVE_SPLIT_COMPRESS): "
+          << format_bytes(p.bytes_staged_fp16) << " of those crossed as fp16 (half the bytes)";
+      if (p.staged_fp16_error > 0) {
+        out << ", largest relative rounding error " << std::setprecision(3) << p.staged_fp16_error;
+      }
+      out << "\n";
     }
     if (p.bytes_compressed != 0) {
       out << "  " << p.policy << ": FP16 compression (lossy, MEMWEAVE_SCHEDULE_COMPRESS): "

@@ -275,6 +275,8 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     }
   }
   any_staged_ = any_staged;
+  staging_->fp16.assign(n, false);
+  if (options.split_compress && any_staged) mark_fp16_staging();
   MEMWEAVE_EXPECTS(
       table_.buckets().empty() ||
           std::find(channel_cut_.begin(), channel_cut_.end(), true) == channel_cut_.end(),
@@ -320,8 +322,15 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   captured_in_.assign(n, 0);
   initialize_persistent();
   broadcast_parameters();
-  if (options.exact)
+  if (options.exact) {
     require_exact(options_.schedule, "executor_options::exact (bit-identical results)");
+    MEMWEAVE_EXPECTS(!options.split_compress,
+                     "executor_options::exact (bit-identical results): the split steps' "
+                     "micro-tensors held as fp16 (MEMWEAVE_SPLIT_COMPRESS=fp16) are rounded on "
+                     "their way out, so results are not bit-identical to baseline; unset "
+                     "MEMWEAVE_SPLIT_COMPRESS (or set it to none, "
+                     "executor_options::split_compress = false) for an exact run");
+  }
   // all: where the backend fuses, an ACT output after a BN is rebuilt in one pass from BN's
   // input (the BN output in between is dead by then); the plan prices and counts that.
   if (options.policy.planned && launcher_->fuses_bn_act()) {
@@ -527,6 +536,8 @@ void executor::begin_iteration() {
   drop_handed();  // none but after a failed iteration (whose values are not kept)
   staging_->bytes_staged = 0;
   staging_->bytes_handed = 0;
+  staging_->bytes_fp16 = 0;
+  staging_->stream_error = staging_->host_error = 0;  // the stream's work is done by now
 }
 
 // After the last step: copies landed, persistent tensors back in place, the streams
@@ -904,6 +915,7 @@ void executor::launch_layer(const layer& l, bool forward, std::span<const tensor
     step.parts = batch_parts_of(options_, split_at);
     step.channel_parts = channel_groups_of(options_, net_, route_, split_at);
     step.staged = staging_->tensors;  // empty but in a staged step (or replay)
+    step.fp16_error = &staging_->stream_error;
   }
   if (recording() == nullptr) {
     launcher_->launch(step);
@@ -925,6 +937,8 @@ policy_report executor::report() const {
   r.recomputations = recomputations_;
   r.bytes_staged = staging_->bytes_staged;
   r.bytes_handed = staging_->bytes_handed;
+  r.bytes_staged_fp16 = staging_->bytes_fp16;
+  r.staged_fp16_error = std::max(staging_->stream_error, staging_->host_error);
   r.host_drops = host_drops_;
   r.staged_steps =
       static_cast<std::size_t>(std::count(staging_->step.begin(), staging_->step.end(), true));
@@ -1016,7 +1030,8 @@ std::vector<float> executor::read_tensor(tensor_id t) const {
                                               " device holds no values to read");
   std::vector<float> out(table_[t].bytes / sizeof(float));
   if (residency_->state(t) == residency::staged) {
-    // In host staging memory (cut by channel groups): the steps enqueued may still write it.
+    // In host staging memory (cut by channel groups; persistent, so never fp16): the steps
+    // enqueued may still write it.
     dev_.get_stream(stream_role::compute).synchronize();
     std::memcpy(out.data(), staging_->buffer[t].get(), table_[t].bytes);
     return out;

@@ -12,6 +12,7 @@
 #include "engine/runtime/residency_table.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/executor.hpp"
+#include "memweave/swap/fp16.hpp"
 
 namespace memweave {
 
@@ -113,7 +114,13 @@ void executor::capture_watched(std::size_t step) {
   for (tensor_id t : capture_after_[step]) {
     void* p = device_ptr(t);
     if (p == nullptr) continue;  // not resident (cannot happen for a tensor the step wrote)
-    compute.copy_async(watched_[t].data(), p, table_[t].bytes, copy_kind::device_to_host);
+    if (residency_->state(t) == residency::staged && staging_->fp16[t]) {
+      // Held as fp16 in host memory: expanded there, after the step that wrote it.
+      compute.launch([to = watched_[t].data(), from = static_cast<const std::uint16_t*>(p),
+                      n = watched_[t].size()] { fp16_decode(to, from, n); });
+    } else {
+      compute.copy_async(watched_[t].data(), p, table_[t].bytes, copy_kind::device_to_host);
+    }
     captured_in_[t] = iterations_run_;
   }
 }

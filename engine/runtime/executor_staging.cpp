@@ -11,6 +11,7 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/engine/split_plan.hpp"
+#include "memweave/swap/fp16.hpp"
 
 namespace memweave {
 
@@ -48,9 +49,82 @@ std::int64_t batch_of(const network& net) {
 
 }  // namespace
 
+// executor_options::split_compress: which micro-tensors are held as fp16. Activations that
+// only batch-split steps stage; not gradients (role gradient: their small values would fall
+// into fp16's subnormals or to zero), the batch and labels (DATA's: the data layer writes them
+// into staging memory as they are, and a label is an index), the loss's output (the accuracy
+// reads it), a dropout mask (role auxiliary), a BN's input (bn_input_tensors), nor what a step
+// in channel groups stages (its copies go by rows).
+void executor::mark_fp16_staging() {
+  const std::int64_t batch = batch_of(net_);
+  const std::vector<bool> bn_input = bn_input_tensors(net_, table_);
+  std::vector<bool> by_rows(table_.size(), false);
+  for (std::size_t s = 0; s < route_.step_count(); ++s) {
+    if (!staging_->step[s] || channel_groups_of(options_, net_, route_, s) <= 1) continue;
+    for (const tensor_access& a : table_.accesses(s)) by_rows[a.tensor] = true;
+  }
+  for (tensor_id t = 0; t < table_.size(); ++t) {
+    const tensor_info& info = table_[t];
+    const layer_type owner = net_[info.owner].type;
+    staging_->fp16[t] = staged_slice(info, batch) && !bn_input[t] && !by_rows[t] &&
+                        info.role == tensor_role::data && owner != layer_type::data &&
+                        owner != layer_type::softmax_loss && info.bytes % sizeof(float) == 0;
+  }
+}
+
+std::size_t executor::staging_bytes(tensor_id t) const noexcept {
+  return staging_->fp16[t] ? table_[t].bytes / 2 : table_[t].bytes;
+}
+
+fp16_codec& executor::staging_codec() {
+  if (staging_->codec == nullptr) {
+    auto factory = launcher_->fp16_codec_factory();
+    staging_->codec = factory ? factory(dev_) : make_host_fp16_codec(dev_);
+  }
+  return *staging_->codec;
+}
+
+// `count` values of `t` from `device_src` into its staging memory from value `first`, on the
+// compute stream (after the kernels that wrote them): an fp16 one converted on the way.
+void executor::copy_to_staging(tensor_id t, const void* device_src, std::size_t first,
+                               std::size_t count) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  char* host = reinterpret_cast<char*>(staging_->buffer[t].get());
+  if (!staging_->fp16[t]) {
+    compute.copy_async(host == nullptr ? nullptr : host + first * sizeof(float), device_src,
+                       count * sizeof(float), copy_kind::device_to_host);
+    staging_->bytes_staged += count * sizeof(float);
+    return;
+  }
+  staging& st = *staging_;
+  staging_codec().encode(compute, host == nullptr ? nullptr : host + first * 2, device_src, count,
+                         st.codec_error);
+  // Stream order: after the encode's work, before the next (which sets codec_error anew).
+  compute.launch([&st] {
+    st.stream_error = std::max(st.stream_error, st.codec_error.load(std::memory_order_relaxed));
+  });
+  st.bytes_staged += count * 2;
+  st.bytes_fp16 += count * 2;
+}
+
+// `t`'s whole value from its staging memory into `device_dst`, on the compute stream.
+void executor::copy_from_staging(tensor_id t, void* device_dst) {
+  stream& compute = dev_.get_stream(stream_role::compute);
+  const std::size_t count = table_[t].bytes / sizeof(float);
+  if (!staging_->fp16[t]) {
+    compute.copy_async(device_dst, staging_->buffer[t].get(), table_[t].bytes,
+                       copy_kind::host_to_device);
+    staging_->bytes_staged += table_[t].bytes;
+    return;
+  }
+  staging_codec().decode(compute, device_dst, staging_->buffer[t].get(), count);
+  staging_->bytes_staged += count * 2;
+  staging_->bytes_fp16 += count * 2;
+}
+
 float* executor::new_staging(tensor_id t) {
   retire_staging(t);
-  const std::size_t bytes = table_[t].bytes;
+  const std::size_t bytes = staging_bytes(t);
   const std::size_t pool = transfers_->pool.capacity();
   auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->held; };
   // Full: first what copies in flight still hold of buffers given back is waited for (as
@@ -71,13 +145,15 @@ float* executor::new_staging(tensor_id t) {
   staging_->held += bytes;
   staging_->holds[t] = true;
   auto& b = staging_->buffer[t];
-  if (dev_.touches_memory()) b = std::make_unique_for_overwrite<float[]>(bytes / sizeof(float));
+  if (dev_.touches_memory()) {
+    b = std::make_unique_for_overwrite<float[]>((bytes + sizeof(float) - 1) / sizeof(float));
+  }
   return b.get();
 }
 
 void executor::retire_staging(tensor_id t) noexcept {
   if (staging_->holds[t]) {
-    staging_->held -= table_[t].bytes;
+    staging_->held -= staging_bytes(t);
     staging_->holds[t] = false;
   }
   auto& b = staging_->buffer[t];
@@ -112,11 +188,8 @@ void executor::stage(tensor_id t, access_mode mode, std::size_t step) {
     case residency::staged:
       return;
     case residency::resident: {
-      float* h = new_staging(t);
-      if (keep_value) {
-        compute.copy_async(h, cache_->ptr(t), info.bytes, copy_kind::device_to_host);
-        staging_->bytes_staged += info.bytes;
-      }
+      new_staging(t);
+      if (keep_value) copy_to_staging(t, cache_->ptr(t), 0, info.bytes / sizeof(float));
       forget_host(t);
       cache_->release(t);  // stream order: the copy above reads it first
       residency_->staged(t);
@@ -125,7 +198,17 @@ void executor::stage(tensor_id t, access_mode mode, std::size_t step) {
     case residency::on_host: {
       float* h = new_staging(t);
       transfers_->engine.wait_offloaded(t);
-      if (keep_value && h != nullptr) std::memcpy(h, transfers_->engine.host_copy(t), info.bytes);
+      if (keep_value && h != nullptr) {
+        // Host memory to host memory, here: an fp16 one rounded on the way.
+        const auto* from = static_cast<const float*>(transfers_->engine.host_copy(t));
+        if (staging_->fp16[t]) {
+          staging_->host_error = std::max(
+              staging_->host_error,
+              fp16_encode(reinterpret_cast<std::uint16_t*>(h), from, info.bytes / sizeof(float)));
+        } else {
+          std::memcpy(h, from, info.bytes);
+        }
+      }
       forget_host(t);
       residency_->staged(t);
       return;
@@ -151,10 +234,7 @@ void executor::stage(tensor_id t, access_mode mode, std::size_t step) {
 // memory.
 void executor::fetch_staged(tensor_id t, std::size_t step) {
   void* p = allocate_transient(t, step);
-  const float* h = staging_->buffer[t].get();
-  dev_.get_stream(stream_role::compute)
-      .copy_async(p, h, table_[t].bytes, copy_kind::host_to_device);
-  staging_->bytes_staged += table_[t].bytes;
+  copy_from_staging(t, p);
   retire_staging(t);
   // An offload of it must wait for this copy (enqueued in this step), not for the staged
   // step that wrote it last.
@@ -253,6 +333,7 @@ layers::staged_tensor executor::micro_tensor(const tensor_access& a, std::int64_
   m.read = a.mode != access_mode::write;
   m.written = a.mode != access_mode::read;
   m.channels = channels;
+  m.fp16 = staging_->fp16[a.tensor];  // never one a channel group cuts (executor constructor)
   // A parameter gradient cut by channel groups sums over the micro-batches: the later ones
   // read what the earlier left.
   if (channels > 0 && parts > 1 && table_[a.tensor].role == tensor_role::parameter_gradient) {
@@ -273,6 +354,7 @@ void executor::describe_staging(schedule_inputs& in) const {
   in.staged.assign(steps, {});
   in.staged_slice_bytes.assign(steps, {});
   in.staged_copy_bytes.assign(steps, {});
+  in.staged_fp16 = staging_->fp16;
   const std::int64_t batch = batch_of(net_);
   for (std::size_t s = 0; s < steps; ++s) {
     if (!staging_->step[s]) continue;
@@ -380,15 +462,13 @@ void executor::release_handed() {
     if (!b.unwritten) continue;
     const std::int64_t batch = batch_of(net_);
     const auto bounds = layers::micro_batch_bounds(batch, b.parts);
-    const std::size_t image = table_[b.tensor].bytes / static_cast<std::size_t>(batch);
+    const std::size_t image = table_[b.tensor].bytes / sizeof(float) /
+                              static_cast<std::size_t>(batch);  // values per image
     const std::size_t from = static_cast<std::size_t>(bounds[b.micro_batch]) * image;
-    const std::size_t bytes = static_cast<std::size_t>(bounds[b.micro_batch + 1]) * image - from;
-    char* whole = reinterpret_cast<char*>(st.buffer[b.tensor].get());
-    dev_.get_stream(stream_role::compute)
-        .copy_async(whole == nullptr ? nullptr : whole + from, b.ptr, bytes,
-                    copy_kind::device_to_host);
-    st.bytes_staged += bytes;
-    st.bytes_handed -= bytes;
+    const std::size_t count = static_cast<std::size_t>(bounds[b.micro_batch + 1]) * image - from;
+    const std::uint64_t before = st.bytes_staged;
+    copy_to_staging(b.tensor, b.ptr, from, count);
+    st.bytes_handed -= st.bytes_staged - before;
   }
   drop_handed();
 }
@@ -552,6 +632,15 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   const std::size_t copied =
       layers::staged_copy_bytes(l.type, forward, st.tensors, parts, input_grad, evaluating_);
   staging_->bytes_staged += copied;
+  if (std::any_of(st.tensors.begin(), st.tensors.end(),
+                  [](const layers::staged_tensor& m) { return m.fp16; })) {
+    std::vector<layers::staged_tensor> halves;
+    for (const layers::staged_tensor& m : st.tensors) {
+      if (m.fp16) halves.push_back(m);
+    }
+    staging_->bytes_fp16 +=
+        layers::staged_copy_bytes(l.type, forward, halves, parts, input_grad, evaluating_);
+  }
   if (!st.own.empty()) {
     std::vector<layers::staged_tensor> unheld(st.tensors.begin(), st.tensors.end());
     for (layers::staged_tensor& m : unheld) m.held = -1, m.keeps_last = false;

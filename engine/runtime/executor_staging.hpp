@@ -16,12 +16,14 @@
 // copies, on every device, so that `plan` finds host memory running out where `train` would.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <vector>
 
 #include "engine/layers/split_step.hpp"
 #include "memweave/engine/executor.hpp"
+#include "memweave/swap/fp16_codec.hpp"
 
 namespace memweave {
 
@@ -49,7 +51,20 @@ bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept;
 struct executor::staging {
   std::vector<bool> step;                        // per route step: staged
   std::vector<std::unique_ptr<float[]>> buffer;  // per tensor: its whole value (host)
-  std::vector<bool> holds;                       // per tensor: counted in `held`
+  // Per tensor: its whole value held as fp16 (executor_options::split_compress), `buffer`
+  // then holding bytes / 2; its copies to and from the device convert on the way (`codec`
+  // for the whole tensor's, the kernel for its slices).
+  std::vector<bool> fp16;
+  std::unique_ptr<fp16_codec> codec;  // made at the first whole copy of an fp16 one
+  // The largest relative error of a value rounded to fp16 on its way out this iteration:
+  // written by work on the compute stream (`stream_error`, a codec's result folded in after
+  // it) and by this thread (`host_error`: a host copy converted here), read after the stream
+  // is synchronized.
+  std::atomic<double> codec_error{0.0};
+  double stream_error = 0.0;
+  double host_error = 0.0;
+  std::uint64_t bytes_fp16 = 0;  // this iteration: of bytes_staged, those that crossed as fp16
+  std::vector<bool> holds;       // per tensor: counted in `held`
   std::size_t held = 0;  // bytes staged now: with the swapped tensors', within the host pool
   std::vector<std::unique_ptr<float[]>> retired;  // buffers the stream may still read
   // The running staged step's: what goes to the device whole, the micro-tensors, and the

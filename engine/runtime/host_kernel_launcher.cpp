@@ -2,6 +2,7 @@
 // inside the kernel context's arena, so the step loop's own work overlaps it. CONV timings
 // are measured once per shape, with the stream drained (queued kernels would share the
 // cores and skew them).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,11 @@ class host_kernel_launcher final : public kernel_launcher {
       return;
     }
     ctx_.dev->get_stream(stream_role::compute)
-        .launch([forward, parts, context, sgd, a = marshal(step), staged = std::move(staged)] {
-          layers::run_split_step(*context, a.io, forward, parts, staged);
+        .launch([forward, parts, context, sgd, a = marshal(step), staged = std::move(staged),
+                 sink = step.fp16_error] {
+          double error = 0;
+          layers::run_split_step(*context, a.io, forward, parts, staged, &error);
+          if (sink != nullptr) *sink = std::max(*sink, error);
           for (std::size_t i = 0; i < a.updates.size(); ++i) {
             sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
                        a.momenta[i]);

@@ -62,6 +62,9 @@ struct layer_launch {
   /// slice copied through its micro buffer (split_step.hpp; on null, only the sizes count:
   /// the copies are charged at the link's rate).
   std::span<const layers::staged_tensor> staged;
+  /// TSPLIT with fp16 staged tensors: raised to the largest relative error of the values the
+  /// kernel rounds on their way out (written by the kernel's work, in stream order).
+  double* fp16_error = nullptr;
   /// A fused replay (fuses_bn_act): `l` is a BN whose forward runs from its saved
   /// statistics with this ACT applied as it writes, into the ACT's output; BN's own output
   /// is neither read nor written.

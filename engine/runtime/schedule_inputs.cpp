@@ -124,6 +124,8 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
       u.on_host = true;
       u.slice_bytes = in.staged_slice_bytes[s][i];
       u.staged_seconds = static_cast<double>(in.staged_copy_bytes[s][i]) / in.link_bytes_per_s;
+      const tensor_id t = in.staged[s][i].tensor;
+      p.tensors[t].staged_fp16 = t < in.staged_fp16.size() && in.staged_fp16[t];
     }
   }
   for (std::size_t s = 0; s < steps && s < in.measured_seconds.size(); ++s) {
@@ -136,17 +138,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     for (step_option& o : p.step_options[s]) o.seconds *= ratio;
     for (step_option& o : p.timing_options[s]) o.seconds *= ratio;
   }
-  // BN's inputs: backward subtracts the mean from each, which cancels where the mean is large
-  // against the spread, so an input rounded to fp16 (2^-11 of itself) is off by many of its
-  // standard deviations there, as a rounded saved mean would be (below).
-  std::vector<bool> bn_input(n, false);
-  for (layer_id id = 0; id < net.size(); ++id) {
-    if (net[id].type != layer_type::bn) continue;
-    for (layer_id in_layer : net[id].inputs) {
-      const tensor_id x = table.of(in_layer).output;
-      if (x != invalid_tensor) bn_input[x] = true;
-    }
-  }
+  const std::vector<bool> bn_input = bn_input_tensors(net, table);
   for (tensor_id t : in.fused_away) p.tensors[t].fused_away = true;
   for (tensor_id t = 0; t < n; ++t) {
     schedule_tensor& x = p.tensors[t];
@@ -210,6 +202,21 @@ std::vector<layer_id> fused_bn_act_sources(const network& net, const tensor_tabl
     source[z] = src.id;
   }
   return source;
+}
+
+// BN's inputs: backward subtracts the mean from each, which cancels where the mean is large
+// against the spread, so an input rounded to fp16 (2^-11 of itself) is off by many of its
+// standard deviations there, as a rounded saved mean would be.
+std::vector<bool> bn_input_tensors(const network& net, const tensor_table& table) {
+  std::vector<bool> bn_input(table.size(), false);
+  for (layer_id id = 0; id < net.size(); ++id) {
+    if (net[id].type != layer_type::bn) continue;
+    for (layer_id in_layer : net[id].inputs) {
+      const tensor_id x = table.of(in_layer).output;
+      if (x != invalid_tensor) bn_input[x] = true;
+    }
+  }
+  return bn_input;
 }
 
 bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {

@@ -49,11 +49,18 @@ struct schedule_inputs {
   std::vector<std::vector<tensor_access>> staged;
   std::vector<std::vector<std::size_t>> staged_slice_bytes;
   std::vector<std::vector<std::uint64_t>> staged_copy_bytes;
+  /// Per tensor (empty: none): held as fp16 in host memory (schedule_tensor::staged_fp16).
+  std::vector<bool> staged_fp16;
 };
 
 /// Whether replaying the forward of `t`'s layer rebuilds it: a layer's output (not the batch
 /// read by DATA, nor SOFTMAX's, whose replay would touch the loss) written by its forward.
 bool rebuildable(const network& net, const tensor_table& table, tensor_id t);
+
+/// Per tensor: a BN layer's input. Never rounded to fp16 (schedule_tensor::compressible,
+/// executor_options::split_compress): BN subtracts the mean from it, which cancels where the
+/// mean is large against the spread.
+std::vector<bool> bn_input_tensors(const network& net, const tensor_table& table);
 
 /// Per tensor: the BN layer whose forward, with the tensor's own ACT applied element by
 /// element, rebuilds it in one pass without the BN output in between (a fused replay), or

@@ -157,6 +157,43 @@ TEST(split_cli_test, train_in_output_channel_groups_gives_the_unsplit_losses) {
       {"loss   2.54438", "loss   2.09522", "loss   4.29594"}, "in output-channel groups)");
 }
 
+// MEMWEAVE_SPLIT_COMPRESS=fp16 from the command line: `train` on the host and `plan` move the
+// same bytes, fewer than exact training, the report says how many crossed as fp16 and that it
+// is lossy, with the rounding's largest error where values were rounded (the host); the losses
+// stay near the exact ones. A value that is not a choice names the variable.
+TEST(split_cli_test, fp16_micro_tensors_report_their_bytes_and_rounding) {
+  const std::vector<std::string> net = {
+      "--net",     "resnet50", "--batch",      "8",      "--width",   "0.0625",
+      "--classes", "5",        "--image-side", "64",     "--conv-ws", "fixed:direct",
+      "--policy",  "utp",      "--budget",     "300KiB", "--split"};
+  const std::vector<std::string> host = {"--device", "host", "--iterations", "1"};
+  const auto exact = run(train_command, with(net, host));
+  ASSERT_EQ(exact.code, 0) << exact.out;
+  EXPECT_EQ(exact.out.find("FP16"), std::string::npos) << exact.out;
+  const scoped_env fp16("MEMWEAVE_SPLIT_COMPRESS", "fp16");
+  const auto trained = run(train_command, with(net, host));
+  ASSERT_EQ(trained.code, 0) << trained.out;
+  const auto planned = run(plan_command, with(net, {}));
+  ASSERT_EQ(planned.code, 0) << planned.out;
+  const auto staged = [](const std::string& out) {
+    const auto at = out.find("with their micro-tensors in host memory, ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_FALSE(staged(trained.out).empty()) << trained.out;
+  EXPECT_EQ(staged(trained.out), staged(planned.out));
+  EXPECT_NE(staged(trained.out), staged(exact.out));
+  const std::string lossy = "utp: TSPLIT: FP16 micro-tensors (lossy, MEMWEAVE_SPLIT_COMPRESS): ";
+  EXPECT_NE(trained.out.find(lossy), std::string::npos) << trained.out;
+  EXPECT_NE(trained.out.find("largest relative rounding error 0.000488"), std::string::npos)
+      << trained.out;
+  EXPECT_NE(planned.out.find(lossy), std::string::npos) << planned.out;
+  EXPECT_EQ(planned.out.find("rounding error"), std::string::npos) << planned.out;
+  const scoped_env bad("MEMWEAVE_SPLIT_COMPRESS", "bf16");
+  const std::string e = error_of(plan_command, net);
+  EXPECT_NE(e.find("MEMWEAVE_SPLIT_COMPRESS='bf16' is not one of none|fp16"), std::string::npos)
+      << e;
+}
+
 TEST(split_cli_test, needs_a_budget) {
   EXPECT_NE(error_of(plan_command, k_net).find("--split needs --budget"), std::string::npos);
 }

@@ -43,6 +43,7 @@
 namespace memweave {
 
 class residency_table;
+class fp16_codec;
 class kernel_launcher;
 class communicator;
 class comm_request;
@@ -146,7 +147,8 @@ struct executor_options {
   /// kernels run on).
   bool replan_from_measured = true;
   /// Results must be bit-identical to baseline (the oracle's mode): a lossy technique (FP16
-  /// compression of swapped tensors) is refused with invalid_argument.
+  /// compression of swapped tensors or of staged micro-tensors) is refused with
+  /// invalid_argument.
   bool exact = false;
   /// Data parallelism (engine/runtime/executor_parallel.cpp): this rank's communicator (not
   /// owned; it must outlive the executor). With more than one rank, rank 0's parameters are
@@ -192,6 +194,16 @@ struct executor_options {
   /// micro-steps fit a smaller share of the budget (split_plan_shares), each leaving the memory
   /// schedule more room beside its micro-steps for more micro-batches, and the fastest runs.
   bool split_weighed = false;
+  /// TSPLIT: a staged step's micro-tensors are held in host memory as fp16 and cross the link
+  /// as half the bytes (MEMWEAVE_SPLIT_COMPRESS=fp16; LDFG's compression for micro-tensors).
+  /// Lossy, so never the default and refused with `exact`: each value written out is rounded
+  /// to nearest even (relative error <= 2^-11, the largest reported). Activations only (as
+  /// LDFG compresses the feature maps it swaps), not: gradients (small values fall into fp16's
+  /// subnormals, where a value of 1e-6 keeps three bits, or to zero), the batch and labels,
+  /// the loss's output, a dropout mask, a BN's input (backward subtracts the mean from it:
+  /// rounded to 2^-11 of a mean large against the deviation, x - mean would lose its bits),
+  /// nor what a step in channel groups cuts.
+  bool split_compress = false;
   /// TSPLIT with split_weighed: the weighed plans are then mixed step by step. The steps whose
   /// parts differ between them are cut into runs of consecutive route steps (regions); each
   /// region in turn takes each other plan's micro-batches and channel groups, kept where the
@@ -334,6 +346,11 @@ class executor {
   struct transfers;
   // TSPLIT's staged split steps (executor_staging.cpp).
   struct staging;
+  void mark_fp16_staging();
+  std::size_t staging_bytes(tensor_id t) const noexcept;
+  fp16_codec& staging_codec();
+  void copy_to_staging(tensor_id t, const void* device_src, std::size_t first, std::size_t count);
+  void copy_from_staging(tensor_id t, void* device_dst);
   float* new_staging(tensor_id t);
   void retire_staging(tensor_id t) noexcept;
   void stage(tensor_id t, access_mode mode, std::size_t step);

@@ -127,6 +127,12 @@ struct policy_report {
   /// TSPLIT: bytes a split step found on the device, left by the split step before it (the
   /// slices of its last micro-batch), that would have crossed the link again.
   std::uint64_t bytes_handed = 0;
+  /// TSPLIT with MEMWEAVE_SPLIT_COMPRESS=fp16: of bytes_staged, those that crossed as fp16
+  /// (two bytes a value: the values would have taken twice as many), and the largest relative
+  /// error of a value rounded to fp16 on its way into host memory (host only: on null nothing
+  /// is computed, 0). Lossy, opt-in.
+  std::uint64_t bytes_staged_fp16 = 0;
+  double staged_fp16_error = 0.0;
   /// all: values in host memory given back when it ran out, to be rebuilt by replays.
   std::uint64_t host_drops = 0;
   double max_compression_error = 0.0;     ///< the largest relative fp16 round-trip error

@@ -80,6 +80,10 @@ struct schedule_tensor {
   /// An fp32 tensor that may cross the link as fp16 (half the bytes each way) when
   /// schedule_options::compress is on; the caller decides which (values, not indices).
   bool compressible = false;
+  /// TSPLIT: its value is held in host memory as fp16 where a staged step puts it there
+  /// (executor_options::split_compress): the copies out to a staged use and in after one move
+  /// half its bytes (its swaps keep their own encoding: `compressible`).
+  bool staged_fp16 = false;
   /// Its rebuilds happen only inside a replay that writes the next tensor straight from its
   /// inputs (the executor's fused CONV+ACT): it is never on the device by itself, so the
   /// schedule never keeps it there between replays (scheduled_step::hold).
