@@ -541,7 +541,9 @@ TEST(split_staging_test, training_converges_with_fp16_micro_tensors) {
     for (const double l : run.losses) EXPECT_TRUE(std::isfinite(l));
     EXPECT_LT(mean(run.losses, iterations - 8), 0.9 * mean(run.losses, 0))
         << (options.split_compress ? "fp16" : "exact") << " run";
-    if (options.split_compress) EXPECT_GT(run.report.bytes_staged_fp16, 0u);
+    if (options.split_compress) {
+      EXPECT_GT(run.report.bytes_staged_fp16, 0u);
+    }
   }
 }
 
