@@ -121,8 +121,26 @@ bool executor::read_by_running_step(tensor_id t) const {
   return false;
 }
 
+// Called where `t`'s device memory is about to be written or given back. An offload of it
+// still in flight (a write-back ahead of need) is dropped: its copy reads that memory while a
+// kernel writes it, or a later tensor reuses it. On a GPU (and in the null device's model) the
+// copy then reads a mix that is thrown away, and waiting for it would only stall the step. On
+// the host backend the copy is a memcpy on another thread: a data race (ThreadSanitizer saw
+// BN's running statistics written under a write-back of them), so there the compute stream
+// waits for the copy first.
 void executor::forget_host(tensor_id t) noexcept {
   if (!transfers_) return;
+  if (dev_.kind() == device_kind::host) {
+    try {
+      transfers_->engine.order_after_offload(t, dev_.get_stream(stream_role::compute));
+    } catch (...) {
+      try {
+        (void)transfers_->engine.wait_offloaded(t);
+      } catch (...) {
+        // A failure stays pending in the engine and is thrown by its next call.
+      }
+    }
+  }
   transfers_->engine.drop_host(t);
   residency_->set_copied(t, false);
 }

@@ -15,7 +15,13 @@
 
 #include "engine/layers/split_step.hpp"
 #include "engine_test_util.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/split_plan.hpp"
 #include "memweave/swap/fp16.hpp"
+#include "support/static_tls_reexec.hpp"
+
+MEMWEAVE_REEXEC_WITH_STATIC_TLS();  // all: the host pool
 
 namespace memweave {
 namespace staged_copies {
@@ -332,6 +338,32 @@ TEST(staged_copies_test, a_slice_handed_to_a_step_that_sums_in_order_is_refused)
                                             c.staged(t.dx, mdx, false, true)};
   bwd[1].held = 1;  // the last of 2 micro-batches
   EXPECT_THROW(layers::run_split_step(ctx, c.io(t), false, 2, bwd), std::logic_error);
+}
+
+// Under `all` below max(l_i), the cache copies tensors out ahead of need (write-backs, on the
+// device-to-host stream) and drops such a copy when a step then writes the tensor or frees
+// it. On the host backend the compute stream first waits for that copy, so a memcpy reading
+// the memory and a kernel writing it never run at once: this binary runs under
+// ThreadSanitizer (label concurrent), with one kernel thread (no TBB, which TSan cannot see),
+// where BN's running statistics were written under a write-back of them. Bit-identical to
+// unsplit training with unlimited memory as well.
+TEST(staged_copies_test, a_dropped_write_back_lands_before_its_memory_is_written) {
+  const network net = test::zoo_net("resnet50", 8, 64, 0.0625);
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  const std::size_t budget = std::size_t{300} << 10;
+  executor_options o = test::policy_options("all", budget, "fixed:direct");
+  o.threads = 1;
+  // The split plan whose micro-steps fit 85 % of the budget (one `train --split` weighs): the
+  // room beside them lets the cache write tensors back ahead of need.
+  o.split_parts =
+      plan_splits(net, table, memory, cost_model{}, budget / 100 * 85, 1024, "test", false)
+          .parts(table.step_count());
+  executor_options reference = test::policy_options("baseline", 0, "fixed:direct");
+  reference.threads = 1;
+  test::expect_bit_identical(test::train(net, reference, 2), test::train(net, o, 2),
+                             "resnet50 under all at 300 KiB");
 }
 
 }  // namespace staged_copies
