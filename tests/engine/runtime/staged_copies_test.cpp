@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -340,30 +341,54 @@ TEST(staged_copies_test, a_slice_handed_to_a_step_that_sums_in_order_is_refused)
   EXPECT_THROW(layers::run_split_step(ctx, c.io(t), false, 2, bwd), std::logic_error);
 }
 
+// A ResNet-50 (batch 8, 64 px, width 1/16) under `policy` at 300 KiB, below its max(l_i) of
+// 519 KiB, with the split plan whose micro-steps fit `share` of the budget, on one kernel
+// thread: no TBB arena, which ThreadSanitizer cannot see (this binary runs under it, label
+// concurrent).
+struct tight_run {
+  network net = test::zoo_net("resnet50", 8, 64, 0.0625);
+  executor_options options;
+  tight_run(const std::string& policy, std::size_t share_percent) {
+    const route r(net);
+    const tensor_table table(net, r);
+    const layer_memory memory(table);
+    const std::size_t budget = std::size_t{300} << 10;
+    options = test::policy_options(policy, budget, "fixed:direct");
+    options.threads = 1;
+    options.split_parts = plan_splits(net, table, memory, cost_model{},
+                                      budget / 100 * share_percent, 1024, "test", false)
+                              .parts(table.step_count());
+  }
+};
+
 // Under `all` below max(l_i), the cache copies tensors out ahead of need (write-backs, on the
 // device-to-host stream) and drops such a copy when a step then writes the tensor or frees
 // it. On the host backend the compute stream first waits for that copy, so a memcpy reading
-// the memory and a kernel writing it never run at once: this binary runs under
-// ThreadSanitizer (label concurrent), with one kernel thread (no TBB, which TSan cannot see),
-// where BN's running statistics were written under a write-back of them. Bit-identical to
-// unsplit training with unlimited memory as well.
+// the memory and a kernel writing it never run at once (TSan saw BN's running statistics
+// written under a write-back of them). Bit-identical to unlimited memory as well.
 TEST(staged_copies_test, a_dropped_write_back_lands_before_its_memory_is_written) {
-  const network net = test::zoo_net("resnet50", 8, 64, 0.0625);
-  const route r(net);
-  const tensor_table table(net, r);
-  const layer_memory memory(table);
-  const std::size_t budget = std::size_t{300} << 10;
-  executor_options o = test::policy_options("all", budget, "fixed:direct");
-  o.threads = 1;
-  // The split plan whose micro-steps fit 85 % of the budget (one `train --split` weighs): the
-  // room beside them lets the cache write tensors back ahead of need.
-  o.split_parts =
-      plan_splits(net, table, memory, cost_model{}, budget / 100 * 85, 1024, "test", false)
-          .parts(table.step_count());
+  // The plan fitting 85 % of the budget (one `train --split` weighs): the room beside its
+  // micro-steps lets the cache write tensors back ahead of need.
+  const tight_run run("all", 85);
   executor_options reference = test::policy_options("baseline", 0, "fixed:direct");
   reference.threads = 1;
-  test::expect_bit_identical(test::train(net, reference, 2), test::train(net, o, 2),
-                             "resnet50 under all at 300 KiB");
+  test::expect_bit_identical(test::train(run.net, reference, 2),
+                             test::train(run.net, run.options, 2), "resnet50 under all at 300 KiB");
+}
+
+// Under utp with the micro-tensors held as fp16 (MEMWEAVE_SPLIT_COMPRESS): the codec's
+// conversions on the compute stream, the rounding error folded in by stream work and read
+// after it, the kernel's side thread converting slices on their way out.
+TEST(staged_copies_test, fp16_micro_tensors_train_without_data_races) {
+  tight_run run("utp", 100);
+  run.options.exact = false;
+  run.options.split_compress = true;
+  const test::training_result trained = test::train(run.net, run.options, 2);
+  ASSERT_EQ(trained.losses.size(), 2u);
+  for (const double l : trained.losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_GT(trained.report.bytes_staged_fp16, 0u);
+  EXPECT_GT(trained.report.staged_fp16_error, 0.0);
+  EXPECT_LE(trained.report.staged_fp16_error, fp16_max_relative_error);
 }
 
 }  // namespace staged_copies
