@@ -366,18 +366,19 @@ class planner {
   // How long before its step a prefetch whose copy takes `d` is placed to land.
   double slack(double d) const { return o_.slack_seconds + o_.slack_copy_share * d; }
 
-  // One direction of a swap of `t`: half the bytes when it travels as fp16.
-  double copy_seconds(std::uint32_t t) const {
+  // One copy of `t` over the link, as fp16 (half the bytes) or not.
+  double link_seconds(std::uint32_t t, bool fp16) const {
     const double bytes = static_cast<double>(p_.tensors[t].bytes);
-    return p_.copy_latency_s + (halve_[t] ? bytes / 2 : bytes) / p_.link_bytes_per_s;
+    return p_.copy_latency_s + (fp16 ? bytes / 2 : bytes) / p_.link_bytes_per_s;
   }
 
+  // One direction of a swap of `t`.
+  double copy_seconds(std::uint32_t t) const { return link_seconds(t, halve_[t]); }
+
   // A whole copy of `t` between the device and its staging memory (the executor's stage and
-  // fetch_staged): half the bytes when it is held there as fp16.
+  // fetch_staged).
   double staging_copy_seconds(std::uint32_t t) const {
-    const double bytes = static_cast<double>(p_.tensors[t].bytes);
-    return p_.copy_latency_s +
-           (p_.tensors[t].staged_fp16 ? bytes / 2 : bytes) / p_.link_bytes_per_s;
+    return link_seconds(t, p_.tensors[t].staged_fp16);
   }
 
   std::uint32_t last_write_at_or_before(std::uint32_t t, std::uint32_t step) const {

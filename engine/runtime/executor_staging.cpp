@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "engine/runtime/executor_transfers.hpp"
@@ -68,7 +69,7 @@ void executor::mark_fp16_staging() {
     const layer_type owner = net_[info.owner].type;
     staging_->fp16[t] = staged_slice(info, batch) && !bn_input[t] && !by_rows[t] &&
                         info.role == tensor_role::data && owner != layer_type::data &&
-                        owner != layer_type::softmax_loss && info.bytes % sizeof(float) == 0;
+                        owner != layer_type::softmax_loss;
   }
 }
 
@@ -632,12 +633,10 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   const std::size_t copied =
       layers::staged_copy_bytes(l.type, forward, st.tensors, parts, input_grad, evaluating_);
   staging_->bytes_staged += copied;
-  if (std::any_of(st.tensors.begin(), st.tensors.end(),
-                  [](const layers::staged_tensor& m) { return m.fp16; })) {
-    std::vector<layers::staged_tensor> halves;
-    for (const layers::staged_tensor& m : st.tensors) {
-      if (m.fp16) halves.push_back(m);
-    }
+  std::vector<layers::staged_tensor> halves;  // each tensor's copies are its own: a sum
+  std::copy_if(st.tensors.begin(), st.tensors.end(), std::back_inserter(halves),
+               [](const layers::staged_tensor& m) { return m.fp16; });
+  if (!halves.empty()) {
     staging_->bytes_fp16 +=
         layers::staged_copy_bytes(l.type, forward, halves, parts, input_grad, evaluating_);
   }
