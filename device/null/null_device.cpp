@@ -9,6 +9,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -31,8 +32,8 @@ null_event& as_null(event& e, const char* what) {
 
 }  // namespace
 
-null_stream::null_stream(stream_role role, double link_gbps)
-    : role_(role), link_bytes_per_s_(link_gbps * 1e9) {}
+null_stream::null_stream(stream_role role, double link_gbps, null_device& dev)
+    : role_(role), link_bytes_per_s_(link_gbps * 1e9), dev_(dev) {}
 
 void null_stream::advance(double seconds) noexcept {
   double now = clock_s_.load(std::memory_order_relaxed);
@@ -54,9 +55,14 @@ void null_stream::copy_async(void* /*dst*/, const void* /*src*/, std::size_t byt
   double rate = 0.0;
   switch (kind) {
     case copy_kind::host_to_device:
-    case copy_kind::device_to_host:
-      rate = link_bytes_per_s_;
-      break;
+    case copy_kind::device_to_host: {
+      // The copy lasts from this stream's clock to when the link has carried it: the clock
+      // advances by that span (added, as launch's costs are, should threads share a stream).
+      const double start = simulated_time_s();
+      advance(dev_.reserve_link(kind, start, static_cast<double>(bytes) / link_bytes_per_s_) -
+              start);
+      return;
+    }
     case copy_kind::device_to_device:
       rate = k_device_copy_gbps * 1e9;
       break;
@@ -65,6 +71,21 @@ void null_stream::copy_async(void* /*dst*/, const void* /*src*/, std::size_t byt
       break;
   }
   advance(static_cast<double>(bytes) / rate);
+}
+
+void null_stream::launch_with_link(std::function<void()> work, double cost_s,
+                                   std::size_t to_device_bytes, std::size_t to_host_bytes) {
+  // The copies go between the work's parts (a split step's micro-steps), so what the link's
+  // other traffic delays them by delays the work as a whole; on a free link they fit in it.
+  const double start = simulated_time_s();
+  double delay = 0.0;
+  const auto reserve = [&](copy_kind kind, std::size_t bytes) {
+    const double seconds = static_cast<double>(bytes) / link_bytes_per_s_;
+    delay = std::max(delay, dev_.reserve_link(kind, start, seconds) - (start + seconds));
+  };
+  reserve(copy_kind::host_to_device, to_device_bytes);
+  reserve(copy_kind::device_to_host, to_host_bytes);
+  launch(std::move(work), cost_s + delay);
 }
 
 void null_stream::record(event& e) {
@@ -85,8 +106,21 @@ null_device::null_device(std::size_t capacity_bytes, double host_link_gbps)
       pinned_("null device pinned memory", PROT_READ | PROT_WRITE,
               std::numeric_limits<std::size_t>::max(), "free pinned memory") {
   for (std::size_t i = 0; i < streams_.size(); ++i) {
-    streams_[i] = std::make_unique<null_stream>(static_cast<stream_role>(i), link_gbps_);
+    streams_[i] = std::make_unique<null_stream>(static_cast<stream_role>(i), link_gbps_, *this);
   }
+}
+
+double null_device::reserve_link(copy_kind kind, double ready, double seconds) {
+  link_timeline& link = kind == copy_kind::host_to_device ? to_device_ : to_host_;
+  const double done = link.reserve(ready, seconds);
+  // Now and then forget what ended before every stream's clock: no copy starts there again.
+  if (reservations_.fetch_add(1, std::memory_order_relaxed) % 256 == 255) {
+    double least = done;
+    for (const auto& s : streams_) least = std::min(least, s->simulated_time_s());
+    to_device_.forget_before(least);
+    to_host_.forget_before(least);
+  }
+  return done;
 }
 
 std::string null_device::name() const {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "device/mapped_memory.hpp"
+#include "device/null/link_timeline.hpp"
 #include "memweave/device/device.hpp"
 
 namespace memweave::null_backend {
@@ -34,16 +35,26 @@ class null_event final : public event {
   std::atomic<double> time_s_{0.0};
 };
 
-/// A stream that runs nothing and advances a simulated clock. Thread-safe (lock-free).
+class null_device;
+
+/// A stream that runs nothing and advances a simulated clock. Thread-safe (lock-free but for
+/// the link's reservations).
 class null_stream final : public stream {
  public:
-  /// `link_gbps` is the host<->device copy rate.
-  null_stream(stream_role role, double link_gbps);
+  /// `link_gbps` is the host<->device copy rate; `dev` holds the link both directions of
+  /// which every stream's host<->device copies share.
+  null_stream(stream_role role, double link_gbps, null_device& dev);
   stream_role role() const noexcept override { return role_; }
   /// Does not run `work`; the clock advances by `cost_s` (finite, >= 0).
   void launch(std::function<void()> work, double cost_s) override;
-  /// Touches nothing; the clock advances by bytes / the rate of `kind`.
+  /// Touches nothing; the clock advances by bytes / the rate of `kind`, and a host<->device
+  /// copy also waits for the link's direction where other streams' copies hold it
+  /// (link_timeline: it moves in their gaps).
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) override;
+  /// The clock advances by cost_s, and by as much again as the link's other traffic delays
+  /// the work's own copies, reserved on each direction from the work's start.
+  void launch_with_link(std::function<void()> work, double cost_s, std::size_t to_device_bytes,
+                        std::size_t to_host_bytes) override;
   /// The event takes this stream's clock.
   void record(event& e) override;
   /// clock = max(clock, the event's time).
@@ -59,6 +70,7 @@ class null_stream final : public stream {
 
   const stream_role role_;
   const double link_bytes_per_s_;
+  null_device& dev_;
   std::atomic<double> clock_s_{0.0};  // simulated seconds of work enqueued so far
 };
 
@@ -81,10 +93,16 @@ class null_device final : public device {
   void synchronize() override {}
   bool touches_memory() const noexcept override { return false; }
 
+  /// Reserves `seconds` of the link's direction `kind` (host_to_device or device_to_host)
+  /// from `ready` on (link_timeline::reserve); returns when the copy is done.
+  double reserve_link(copy_kind kind, double ready, double seconds);
+
  private:
   const double link_gbps_;
   detail::mapped_memory memory_;                         // PROT_NONE reservations, capacity-bounded
   detail::mapped_memory pinned_;                         // read/write, unbounded
+  link_timeline to_device_, to_host_;                    // the link's two directions
+  std::atomic<unsigned> reservations_{0};                // since the link last forgot
   std::array<std::unique_ptr<null_stream>, 3> streams_;  // by stream_role
 };
 

@@ -502,10 +502,11 @@ namespace {
 // The copies of a step's staged tensors, as micro_steps runs them: channel-cut tensors
 // (channels > 0) around each group, in series (`serial`); the others through micro_copies,
 // one per micro-batch of each pass and one after each pass (its last copies out).
+// Returns the serial copies' bytes: {to the device, to host memory}.
 template <class F>
-std::size_t walk_copies(layer_type type, bool forward, std::span<const staged_tensor> staged,
-                        int parts, bool input_grad, bool inference, F&& each) {
-  std::size_t serial = 0;
+staged_link_bytes walk_copies(layer_type type, bool forward, std::span<const staged_tensor> staged,
+                              int parts, bool input_grad, bool inference, F&& each) {
+  staged_link_bytes serial;
   std::vector<staged_tensor> by_micro_batch;
   for (const staged_tensor& t : staged) {
     if (t.channels == 0) {
@@ -515,7 +516,8 @@ std::size_t walk_copies(layer_type type, bool forward, std::span<const staged_te
     // Around each group: one with images once, one without (weights) once per micro-batch.
     const std::size_t whole = static_cast<std::size_t>(t.n * t.per_image) * sizeof(float);
     const std::size_t times = t.n == 1 ? static_cast<std::size_t>(std::max(parts, 1)) : 1;
-    serial += ((t.read ? 1 : 0) + (t.written ? 1 : 0)) * times * whole;
+    if (t.read) serial.to_device += times * whole;
+    if (t.written) serial.to_host += times * whole;
   }
   if (by_micro_batch.empty()) return serial;
   // The passes micro_steps runs, their micro-batches in the same order, through held_slices.
@@ -557,20 +559,36 @@ std::size_t walk_copies(layer_type type, bool forward, std::span<const staged_te
 std::size_t staged_copy_bytes(layer_type type, bool forward, std::span<const staged_tensor> staged,
                               int parts, bool input_grad, bool inference) noexcept {
   std::size_t by_micro_batch = 0;
-  const std::size_t serial =
+  const staged_link_bytes serial =
       walk_copies(type, forward, staged, parts, input_grad, inference,
                   [&](const micro_copies& c) { by_micro_batch += c.total(); });
-  return serial + by_micro_batch;
+  return serial.to_device + serial.to_host + by_micro_batch;
 }
 
 std::size_t staged_critical_bytes(layer_type type, bool forward,
                                   std::span<const staged_tensor> staged, int parts, bool input_grad,
                                   bool inference) noexcept {
   std::size_t by_micro_batch = 0;
-  const std::size_t serial =
+  const staged_link_bytes serial =
       walk_copies(type, forward, staged, parts, input_grad, inference,
                   [&](const micro_copies& c) { by_micro_batch += c.critical(); });
-  return serial + by_micro_batch;
+  return serial.to_device + serial.to_host + by_micro_batch;
+}
+
+staged_link_bytes staged_directions(layer_type type, bool forward,
+                                    std::span<const staged_tensor> staged, int parts,
+                                    bool input_grad, bool inference) noexcept {
+  staged_link_bytes sum;
+  const staged_link_bytes serial =
+      walk_copies(type, forward, staged, parts, input_grad, inference, [&](const micro_copies& c) {
+        for (std::size_t i = 0; i < c.in_bytes.size(); ++i) {
+          sum.to_device += c.in_bytes[i];
+          sum.to_host += c.out_bytes[i];
+        }
+      });
+  sum.to_device += serial.to_device;
+  sum.to_host += serial.to_host;
+  return sum;
 }
 
 namespace {

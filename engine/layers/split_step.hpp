@@ -124,6 +124,17 @@ std::size_t staged_critical_bytes(layer_type type, bool forward,
                                   std::span<const staged_tensor> staged, int parts = 1,
                                   bool input_grad = true, bool inference = false) noexcept;
 
+/// A staged step's copies by the link's direction.
+struct staged_link_bytes {
+  std::size_t to_device = 0;  ///< slices (and channel groups) copied in
+  std::size_t to_host = 0;    ///< copied out
+};
+/// staged_copy_bytes by direction (to_device + to_host is it): what the null device reserves
+/// on each direction of the link it shares with the swap streams' copies.
+staged_link_bytes staged_directions(layer_type type, bool forward,
+                                    std::span<const staged_tensor> staged, int parts = 1,
+                                    bool input_grad = true, bool inference = false) noexcept;
+
 /// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
 /// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):
 /// each group reads the whole input and its slice of the weights and bias, and writes its

@@ -28,15 +28,20 @@ class null_kernel_launcher final : public kernel_launcher {
     const double compute_s = l.type == layer_type::conv ? step.conv->seconds : -1;
     // Staged micro-tensors cross the link between the micro-steps, each micro-batch's copies
     // out beside the next one's copies in (the host backend copies them in the step's own
-    // work, the two directions at once).
+    // work, the two directions at once), sharing the link with the swap streams' copies.
     const bool input_grad = first_input_has_grad(*ctx_.table, l);
     const double staging_s =
         static_cast<double>(layers::staged_critical_bytes(l.type, step.forward, step.staged,
                                                           step.parts, input_grad, step.inference)) /
         ctx_.model.link_bytes_per_s;
+    const layers::staged_link_bytes link = layers::staged_directions(
+        l.type, step.forward, step.staged, step.parts, input_grad, step.inference);
     ctx_.dev->get_stream(stream_role::compute)
-        .launch({}, model_seconds(ctx_.model, *ctx_.net, *ctx_.memory, l, step.forward, compute_s) +
-                        staging_s);
+        .launch_with_link(
+            {},
+            model_seconds(ctx_.model, *ctx_.net, *ctx_.memory, l, step.forward, compute_s) +
+                staging_s,
+            link.to_device, link.to_host);
   }
 
  protected:

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "device/null/link_timeline.hpp"
 #include "device/null/null_device.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
@@ -136,6 +137,79 @@ TEST(null_device_clock, host_link_gbps_sets_the_copy_rate) {
   stream& h2d = dev->get_stream(stream_role::host_to_device);
   h2d.copy_async(nullptr, nullptr, 4'000'000'000ull, copy_kind::host_to_device);
   EXPECT_NEAR(h2d.simulated_time_s(), 0.5, 1e-12);
+}
+
+TEST(null_link_timeline, a_copy_on_a_free_link_takes_its_own_time) {
+  null_backend::link_timeline link;
+  EXPECT_DOUBLE_EQ(link.reserve(1.0, 0.5), 1.5);
+  EXPECT_DOUBLE_EQ(link.reserve(3.0, 0.25), 3.25);
+  EXPECT_DOUBLE_EQ(link.reserve(2.0, 0.0), 2.0) << "nothing to move: done when ready";
+  EXPECT_EQ(link.intervals(), 2u);
+}
+
+TEST(null_link_timeline, overlapping_copies_share_the_link_in_its_gaps) {
+  null_backend::link_timeline link;
+  ASSERT_DOUBLE_EQ(link.reserve(1.0, 1.0), 2.0);  // [1, 2)
+  ASSERT_DOUBLE_EQ(link.reserve(3.0, 1.0), 4.0);  // [3, 4)
+  // From 0: [0, 1), then [2, 3), then [4, 4.5): the first two keep their times.
+  EXPECT_DOUBLE_EQ(link.reserve(0.0, 2.5), 4.5);
+  EXPECT_EQ(link.intervals(), 1u) << "[0, 4.5) is one busy interval";
+  // Ready inside a busy interval: starts at its end.
+  EXPECT_DOUBLE_EQ(link.reserve(2.0, 1.0), 5.5);
+  // A gap that fits exactly, and the interval after it joins.
+  ASSERT_DOUBLE_EQ(link.reserve(7.0, 1.0), 8.0);
+  EXPECT_DOUBLE_EQ(link.reserve(5.5, 1.5), 7.0);
+  EXPECT_EQ(link.intervals(), 1u);
+  EXPECT_DOUBLE_EQ(link.reserve(0.0, 1.0), 9.0);
+}
+
+TEST(null_link_timeline, a_copy_too_short_for_the_clock_s_precision_ends) {
+  // At t = 1000 s, 1e-18 s is below a double's resolution: the copy must still end (it once
+  // walked past the last interval), done where it starts.
+  null_backend::link_timeline link;
+  ASSERT_DOUBLE_EQ(link.reserve(999.0, 1.0), 1000.0);
+  EXPECT_DOUBLE_EQ(link.reserve(1000.0, 1e-18), 1000.0);
+  EXPECT_DOUBLE_EQ(link.reserve(2000.0, 1e-18), 2000.0);
+  EXPECT_DOUBLE_EQ(link.reserve(500.0, 1.0), 501.0);
+}
+
+TEST(null_link_timeline, forgets_what_ended_before_a_time) {
+  null_backend::link_timeline link;
+  link.reserve(0.0, 1.0);
+  link.reserve(2.0, 1.0);
+  link.reserve(4.0, 1.0);
+  link.forget_before(3.0);
+  EXPECT_EQ(link.intervals(), 1u);
+  EXPECT_DOUBLE_EQ(link.reserve(3.5, 1.0), 5.5) << "[4, 5) still held";
+}
+
+TEST_F(null_device_test, streams_share_each_direction_of_the_link) {
+  const std::size_t bytes = 1'600'000'000;  // 0.1 s at 16 GB/s
+  h2d_.copy_async(nullptr, nullptr, bytes, copy_kind::host_to_device);
+  // The compute stream's copy in the same direction, also ready at 0, waits for the link;
+  // the other direction is free.
+  compute_.copy_async(nullptr, nullptr, bytes, copy_kind::host_to_device);
+  d2h_.copy_async(nullptr, nullptr, bytes, copy_kind::device_to_host);
+  EXPECT_NEAR(h2d_.simulated_time_s(), 0.1, 1e-12);
+  EXPECT_NEAR(compute_.simulated_time_s(), 0.2, 1e-12);
+  EXPECT_NEAR(d2h_.simulated_time_s(), 0.1, 1e-12);
+}
+
+TEST_F(null_device_test, work_that_moves_bytes_is_delayed_by_the_link_s_other_traffic) {
+  const std::size_t tenth = 1'600'000'000;  // 0.1 s at 16 GB/s
+  // On a free link its copies fit in its own time.
+  compute_.launch_with_link({}, 0.5, tenth, tenth);
+  EXPECT_NEAR(compute_.simulated_time_s(), 0.5, 1e-12);
+  // The swap stream holds the link's direction to the device for [0.5, 0.8): the work's
+  // 0.1 s in starts at 0.8, 0.3 s late, and the work ends that much later.
+  h2d_.launch({}, 0.5);
+  h2d_.copy_async(nullptr, nullptr, 3 * tenth, copy_kind::host_to_device);
+  compute_.launch_with_link({}, 0.5, tenth, 0);
+  EXPECT_NEAR(compute_.simulated_time_s(), 1.3, 1e-12);
+  // A copy on the swap stream after it waits for the work's reservation too.
+  EXPECT_NEAR(h2d_.simulated_time_s(), 0.8, 1e-12);
+  h2d_.copy_async(nullptr, nullptr, tenth, copy_kind::host_to_device);
+  EXPECT_NEAR(h2d_.simulated_time_s(), 1.0, 1e-12);
 }
 
 TEST_F(null_device_test, wait_takes_the_later_of_the_two_clocks) {

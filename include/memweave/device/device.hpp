@@ -79,6 +79,17 @@ class stream {
   /// and the clock advances by bytes / rate (host_link_gbps or 16 GB/s for host<->device,
   /// 450 GB/s device-to-device, 10 GB/s host-to-host).
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) = 0;
+  /// Enqueues work, as launch, that itself moves `to_device_bytes` and `to_host_bytes` over
+  /// the host<->device link while it runs (a split step copying its micro-tensors between
+  /// its micro-steps). On `null` those copies share the link with the other streams' copies
+  /// (as copy_async's do): the clock advances by cost_s and by however long that traffic
+  /// delays them. Elsewhere the work moves the bytes itself: launch.
+  virtual void launch_with_link(std::function<void()> work, double cost_s,
+                                std::size_t to_device_bytes, std::size_t to_host_bytes) {
+    (void)to_device_bytes;
+    (void)to_host_bytes;
+    launch(std::move(work), cost_s);
+  }
   /// Records `e` at the current end of this stream (`null`: e takes the stream's clock).
   virtual void record(event& e) = 0;
   /// Work enqueued on this stream after this call starts only once `e`, as last recorded

@@ -228,11 +228,12 @@ TEST(split_staging_test, a_tensor_offloaded_for_a_staged_step_is_taken_from_its_
   EXPECT_GT(chosen.report().weighed_reactive_seconds, chosen.report().weighed_all_seconds);
 }
 
-// Where the cache alone runs faster than the schedule in the model (AlexNet as above at 0.95
-// of max(l_i)), weighed `all` runs on it, on the null device and on the host alike.
+// Where the cache alone runs faster than the schedule in the model (VGG16, batch 16, 128
+// pixels, width 1/16 at 0.8 of max(l_i): 3.87 against 4.89 ms), weighed `all` runs on it, on
+// the null device and on the host alike.
 TEST(split_staging_test, all_runs_on_the_cache_alone_where_that_is_faster_than_its_schedule) {
-  const network net = test::zoo_net("alexnet", 16, 128, 0.0625);
-  executor_options weighed = plan_below_largest_layer(net, "all", 0.95).options;
+  const network net = test::zoo_net("vgg16", 16, 128, 0.0625);
+  executor_options weighed = plan_below_largest_layer(net, "all", 0.8).options;
   weighed.weigh_alternatives = true;
   auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
   executor chosen(net, *null_dev, weighed);

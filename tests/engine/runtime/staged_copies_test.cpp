@@ -191,6 +191,31 @@ TEST(staged_copies_test, bn_passes_turn_at_a_slice_still_in_its_buffer) {
                 layers::staged_copy_bytes(layer_type::bn, forward, staged, 1));
     }
   }
+
+  // By the link's direction (what the null device reserves on each): the same bytes.
+  const layers::staged_link_bytes f = layers::staged_directions(layer_type::bn, true, fwd, 2);
+  EXPECT_EQ(f.to_device, 2 * whole - 2 * image);  // x, twice less the turn
+  EXPECT_EQ(f.to_host, whole);                    // y
+  const layers::staged_link_bytes b = layers::staged_directions(layer_type::bn, false, bwd, 2);
+  EXPECT_EQ(b.to_device, 2 * (2 * whole - 2 * image) + whole);  // x, dy; dx once
+  EXPECT_EQ(b.to_host, whole);                                  // dx
+  const layers::staged_link_bytes a = layers::staged_directions(layer_type::act, true, fwd, 2);
+  EXPECT_EQ(a.to_device, whole);
+  EXPECT_EQ(a.to_host, whole);
+  // A channel-cut tensor without images (weights: 4 rows of 6 floats), read and written,
+  // crosses whole once a micro-batch each way; one only read, only in.
+  layers::staged_tensor w;
+  w.per_image = 24;
+  w.n = 1;
+  w.channels = 4;
+  w.read = w.written = true;
+  layers::staged_tensor in = w;
+  in.written = false;
+  const std::vector<layers::staged_tensor> cut = {w, in};
+  const layers::staged_link_bytes c3 = layers::staged_directions(layer_type::conv, false, cut, 3);
+  EXPECT_EQ(c3.to_device, 2 * 3 * 24 * sizeof(float));
+  EXPECT_EQ(c3.to_host, 3 * 24 * sizeof(float));
+  EXPECT_EQ(c3.to_device + c3.to_host, layers::staged_copy_bytes(layer_type::conv, false, cut, 3));
 }
 
 TEST(staged_copies_test, a_step_handed_a_slice_starts_there_with_the_same_bits) {
