@@ -585,7 +585,9 @@ TEST(split_staging_test, a_budget_below_the_micro_step_names_it) {
 }
 
 TEST(split_staging_test, staged_bytes_count_against_the_host_pool) {
-  const network net = test::zoo_net("vgg16", 8, 224, 0.0625);  // conv1_1's output: 6.1 MiB
+  // conv1_1's output alone (12.5 MiB) is more than the pool holds: staging it fails before
+  // any eviction needs the pool.
+  const network net = test::zoo_net("vgg16", 8, 320, 0.0625);
   staged_run s = plan_below_largest_layer(net, "utp", 0.5);
   s.options.host_pool_bytes = std::size_t{8} << 20;  // the pool's least
   auto dev = test::make_test_device("null", std::size_t{1} << 40);
