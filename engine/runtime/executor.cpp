@@ -617,7 +617,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   if (transfers_) transfers_->engine.set_timeline(recording());
   reductions_.clear();
   reductions_.resize(table_.buckets().size());
-  for (std::size_t s = 0; s < route_.step_count(); ++s) run_step(s, data, iteration);
+  run_steps(route_.step_count(), data, iteration);
   finish_iteration();
   simulated_s_ = compute.simulated_time_s() - sim_start;
   if (measure) {
@@ -634,6 +634,22 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
     compute.synchronize();  // the next schedule's placement of persistent tensors lands first
   }
   return loss_;
+}
+
+void executor::run_steps(std::size_t count, data_source* data, std::int64_t iteration) {
+  try {
+    for (std::size_t s = 0; s < count; ++s) run_step(s, data, iteration);
+  } catch (...) {
+    // The steps before the failure enqueued work that still runs on the compute stream and
+    // writes what report() reads (a staged step's fp16 error): on the host backend another
+    // thread, which ThreadSanitizer saw race a report of a run out of memory. It lands before
+    // the caller hears of the failure; the step's error is the one to tell, not the stream's.
+    try {
+      dev_.get_stream(stream_role::compute).synchronize();
+    } catch (...) {
+    }
+    throw;
+  }
 }
 
 // The re-planned schedule ran this iteration, or the model's did, timed: run the other next,

@@ -53,7 +53,7 @@ evaluation_result executor::evaluate(data_source* data, std::int64_t first_batch
     // A timeline holds the last batch, as it holds the last training iteration.
     if (recording() != nullptr) recording()->clear();
     if (transfers_) transfers_->engine.set_timeline(recording());
-    for (std::size_t s = 0; s < layers; ++s) run_step(s, data, first_batch + b);
+    run_steps(layers, data, first_batch + b);
     finish_iteration();  // synchronizes: the copies out have landed
     loss_sum += loss_;
     r.images += images.n;

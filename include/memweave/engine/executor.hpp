@@ -427,6 +427,9 @@ class executor {
   void apply_scheduled(std::size_t step);
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
+  /// Runs steps [0, count); should one fail, what the steps before it enqueued has run when
+  /// the error leaves (run_steps: report() reads what that work writes).
+  void run_steps(std::size_t count, data_source* data, std::int64_t iteration);
   void capture_watched(std::size_t step);
   void apply_policy_moves(std::size_t s, bool forward, std::size_t position,
                           std::span<const tensor_access> accesses);
