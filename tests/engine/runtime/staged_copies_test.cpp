@@ -403,6 +403,21 @@ TEST(staged_copies_test, a_dropped_write_back_lands_before_its_memory_is_written
                              "resnet50 under utp at 2 MiB");
 }
 
+// Under `all` below max(l_i): staged steps beside the cache's evictions and prefetches (the
+// transfer engine's streams), the slices handed between steps, on one kernel thread (TSan).
+// Bit-identical to unlimited memory as well.
+TEST(staged_copies_test, staged_steps_under_all_train_without_data_races) {
+  // The plan fitting 85 % of the budget (one `train --split` weighs): room beside its
+  // micro-steps for the cache to keep tensors.
+  const tight_run run("all", 85);
+  executor_options reference = test::policy_options("baseline", 0, "fixed:direct");
+  reference.threads = 1;
+  const test::training_result trained = test::train(run.net, run.options, 2);
+  EXPECT_GT(trained.report.staged_steps, 0u);
+  test::expect_bit_identical(test::train(run.net, reference, 2), trained,
+                             "resnet50 under all at 300 KiB");
+}
+
 // Under utp with the micro-tensors held as fp16 (MEMWEAVE_SPLIT_COMPRESS): the codec's
 // conversions on the compute stream, the rounding error folded in by stream work and read
 // after it, the kernel's side thread converting slices on their way out.
