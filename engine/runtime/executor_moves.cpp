@@ -150,12 +150,13 @@ void executor::forget_host(tensor_id t) noexcept {
 // instead of stalling the step loop on a copy. Decided from heap numbers and our own
 // bookkeeping only, never from whether a copy has landed, so plan and train agree.
 void executor::write_back() {
-  if (heap_->stats().free_bytes >= watermark_) return;
   // Where steps are staged the link is what the iteration waits for: their micro-tensors
   // cross it in every staged step, and a copy ahead of need takes the link's time from them
   // (in the plan's model, with the link shared: ResNet-50 b32 at 0.5 x max(l_i) 757.1 ->
   // 744.7 ms, DenseNet-121 688.3 -> 655.8). The eviction copies what it must, when it must.
+  // Asked first: it spares every step of such a run the heap's lock.
   if (any_staged_) return;
+  if (heap_->stats().free_bytes >= watermark_) return;
   std::size_t covered = 0;
   for (tensor_key t : cache_->lru_tail(32)) {
     if (covered >= watermark_) break;
