@@ -14,6 +14,10 @@
 // - The first exception thrown by launched work is kept (sticky, like a CUDA error):
 //   synchronize() and events recorded after it report it; the queue keeps running so
 //   every later event still completes and nobody hangs.
+// - The host<->device link (host_link, when a link speed is set) is the device's, shared by
+//   the three streams: a copy over it waits for the copies in its direction reserved before
+//   it; work launched with link bytes (a staged split step) reserves both directions when it
+//   starts and ends no earlier than those would be done.
 // - Destruction drains: every queued task runs before the workers are joined.
 #include "device/host/host_device.hpp"
 #include "device/run_work.hpp"
@@ -86,8 +90,8 @@ void host_event::synchronize() {
 
 // ---- host_stream ------------------------------------------------------------------------
 
-host_stream::host_stream(stream_role role, double link_bytes_per_s)
-    : role_(role), link_bytes_per_s_(link_bytes_per_s), ring_(256), worker_([this] { run(); }) {}
+host_stream::host_stream(stream_role role, host_link* link)
+    : role_(role), link_(link), ring_(256), worker_([this] { run(); }) {}
 
 host_stream::~host_stream() {
   {
@@ -118,12 +122,24 @@ void host_stream::push(task&& t) {
 }
 
 void host_stream::launch(std::function<void()> work, double /*cost_s*/) {
-  MEMWEAVE_EXPECTS(static_cast<bool>(work),
-                   std::string("host ") + role_name(role_) +
-                       " stream: launch of an empty std::function; pass the work to run");
+  push_work(std::move(work), 0, 0, "launch");
+}
+
+void host_stream::launch_with_link(std::function<void()> work, double /*cost_s*/,
+                                   std::size_t to_device_bytes, std::size_t to_host_bytes) {
+  push_work(std::move(work), to_device_bytes, to_host_bytes, "launch_with_link");
+}
+
+void host_stream::push_work(std::function<void()> work, std::size_t to_device_bytes,
+                            std::size_t to_host_bytes, const char* what) {
+  MEMWEAVE_EXPECTS(static_cast<bool>(work), std::string("host ") + role_name(role_) +
+                                                " stream: " + what +
+                                                " of an empty std::function; pass the work to run");
   task t;
   t.kind = op::work;
   t.work = std::move(work);
+  t.to_device_bytes = to_device_bytes;
+  t.to_host_bytes = to_host_bytes;
   push(std::move(t));
 }
 
@@ -215,8 +231,20 @@ void host_stream::run() noexcept {
 void host_stream::execute(task& t) noexcept {
   switch (t.kind) {
     case op::work: {
+      // Its own copies hold the link from its start, in both directions at once.
+      host_link::clock::time_point copies_done{};
+      if (link_ != nullptr) {
+        if (t.to_device_bytes > 0) {
+          copies_done = link_->reserve(host_link::direction::to_device, t.to_device_bytes);
+        }
+        if (t.to_host_bytes > 0) {
+          copies_done =
+              std::max(copies_done, link_->reserve(host_link::direction::to_host, t.to_host_bytes));
+        }
+      }
       std::string message;
       const bool failed = detail::run_work(t.work, message);
+      if (copies_done != host_link::clock::time_point{}) std::this_thread::sleep_until(copies_done);
       if (failed && !error_) {
         try {
           auto error = std::make_shared<const std::string>(std::move(message));
@@ -237,13 +265,14 @@ void host_stream::execute(task& t) noexcept {
     case op::copy: {
       const bool over_link =
           t.copy == copy_kind::host_to_device || t.copy == copy_kind::device_to_host;
-      if (over_link && link_bytes_per_s_ > 0) {
-        // The simulated link: the copy lasts at least bytes / bandwidth. The bytes land at
-        // the end, as on a real link, so a reader that forgot to wait sees stale data
-        // instead of a lucky early copy.
-        const std::chrono::duration<double> span(static_cast<double>(t.bytes) / link_bytes_per_s_);
-        std::this_thread::sleep_for(
-            std::chrono::duration_cast<std::chrono::steady_clock::duration>(span));
+      if (over_link && link_ != nullptr) {
+        // The simulated link: the copy lasts at least bytes / bandwidth, after the copies in
+        // its direction reserved before it. The bytes land at the end, as on a real link, so
+        // a reader that forgot to wait sees stale data instead of a lucky early copy.
+        std::this_thread::sleep_until(link_->reserve(t.copy == copy_kind::host_to_device
+                                                         ? host_link::direction::to_device
+                                                         : host_link::direction::to_host,
+                                                     t.bytes));
       }
       std::memcpy(t.dst, t.src, t.bytes);
       break;
@@ -279,9 +308,9 @@ host_device::host_device(std::size_t capacity_bytes, double host_link_gbps)
               "raise MEMWEAVE_DEVICE_BYTES (device_options::capacity_bytes)"),
       pinned_("host device pinned memory", PROT_READ | PROT_WRITE,
               std::numeric_limits<std::size_t>::max(), "free pinned memory") {
-  const double link_bytes_per_s = host_link_gbps > 0 ? host_link_gbps * 1e9 : 0.0;
+  if (host_link_gbps > 0) link_ = std::make_unique<host_link>(host_link_gbps * 1e9);
   for (std::size_t i = 0; i < streams_.size(); ++i) {
-    streams_[i] = std::make_unique<host_stream>(static_cast<stream_role>(i), link_bytes_per_s);
+    streams_[i] = std::make_unique<host_stream>(static_cast<stream_role>(i), link_.get());
   }
 }
 

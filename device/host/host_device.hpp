@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/host/host_link.hpp"
 #include "device/mapped_memory.hpp"
 #include "memweave/device/device.hpp"
 
@@ -48,13 +49,18 @@ class host_event final : public event {
 /// One in-order queue run by one worker thread.
 class host_stream final : public stream {
  public:
-  /// `link_bytes_per_s` > 0 throttles host<->device copies to that rate.
-  host_stream(stream_role role, double link_bytes_per_s);
+  /// With a `link` (null: none), host<->device copies take its time, shared with the other
+  /// streams' copies in the same direction.
+  host_stream(stream_role role, host_link* link);
   /// Runs what is queued, then joins the worker. Never throws.
   ~host_stream() override;
 
   stream_role role() const noexcept override { return role_; }
   void launch(std::function<void()> work, double cost_s) override;
+  /// The work's own copies (a staged split step's slices) reserve the link from when it
+  /// starts, and it ends no earlier than they would be done.
+  void launch_with_link(std::function<void()> work, double cost_s, std::size_t to_device_bytes,
+                        std::size_t to_host_bytes) override;
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) override;
   void record(event& e) override;
   void wait(event& e) override;
@@ -69,6 +75,8 @@ class host_stream final : public stream {
     op kind = op::work;
     copy_kind copy = copy_kind::host_to_host;
     std::function<void()> work;          // op::work
+    std::size_t to_device_bytes = 0;     // op::work: what it moves over the link itself
+    std::size_t to_host_bytes = 0;       // op::work
     void* dst = nullptr;                 // op::copy
     const void* src = nullptr;           // op::copy
     std::size_t bytes = 0;               // op::copy
@@ -77,11 +85,13 @@ class host_stream final : public stream {
   };
 
   void push(task&& t);
+  void push_work(std::function<void()> work, std::size_t to_device_bytes, std::size_t to_host_bytes,
+                 const char* what);
   void run() noexcept;
   void execute(task& t) noexcept;
 
   const stream_role role_;
-  const double link_bytes_per_s_;
+  host_link* const link_;  // the device's, or null: copies are not throttled
 
   std::mutex mu_;                             // guards every member below but worker_
   std::condition_variable work_cv_;           // worker: a task was pushed or stop_ was set
@@ -97,7 +107,8 @@ class host_stream final : public stream {
   std::thread worker_;                        // declared last: starts once the rest is built
 };
 
-/// The simulated device: mmap'd memory bounded by a capacity, three host_streams.
+/// The simulated device: mmap'd memory bounded by a capacity, three host_streams sharing
+/// one simulated link.
 class host_device final : public device {
  public:
   host_device(std::size_t capacity_bytes, double host_link_gbps);
@@ -117,6 +128,7 @@ class host_device final : public device {
 
  private:
   const double host_link_gbps_;
+  std::unique_ptr<host_link> link_;                      // null where no link speed is set
   detail::mapped_memory memory_;                         // device memory, capacity-bounded
   detail::mapped_memory pinned_;                         // "pinned" host memory, unbounded
   std::array<std::unique_ptr<host_stream>, 3> streams_;  // by stream_role

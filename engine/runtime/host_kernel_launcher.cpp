@@ -11,6 +11,7 @@
 #include "engine/kernels/host/conv.hpp"
 #include "engine/kernels/host/kernel_context.hpp"
 #include "engine/layers/split_step.hpp"
+#include "engine/runtime/executor_staging.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 
 namespace memweave {
@@ -49,17 +50,29 @@ class host_kernel_launcher final : public kernel_launcher {
       launch_channel_groups(step, std::move(staged));
       return;
     }
+    const layers::staged_link_bytes link = link_bytes(step);
     ctx_.dev->get_stream(stream_role::compute)
-        .launch([forward, parts, context, sgd, a = marshal(step), staged = std::move(staged),
-                 sink = step.fp16_error] {
-          double error = 0;
-          layers::run_split_step(*context, a.io, forward, parts, staged, &error);
-          if (sink != nullptr) *sink = std::max(*sink, error);
-          for (std::size_t i = 0; i < a.updates.size(); ++i) {
-            sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
-                       a.momenta[i]);
-          }
-        });
+        .launch_with_link(
+            [forward, parts, context, sgd, a = marshal(step), staged = std::move(staged),
+             sink = step.fp16_error] {
+              double error = 0;
+              layers::run_split_step(*context, a.io, forward, parts, staged, &error);
+              if (sink != nullptr) *sink = std::max(*sink, error);
+              for (std::size_t i = 0; i < a.updates.size(); ++i) {
+                sgd_update(*context, *sgd, a.counts[i], a.updates[i].first, a.updates[i].second,
+                           a.momenta[i]);
+              }
+            },
+            0.0, link.to_device, link.to_host);
+  }
+
+  // What a staged step's own copies move over the link, by direction: the device's simulated
+  // link (shared with the copy streams) holds them while the step runs, as the null device
+  // charges them. Nothing for a step that stages nothing.
+  layers::staged_link_bytes link_bytes(const layer_launch& step) const {
+    if (step.staged.empty()) return {};
+    return layers::staged_directions(step.l->type, step.forward, step.staged, step.parts,
+                                     first_input_has_grad(*ctx_.table, *step.l), step.inference);
   }
 
   // A CONV/FC step in output-channel groups: the solver's updates run on each group's rows
@@ -72,16 +85,18 @@ class host_kernel_launcher final : public kernel_launcher {
     for (std::size_t i = 0; i < a.updates.size(); ++i) {
       updates.push_back({a.updates[i].first, a.updates[i].second, a.momenta[i], a.counts[i]});
     }
+    const layers::staged_link_bytes link = link_bytes(step);
     ctx_.dev->get_stream(stream_role::compute)
-        .launch([forward = step.forward, groups = step.channel_parts, parts = step.parts, context,
-                 sgd, io = std::move(a.io), staged = std::move(staged),
-                 updates = std::move(updates)] {
-          layers::run_channel_split_step(
-              *context, io, forward, groups, parts, staged, updates,
-              [&](std::size_t count, const float* g, float* w, float* v) {
-                sgd_update(*context, *sgd, count, g, w, v);
-              });
-        });
+        .launch_with_link(
+            [forward = step.forward, groups = step.channel_parts, parts = step.parts, context, sgd,
+             io = std::move(a.io), staged = std::move(staged), updates = std::move(updates)] {
+              layers::run_channel_split_step(
+                  *context, io, forward, groups, parts, staged, updates,
+                  [&](std::size_t count, const float* g, float* w, float* v) {
+                    sgd_update(*context, *sgd, count, g, w, v);
+                  });
+            },
+            0.0, link.to_device, link.to_host);
   }
 
   // BN's forward from its saved statistics, the ACT applied as it writes the ACT's output;

@@ -301,6 +301,93 @@ TEST(host_device_link, compute_overlaps_a_copy_in_flight) {
   dev->deallocate_pinned(host, n);
 }
 
+// Copies over the link from two streams in the same direction share it, one after the
+// other (one copy engine a direction, as the null device models it): together they take at
+// least twice as long as one alone. Each stream throttling on its own took half that.
+TEST(host_device_link, streams_share_each_direction_of_the_link) {
+  constexpr std::size_t n = 2 << 20;
+  constexpr double gbps = 0.05;  // 2 MiB -> about 42 ms
+  auto dev = make_host(64ull << 20, gbps);
+  void* host = dev->allocate_pinned(2 * n);
+  void* d = dev->allocate(2 * n);
+  const double floor_s = static_cast<double>(n) / (gbps * 1e9);
+  stream& h2d = dev->get_stream(stream_role::host_to_device);
+  stream& compute = dev->get_stream(stream_role::compute);
+  const auto start = clock_type::now();
+  h2d.copy_async(d, host, n, copy_kind::host_to_device);
+  compute.copy_async(static_cast<char*>(d) + n, static_cast<char*>(host) + n, n,
+                     copy_kind::host_to_device);
+  h2d.synchronize();
+  compute.synchronize();
+  const double took = std::chrono::duration<double>(clock_type::now() - start).count();
+  EXPECT_GE(took, 2 * floor_s)
+      << "two streams' copies to the device moved at twice the link's rate";
+  dev->deallocate(d, 2 * n);
+  dev->deallocate_pinned(host, 2 * n);
+}
+
+// The two directions are two copy engines: a copy in and a copy out at once take about as long
+// as one (the bound is generous: sleeping threads on a loaded machine wake late).
+TEST(host_device_link, the_two_directions_do_not_wait_for_each_other) {
+  constexpr std::size_t n = 4 << 20;
+  constexpr double gbps = 0.01;  // 4 MiB -> about 420 ms
+  auto dev = make_host(64ull << 20, gbps);
+  void* host = dev->allocate_pinned(2 * n);
+  void* d = dev->allocate(2 * n);
+  const double floor_s = static_cast<double>(n) / (gbps * 1e9);
+  stream& h2d = dev->get_stream(stream_role::host_to_device);
+  stream& d2h = dev->get_stream(stream_role::device_to_host);
+  const auto start = clock_type::now();
+  h2d.copy_async(d, host, n, copy_kind::host_to_device);
+  d2h.copy_async(static_cast<char*>(host) + n, static_cast<char*>(d) + n, n,
+                 copy_kind::device_to_host);
+  h2d.synchronize();
+  d2h.synchronize();
+  const double took = std::chrono::duration<double>(clock_type::now() - start).count();
+  EXPECT_GE(took, floor_s);
+  EXPECT_LT(took, 1.75 * floor_s) << "a copy in waited for a copy out";
+  dev->deallocate(d, 2 * n);
+  dev->deallocate_pinned(host, 2 * n);
+}
+
+// Work that moves bytes over the link itself (a staged split step copying its micro-tensors)
+// runs, and lasts no less than its bytes take on the link, shared with the copies of the other
+// streams in the same direction.
+TEST(host_device_link, work_with_link_bytes_holds_the_link_while_it_runs) {
+  constexpr std::size_t n = 2 << 20;
+  constexpr double gbps = 0.05;  // 2 MiB -> about 42 ms
+  auto dev = make_host(64ull << 20, gbps);
+  const double floor_s = static_cast<double>(n) / (gbps * 1e9);
+  stream& compute = dev->get_stream(stream_role::compute);
+  std::atomic<int> ran{0};
+  auto start = clock_type::now();
+  compute.launch_with_link([&ran] { ++ran; }, 0.0, 0, n);
+  compute.synchronize();
+  double took = std::chrono::duration<double>(clock_type::now() - start).count();
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_GE(took, floor_s) << "the work's copies out did not take the link's time";
+
+  void* host = dev->allocate_pinned(n);
+  void* d = dev->allocate(n);
+  stream& h2d = dev->get_stream(stream_role::host_to_device);
+  start = clock_type::now();
+  h2d.copy_async(d, host, n, copy_kind::host_to_device);
+  compute.launch_with_link([&ran] { ++ran; }, 0.0, n, 0);
+  h2d.synchronize();
+  compute.synchronize();
+  took = std::chrono::duration<double>(clock_type::now() - start).count();
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_GE(took, 2 * floor_s) << "the work's copies in and a prefetch shared no link";
+  dev->deallocate(d, n);
+  dev->deallocate_pinned(host, n);
+
+  // Without a link speed the work just runs.
+  auto free_link = make_host();
+  free_link->get_stream(stream_role::compute).launch_with_link([&ran] { ++ran; }, 0.0, n, n);
+  free_link->get_stream(stream_role::compute).synchronize();
+  EXPECT_EQ(ran.load(), 3);
+}
+
 TEST_F(host_device_test, capacity_is_enforced_with_out_of_memory) {
   const std::size_t cap = dev_->memory().total_bytes;
   void* a = dev_->allocate(cap / 2);

@@ -75,7 +75,8 @@ class stream {
   /// on `cuda`, must not call CUDA (host-function rules).
   virtual void launch(std::function<void()> work, double cost_s = 0.0) = 0;
   /// Enqueues a copy of `bytes` bytes (0 is a no-op). On `host`, host<->device copies last
-  /// at least bytes / host_link_gbps when a link speed is set; on `null` nothing is copied
+  /// at least bytes / host_link_gbps when a link speed is set, after the copies in the same
+  /// direction from any stream reserved before them; on `null` nothing is copied
   /// and the clock advances by bytes / rate (host_link_gbps or 16 GB/s for host<->device,
   /// 450 GB/s device-to-device, 10 GB/s host-to-host).
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) = 0;
@@ -83,7 +84,9 @@ class stream {
   /// the host<->device link while it runs (a split step copying its micro-tensors between
   /// its micro-steps). On `null` those copies share the link with the other streams' copies
   /// (as copy_async's do): the clock advances by cost_s and by however long that traffic
-  /// delays them. Elsewhere the work moves the bytes itself: launch.
+  /// delays them. On `host` with a link speed, the bytes are reserved on its shared link when
+  /// the work starts and the work ends no earlier than they would be done. Elsewhere (cuda,
+  /// whose copies take their real time) the work moves the bytes itself: launch.
   virtual void launch_with_link(std::function<void()> work, double cost_s,
                                 std::size_t to_device_bytes, std::size_t to_host_bytes) {
     (void)to_device_bytes;

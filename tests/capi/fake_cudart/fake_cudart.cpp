@@ -42,7 +42,7 @@ using memweave::host_backend::host_stream;
 
 struct fake_stream {
   int device = 0;
-  host_stream s{stream_role::compute, 0.0};
+  host_stream s{stream_role::compute, nullptr};  // no simulated link: copies at memcpy speed
 };
 
 struct fake_event {
