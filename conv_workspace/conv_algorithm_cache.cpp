@@ -91,7 +91,9 @@ bool conv_algorithm_cache::load(const std::string& path, const std::string& fing
   };
   std::string line;
   if (!std::getline(in, line) || !line.starts_with(k_header)) {
-    return reject(1, "not a memweave conv cache (expected a '# memweave-conv-cache v1' header)");
+    return reject(1,
+                  "not a memweave conv cache (expected a '# memweave-conv-cache v1' header), "
+                  "and it will not be written over");
   }
   if (line.substr(k_header.size()) != fingerprint) {
     return reject(1, "made for '" + line.substr(k_header.size()) + "', not for '" + fingerprint +
@@ -132,6 +134,20 @@ void conv_algorithm_cache::save(const std::string& path, const std::string& fing
     throw invalid_argument("conv algorithm cache '" + path +
                            "' is not a regular file; not written (MEMWEAVE_CONV_CACHE must name "
                            "a file)");
+  }
+  if (std::ifstream existing(path); existing) {
+    // A file that is not a conv cache (MEMWEAVE_CONV_CACHE naming a checkpoint by mistake) is
+    // not ours to replace: the timings go unsaved rather than destroy it.
+    std::string first;
+    if (std::getline(existing, first) && !first.starts_with(k_header)) {
+      log(log_level::warn, "conv algorithm cache '" + path +
+                               "' is not a memweave conv cache (its first line is not '" +
+                               std::string(k_header) +
+                               "...'): left as it is, the convolution timings measured are "
+                               "not saved; point MEMWEAVE_CONV_CACHE at a file of its own");
+      dirty_ = false;
+      return;
+    }
   }
   const std::string tmp = path + ".tmp";
   {

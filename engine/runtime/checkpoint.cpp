@@ -117,6 +117,11 @@ checkpoint_file read_checkpoint(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     throw invalid_argument("checkpoint '" + path + "' is a directory; give a checkpoint file");
   }
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    // A device (/dev/zero) would be read until memory runs out, a pipe wait forever.
+    throw invalid_argument("checkpoint '" + path +
+                           "' is not a regular file (a device or a pipe); give a checkpoint file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw invalid_argument("cannot open checkpoint '" + path + "': " + std::strerror(errno));

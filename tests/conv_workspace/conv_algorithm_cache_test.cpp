@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "memweave/conv_workspace/conv_workspace_selector.hpp"
 #include "memweave/core/error.hpp"
@@ -99,6 +100,24 @@ TEST(conv_algorithm_cache_test, a_device_or_directory_is_neither_read_nor_replac
   EXPECT_THROW(c.save("/dev/null", "fp"), invalid_argument);
   EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
   EXPECT_THROW(c.save(std::filesystem::temp_directory_path().string(), "fp"), invalid_argument);
+}
+
+// MEMWEAVE_CONV_CACHE naming another file by mistake (a checkpoint): it is neither trusted
+// nor written over; the timings go unsaved. A file that is a conv cache, corrupt or of
+// another device, is still rewritten (the test below).
+TEST(conv_algorithm_cache_test, a_file_that_is_not_a_conv_cache_is_never_written_over) {
+  const std::string path = temp("precious");
+  const std::string precious = "MWCKPT weights of a week of training\n";
+  std::ofstream(path) << precious;
+  conv_algorithm_cache c;
+  EXPECT_FALSE(c.load(path, "fp"));
+  c.insert("k", {{"direct", 0, 0.5}});
+  c.save(path, "fp");
+  std::ifstream in(path);
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, precious);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  std::filesystem::remove(path);
 }
 
 TEST(conv_algorithm_cache_test, selector_remeasures_after_a_corrupt_file_and_rewrites_it) {

@@ -36,7 +36,9 @@ class conv_algorithm_cache {
   /// naming the file, the line and the reason is logged, and the result is false.
   bool load(const std::string& path, const std::string& fingerprint);
   /// Writes the cache to `path` (through a temporary file renamed into place). Throws
-  /// invalid_argument naming the path when it cannot be written.
+  /// invalid_argument naming the path when it cannot be written. A non-empty file there whose
+  /// first line is not a conv cache's header is left as it is (a warning is logged): the
+  /// cache is not saved rather than destroy another file.
   void save(const std::string& path, const std::string& fingerprint);
 
  private:

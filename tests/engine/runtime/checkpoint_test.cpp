@@ -2,6 +2,7 @@
 // straight through (batches, dropout masks and the learning-rate schedule continue at the
 // saved iteration); a truncated, foreign, corrupt or mismatched file is an error that loads
 // nothing; schedules and settings give hand-computed values and refuse bad ones.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -145,6 +146,18 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   } catch (const invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
+  // A device would be read until memory runs out, a pipe without a writer wait forever.
+  const std::string fifo = temp_path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& p : {std::string("/dev/zero"), fifo}) {
+    try {
+      (void)read_checkpoint(p);
+      ADD_FAILURE() << p << " was read";
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(fifo);
   EXPECT_THROW(save_checkpoint(ex, "/nonexistent_dir_memweave/x.ckpt", checkpoint_state_of(ex, 1)),
                invalid_argument);
   // And the good one loads.
