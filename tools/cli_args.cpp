@@ -52,6 +52,15 @@ std::string cli_args::get_or(const std::string& name, const std::string& fallbac
   return get(name).value_or(fallback);
 }
 
+std::string cli_args::get_path(const std::string& name) {
+  auto v = get(name);
+  if (v && v->empty()) {
+    throw invalid_argument("--" + name + " '' is an empty path: expected a file path; leave --" +
+                           name + " out to have none");
+  }
+  return v.value_or("");
+}
+
 std::optional<std::size_t> cli_args::get_bytes(const std::string& name, std::size_t minimum,
                                                std::size_t maximum) {
   auto v = get(name);
@@ -119,6 +128,15 @@ std::vector<std::string> split_list(const std::string& text) {
     start = comma + 1;
   }
   return out;
+}
+
+std::vector<std::string> split_list(const std::string& text, const std::string& knob) {
+  if (!text.empty() &&
+      (text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos)) {
+    throw invalid_argument(knob_value(knob, text) +
+                           " has an empty item: expected names separated by single commas");
+  }
+  return split_list(text);
 }
 
 }  // namespace memweave

@@ -26,6 +26,9 @@ class cli_args {
   /// The value of --name, or nullopt. Marks the option as used.
   std::optional<std::string> get(const std::string& name);
   std::string get_or(const std::string& name, const std::string& fallback);
+  /// A file path, or "" when --name is absent; --name given empty ('') is invalid_argument
+  /// (an empty path would otherwise mean "no file" and silently write or read nothing).
+  std::string get_path(const std::string& name);
   /// A byte size (8GiB) in [minimum, maximum]; invalid_argument naming --name otherwise.
   std::optional<std::size_t> get_bytes(const std::string& name, std::size_t minimum = 0,
                                        std::size_t maximum = SIZE_MAX);
@@ -53,5 +56,8 @@ class cli_args {
 
 /// Splits "a,b,c" into {"a","b","c"} (empty items dropped).
 std::vector<std::string> split_list(const std::string& text);
+/// The same for a list the user gave through `knob`: an empty item ("a,", ",a", "a,,b") is
+/// invalid_argument naming it (a stray comma is a typo, not a shorter list); "" is {}.
+std::vector<std::string> split_list(const std::string& text, const std::string& knob);
 
 }  // namespace memweave

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
@@ -94,16 +95,38 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
                          " is not a device: expected auto, host, "
                          "cuda or null (memory only)");
     dev.kind = *kind;
+    check_device_option(dev, *kind);
   }
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
   o.split = args.flag("split");
   args.reject_unused();
+  // Its report is the text it prints: silently accepting these would leave no file behind.
+  for (const auto& [knob, path] : {std::pair{"--json", &o.json},
+                                   {"--csv", &o.csv},
+                                   {"--svg", &o.svg},
+                                   {"--trace-timeline", &o.timeline}}) {
+    MEMWEAVE_EXPECTS(path->empty(), std::string(knob) + " " + *path +
+                                        ": eval writes no --json, --csv, --svg or "
+                                        "--trace-timeline (its report is the text it prints); "
+                                        "leave it out, or `memweave train`/`plan` to get one");
+  }
   MEMWEAVE_EXPECTS(!o.split || o.budget_bytes != 0,
                    "--split runs the forward steps over the budget in micro-batches: give "
                    "--budget");
   const network net = make_run_network(o, true);
   const auto source =
       make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
+  // Batches past a dataset's end would wrap around and count its images again.
+  if (const std::int64_t n = source->images(); n > 0) {
+    const auto batches_end = checked_add(first, batches);
+    const auto end = batches_end ? checked_mul(*batches_end, net.batch()) : std::nullopt;
+    MEMWEAVE_EXPECTS(end && *end <= n,
+                     "--first-batch " + std::to_string(first) + " --batches " +
+                         std::to_string(batches) + " at batch " + std::to_string(net.batch()) +
+                         " go past the " + std::to_string(n) + " images of --data " + data +
+                         ": batches past its end would wrap around and count images again; "
+                         "evaluate fewer batches");
+  }
   const std::string weights = o.init                       ? "from " + o.init_path
                               : !o.initial_weights.empty() ? std::string("the model's")
                                                            : std::string("initial (seed)");

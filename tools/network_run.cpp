@@ -1,6 +1,7 @@
 // Shared by train and plan. Single-threaded.
 #include "network_run.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,10 +43,16 @@ constexpr double k_min_width = 1e-6;
 constexpr double k_min_learning_rate = 1e-12;
 constexpr double k_max_learning_rate = 1e3;  // keeps the float finite
 
+// A file the run reads, by the knob that named it.
+struct run_input {
+  std::string knob;
+  std::filesystem::path path;
+};
+
 // `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
 // not be a device or a pipe either; a trace is written in place.
 void check_output_path(const std::string& knob, const std::string& path, bool replaced,
-                       std::set<std::string>& seen) {
+                       std::set<std::string>& seen, const std::vector<run_input>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(path);
@@ -66,12 +73,57 @@ void check_output_path(const std::string& knob, const std::string& path, bool re
     throw invalid_argument(knob_value(knob, path) + ": the directory '" + dir.string() +
                            "' is not writable (" + std::strerror(errno) + "); give another path");
   }
+  for (const run_input& in : inputs) {
+    if (fs::equivalent(p, in.path, ec)) {  // false (with ec) where either does not exist
+      throw invalid_argument(knob_value(knob, path) + " is the file " + in.knob +
+                             " reads: writing it would destroy that input; give the output "
+                             "another path");
+    }
+  }
   const fs::path canonical = fs::weakly_canonical(p, ec);
   if (!seen.insert(ec ? path : canonical.string()).second) {
     throw invalid_argument(knob_value(knob, path) +
                            " is also the path of another output of this run; give each "
                            "output its own path");
   }
+  // Can it be written at all (root passes access() where /proc refuses a file)? Checked now,
+  // so that a run does not train for hours and then fail to write its results. A report or
+  // checkpoint is written to a file beside `path` and renamed over it: such a file is made
+  // and removed again. A trace is written in place: an existing one is opened without
+  // truncating it, a new one made and removed again.
+  const std::string probe =
+      replaced ? path + ".memweave-check-" + std::to_string(::getpid()) : path;
+  const bool existed = !replaced && fs::exists(p, ec);
+  const int fd = ::open(
+      probe.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK | (existed ? 0 : O_CREAT), 0644);
+  if (fd < 0) {
+    throw invalid_argument(knob_value(knob, path) + " cannot be written (" + std::strerror(errno) +
+                           "); give another path");
+  }
+  ::close(fd);
+  if (!existed) fs::remove(probe, ec);
+}
+
+// The files the run reads: --init-from's checkpoint, the model file, the data files, the
+// conv algorithm cache (which the run also writes, itself).
+std::vector<run_input> run_inputs(const network_run_options& o, const std::string& data) {
+  namespace fs = std::filesystem;
+  std::vector<run_input> in;
+  if (!o.init_path.empty()) in.push_back({"--init-from", o.init_path});
+  if (is_onnx_net(o.net)) in.push_back({"--net", o.net});
+  if (data.starts_with("cifar10:")) {
+    const fs::path d = data.substr(8);
+    std::error_code ec;
+    if (fs::is_directory(d, ec)) {
+      for (const auto& e : fs::directory_iterator(d, ec)) in.push_back({"--data", e.path()});
+    } else {
+      in.push_back({"--data", d});
+    }
+  }
+  if (!o.executor.conv_ws.cache_path.empty()) {
+    in.push_back({"MEMWEAVE_CONV_CACHE", o.executor.conv_ws.cache_path});
+  }
+  return in;
 }
 
 }  // namespace
@@ -82,9 +134,21 @@ void write_run_outputs(const network_run_options& o, const run_report& report, s
     // file of that name from an earlier run is not this run's).
     if (!p.timeline_path.empty()) out << "wrote " << p.timeline_path << "\n";
   }
-  if (!o.json.empty()) write_file(o.json, report, write_json), out << "wrote " << o.json << "\n";
-  if (!o.csv.empty()) write_file(o.csv, report, write_csv), out << "wrote " << o.csv << "\n";
-  if (!o.svg.empty()) write_file(o.svg, report, write_svg), out << "wrote " << o.svg << "\n";
+  // Each output is tried even when one before it fails; the first failure is thrown after.
+  std::exception_ptr first;
+  const auto write = [&](const std::string& path, auto writer) {
+    if (path.empty()) return;
+    try {
+      write_file(path, report, writer);
+      out << "wrote " << path << "\n";
+    } catch (const std::exception&) {
+      if (!first) first = std::current_exception();
+    }
+  };
+  write(o.json, write_json);
+  write(o.csv, write_csv);
+  write(o.svg, write_svg);
+  if (first) std::rethrow_exception(first);
 }
 
 network_run_options read_network_run_options(cli_args& args) {
@@ -113,7 +177,7 @@ network_run_options read_network_run_options(cli_args& args) {
 
   const auto policy = args.get("policy");
   const std::string policy_knob = policy ? "--policy" : "MEMWEAVE_POLICY";
-  o.policies = split_list(policy ? *policy : option_string("MEMWEAVE_POLICY"));
+  o.policies = split_list(policy ? *policy : option_string("MEMWEAVE_POLICY"), policy_knob);
   MEMWEAVE_EXPECTS(!o.policies.empty(),
                    policy_knob + " is empty: give a policy or a comma-separated list");
   std::set<std::string> seen;
@@ -162,10 +226,10 @@ network_run_options read_network_run_options(cli_args& args) {
       args.get_bytes_of_variable("host-pool", "MEMWEAVE_HOST_POOL_BYTES").value_or(0);
   o.executor.prefetch_distance =
       static_cast<int>(args.get_int_or_variable("prefetch-distance", "MEMWEAVE_PREFETCH_DISTANCE"));
-  o.json = args.get_or("json", "");
-  o.csv = args.get_or("csv", "");
-  o.svg = args.get_or("svg", "");
-  o.timeline = args.get_or("trace-timeline", "");
+  o.json = args.get_path("json");
+  o.csv = args.get_path("csv");
+  o.svg = args.get_path("svg");
+  o.timeline = args.get_path("trace-timeline");
   return o;
 }
 
@@ -272,18 +336,35 @@ std::string timeline_path_of(const network_run_options& o, const std::string& po
   return t + "." + policy + ext;
 }
 
-void check_output_paths(const network_run_options& o) {
+void check_device_option(const device_options& dev, const std::string& kind) {
+  if (kind == "host") return;  // always there
+  const auto named = [&](const error& e) {
+    return "--device " + kind + ": " + e.what() +
+           " (with --device given, MEMWEAVE_DEVICE is not read: give --device host for the "
+           "simulated device)";
+  };
+  try {
+    (void)make_device(dev);
+  } catch (const no_device_error& e) {
+    throw no_device_error(named(e));
+  } catch (const device_error& e) {
+    throw device_error(named(e));
+  }
+}
+
+void check_output_paths(const network_run_options& o, const std::string& data) {
   std::set<std::string> seen;
-  if (!o.json.empty()) check_output_path("--json", o.json, true, seen);
-  if (!o.csv.empty()) check_output_path("--csv", o.csv, true, seen);
-  if (!o.svg.empty()) check_output_path("--svg", o.svg, true, seen);
-  if (!o.export_onnx.empty()) check_output_path("--export-onnx", o.export_onnx, true, seen);
-  if (!o.save.empty()) check_output_path("--save", o.save, true, seen);
+  const std::vector<run_input> in = run_inputs(o, data);
+  if (!o.json.empty()) check_output_path("--json", o.json, true, seen, in);
+  if (!o.csv.empty()) check_output_path("--csv", o.csv, true, seen, in);
+  if (!o.svg.empty()) check_output_path("--svg", o.svg, true, seen, in);
+  if (!o.export_onnx.empty()) check_output_path("--export-onnx", o.export_onnx, true, seen, in);
+  if (!o.save.empty()) check_output_path("--save", o.save, true, seen, in);
   for (const auto& p : o.policies) {
     const std::string trace = trace_path_of(o, p);
-    if (!trace.empty()) check_output_path("MEMWEAVE_TRACE", trace, false, seen);
+    if (!trace.empty()) check_output_path("MEMWEAVE_TRACE", trace, false, seen, in);
     const std::string timeline = timeline_path_of(o, p);
-    if (!timeline.empty()) check_output_path("--trace-timeline", timeline, true, seen);
+    if (!timeline.empty()) check_output_path("--trace-timeline", timeline, true, seen, in);
   }
 }
 
@@ -343,7 +424,7 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
 policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
                          int iterations, data_source* data, std::ostream* progress,
-                         std::string* device_name) {
+                         std::string* device_name, std::exception_ptr* output_error) {
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
@@ -449,18 +530,30 @@ policy_report run_policy(const network& net, const network_run_options& o,
   }
   report = ex->report();
   report.losses = std::move(losses);
+  // What the run leaves besides its report: a failure to write one (a full disk) loses
+  // neither the row nor the other outputs.
+  const auto keep_going = [&](const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const std::exception&) {
+      if (output_error == nullptr || parallel(o)) throw;
+      if (!*output_error) *output_error = std::current_exception();
+    }
+  };
   // Under data parallelism every rank holds the same weights: rank 0 saves them.
   if (!o.save.empty() && dev->touches_memory() && (!parallel(o) || o.executor.comm->rank() == 0)) {
-    from_knob("--save", [&] {
-      save_checkpoint(*ex, o.save, checkpoint_state_of(*ex, o.first_iteration + iterations));
+    keep_going([&] {
+      from_knob("--save", [&] {
+        save_checkpoint(*ex, o.save, checkpoint_state_of(*ex, o.first_iteration + iterations));
+      });
+      if (progress) {
+        *progress << "saved the weights after iteration " << o.first_iteration + iterations
+                  << " to " << o.save << "\n";
+      }
     });
-    if (progress) {
-      *progress << "saved the weights after iteration " << o.first_iteration + iterations << " to "
-                << o.save << "\n";
-    }
   }
-  if (o.on_trained) o.on_trained(policy, *ex);
-  save_timeline();
+  if (o.on_trained) keep_going([&] { o.on_trained(policy, *ex); });
+  keep_going(save_timeline);
   if (dev->touches_memory() && measured > 0) {
     report.seconds_per_iteration = measured_s / measured;
     report.images_per_s = static_cast<double>(net.batch()) / report.seconds_per_iteration;
@@ -477,11 +570,11 @@ policy_report run_policy(const network& net, const network_run_options& o,
 int run_policies(const network& net, const network_run_options& o, const device_options& dev,
                  int iterations, data_source* data, run_report& report, std::ostream& out,
                  std::ostream* progress) {
-  std::exception_ptr first_error;
+  std::exception_ptr first_error, output_error;
   for (const std::string& policy : o.policies) {
     try {
-      report.policies.push_back(
-          run_policy(net, o, policy, dev, iterations, data, progress, &report.device));
+      report.policies.push_back(run_policy(net, o, policy, dev, iterations, data, progress,
+                                           &report.device, &output_error));
       if (o.amend) o.amend(report.policies.back());
     } catch (const std::exception& e) {
       if (parallel(o)) throw;  // every rank stops (train_command.cpp)
@@ -499,9 +592,14 @@ int run_policies(const network& net, const network_run_options& o, const device_
   }
   if (!parallel(o) || o.executor.comm->rank() == 0) {
     write_summary(out, report);
-    write_run_outputs(o, report, out);
+    try {
+      write_run_outputs(o, report, out);
+    } catch (const std::exception&) {
+      if (!output_error) output_error = std::current_exception();
+    }
   }
   if (first_error) std::rethrow_exception(first_error);
+  if (output_error) std::rethrow_exception(output_error);
   for (const auto& p : report.policies) {
     if (p.failed) throw invalid_argument(p.failure);  // diverged
   }

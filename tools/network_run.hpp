@@ -141,10 +141,19 @@ double null_link_gbps(const network_run_options& o);
 /// named before its ".json" when several do ("t.json" -> "t.utp.json"); "" when unset.
 std::string timeline_path_of(const network_run_options& o, const std::string& policy);
 
+/// Makes the device `--device KIND` asked for once, before anything runs: its failure (no
+/// GPU) is a device_error naming --device, whose advice (MEMWEAVE_DEVICE=host) would not
+/// apply, since the option overrides the variable.
+void check_device_option(const device_options& dev, const std::string& kind);
+
 /// Checks, before anything runs, that every file the run will write (--json, --csv, --svg,
-/// --export-onnx, each policy's heap trace and timeline) can be: not a directory, in an existing
-/// writable directory, no two the same. Throws invalid_argument naming the option and the path.
-void check_output_paths(const network_run_options& o);
+/// --export-onnx, --save, each policy's heap trace and timeline) can be: not a directory, in an
+/// existing writable directory, openable for writing (a file that exists is opened without
+/// truncating it; one that does not is created and removed again), no two the same, and none
+/// of them a file the run reads (--init-from, the model file of --net, the files of `data`
+/// ("cifar10:PATH"), MEMWEAVE_CONV_CACHE): writing it would destroy that input. Throws
+/// invalid_argument naming the options and the path.
+void check_output_paths(const network_run_options& o, const std::string& data = "");
 
 /// Writes --json, --csv and --svg from `report`, and names on `out` each file written
 /// (with the policies' timelines).
@@ -158,11 +167,13 @@ bool does_not_fit(const std::exception& e) noexcept;
 /// `device_opts` (null: plan) with `data` (null on the null device). Not fitting becomes
 /// fits = false with the message; a loss that is not finite, failed = true with a message
 /// naming the iteration and --lr; any other error is thrown. `progress` (may be null) gets
-/// one line per iteration.
+/// one line per iteration. With `output_error`, a failure to write what a run that trained
+/// leaves (--save, --export-onnx, its timeline) is kept there (the first one) and the report
+/// returned whole; without it, it is thrown.
 policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
                          int iterations, data_source* data, std::ostream* progress,
-                         std::string* device_name);
+                         std::string* device_name, std::exception_ptr* output_error = nullptr);
 
 /// Whether `policy` runs one iteration of `net` within the budget on the null device `dev`.
 /// Only "does not fit" is false: any other error (a bad --conv-ws, say) is the user's to
@@ -172,7 +183,8 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
 
 /// Runs every policy of `o` into report.policies (report's other fields are the caller's):
 /// a policy that fails is kept as a row (failed, with its error) and the next one still
-/// runs. Then writes the summary and the outputs, and rethrows the first error (or throws
+/// runs; a policy that trained keeps its row when one of its outputs cannot be written. Then
+/// writes the summary and every output it can, and rethrows the first error (or throws
 /// invalid_argument with the first failed row's message); otherwise returns the exit code:
 /// 0 when some policy fits, 1 when none does. `progress` as run_policy.
 int run_policies(const network& net, const network_run_options& o, const device_options& dev,

@@ -167,6 +167,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                      "it without --split, --max-batch, --max-depth or --ranks");
     return plan_max_image_side(o, out);
   }
+  MEMWEAVE_EXPECTS(!(o.tile && c.ranks > 1), "--tile plans one device: give it without --ranks");
   if (split) {  // TSPLIT (split_report.hpp); without --max-batch, the plan then the runs
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
     MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");
@@ -224,8 +225,14 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
       o.amend = [&](policy_report& p) {
         if (!p.fits) return;
         const double iteration = add_communication(net, o, c, p);
-        runs << "  " << p.policy << ": " << c.ranks << " devices, " << o.zoo.batch
-             << " images each: " << describe_communication(p, c, iteration) << "\n";
+        runs << "  " << p.policy << ": " << c.ranks << " devices, ";
+        if (global % c.ranks == 0) {
+          runs << o.zoo.batch << " images each: ";
+        } else {  // the global batch split as evenly as it goes; the plan is the largest share
+          runs << global << " images, " << global / c.ranks << " or " << o.zoo.batch
+               << " a device (planned: " << o.zoo.batch << "): ";
+        }
+        runs << describe_communication(p, c, iteration) << "\n";
         p.seconds_per_iteration = iteration;
       };
     }

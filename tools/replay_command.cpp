@@ -22,9 +22,16 @@ constexpr std::int64_t k_max_synthetic_batch = 4096;
 
 }  // namespace
 
+namespace {
+// The heap's pool: --pool, or 256 GiB.
+std::size_t pool_bytes_of(const std::optional<std::size_t>& pool) {
+  return pool.value_or(std::size_t{256} << 30);
+}
+}  // namespace
+
 int replay_command(int argc, const char* const* argv, std::ostream& out) {
   cli_args args(argc, argv, 2, {});
-  std::string path = args.get_or("trace", "");
+  std::string path = args.get_path("trace");
   const auto synthetic_layers = args.get_int("synthetic-layers", 1, k_max_synthetic_layers);
   const auto batch = args.get_int("batch", 1, k_max_synthetic_batch);
   const auto pool = args.get_bytes("pool", 1 << 20, k_max_tensor_bytes);
@@ -36,7 +43,7 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
   MEMWEAVE_EXPECTS(!batch || synthetic_layers,
                    "--batch sizes a synthetic trace: give it with --synthetic-layers, or "
                    "leave it out when replaying --trace");
-  const std::vector<std::string> fits = split_list(fit);
+  const std::vector<std::string> fits = split_list(fit, "--fit");
   MEMWEAVE_EXPECTS(!fits.empty(), "--fit is empty: give best, first or best,first");
   std::set<std::string> seen;
   for (const std::string& f : fits) {
@@ -67,10 +74,11 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
       << "frag@peak" << std::setw(10) << "failures"
       << "\n";
   replay_result last;
+  bool any_served = false;  // some fit served every allocation
   for (const std::string& f : fits) {
     auto dev = make_device(dopt);
     heap_options h;
-    h.pool_bytes = pool.value_or(std::size_t{256} << 30);
+    h.pool_bytes = pool_bytes_of(pool);
     h.fit = f == "best" ? fit_policy::best : fit_policy::first;
     device_heap heap(*dev, h);
     last = replay_events(events, heap);
@@ -80,6 +88,7 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
         << format_bytes(last.footprint_at_peak) << std::setw(9) << std::setprecision(2)
         << 100.0 * last.fragmentation_at_peak << "%" << std::setw(10) << last.failures << "\n";
     out.unsetf(std::ios::fixed);
+    any_served = any_served || last.failures == 0;
   }
   // What the trace itself holds that a replay cannot reproduce, the same for every fit.
   if (last.unmatched_frees_in_trace > 0) {
@@ -92,7 +101,11 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
         << " allocation(s) were never freed in the trace (an interrupted run?); the replay "
            "freed them at the end\n";
   }
-  return 0;
+  if (!any_served) {
+    out << "no fit served every allocation of the trace in " << format_bytes(pool_bytes_of(pool))
+        << " (--pool): the trace does not fit\n";
+  }
+  return any_served ? 0 : 1;  // as plan: 1 when it does not fit
 }
 
 }  // namespace memweave

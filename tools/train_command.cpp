@@ -47,17 +47,18 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
                          " is not a device to train on: expected auto, host or cuda "
                          "(`memweave plan` runs on the null device)");
     dev.kind = *kind;
+    check_device_option(dev, *kind);
   }
   MEMWEAVE_EXPECTS(dev.kind != "null",
                    "MEMWEAVE_DEVICE=null cannot train: use --device host|cuda|auto "
                    "(`memweave plan` runs on the null device)");
-  o.export_onnx = args.get_or("export-onnx", "");
+  o.export_onnx = args.get_path("export-onnx");
   const std::string& export_path = o.export_onnx;
   args.reject_unused();
   MEMWEAVE_EXPECTS(export_path.empty() || is_onnx_net(o.net),
                    knob_value("--export-onnx", export_path) +
                        " needs an ONNX model to write into: give --net PATH.onnx");
-  check_output_paths(o);
+  check_output_paths(o, data);
 
   // Data parallelism: this rank's share of the global batch (a model file's own batch, when
   // --batch does not set it, is read first).
@@ -95,6 +96,11 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   // before any runs so that a bad --data fails first.
   const auto whole =
       make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
+  // A batch larger than the dataset would hold some of its images twice.
+  MEMWEAVE_EXPECTS(whole->images() == 0 || global <= whole->images(),
+                   "--batch " + std::to_string(global) + " is larger than the " +
+                       std::to_string(whole->images()) + " images of --data " + data +
+                       ": a batch would hold images twice; lower --batch or give more data");
   const auto source = make_batch_slice(*whole, global, first);
   run_report report;
   report.command = "train";

@@ -25,11 +25,15 @@ void read_init_from(cli_args& args, network_run_options& o, bool solver) {
 }
 
 void read_training_options(cli_args& args, network_run_options& o) {
-  if (auto m = args.get_double("momentum", 0.0, 1.0)) {
-    MEMWEAVE_EXPECTS(*m < 1.0, knob_value("--momentum", "1") +
-                                   " is out of range: expected a number from 0 to below 1 "
-                                   "(the fraction of the last step kept); change it");
-    o.executor.momentum = static_cast<float>(*m);
+  if (auto text = args.get("momentum")) {
+    const double m = parse_double(*text, "--momentum", 0.0, 1.0);
+    // Below 1 as the solver keeps it: a float (0.99999999999 rounds to 1).
+    const auto kept = static_cast<float>(m);
+    MEMWEAVE_EXPECTS(kept < 1.0f, knob_value("--momentum", *text) +
+                                      " is out of range: expected a number from 0 to below 1 "
+                                      "(the fraction of the last step kept; as a float32, at "
+                                      "most 0.99999994); change it");
+    o.executor.momentum = kept;
   }
   if (auto wd = args.get_double("weight-decay", 0.0, 1.0)) {
     o.executor.weight_decay = static_cast<float>(*wd);
@@ -37,7 +41,7 @@ void read_training_options(cli_args& args, network_run_options& o) {
   if (auto s = args.get("lr-schedule")) o.schedule = lr_schedule::parse(*s, "--lr-schedule");
   o.schedule.warmup =
       args.get_int("warmup", 0, std::numeric_limits<std::int32_t>::max()).value_or(0);
-  o.save = args.get_or("save", "");
+  o.save = args.get_path("save");
   MEMWEAVE_EXPECTS(o.save.empty() || o.policies.size() == 1,
                    "--save " + o.save + " with " + std::to_string(o.policies.size()) +
                        " policies: give one --policy, whose weights are saved");

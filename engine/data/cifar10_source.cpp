@@ -77,6 +77,9 @@ class cifar10_source final : public data_source {
   std::string name() const override { return "cifar10:" + path_; }
   shape4 image_shape() const override { return {1, 3, k_side, k_side}; }
   std::int64_t classes() const override { return 10; }
+  std::int64_t images() const override {
+    return static_cast<std::int64_t>(records_.size() / k_record);
+  }
 
   void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) override {
     fill_slice(iteration, n, 0, n, images, labels);

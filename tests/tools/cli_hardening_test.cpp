@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "cli_harness.hpp"
 #include "memweave/alloc/trace.hpp"
+#include "memweave/device/device.hpp"
 #include "memweave/engine/data_source.hpp"
 
 namespace memweave {
@@ -165,6 +167,76 @@ TEST(cli_hardening_test, synthetic_data_of_any_size_and_class_count_costs_nothin
   for (float v : tile) EXPECT_LT(std::abs(v), 2.0f);
 }
 
+// ---- session 27's hostile run
+
+TEST(cli_hardening_test, a_list_with_an_empty_item_is_an_error) {
+  for (const char* list : {"liveness,", ",liveness", "liveness,,utp"}) {
+    expect_has(error_of(plan_command, with({"--policy", list})),
+               "--policy '" + std::string(list) + "' has an empty item");
+  }
+  expect_has(error_of(replay_command, {"--synthetic-layers", "3", "--fit", "best,"}),
+             "--fit 'best,' has an empty item");
+}
+
+TEST(cli_hardening_test, momentum_that_rounds_to_1_as_a_float_names_the_option_and_the_text) {
+  for (const char* m : {"0.99999999999", "0.999999999999999999", "1"}) {
+    const std::string e =
+        error_of(train_command, small_train({"--iterations", "1", "--momentum", m}));
+    expect_has(e, "--momentum '" + std::string(m) + "' is out of range");
+    EXPECT_EQ(e.find("executor_options"), std::string::npos) << e;
+  }
+}
+
+TEST(cli_hardening_test, eval_refuses_outputs_it_does_not_write) {
+  for (const char* knob : {"--json", "--csv", "--svg", "--trace-timeline"}) {
+    expect_has(error_of(eval_command,
+                        with({"--device", "host", "--batches", "1", knob, temp("eval.out")})),
+               std::string(knob) + " " + temp("eval.out") + ": eval writes no");
+  }
+}
+
+TEST(cli_hardening_test, batches_past_the_end_of_a_dataset_are_refused) {
+  const std::string data = temp("four_images.bin");
+  {
+    std::ofstream out(data, std::ios::binary);
+    for (int r = 0; r < 4; ++r) out << static_cast<char>(r) << std::string(3072, '\x20');
+  }
+  const std::vector<std::string> cifar = {
+      "--net",     "resnet50", "--image-side", "32",   "--width", "0.0625",
+      "--classes", "10",       "--device",     "host", "--data",  "cifar10:" + data};
+  auto a = cifar;
+  a.insert(a.end(), {"--batch", "2", "--batches", "5", "--first-batch", "100"});
+  expect_has(error_of(eval_command, a), "go past the 4 images of --data");
+  a = cifar;
+  a.insert(a.end(), {"--batch", "2", "--batches", "2"});  // exactly the four
+  EXPECT_EQ(run(eval_command, a).code, 0);
+  a = cifar;
+  a.insert(a.end(), {"--batch", "8", "--iterations", "1"});
+  expect_has(error_of(train_command, a), "--batch 8 is larger than the 4 images of --data");
+  std::filesystem::remove(data);
+}
+
+TEST(cli_hardening_test, plan_over_ranks_says_how_an_uneven_batch_splits) {
+  const auto r = run(plan_command, {"--net", "resnet50", "--batch", "4", "--image-side", "32",
+                                    "--width", "0.0625", "--policy", "liveness", "--ranks", "3"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  expect_has(r.out, "3 devices, 4 images, 1 or 2 a device (planned: 2)");
+  expect_has(error_of(plan_command, with({"--tile", "--budget", "4MiB", "--ranks", "2"})),
+             "--tile plans one device: give it without --ranks");
+}
+
+TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {
+  device_options d;
+  d.kind = "cuda";
+  try {
+    (void)make_device(d);
+    GTEST_SKIP() << "a cuda device is here: nothing to refuse";
+  } catch (const error&) {
+  }
+  expect_has(error_of(train_command, with({"--device", "cuda", "--iterations", "1"})),
+             "--device cuda: ");
+}
+
 // ---- replay
 
 std::string write_text(const std::string& name, const std::string& text) {
@@ -205,6 +277,17 @@ TEST(cli_hardening_test, replay_keeps_the_events_of_an_interrupted_trace) {
   expect_has(error_of(replay_command, {"--trace", bad}), "line 2: expected 5 fields");
   std::filesystem::remove(path);
   std::filesystem::remove(bad);
+}
+
+// A trace the heap cannot serve in --pool does not fit: exit 1, as plan's, not 0 with a
+// count of failures in the table.
+TEST(cli_hardening_test, replay_that_fails_allocations_exits_1) {
+  const std::string path = write_text("big.trace", k_header + "0 a 0 2097152 0\n1 f 0 2097152 0\n");
+  const auto fails = run(replay_command, {"--trace", path, "--pool", "1MiB"});
+  EXPECT_EQ(fails.code, 1) << fails.out;
+  expect_has(fails.out, "the trace does not fit");
+  EXPECT_EQ(run(replay_command, {"--trace", path, "--pool", "4MiB"}).code, 0);
+  std::filesystem::remove(path);
 }
 
 TEST(cli_hardening_test, synthetic_layers_never_overwrite_a_trace) {

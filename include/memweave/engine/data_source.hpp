@@ -25,6 +25,9 @@ class data_source {
   /// The image shape (n is ignored) and the number of classes it produces.
   virtual shape4 image_shape() const = 0;
   virtual std::int64_t classes() const = 0;
+  /// How many distinct images the source holds, which batches walk through and wrap around
+  /// (a dataset's records); 0 for a source without end (synthetic).
+  virtual std::int64_t images() const { return 0; }
   /// Writes batch `iteration` of `n` images: n*c*h*w floats (NCHW) and n labels (class
   /// indices as floats). The same arguments always give the same bytes.
   virtual void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) = 0;

@@ -1,0 +1,153 @@
+// The files a run writes, tried as a hostile user would (session 27): an output never
+// destroys a file the run reads, one that cannot be written is refused before the run, an
+// empty path is an error, and an output that fails after training loses neither the report
+// nor the other outputs. Each case failed on the code before the fix.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_harness.hpp"
+#include "memweave/engine/data_source.hpp"
+#include "tools/cli_args.hpp"
+#include "tools/network_run.hpp"
+
+namespace memweave {
+namespace cli_outputs {
+
+using namespace test;
+namespace fs = std::filesystem;
+
+void expect_has(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' missing from: " << text;
+}
+
+std::vector<std::string> small_train(std::vector<std::string> extra) {
+  std::vector<std::string> a = with(
+      {"--device", "host", "--threads", "1", "--iterations", "1", "--conv-ws", "fixed:direct"});
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// A file with `text` in it, removed at the end of the scope.
+struct scratch_file {
+  std::string path;
+  explicit scratch_file(const std::string& name, const std::string& text = "precious\n")
+      : path(temp(name)) {
+    std::ofstream(path) << text;
+  }
+  ~scratch_file() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
+TEST(cli_outputs_test, an_output_at_a_file_the_run_reads_is_refused_and_the_file_kept) {
+  // A checkpoint, then every output of a run resumed from it pointed at it.
+  const std::string ck = temp("resume.ckpt");
+  ASSERT_EQ(run(train_command, small_train({"--policy", "liveness", "--save", ck})).code, 0);
+  const std::string saved = slurp(ck);
+  for (const char* knob : {"--json", "--csv", "--svg", "--trace-timeline", "--save"}) {
+    const std::string e =
+        error_of(train_command, small_train({"--policy", "liveness", "--init-from", ck, knob, ck}));
+    expect_has(e, std::string(knob) + " '" + ck + "' is the file --init-from reads");
+    EXPECT_EQ(slurp(ck), saved) << knob << " destroyed the checkpoint";
+  }
+  // Through another name (a symbolic link) too.
+  const std::string link = temp("resume_link.json");
+  fs::create_symlink(ck, link);
+  expect_has(error_of(train_command, small_train({"--init-from", ck, "--json", link})),
+             "is the file --init-from reads");
+  EXPECT_EQ(slurp(ck), saved);
+  fs::remove(link);
+  fs::remove(ck);
+
+  // The conv algorithm cache is read (and written by the run itself).
+  const scratch_file cache("cache.txt");
+  scoped_env env("MEMWEAVE_CONV_CACHE", cache.path.c_str());
+  expect_has(error_of(plan_command, with({"--json", cache.path})),
+             "is the file MEMWEAVE_CONV_CACHE reads");
+}
+
+TEST(cli_outputs_test, an_output_at_the_data_is_refused) {
+  // Four CIFAR-10 records (a label byte, 3072 pixel bytes).
+  const std::string data = temp("four.bin");
+  {
+    std::ofstream out(data, std::ios::binary);
+    for (int r = 0; r < 4; ++r) out << static_cast<char>(r) << std::string(3072, '\x40');
+  }
+  const std::string spec = "cifar10:" + data;
+  const std::vector<std::string> cifar = {
+      "--net",     "resnet50", "--batch",  "2",    "--image-side", "32", "--width", "0.0625",
+      "--classes", "10",       "--device", "host", "--iterations", "1",  "--data",  spec};
+  std::vector<std::string> a = cifar;
+  a.insert(a.end(), {"--csv", data});
+  expect_has(error_of(train_command, a), "is the file --data reads");
+  EXPECT_EQ(fs::file_size(data), 4u * 3073u);
+  fs::remove(data);
+}
+
+TEST(cli_outputs_test, outputs_that_cannot_be_written_are_refused_before_the_run) {
+  // /proc lets root pass access() but makes no file: found before training, not after it.
+  expect_has(error_of(train_command, small_train({"--save", "/proc/memweave.ckpt"})),
+             "--save '/proc/memweave.ckpt' cannot be written");
+  expect_has(error_of(train_command, small_train({"--trace-timeline", "/proc/t.json"})),
+             "--trace-timeline '/proc/t.json' cannot be written");
+  expect_has(error_of(plan_command, with({"--json", "/proc/plan.json"})),
+             "--json '/proc/plan.json' cannot be written");
+  // The probe leaves nothing behind.
+  const std::string json = temp("probe.json");
+  ASSERT_EQ(run(plan_command, with({"--policy", "liveness", "--json", json})).code, 0);
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path())) {
+    EXPECT_EQ(e.path().filename().string().find("memweave-check"), std::string::npos) << e.path();
+  }
+  fs::remove(json);
+}
+
+TEST(cli_outputs_test, an_empty_output_path_is_an_error_not_no_output) {
+  for (const char* knob : {"--json", "--csv", "--svg", "--trace-timeline", "--save"}) {
+    expect_has(error_of(train_command, small_train({knob, ""})),
+               std::string(knob) + " '' is an empty path");
+  }
+  expect_has(error_of(replay_command, {"--synthetic-layers", "3", "--trace", ""}),
+             "--trace '' is an empty path");
+}
+
+// An output that fails after the policies trained (a disk that filled up): the rows keep
+// what was measured, the other outputs are written, and the failure is thrown after them.
+TEST(cli_outputs_test, a_failed_output_keeps_the_rows_and_the_other_outputs) {
+  std::vector<std::string> argv = {"memweave", "train"};
+  for (const std::string& s : with({"--policy", "liveness", "--conv-ws", "fixed:direct"})) {
+    argv.push_back(s);
+  }
+  std::vector<const char*> raw;
+  for (const std::string& s : argv) raw.push_back(s.c_str());
+  cli_args args(static_cast<int>(raw.size()), raw.data(), 2, {});
+  network_run_options o = read_network_run_options(args);
+  o.save = "/proc/memweave-late.ckpt";  // past the up-front check: it fails only when written
+  o.json = "/proc/memweave-late.json";
+  const std::string csv = temp("late.csv");
+  o.csv = csv;
+  const network net = make_run_network(o, true);
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 1);
+  device_options dev;
+  dev.kind = "host";
+  run_report report;
+  std::ostringstream out;
+  EXPECT_THROW(run_policies(net, o, dev, 1, data.get(), report, out, nullptr), error);
+  ASSERT_EQ(report.policies.size(), 1u);
+  EXPECT_TRUE(report.policies[0].fits) << report.policies[0].failure;
+  EXPECT_FALSE(report.policies[0].failed);
+  EXPECT_EQ(report.policies[0].losses.size(), 1u);
+  expect_has(out.str(), "liveness    yes");  // the summary row, not ERR
+  expect_has(slurp(csv), "liveness");        // written after the JSON failed
+  fs::remove(csv);
+}
+
+}  // namespace cli_outputs
+}  // namespace memweave
