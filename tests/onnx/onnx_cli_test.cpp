@@ -68,6 +68,24 @@ TEST_F(OnnxCli, ExportsTheTrainedWeights) {
   EXPECT_NE(after.weights, before.weights) << "the export holds the untrained weights";
 }
 
+// Writing the trained weights, or a report, over the model the run reads would destroy it.
+TEST_F(OnnxCli, NoOutputIsWrittenOverTheModel) {
+  const std::string model = test::scratch_dir() + "/cli_own.onnx";
+  std::filesystem::copy_file(model_path("gemm"), model,
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string before = test::slurp(model);
+  for (const char* knob : {"--export-onnx", "--json", "--save"}) {
+    const std::string e =
+        error_of(train_command, {"--net", model, "--batch", "4", "--iterations", "1", "--policy",
+                                 "liveness", "--device", "host", knob, model});
+    EXPECT_NE(e.find(std::string(knob) + " '" + model + "' is the file --net reads"),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(test::slurp(model), before) << knob << " destroyed the model";
+  }
+  std::filesystem::remove(model);
+}
+
 TEST_F(OnnxCli, OptionsThatDoNotApplyToAModelAreErrors) {
   const std::string net = model_path("all_ops");
   for (const char* knob : {"--image-side", "--classes", "--width"}) {
