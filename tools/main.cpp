@@ -108,8 +108,8 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) args += std::string(i > 1 ? " " : "") + argv[i];
     std::cerr << "memweave: error: out of host memory (std::bad_alloc) running `memweave " << args
               << "`: a size or count given (--batch, --image-side, --width, --classes, "
-                 "--host-pool, --synthetic-layers) needs more memory than this machine has; "
-                 "lower it\n";
+                 "the blocks of --net resnet:N1,N2,N3,N4, --host-pool, --synthetic-layers) "
+                 "needs more memory than this machine has; lower it\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "memweave: internal error: " << e.what() << "\n";

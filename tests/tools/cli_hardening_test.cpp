@@ -225,6 +225,16 @@ TEST(cli_hardening_test, plan_over_ranks_says_how_an_uneven_batch_splits) {
              "--tile plans one device: give it without --ranks");
 }
 
+// At a budget that holds any depth the search stops at its limit, and says so (it went to
+// n3 = 100000 before: minutes and gigabytes at 4 GiB).
+TEST(cli_hardening_test, the_depth_search_stops_at_its_limit_and_says_so) {
+  const auto r =
+      run(plan_command, {"--net", "resnet50", "--batch", "1", "--image-side", "32", "--width",
+                         "0.0625", "--budget", "4GiB", "--max-depth", "--policy", "liveness"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  expect_has(r.out, "n3 = 10000, depth 30032 (the search's limit");
+}
+
 TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {
   device_options d;
   d.kind = "cuda";
