@@ -78,8 +78,15 @@ std::size_t parse_bytes(std::string_view text, std::string_view what) {
         bad(what, text, expected);
     }
   }
+  // A count of bytes is whole: "1.5" would silently be 1 byte. With a unit, a fraction of it
+  // is rounded down to bytes (1.3GiB).
+  if (scale == 1 && number != std::floor(number)) {
+    bad(what, text, "a whole number of bytes, or a size with a unit (K, M, G, T, e.g. 1.5GiB)");
+  }
   const double bytes = number * scale;
-  if (!std::isfinite(bytes) || bytes >= 1.8e19) bad(what, text, expected);
+  if (!std::isfinite(bytes) || bytes >= 1.8e19) {
+    bad(what, text, "a size below 16 EiB (the range of the option is smaller still)");
+  }
   return static_cast<std::size_t>(bytes);
 }
 

@@ -25,7 +25,9 @@ cli_args::cli_args(int argc, const char* const* argv, int first, std::set<std::s
       }
     } else if (!flags_.contains(name)) {
       if (i + 1 >= argc) {
-        throw invalid_argument("option --" + name + " needs a value; see `memweave help`");
+        throw invalid_argument("option --" + name +
+                               " needs a value, or is not an option of this command (a flag "
+                               "of another command?); see `memweave help`");
       }
       value = argv[++i];
       if (value.starts_with("--") && value.size() > 2) {

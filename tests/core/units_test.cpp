@@ -30,6 +30,29 @@ TEST(units_test, malformed_size_names_the_variable_and_the_value) {
   }
 }
 
+// A bare byte count is whole ("1.5" was 1 byte), a fraction of a unit rounds down to bytes;
+// a size beyond 64 bits says so rather than "not a size".
+TEST(units_test, a_byte_count_is_whole_and_an_overflow_says_too_large) {
+  EXPECT_EQ(parse_bytes("1.3K", "X"), 1331u);
+  try {
+    (void)parse_bytes("1.5", "--budget");
+    FAIL() << "accepted 1.5 bytes";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--budget '1.5' is not a whole number of bytes"),
+              std::string::npos)
+        << e.what();
+  }
+  for (const char* big : {"99999999999999999999GiB", "17179869184GiB"}) {
+    try {
+      (void)parse_bytes(big, "--budget");
+      FAIL() << "accepted " << big;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a size below 16 EiB"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(units_test, numbers_and_booleans_are_strict) {
   EXPECT_DOUBLE_EQ(parse_double("0.25", "X"), 0.25);
   EXPECT_THROW((void)parse_double("0.25x", "X"), invalid_argument);

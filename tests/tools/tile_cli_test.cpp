@@ -49,8 +49,14 @@ TEST(tile_cli_test, train_under_the_budget_with_tiles_and_refusals_name_the_opti
   const std::string both =
       error_of(plan_command, narrow_vgg_224({"--budget", "6MiB", "--tile", "--split"}));
   EXPECT_NE(both.find("--split and --tile"), std::string::npos) << both;
-  const std::string tiny = error_of(plan_command, narrow_vgg_224({"--budget", "64KiB", "--tile"}));
-  EXPECT_NE(tiny.find("budget 64.00 KiB (--budget)"), std::string::npos) << tiny;
+  // Below the least segment step: does not fit (exit 1), as a policy below its floor does.
+  const auto tiny = run(plan_command, narrow_vgg_224({"--budget", "64KiB", "--tile"}));
+  EXPECT_EQ(tiny.code, 1) << tiny.out;
+  EXPECT_NE(tiny.out.find("--tile does not fit"), std::string::npos) << tiny.out;
+  EXPECT_NE(tiny.out.find("budget 64.00 KiB (--budget)"), std::string::npos) << tiny.out;
+  const auto tiny_train =
+      run(train_command, narrow_vgg_224({"--budget", "64KiB", "--tile", "--device", "host"}));
+  EXPECT_EQ(tiny_train.code, 1) << tiny_train.out;
 }
 
 }  // namespace
