@@ -136,18 +136,18 @@ void write_run_outputs(const network_run_options& o, const run_report& report, s
   }
   // Each output is tried even when one before it fails; the first failure is thrown after.
   std::exception_ptr first;
-  const auto write = [&](const std::string& path, auto writer) {
+  const auto write = [&](const char* knob, const std::string& path, auto writer) {
     if (path.empty()) return;
     try {
-      write_file(path, report, writer);
+      from_knob(knob, [&] { write_file(path, report, writer); });
       out << "wrote " << path << "\n";
     } catch (const std::exception&) {
       if (!first) first = std::current_exception();
     }
   };
-  write(o.json, write_json);
-  write(o.csv, write_csv);
-  write(o.svg, write_svg);
+  write("--json", o.json, write_json);
+  write("--csv", o.csv, write_csv);
+  write("--svg", o.svg, write_svg);
   if (first) std::rethrow_exception(first);
 }
 

@@ -167,7 +167,15 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     to.verify = options.verify_transfers || option_bool("MEMWEAVE_VERIFY_TRANSFERS");
     to.name_fn = [this](std::uint32_t t) { return table_[t].name; };
     to.fp16_codec_factory = launcher_->fp16_codec_factory();  // cuda's; empty: swap/'s
-    transfers_ = std::make_unique<transfers>(dev, options.host_pool_bytes, std::move(to));
+    try {
+      transfers_ = std::make_unique<transfers>(dev, options.host_pool_bytes, std::move(to));
+    } catch (const out_of_memory& e) {
+      // Name the knob: the device's message knows only the mapping that failed.
+      throw out_of_memory(std::string("the pinned host pool (executor_options::host_pool_bytes: "
+                                      "--host-pool, MEMWEAVE_HOST_POOL_BYTES) cannot be had: ") +
+                              e.what() + "; lower it",
+                          e.requested(), e.free_bytes(), e.largest_free_run());
+    }
   }
 
   const std::size_t n = table_.size();

@@ -25,9 +25,10 @@ zoo_options resolve(std::string_view net, const zoo_options& o, std::int64_t nat
   if (r.image_side == 0) r.image_side = native_side;
   if (r.image_side < min_side)
     throw invalid_argument(who + "image_side = " + std::to_string(o.image_side) +
-                           " is too small; this network needs an input side of at least " +
+                           " (--image-side) is too small; this network needs an input side of "
+                           "at least " +
                            std::to_string(min_side) + " (native " + std::to_string(native_side) +
-                           "; 0 selects it)");
+                           ", the default)");
   return r;
 }
 

@@ -247,6 +247,17 @@ TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {
              "--device cuda: ");
 }
 
+TEST(cli_hardening_test, a_host_pool_that_cannot_be_had_names_the_option) {
+  const auto r =
+      run(plan_command, with({"--budget", "1GiB", "--policy", "utp", "--host-pool", "127TiB"}));
+  if (r.code == 0) GTEST_SKIP() << "this machine maps 127 TiB of address space";
+  expect_has(r.out,
+             "the pinned host pool (executor_options::host_pool_bytes: --host-pool, "
+             "MEMWEAVE_HOST_POOL_BYTES) cannot be had");
+  expect_has(error_of(plan_command, {"--net", "vgg16", "--image-side", "1"}),
+             "image_side = 1 (--image-side) is too small");
+}
+
 // ---- replay
 
 std::string write_text(const std::string& name, const std::string& text) {
