@@ -172,6 +172,9 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                      "it without --split, --max-batch, --max-depth or --ranks");
     return plan_max_image_side(o, out);
   }
+  MEMWEAVE_EXPECTS(!gbps || c.ranks > 1,
+                   "--net-gbps is the network between the devices of --ranks: give --ranks N "
+                   "(more than 1) with it");
   MEMWEAVE_EXPECTS(!(o.tile && c.ranks > 1), "--tile plans one device: give it without --ranks");
   if (split) {  // TSPLIT (split_report.hpp); without --max-batch, the plan then the runs
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");

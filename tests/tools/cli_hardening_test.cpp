@@ -223,6 +223,8 @@ TEST(cli_hardening_test, plan_over_ranks_says_how_an_uneven_batch_splits) {
   expect_has(r.out, "3 devices, 4 images, 1 or 2 a device (planned: 2)");
   expect_has(error_of(plan_command, with({"--tile", "--budget", "4MiB", "--ranks", "2"})),
              "--tile plans one device: give it without --ranks");
+  expect_has(error_of(plan_command, with({"--net-gbps", "5"})),
+             "--net-gbps is the network between the devices of --ranks");
 }
 
 // At a budget that holds any depth the search stops at its limit, and says so (it went to
