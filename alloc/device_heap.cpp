@@ -244,7 +244,10 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
                        " is not a power of two >= 256; use 256, 512, 1024 (the default), "
                        "4096, ...");
   std::size_t want = options.pool_bytes;
-  std::string source = "heap_options::pool_bytes (MEMWEAVE_POOL_BYTES)";
+  const std::string knob = options.pool_knob.empty() ? "MEMWEAVE_POOL_BYTES" : options.pool_knob;
+  std::string source = "heap_options::pool_bytes (" + knob + ")";
+  std::string remedy = "lower " + knob;
+  if (options.pool_knob.empty()) remedy += " or MEMWEAVE_POOL_FRACTION";
   if (want == 0) {
     MEMWEAVE_EXPECTS(options.pool_fraction > 0.0 && options.pool_fraction <= 1.0,
                      "heap_options::pool_fraction = " + std::to_string(options.pool_fraction) +
@@ -270,7 +273,7 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
   } catch (const out_of_memory& e) {
     throw out_of_memory("the device heap could not take its arena of " + bytes_text(want) +
                             " (from " + source + ") from " + dev.name() + ": " + e.what() +
-                            "; lower MEMWEAVE_POOL_BYTES or MEMWEAVE_POOL_FRACTION",
+                            "; " + remedy,
                         want, dev.memory().free_bytes, 0);
   }
   if (!options.trace_path.empty()) {

@@ -34,7 +34,8 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
   std::string path = args.get_path("trace");
   const auto synthetic_layers = args.get_int("synthetic-layers", 1, k_max_synthetic_layers);
   const auto batch = args.get_int("batch", 1, k_max_synthetic_batch);
-  const auto pool = args.get_bytes("pool", 1 << 20, k_max_tensor_bytes);
+  // Up to the replay device's capacity (dopt below): a larger arena cannot be had.
+  const auto pool = args.get_bytes("pool", 1 << 20, std::size_t{1} << 40);
   const std::string fit = args.get_or("fit", "best,first");
   args.reject_unused();
   MEMWEAVE_EXPECTS(!path.empty() || synthetic_layers,
@@ -79,6 +80,7 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
     auto dev = make_device(dopt);
     heap_options h;
     h.pool_bytes = pool_bytes_of(pool);
+    h.pool_knob = "--pool";
     h.fit = f == "best" ? fit_policy::best : fit_policy::first;
     device_heap heap(*dev, h);
     last = replay_events(events, heap);

@@ -135,8 +135,18 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   check_budget(net, route_, table_, plan_, dev, options);
 
   heap_options h = options.heap;
-  if (options.budget_bytes != 0) h.pool_bytes = options.budget_bytes;
-  heap_ = std::make_unique<device_heap>(dev, h);
+  if (options.budget_bytes != 0) {
+    h.pool_bytes = options.budget_bytes;
+    h.pool_knob = "the budget, --budget";
+  }
+  try {
+    heap_ = std::make_unique<device_heap>(dev, h);
+  } catch (const out_of_memory& e) {
+    if (options.budget_bytes == 0) throw;
+    // Not "does not fit": no budget that size can be had at all (on null, a budget beyond the
+    // address space this process can reserve, 100 TiB say, fails here).
+    throw invalid_argument(e.what());
+  }
   launcher_context lc;
   lc.net = &net;
   lc.table = &table_;

@@ -260,6 +260,25 @@ TEST(cli_hardening_test, a_host_pool_that_cannot_be_had_names_the_option) {
              "image_side = 1 (--image-side) is too small");
 }
 
+// A budget beyond the address space the planning device can reserve: a bad --budget (exit
+// 2) naming it, where every policy was "ERR" naming MEMWEAVE_POOL_BYTES and every search said
+// "nothing fits".
+TEST(cli_hardening_test, a_budget_beyond_the_address_space_names_the_budget) {
+  std::string e;
+  try {
+    const auto r = run(plan_command, with({"--budget", "100TiB", "--policy", "liveness"}));
+    GTEST_SKIP() << "this machine reserves 100 TiB of address space (exit " << r.code << ")";
+  } catch (const error& x) {
+    e = x.what();
+  }
+  expect_has(e, "(from heap_options::pool_bytes (the budget, --budget))");
+  expect_has(e, "lower the budget, --budget");
+  EXPECT_EQ(e.find("MEMWEAVE_POOL_BYTES"), std::string::npos) << e;
+  expect_has(
+      error_of(plan_command, with({"--budget", "100TiB", "--policy", "liveness", "--max-batch"})),
+      "lower the budget, --budget");
+}
+
 // ---- replay
 
 std::string write_text(const std::string& name, const std::string& text) {
@@ -310,6 +329,9 @@ TEST(cli_hardening_test, replay_that_fails_allocations_exits_1) {
   EXPECT_EQ(fails.code, 1) << fails.out;
   expect_has(fails.out, "the trace does not fit");
   EXPECT_EQ(run(replay_command, {"--trace", path, "--pool", "4MiB"}).code, 0);
+  // Up to the replay device's 1 TiB: beyond, an arena that could never be had.
+  expect_has(error_of(replay_command, {"--trace", path, "--pool", "100TiB"}),
+             "--pool '100TiB' is out of range: expected a size from 1.00 MiB to 1.00 TiB");
   std::filesystem::remove(path);
 }
 
