@@ -51,8 +51,12 @@ constexpr std::array<option_info, 41> k_options{{
      "size of the device heap's arena; unset = MEMWEAVE_POOL_FRACTION of free device memory"},
     {"MEMWEAVE_POOL_FRACTION", "0.9", f::fraction, "",
      "fraction of free device memory taken for the arena when MEMWEAVE_POOL_BYTES is unset"},
-    {"MEMWEAVE_BLOCK_BYTES", "1024", f::bytes, "",
-     "the heap's block size; every allocation is a whole number of blocks (power of two)"},
+    {"MEMWEAVE_BLOCK_BYTES",
+     "1024",
+     f::bytes,
+     "",
+     "the heap's block size; every allocation is a whole number of blocks (power of two)",
+     {256, 1073741824}},
     {"MEMWEAVE_FIT", "best", f::choice, "best|first",
      "heap placement: best-fit O(log n), or the SuperNeurons paper's first-fit list"},
     {"MEMWEAVE_POOL_GROW", "0", f::bytes, "",
@@ -240,6 +244,9 @@ std::string range_text(const option_info& info) {
   if (info.form == f::bytes && r.max >= 1.8e19) {
     if (r.min == 1) out = "a positive size";
     if (r.min > 1) out += " of at least " + format_bytes(static_cast<std::size_t>(r.min));
+  } else if (info.form == f::bytes) {
+    out += " from " + format_bytes(static_cast<std::size_t>(r.min)) + " to " +
+           format_bytes(static_cast<std::size_t>(r.max));
   } else if (info.form == f::integer) {
     // Whole numbers in full: format_number's six digits would print 1048576 as 1.04858e+06.
     out += " from " + std::to_string(static_cast<std::int64_t>(r.min)) + " to " +

@@ -163,6 +163,21 @@ TEST(config_test, zero_pinned_host_pool_is_rejected) {
                invalid_argument);
 }
 
+// 64 TiB blocks asked for a 704 TiB budget without naming the variable; the range is a
+// size's, written as one.
+TEST(config_test, block_bytes_are_bounded_and_a_size_range_reads_as_sizes) {
+  scoped_env env("MEMWEAVE_BLOCK_BYTES", "64TiB");
+  try {
+    (void)option_bytes("MEMWEAVE_BLOCK_BYTES");
+    FAIL() << "64 TiB blocks accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_BLOCK_BYTES='64TiB' is out of range: expected "
+                                         "a size from 256 B to 1.00 GiB"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(config_test, asking_for_an_unknown_option_is_a_programming_error) {
   EXPECT_THROW((void)option_raw("MEMWEAVE_NO_SUCH_THING"), std::logic_error);
 }
