@@ -94,6 +94,21 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
   return e;
 }
 
+// What follows the header's fixed text: " block_bytes=N", N what the heap accepts (a power
+// of two of at least 256), or nothing (older traces).
+void check_header(std::string_view rest, const std::string& at) {
+  const auto f = fields_of(rest);
+  if (f.empty()) return;
+  constexpr std::string_view key = "block_bytes=";
+  std::uint64_t block = 0;
+  if (f.size() != 1 || !f[0].starts_with(key) || !parse_number(f[0].substr(key.size()), block) ||
+      block < 256 || (block & (block - 1)) != 0 || block > (std::uint64_t{1} << 30)) {
+    throw invalid_argument(at + "the header's " + quote(rest) +
+                           " is not ' block_bytes=N' with N a power of two from 256 to 1 GiB "
+                           "(the heap's block size)");
+  }
+}
+
 }  // namespace
 
 std::vector<trace_event> parse_trace(std::string_view text, std::string_view source) {
@@ -117,6 +132,7 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
         throw invalid_argument(at + "expected the header " + quote(trace_header) + ", found " +
                                quote(line) + "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
       }
+      check_header(line.substr(trace_header.size()), at);
       header_seen = true;
       continue;
     }
@@ -125,6 +141,14 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
     }
     if (!unterminated) {
       events.push_back(parse_event(line, line_no, at));
+      // The writer stamps events in the order the heap serves them: time going back is two
+      // traces run together or an edited file, whose replay would mean nothing.
+      if (events.size() > 1 && events.back().t_ns < events[events.size() - 2].t_ns) {
+        throw invalid_argument(at + "t_ns " + std::to_string(events.back().t_ns) +
+                               " is before line " + std::to_string(events[events.size() - 2].line) +
+                               "'s " + std::to_string(events[events.size() - 2].t_ns) +
+                               ": events must be in time order (two traces run together?)");
+      }
       continue;
     }
     try {

@@ -107,6 +107,20 @@ TEST(trace_test, malformed_lines_are_rejected_naming_the_line_and_what_was_expec
   }
 }
 
+// The header's block size is one the heap takes, and time never goes back: a hand-edited
+// file or two traces run together is refused, naming the line.
+TEST(trace_test, a_bad_block_size_or_time_going_back_is_rejected) {
+  const std::string h(trace_header);
+  for (const char* block : {" block_bytes=0", " block_bytes=3", " block_bytes=2147483648",
+                            " block_bytes=99999999999999999999", " blocks=1024"}) {
+    const std::string m = parse_error(h + block + "\n0 a 0 10 0\n");
+    EXPECT_NE(m.find("line 1: the header's"), std::string::npos) << block << " -> " << m;
+  }
+  EXPECT_EQ(parse_trace(h + "\n0 a 0 10 0\n", "t").size(), 1u);  // no block size: older traces
+  const std::string m = parse_error(header() + "5 a 0 10 0\n3 f 0 10 0\n");
+  EXPECT_NE(m.find("line 3: t_ns 3 is before line 2's 5"), std::string::npos) << m;
+}
+
 TEST(trace_test, unreadable_file_names_the_path_and_the_reason) {
   try {
     read_trace("/nonexistent-dir/x.trace");
