@@ -208,7 +208,8 @@ class device_heap_impl {
   const std::size_t block_;     // block bytes, a power of two
   const unsigned block_shift_;  // log2(block_)
   const fit_policy fit_;
-  const std::size_t grow_bytes_;  // 0 = never grow
+  const std::size_t grow_bytes_;                                  // 0 = never grow
+  const std::function<void(const std::string&)> on_trace_error_;  // heap_options'
 
   // Entries [0, arena_count_) never change once published; growth (under mu_) writes the
   // next entry and then stores arena_count_ with release order.
@@ -238,7 +239,8 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
       block_(options.block_bytes),
       block_shift_(static_cast<unsigned>(std::countr_zero(options.block_bytes))),
       fit_(options.fit),
-      grow_bytes_(options.grow_bytes) {
+      grow_bytes_(options.grow_bytes),
+      on_trace_error_(options.on_trace_error) {
   MEMWEAVE_EXPECTS(valid_block_bytes(options.block_bytes),
                    "heap_options::block_bytes = " + std::to_string(options.block_bytes) +
                        " is not a power of two >= 256; use 256, 512, 1024 (the default), "
@@ -272,8 +274,8 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
     add_arena(want);
   } catch (const out_of_memory& e) {
     throw out_of_memory("the device heap could not take its arena of " + bytes_text(want) +
-                            " (from " + source + ") from " + dev.name() + ": " + e.what() +
-                            "; " + remedy,
+                            " (from " + source + ") from " + dev.name() + ": " + e.what() + "; " +
+                            remedy,
                         want, dev.memory().free_bytes, 0);
   }
   if (!options.trace_path.empty()) {
@@ -757,7 +759,13 @@ void device_heap_impl::replace_trace(std::shared_ptr<detail::trace_writer> next)
     flk = std::unique_lock(old->file_mutex());
   }
   old->write(batch);
-  old->close();
+  if (!old->close() && on_trace_error_) {
+    try {
+      on_trace_error_(old->error().empty() ? std::string("heap trace incomplete") : old->error());
+    } catch (...) {
+      // Logged by the writer already; the caller's hook must not take the heap down.
+    }
+  }
 }
 
 void device_heap_impl::start_trace(const std::string& path) {

@@ -79,31 +79,38 @@ void trace_writer::write(const std::vector<record>& batch) noexcept {
     }
     if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
       failed_ = true;
-      log(log_level::warn, "heap trace '" + path_ + "': write failed (" + std::strerror(errno) +
-                               "); the rest of the trace is dropped");
+      error_ = "heap trace '" + path_ + "': write failed (" + std::strerror(errno) +
+               "); the rest of the trace is dropped";
+      log(log_level::warn, error_);
     }
   } catch (...) {
     lost_.fetch_add(batch.size(), std::memory_order_relaxed);  // no memory to format it
   }
 }
 
-void trace_writer::close() noexcept {
-  if (file_ == nullptr) return;
+bool trace_writer::close() noexcept {
+  if (file_ == nullptr) return !failed_;
   const bool flush_failed = std::fflush(file_) != 0;
   const int err = errno;
   const bool close_failed = std::fclose(file_) != 0;
   file_ = nullptr;
+  const std::uint64_t lost = lost_.load();
   try {
     if ((flush_failed || close_failed) && !failed_) {
-      log(log_level::warn, "heap trace '" + path_ + "': closing failed (" + std::strerror(err) +
-                               "); the trace may be incomplete");
+      error_ = "heap trace '" + path_ + "': closing failed (" + std::strerror(err) +
+               "); the trace may be incomplete";
+      log(log_level::warn, error_);
     }
-    if (const std::uint64_t lost = lost_.load(); lost != 0) {
-      log(log_level::warn, "heap trace '" + path_ + "': " + std::to_string(lost) +
-                               " events were lost (out of host memory)");
+    if (lost != 0) {
+      const std::string m = "heap trace '" + path_ + "': " + std::to_string(lost) +
+                            " events were lost (out of host memory)";
+      log(log_level::warn, m);
+      if (error_.empty()) error_ = m;
     }
   } catch (...) {
   }
+  failed_ = failed_ || flush_failed || close_failed || lost != 0;
+  return !failed_;
 }
 
 }  // namespace memweave::detail

@@ -59,8 +59,11 @@ class trace_writer {
   std::mutex& file_mutex() noexcept { return file_mu_; }
   /// Formats and writes a batch. A write error is logged once; later batches are dropped.
   void write(const std::vector<record>& batch) noexcept;
-  /// Flushes and closes the file, logging any error and lost records.
-  void close() noexcept;
+  /// Flushes and closes the file, logging any error and lost records. Returns whether the
+  /// trace on disk is complete; error() then says what went wrong.
+  bool close() noexcept;
+  /// The first failure over the trace's life ("" when none, or no memory was left to say).
+  const std::string& error() const noexcept { return error_; }
 
  private:
   bool grow() noexcept;
@@ -75,6 +78,7 @@ class trace_writer {
   std::FILE* file_ = nullptr;
   std::string path_;
   bool failed_ = false;
+  std::string error_;  // the first failure, for close() to return
 };
 
 }  // namespace memweave::detail

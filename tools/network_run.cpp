@@ -428,6 +428,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
+  // A heap trace that could not be written whole (a full disk): told when the heap closes it,
+  // so it lives longer than the executor.
+  std::string trace_error;
+  eo.heap.on_trace_error = [&trace_error](const std::string& m) {
+    if (trace_error.empty()) trace_error = m;
+  };
   // Data parallelism on the cuda device: NCCL over the MPI ranks, on this device.
   std::unique_ptr<communicator> nccl;
   if (parallel(o) && dev->kind() == device_kind::cuda) {
@@ -554,6 +560,10 @@ policy_report run_policy(const network& net, const network_run_options& o,
   }
   if (o.on_trained) keep_going([&] { o.on_trained(policy, *ex); });
   keep_going(save_timeline);
+  ex.reset();  // its heap closes the trace
+  if (!trace_error.empty()) {
+    keep_going([&] { throw invalid_argument("MEMWEAVE_TRACE: " + trace_error); });
+  }
   if (dev->touches_memory() && measured > 0) {
     report.seconds_per_iteration = measured_s / measured;
     report.images_per_s = static_cast<double>(net.batch()) / report.seconds_per_iteration;

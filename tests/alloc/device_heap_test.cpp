@@ -620,6 +620,32 @@ TEST(device_heap_test, trace_can_be_stopped_and_restarted) {
   std::remove(second.c_str());
 }
 
+// A trace that fails on the way (a full device) tells on_trace_error when it ends, once; a
+// complete one does not.
+TEST(device_heap_test, a_trace_that_ends_incomplete_is_told_to_on_trace_error) {
+  test_device dev(16 * MiB);
+  std::vector<std::string> told;
+  heap_options o = options_of(1 * MiB);
+  o.on_trace_error = [&told](const std::string& m) { told.push_back(m); };
+  {
+    device_heap h(dev, o);
+    h.start_trace("/dev/full");
+    void* a = h.try_allocate(1000);
+    h.deallocate(a);
+    ::testing::internal::CaptureStderr();  // the writer's warning
+    h.stop_trace();
+    ::testing::internal::GetCapturedStderr();
+    ASSERT_EQ(told.size(), 1u);
+    EXPECT_NE(told[0].find("heap trace '/dev/full'"), std::string::npos) << told[0];
+    const std::string path = temp_path("trace_whole");
+    h.start_trace(path);
+    h.stop_trace();
+    EXPECT_EQ(told.size(), 1u) << "a complete trace was told as a failure";
+    std::remove(path.c_str());
+  }
+  EXPECT_EQ(told.size(), 1u);
+}
+
 TEST(device_heap_test, trace_that_cannot_be_opened_is_invalid_argument_naming_the_path) {
   test_device dev(16 * MiB);
   device_heap h(dev, options_of(1 * MiB));

@@ -154,5 +154,22 @@ TEST(cli_outputs_test, a_failed_output_keeps_the_rows_and_the_other_outputs) {
   fs::remove(csv);
 }
 
+// A heap trace that cannot be written whole (a device that is always full): the run's rows
+// and reports stand, and the lost trace is an error after them (exit 2), not a warning
+// with exit 0.
+TEST(cli_outputs_test, a_heap_trace_lost_on_the_way_is_an_error_after_the_reports) {
+  scoped_env env("MEMWEAVE_TRACE", "/dev/full");
+  const std::string json = temp("full.json");
+  std::string e;
+  try {
+    run(train_command, small_train({"--policy", "liveness", "--json", json}));
+  } catch (const error& x) {
+    e = x.what();
+  }
+  expect_has(e, "MEMWEAVE_TRACE: heap trace '/dev/full': write failed");
+  expect_has(slurp(json), "\"fits\": true");
+  fs::remove(json);
+}
+
 }  // namespace cli_outputs
 }  // namespace memweave

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +33,7 @@ const char* to_string(fit_policy fit) noexcept;
 /// How to build a heap. from_environment() reads the MEMWEAVE_* variables; fields set in
 /// code override them.
 struct heap_options {
-  std::size_t pool_bytes = 0;         ///< arena size; 0 = pool_fraction of free device memory
+  std::size_t pool_bytes = 0;  ///< arena size; 0 = pool_fraction of free device memory
   /// What set pool_bytes, named in the heap's errors and their remedy (empty:
   /// "MEMWEAVE_POOL_BYTES"; the executor's budget: "--budget").
   std::string pool_knob;
@@ -41,6 +42,10 @@ struct heap_options {
   fit_policy fit = fit_policy::best;  ///< placement policy
   std::size_t grow_bytes = 0;         ///< 0 = never grow; else add arenas of >= this size
   std::string trace_path;             ///< empty = no trace; else start_trace(trace_path)
+  /// Called (from stop_trace() or the destructor, never throwing out) with what went wrong
+  /// when a trace ends incomplete (a write failed, events were lost); the failure is also
+  /// logged. A caller that reports outputs sets it: the trace is finished work that was lost.
+  std::function<void(const std::string&)> on_trace_error;
   /// Reads MEMWEAVE_POOL_BYTES, MEMWEAVE_POOL_FRACTION, MEMWEAVE_BLOCK_BYTES, MEMWEAVE_FIT,
   /// MEMWEAVE_POOL_GROW and MEMWEAVE_TRACE; throws invalid_argument naming the variable.
   static heap_options from_environment();
