@@ -100,6 +100,9 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
   o.split = args.flag("split");
   args.reject_unused();
+  MEMWEAVE_EXPECTS(!o.lr_given,
+                   "--lr: eval trains nothing (its weights are --init-from's, the "
+                   "model's or the seed's); leave it out");
   // Its report is the text it prints: silently accepting these would leave no file behind.
   for (const auto& [knob, path] : {std::pair{"--json", &o.json},
                                    {"--csv", &o.csv},

@@ -142,9 +142,9 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   try {
     heap_ = std::make_unique<device_heap>(dev, h);
   } catch (const out_of_memory& e) {
-    if (options.budget_bytes == 0) throw;
-    // Not "does not fit": no budget that size can be had at all (on null, a budget beyond the
-    // address space this process can reserve, 100 TiB say, fails here).
+    // Not "does not fit": no arena that size can be had at all (on null, a budget or
+    // MEMWEAVE_POOL_BYTES beyond the address space this process can reserve, 100 TiB say).
+    // The message names what sized it (heap_options::pool_knob).
     throw invalid_argument(e.what());
   }
   launcher_context lc;

@@ -188,6 +188,8 @@ TEST(cli_hardening_test, momentum_that_rounds_to_1_as_a_float_names_the_option_a
 }
 
 TEST(cli_hardening_test, eval_refuses_outputs_it_does_not_write) {
+  expect_has(error_of(eval_command, with({"--device", "host", "--batches", "1", "--lr", "0.1"})),
+             "--lr: eval trains nothing");
   for (const char* knob : {"--json", "--csv", "--svg", "--trace-timeline"}) {
     expect_has(error_of(eval_command,
                         with({"--device", "host", "--batches", "1", knob, temp("eval.out")})),
