@@ -58,8 +58,16 @@ std::string data_type_name(std::int32_t type) {
 
 onnx::ModelProto load_model(const std::string& path, const std::string& knob) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
+  if (!std::filesystem::exists(path, ec))
     throw invalid_argument(file_error(knob, path, "no such file (expected an ONNX model, .onnx)"));
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw invalid_argument(file_error(
+        knob, path,
+        std::string(std::filesystem::is_directory(path, ec) ? "is a directory"
+                                                            : "is not a regular file (a device "
+                                                              "or a pipe)") +
+            " (expected an ONNX model file, .onnx)"));
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   const std::streamsize size = in ? static_cast<std::streamsize>(in.tellg()) : -1;
   if (size > std::numeric_limits<int>::max())

@@ -100,6 +100,18 @@ TEST_F(OnnxCli, OptionsThatDoNotApplyToAModelAreErrors) {
   e = error_of(plan_command, {"--net", test::scratch_dir() + "/none.onnx", "--batch", "2"});
   EXPECT_NE(e.find("--net " + test::scratch_dir() + "/none.onnx: no such file"), std::string::npos)
       << e;
+  // A directory or a device is named as what it is, not "no such file".
+  const std::string dir = test::scratch_dir() + "/a_dir.onnx";
+  std::filesystem::create_directories(dir);
+  e = error_of(plan_command, {"--net", dir, "--batch", "2"});
+  EXPECT_NE(e.find("is a directory (expected an ONNX model file"), std::string::npos) << e;
+  std::filesystem::remove(dir);
+  const std::string zero = test::scratch_dir() + "/zero.onnx";
+  std::filesystem::remove(zero);
+  std::filesystem::create_symlink("/dev/zero", zero);
+  e = error_of(plan_command, {"--net", zero, "--batch", "2"});
+  EXPECT_NE(e.find("is not a regular file"), std::string::npos) << e;
+  std::filesystem::remove(zero);
   e = error_of(train_command, {"--net", net, "--batch", "2", "--export-onnx",
                                test::scratch_dir() + "/no/such/dir/out.onnx"});
   EXPECT_NE(e.find("--export-onnx"), std::string::npos) << e;
