@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <set>
+#include <sstream>
 
 #include "cli_args.hpp"
 #include "commands.hpp"
@@ -69,11 +70,14 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
   device_options dopt;
   dopt.kind = "null";  // replay needs addresses, not memory
   dopt.capacity_bytes = std::size_t{1} << 40;
-  out << "replaying " << events.size() << " events from " << path << "\n";
-  out << std::left << std::setw(7) << "fit" << std::right << std::setw(12) << "ns/op"
-      << std::setw(14) << "peak in use" << std::setw(14) << "footprint" << std::setw(10)
-      << "frag@peak" << std::setw(10) << "failures"
-      << "\n";
+  // The table is printed once every fit replayed: a trace the replay refuses (a double free
+  // its parser cannot see) leaves no half table before the error.
+  std::ostringstream table;
+  table << "replaying " << events.size() << " events from " << path << "\n";
+  table << std::left << std::setw(7) << "fit" << std::right << std::setw(12) << "ns/op"
+        << std::setw(14) << "peak in use" << std::setw(14) << "footprint" << std::setw(10)
+        << "frag@peak" << std::setw(10) << "failures"
+        << "\n";
   replay_result last;
   bool any_served = false;  // some fit served every allocation
   for (const std::string& f : fits) {
@@ -83,15 +87,19 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
     h.pool_knob = "--pool";
     h.fit = f == "best" ? fit_policy::best : fit_policy::first;
     device_heap heap(*dev, h);
-    last = replay_events(events, heap);
-    out << std::left << std::setw(7) << f << std::right << std::setw(12) << std::fixed
-        << std::setprecision(1) << last.ns_per_op << std::setw(14)
-        << format_bytes(last.peak_bytes_in_use) << std::setw(14)
-        << format_bytes(last.footprint_at_peak) << std::setw(9) << std::setprecision(2)
-        << 100.0 * last.fragmentation_at_peak << "%" << std::setw(10) << last.failures << "\n";
-    out.unsetf(std::ios::fixed);
+    try {
+      last = replay_events(events, heap);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument("trace '" + path + "': " + e.what());  // name the file
+    }
+    table << std::left << std::setw(7) << f << std::right << std::setw(12) << std::fixed
+          << std::setprecision(1) << last.ns_per_op << std::setw(14)
+          << format_bytes(last.peak_bytes_in_use) << std::setw(14)
+          << format_bytes(last.footprint_at_peak) << std::setw(9) << std::setprecision(2)
+          << 100.0 * last.fragmentation_at_peak << "%" << std::setw(10) << last.failures << "\n";
     any_served = any_served || last.failures == 0;
   }
+  out << table.str();
   // What the trace itself holds that a replay cannot reproduce, the same for every fit.
   if (last.unmatched_frees_in_trace > 0) {
     out << "note: " << last.unmatched_frees_in_trace

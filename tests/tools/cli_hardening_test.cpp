@@ -294,8 +294,9 @@ const std::string k_header = std::string(trace_header) + " block_bytes=1024\n";
 TEST(cli_hardening_test, replay_rejects_a_double_free_naming_both_lines) {
   const std::string path =
       write_text("double.trace", k_header + "0 a 0 1024 0\n1 f 0 1024 0\n2 f 0 1024 0\n");
-  expect_has(error_of(replay_command, {"--trace", path}),
-             "trace line 4: free of offset 0, already freed at line 3");
+  const std::string e = error_of(replay_command, {"--trace", path});
+  expect_has(e, "trace line 4: free of offset 0, already freed at line 3");
+  expect_has(e, "trace '" + path + "': ");  // the file named
   std::filesystem::remove(path);
 }
 
