@@ -99,6 +99,7 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   }
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
   o.split = args.flag("split");
+  warn_unused_variables(o);
   args.reject_unused();
   MEMWEAVE_EXPECTS(!o.lr_given,
                    "--lr: eval trains nothing (its weights are --init-from's, the "

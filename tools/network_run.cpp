@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "memweave/core/checked.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/device/stream_timeline.hpp"
 #include "memweave/engine/layer_memory.hpp"
@@ -334,6 +336,20 @@ std::string timeline_path_of(const network_run_options& o, const std::string& po
     return t.substr(0, t.size() - ext.size()) + "." + policy + ext;
   }
   return t + "." + policy + ext;
+}
+
+void warn_unused_variables(const network_run_options& o) {
+  if (option_string("MEMWEAVE_SPLIT_COMPRESS") == "fp16" && !o.split) {
+    log(log_level::warn,
+        "MEMWEAVE_SPLIT_COMPRESS=fp16 compresses the micro-tensors of --split's staged steps: "
+        "this run has no --split, so it does nothing");
+  }
+  const bool all = std::find(o.policies.begin(), o.policies.end(), "all") != o.policies.end();
+  if (o.executor.schedule.compress && !all) {
+    log(log_level::warn,
+        "MEMWEAVE_SCHEDULE_COMPRESS=fp16 compresses the swaps of the memory schedule, which "
+        "only the policy all plans: this run has none, so it does nothing");
+  }
 }
 
 void check_device_option(const device_options& dev, const std::string& kind) {

@@ -141,6 +141,11 @@ double null_link_gbps(const network_run_options& o);
 /// named before its ".json" when several do ("t.json" -> "t.utp.json"); "" when unset.
 std::string timeline_path_of(const network_run_options& o, const std::string& policy);
 
+/// Warns (logs) about the variables set that this run does not use: MEMWEAVE_SPLIT_COMPRESS
+/// without --split, MEMWEAVE_SCHEDULE_COMPRESS without the policy `all`. A silently ignored
+/// setting reads as one that took effect.
+void warn_unused_variables(const network_run_options& o);
+
 /// Makes the device `--device KIND` asked for once, before anything runs: its failure (no
 /// GPU) is a device_error naming --device, whose advice (MEMWEAVE_DEVICE=host) would not
 /// apply, since the option overrides the variable.

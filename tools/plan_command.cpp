@@ -207,6 +207,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                        std::to_string(c.ranks) + ": each device needs at least one image");
   o.zoo.batch = (global + c.ranks - 1) / c.ranks;
 
+  warn_unused_variables(o);
   check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<network> tiled;

@@ -58,6 +58,7 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   MEMWEAVE_EXPECTS(export_path.empty() || is_onnx_net(o.net),
                    knob_value("--export-onnx", export_path) +
                        " needs an ONNX model to write into: give --net PATH.onnx");
+  warn_unused_variables(o);
   check_output_paths(o, data);
 
   // Data parallelism: this rank's share of the global batch (a model file's own batch, when

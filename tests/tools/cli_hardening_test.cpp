@@ -281,6 +281,21 @@ TEST(cli_hardening_test, a_budget_beyond_the_address_space_names_the_budget) {
       "lower the budget, --budget");
 }
 
+// A variable set for a technique the run does not use is told, not silently ignored.
+TEST(cli_hardening_test, a_compression_variable_the_run_does_not_use_is_warned_about) {
+  scoped_env split("MEMWEAVE_SPLIT_COMPRESS", "fp16");
+  scoped_env schedule("MEMWEAVE_SCHEDULE_COMPRESS", "fp16");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(run(plan_command, with({"--policy", "liveness"})).code, 0);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  expect_has(err, "MEMWEAVE_SPLIT_COMPRESS=fp16 compresses the micro-tensors of --split's");
+  expect_has(err, "MEMWEAVE_SCHEDULE_COMPRESS=fp16 compresses the swaps of the memory schedule");
+  ::testing::internal::CaptureStderr();
+  (void)run(plan_command, with({"--policy", "all"}));
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("MEMWEAVE_SCHEDULE_COMPRESS=fp16 compresses"), std::string::npos) << err;
+}
+
 // ---- replay
 
 std::string write_text(const std::string& name, const std::string& text) {
