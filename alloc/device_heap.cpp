@@ -58,6 +58,10 @@
 
 namespace memweave {
 
+bool valid_block_bytes(std::size_t bytes) noexcept {
+  return bytes >= 256 && std::has_single_bit(bytes);
+}
+
 const char* to_string(fit_policy fit) noexcept {
   return fit == fit_policy::first ? "first" : "best";
 }
@@ -68,10 +72,6 @@ constexpr std::size_t max_arenas = 256;
 constexpr std::uint32_t nil = detail::nil_node;
 using detail::run_node;
 using detail::run_state;
-
-bool valid_block_bytes(std::size_t b) {
-  return b >= 256 && std::has_single_bit(b);
-}
 
 std::string pointer_text(const void* p) {
   char buf[32];

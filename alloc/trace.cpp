@@ -5,6 +5,8 @@
 // far as the heap it drives is.
 #include "memweave/alloc/trace.hpp"
 
+#include "memweave/alloc/device_heap.hpp"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -94,15 +96,15 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
   return e;
 }
 
-// What follows the header's fixed text: " block_bytes=N", N what the heap accepts (a power
-// of two of at least 256), or nothing (older traces).
+// What follows the header's fixed text: " block_bytes=N", N a block size the heap takes (up
+// to MEMWEAVE_BLOCK_BYTES's 1 GiB), or nothing (older traces).
 void check_header(std::string_view rest, const std::string& at) {
   const auto f = fields_of(rest);
   if (f.empty()) return;
   constexpr std::string_view key = "block_bytes=";
   std::uint64_t block = 0;
   if (f.size() != 1 || !f[0].starts_with(key) || !parse_number(f[0].substr(key.size()), block) ||
-      block < 256 || (block & (block - 1)) != 0 || block > (std::uint64_t{1} << 30)) {
+      !valid_block_bytes(block) || block > (std::uint64_t{1} << 30)) {
     throw invalid_argument(at + "the header's " + quote(rest) +
                            " is not ' block_bytes=N' with N a power of two from 256 to 1 GiB "
                            "(the heap's block size)");

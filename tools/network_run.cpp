@@ -45,6 +45,17 @@ constexpr double k_min_width = 1e-6;
 constexpr double k_min_learning_rate = 1e-12;
 constexpr double k_max_learning_rate = 1e3;  // keeps the float finite
 
+// Runs `write`; a failure is kept in `first` (the first one only) instead of thrown, so that
+// what comes after it is still written.
+template <class F>
+void keep_first_failure(std::exception_ptr& first, F&& write) {
+  try {
+    write();
+  } catch (const std::exception&) {
+    if (!first) first = std::current_exception();
+  }
+}
+
 // A file the run reads, by the knob that named it.
 struct run_input {
   std::string knob;
@@ -140,12 +151,10 @@ void write_run_outputs(const network_run_options& o, const run_report& report, s
   std::exception_ptr first;
   const auto write = [&](const char* knob, const std::string& path, auto writer) {
     if (path.empty()) return;
-    try {
+    keep_first_failure(first, [&] {
       from_knob(knob, [&] { write_file(path, report, writer); });
       out << "wrote " << path << "\n";
-    } catch (const std::exception&) {
-      if (!first) first = std::current_exception();
-    }
+    });
   };
   write("--json", o.json, write_json);
   write("--csv", o.csv, write_csv);
@@ -314,6 +323,18 @@ network make_run_network(network_run_options& o, bool weights,
     onnx->emplace(std::move(m));
   }
   return tile_if_asked(std::move(net), o, &o.tiling);
+}
+
+std::optional<network> make_run_network_or_unfit(network_run_options& o, bool weights,
+                                                 std::optional<imported_model>* onnx,
+                                                 const std::string& command, std::ostream& out) {
+  try {
+    return make_run_network(o, weights, onnx);
+  } catch (const budget_too_small& e) {
+    // --tile below the least segment step: does not fit (exit 1), as a policy below its floor.
+    out << "memweave " << command << " " << o.net << ": --tile does not fit: " << e.what() << "\n";
+    return std::nullopt;
+  }
 }
 
 std::string trace_path_of(const network_run_options& o, const std::string& policy) {
@@ -555,12 +576,8 @@ policy_report run_policy(const network& net, const network_run_options& o,
   // What the run leaves besides its report: a failure to write one (a full disk) loses
   // neither the row nor the other outputs.
   const auto keep_going = [&](const std::function<void()>& write) {
-    try {
-      write();
-    } catch (const std::exception&) {
-      if (output_error == nullptr || parallel(o)) throw;
-      if (!*output_error) *output_error = std::current_exception();
-    }
+    if (output_error == nullptr || parallel(o)) return write();
+    keep_first_failure(*output_error, write);
   };
   // Under data parallelism every rank holds the same weights: rank 0 saves them.
   if (!o.save.empty() && dev->touches_memory() && (!parallel(o) || o.executor.comm->rank() == 0)) {
@@ -618,11 +635,7 @@ int run_policies(const network& net, const network_run_options& o, const device_
   }
   if (!parallel(o) || o.executor.comm->rank() == 0) {
     write_summary(out, report);
-    try {
-      write_run_outputs(o, report, out);
-    } catch (const std::exception&) {
-      if (!output_error) output_error = std::current_exception();
-    }
+    keep_first_failure(output_error, [&] { write_run_outputs(o, report, out); });
   }
   if (first_error) std::rethrow_exception(first_error);
   if (output_error) std::rethrow_exception(output_error);

@@ -106,6 +106,12 @@ network make_planning_network(const network_run_options& o, std::int64_t batch);
 /// import (bindings, source) into `*onnx` when given.
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx = nullptr);
+/// make_run_network, where --tile's budget_too_small (the budget below the least segment
+/// step) is "does not fit": said on `out` ("memweave COMMAND NET: --tile does not fit: ...")
+/// and nullopt, for exit 1 as a policy below its floor; other errors are thrown.
+std::optional<network> make_run_network_or_unfit(network_run_options& o, bool weights,
+                                                 std::optional<imported_model>* onnx,
+                                                 const std::string& command, std::ostream& out);
 
 /// `net` cut into tiled segments for o.budget_bytes when o.tile (the segments into
 /// `*segments` when given); `net` itself otherwise. --tile needs --budget.

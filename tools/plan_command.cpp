@@ -210,15 +210,9 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   warn_unused_variables(o);
   check_output_paths(o);
   const auto t0 = std::chrono::steady_clock::now();
-  std::optional<network> tiled;
-  try {
-    tiled.emplace(make_run_network(o, false));
-  } catch (const budget_too_small& e) {
-    // --tile below the least segment step: does not fit (exit 1), as a policy below its floor.
-    out << "memweave plan " << o.net << ": --tile does not fit: " << e.what() << "\n";
-    return 1;
-  }
-  const network& net = *tiled;
+  const std::optional<network> made = make_run_network_or_unfit(o, false, nullptr, "plan", out);
+  if (!made) return 1;
+  const network& net = *made;
   if (o.split && plan_split(net, o, out) != 0) return 1;
   if (global == 0) global = net.batch();  // one device, the model file's batch
   device_options dev;

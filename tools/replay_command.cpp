@@ -21,13 +21,11 @@ namespace {
 constexpr std::int64_t k_max_synthetic_layers = 100000;
 constexpr std::int64_t k_max_synthetic_batch = 4096;
 
-}  // namespace
-
-namespace {
 // The heap's pool: --pool, or 256 GiB.
 std::size_t pool_bytes_of(const std::optional<std::size_t>& pool) {
   return pool.value_or(std::size_t{256} << 30);
 }
+
 }  // namespace
 
 int replay_command(int argc, const char* const* argv, std::ostream& out) {

@@ -80,14 +80,8 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   o.executor.bucket_bytes = *option_bytes("MEMWEAVE_BUCKET_BYTES");
 
   std::optional<imported_model> onnx;
-  std::optional<network> made;
-  try {
-    made.emplace(make_run_network(o, true, &onnx));
-  } catch (const budget_too_small& e) {
-    // --tile below the least segment step: does not fit (exit 1), as a policy below its floor.
-    out << "memweave train " << o.net << ": --tile does not fit: " << e.what() << "\n";
-    return 1;
-  }
+  const std::optional<network> made = make_run_network_or_unfit(o, true, &onnx, "train", out);
+  if (!made) return 1;
   const network& net = *made;
   if (global == 0) global = net.batch();  // one rank, the model file's batch
   bool exported = false;

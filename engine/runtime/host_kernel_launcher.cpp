@@ -11,7 +11,6 @@
 #include "engine/kernels/host/conv.hpp"
 #include "engine/kernels/host/kernel_context.hpp"
 #include "engine/layers/split_step.hpp"
-#include "engine/runtime/executor_staging.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 
 namespace memweave {
@@ -50,7 +49,7 @@ class host_kernel_launcher final : public kernel_launcher {
       launch_channel_groups(step, std::move(staged));
       return;
     }
-    const layers::staged_link_bytes link = link_bytes(step);
+    const layers::staged_link_bytes link = staged_link(step);
     ctx_.dev->get_stream(stream_role::compute)
         .launch_with_link(
             [forward, parts, context, sgd, a = marshal(step), staged = std::move(staged),
@@ -66,15 +65,6 @@ class host_kernel_launcher final : public kernel_launcher {
             0.0, link.to_device, link.to_host);
   }
 
-  // What a staged step's own copies move over the link, by direction: the device's simulated
-  // link (shared with the copy streams) holds them while the step runs, as the null device
-  // charges them. Nothing for a step that stages nothing.
-  layers::staged_link_bytes link_bytes(const layer_launch& step) const {
-    if (step.staged.empty()) return {};
-    return layers::staged_directions(step.l->type, step.forward, step.staged, step.parts,
-                                     first_input_has_grad(*ctx_.table, *step.l), step.inference);
-  }
-
   // A CONV/FC step in output-channel groups: the solver's updates run on each group's rows
   // (its weights may be staged: only a group's rows are on the device).
   void launch_channel_groups(const layer_launch& step, std::vector<layers::staged_tensor> staged) {
@@ -85,7 +75,7 @@ class host_kernel_launcher final : public kernel_launcher {
     for (std::size_t i = 0; i < a.updates.size(); ++i) {
       updates.push_back({a.updates[i].first, a.updates[i].second, a.momenta[i], a.counts[i]});
     }
-    const layers::staged_link_bytes link = link_bytes(step);
+    const layers::staged_link_bytes link = staged_link(step);
     ctx_.dev->get_stream(stream_role::compute)
         .launch_with_link(
             [forward = step.forward, groups = step.channel_parts, parts = step.parts, context, sgd,

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/random.hpp"
+#include "engine/runtime/executor_staging.hpp"
 
 namespace memweave {
 namespace k = kernels::host;
@@ -54,6 +55,12 @@ conv_step kernel_launcher::no_workspace_conv(conv_workspace_selector&, const lay
 void kernel_launcher::take_conv(k::conv_pass, const std::string& algorithm, host_conv_choice& host,
                                 int&) const {
   host = parse_conv_candidate(algorithm);
+}
+
+layers::staged_link_bytes kernel_launcher::staged_link(const layer_launch& step) const {
+  if (step.staged.empty()) return {};
+  return layers::staged_directions(step.l->type, step.forward, step.staged, step.parts,
+                                   first_input_has_grad(*ctx_.table, *step.l), step.inference);
 }
 
 void kernel_launcher::copy_batch(const layer_launch& step) {

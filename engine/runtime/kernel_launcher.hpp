@@ -169,6 +169,10 @@ class kernel_launcher {
   step_kernel_args marshal(const layer_launch& step) const;
   /// Appends the solver's updates of layer `id` to `a`.
   void add_updates(layer_id id, step_kernel_args& a) const;
+  /// What a staged step's own copies move over the link, by direction (staged_directions):
+  /// what the device's link holds while the step runs (null, host). Nothing for a step that
+  /// stages nothing.
+  layers::staged_link_bytes staged_link(const layer_launch& step) const;
 
   launcher_context ctx_;
 

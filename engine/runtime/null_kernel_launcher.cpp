@@ -34,8 +34,7 @@ class null_kernel_launcher final : public kernel_launcher {
         static_cast<double>(layers::staged_critical_bytes(l.type, step.forward, step.staged,
                                                           step.parts, input_grad, step.inference)) /
         ctx_.model.link_bytes_per_s;
-    const layers::staged_link_bytes link = layers::staged_directions(
-        l.type, step.forward, step.staged, step.parts, input_grad, step.inference);
+    const layers::staged_link_bytes link = staged_link(step);
     ctx_.dev->get_stream(stream_role::compute)
         .launch_with_link(
             {},

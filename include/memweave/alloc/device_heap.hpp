@@ -30,12 +30,15 @@ enum class fit_policy {
 /// "best", "first".
 const char* to_string(fit_policy fit) noexcept;
 
+/// Whether `bytes` is a block size the heap takes: a power of two of at least 256.
+bool valid_block_bytes(std::size_t bytes) noexcept;
+
 /// How to build a heap. from_environment() reads the MEMWEAVE_* variables; fields set in
 /// code override them.
 struct heap_options {
   std::size_t pool_bytes = 0;  ///< arena size; 0 = pool_fraction of free device memory
   /// What set pool_bytes, named in the heap's errors and their remedy (empty:
-  /// "MEMWEAVE_POOL_BYTES"; the executor's budget: "--budget").
+  /// "MEMWEAVE_POOL_BYTES"; the executor's budget: "the budget, --budget").
   std::string pool_knob;
   double pool_fraction = 0.9;         ///< used when pool_bytes is 0; in (0, 1]
   std::size_t block_bytes = 1024;     ///< the unit of allocation: a power of two, >= 256
