@@ -1,6 +1,7 @@
 // Pure checks: nothing is allocated, nothing is kept.
 #include "engine/runtime/executor_checks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -40,6 +41,28 @@ void check_executor_options(const executor_options& options) {
 std::size_t heap_block_bytes(const executor_options& options) noexcept {
   return options.heap.block_bytes != 0 ? options.heap.block_bytes : 1024;
 }
+
+namespace {
+
+// What else runs below the step that set the floor: utp and all move the parameters too,
+// and with --split (TSPLIT) run a step over the budget micro-batch by micro-batch, its
+// micro-tensors in host memory, so a user below max(l_i) learns the option that fits.
+std::string below_largest_step_hint(const executor_options& options, bool moves_persistent,
+                                    bool split) {
+  const bool any_split = std::any_of(options.split_parts.begin(), options.split_parts.end(),
+                                     [](int p) { return p > 1; });
+  if (!moves_persistent) {
+    return " (utp and all also move parameters to host memory" +
+           std::string(any_split ? ""
+                                 : ", and with --split run a step micro-batch by micro-batch") +
+           ")";
+  }
+  if (split || any_split) return "";
+  return ", or pass --split: a step over the budget then runs micro-batch by micro-batch, its "
+         "micro-tensors in host memory";
+}
+
+}  // namespace
 
 void check_budget(const network& net, const route& steps, const tensor_table& table,
                   const memory_plan& plan, device& dev, const executor_options& options) {
@@ -101,7 +124,7 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
                                   format_bytes(worst_step) + " = " + format_bytes(minimum)) +
           "; raise --budget to at least that, or lower --batch or --image-side" +
-          (moves_persistent ? "" : " (utp and all also move parameters to host memory)"));
+          below_largest_step_hint(options, moves_persistent, split));
     }
   }
 }

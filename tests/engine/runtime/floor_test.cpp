@@ -154,6 +154,24 @@ TEST(floor_test, a_budget_below_the_largest_step_is_a_clear_error) {
     EXPECT_NE(msg.find("below what policy all can run"), std::string::npos) << msg;
     EXPECT_NE(msg.find("parameters and state included"), std::string::npos) << msg;
     EXPECT_NE(msg.find("raise --budget to at least"), std::string::npos) << msg;
+    // Below max(l_i) TSPLIT runs: the message names the option that fits.
+    EXPECT_NE(msg.find("or pass --split"), std::string::npos) << msg;
+  }
+}
+
+// With a split plan in place nothing more is suggested: the floor is its largest micro-step.
+TEST(floor_test, a_budget_below_the_split_floor_suggests_no_split) {
+  const network net = test::small_zoo("resnet50", 4);
+  auto dev = test::make_test_device("null", std::size_t{1} << 40);
+  executor_options o = policy_options("all", 4u << 10, "fixed:direct");
+  o.split_parts.assign(2 * net.layers().size(), 4);
+  try {
+    executor ex(net, *dev, o);
+    FAIL() << "no error below the micro-steps";
+  } catch (const invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("the micro-step of step"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("--split"), std::string::npos) << msg;
   }
 }
 
