@@ -39,7 +39,10 @@ struct context {
   std::size_t host_pool_bytes = 0;  ///< region size for the pinned host pool
   std::unique_ptr<runtime> rt;
 
-  std::mutex pools_mutex;  ///< guards owned_pools and the stores into pools
+  std::mutex pools_mutex;  ///< guards owned_pools, the stores into pools and trace_path
+  /// The trace memweaveTraceStart runs (pools made while it runs trace too), else the
+  /// configured one (memweave_config.trace_path, MEMWEAVE_TRACE); "" for none.
+  std::string trace_path;
   std::vector<std::unique_ptr<pool>> owned_pools;
   std::array<std::atomic<pool*>, k_max_devices> pools{};  ///< by ordinal (lock-free reads)
 
@@ -59,7 +62,17 @@ context* ensure(int* rc) noexcept;
 
 /// The pool of device `ordinal` (-1: the calling thread's current device), made on first
 /// use; nullptr on failure (code in *rc, message as the last error, `what_call` in front).
-pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc) noexcept;
+/// A device the runtime does not list is MEMWEAVE_ERROR_INVALID_VALUE; a pool whose arena
+/// cannot be taken is `arena_rc`: MEMWEAVE_ERROR_INITIALIZATION_ERROR when made on first
+/// use (memweave cannot serve that device: the interposer forwards its calls), what
+/// memweaveInit documents when made there.
+pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc,
+               int arena_rc = MEMWEAVE_ERROR_INITIALIZATION_ERROR) noexcept;
+
+/// The heap trace file of device `ordinal` when traces go to `path`: `path` itself for
+/// device 0 (and the simulated devices), `path` + ".device<N>" for device N, so that the
+/// pools of several devices never write one file (each replays as one heap).
+std::string trace_path_of(const std::string& path, int ordinal);
 
 /// The pool whose arenas hold `p`, or nullptr. Lock-free.
 pool* owner_of(context& ctx, const void* p) noexcept;

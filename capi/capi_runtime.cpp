@@ -27,7 +27,10 @@ namespace {
 class simulated_runtime final : public runtime {
  public:
   int current_device() override { return 0; }
-  std::unique_ptr<event> record(int, CUstream_st*) override { return nullptr; }
+  int stream_device(CUstream_st*) override { return 0; }
+  int device_count() override { return 1; }
+  std::unique_ptr<event> record(CUstream_st*) override { return nullptr; }
+  void synchronize_stream(CUstream_st*) override {}
   void synchronize_device(int, device& dev) override { dev.synchronize(); }
   std::uintptr_t stream_key(CUstream_st* stream) const noexcept override {
     return reinterpret_cast<std::uintptr_t>(stream);
@@ -134,8 +137,31 @@ class cuda_runtime final : public runtime {
     return d;
   }
 
-  std::unique_ptr<event> record(int ordinal, CUstream_st* stream) override {
-    // The event must belong to the stream's device: make `ordinal` current if it is not.
+  int stream_device(CUstream_st* stream) override {
+    if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+      return current_device();
+    }
+    int d = 0;
+    const cudaError_t e = cudaStreamGetDevice(stream, &d);
+    if (e != cudaSuccess)
+      throw_cuda(e, "cudaStreamGetDevice (the stream of a stream-ordered call)");
+    return d;
+  }
+
+  int device_count() override {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw no_device_error(std::string("no CUDA GPU can be used (cudaGetDeviceCount failed: ") +
+                            cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")");
+    }
+    return n;
+  }
+
+  std::unique_ptr<event> record(CUstream_st* stream) override {
+    // The event must belong to the stream's device: make that one current if it is not.
+    const int ordinal = stream_device(stream);
     int previous = ordinal;
     if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
     const bool restore = previous != ordinal && cuda_backend::context_current();
@@ -154,6 +180,11 @@ class cuda_runtime final : public runtime {
     const cudaError_t e = cudaEventRecord(out->handle(), stream);
     if (e != cudaSuccess) throw_cuda(e, "cudaEventRecord on the freeing stream");
     return out;
+  }
+
+  void synchronize_stream(CUstream_st* stream) override {
+    const cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) throw_cuda(e, "cudaStreamSynchronize (the freeing stream)");
   }
 
   void synchronize_device(int ordinal, device&) override {

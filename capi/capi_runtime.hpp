@@ -18,10 +18,23 @@ class runtime {
   /// The calling thread's current device ordinal (cudaGetDevice); 0 where devices have no
   /// ordinals. Throws no_device_error when the runtime cannot start (no driver, no GPU).
   virtual int current_device() = 0;
-  /// An event recorded now at the end of `stream` on device `ordinal`, or nullptr when
-  /// nothing enqueued on it can still be running (no caller streams on this backend).
-  /// Throws device_error when the event cannot be recorded.
-  virtual std::unique_ptr<event> record(int ordinal, CUstream_st* stream) = 0;
+  /// The device `stream` belongs to (cudaStreamGetDevice; the current device for the
+  /// NULL, legacy and per-thread handles): a stream-ordered allocation comes from its pool,
+  /// as cudaMallocAsync's comes from the stream's device's pool. 0 where devices have no
+  /// ordinals. Throws device_error when the runtime cannot say (a destroyed stream).
+  virtual int stream_device(CUstream_st* stream) = 0;
+  /// The number of devices the runtime lists (1 where devices have no ordinals). Throws
+  /// no_device_error when the runtime cannot start.
+  virtual int device_count() = 0;
+  /// An event recorded now at the end of `stream`, made on the stream's device (the block
+  /// freed may be another device's: an event must belong to its stream's device), or
+  /// nullptr when nothing enqueued on it can still be running (no caller streams on this
+  /// backend). Throws device_error when the event cannot be recorded.
+  virtual std::unique_ptr<event> record(CUstream_st* stream) = 0;
+  /// Blocks until `stream` has run everything enqueued on it (cudaStreamSynchronize): a
+  /// stream-ordered free whose event could not be recorded waits for its stream this way.
+  /// Throws device_error.
+  virtual void synchronize_stream(CUstream_st* stream) = 0;
   /// Blocks until every stream of device `ordinal` (`dev` is memweave's device for it) is
   /// idle, as cudaFree does before it frees. Throws device_error.
   virtual void synchronize_device(int ordinal, device& dev) = 0;

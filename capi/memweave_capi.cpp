@@ -19,6 +19,7 @@
 #include <string>
 
 #include "capi/capi_context.hpp"
+#include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
@@ -55,13 +56,19 @@ device_kind kind_of(const std::string& k) {
 // The environment's settings, overridden by the non-zero fields of `config`. Makes no
 // device: the first pool does (make_pool).
 std::unique_ptr<context> make_context(const memweave_config* config) {
+  // Every MEMWEAVE_* value is checked, as the command line checks them: a malformed one is
+  // an error naming it, an unknown name a warning (a typo would otherwise go unnoticed).
+  validate_environment();
   device_options dopt = device_options::from_environment();
   heap_options hopt = heap_options::from_environment();
   std::size_t host_bytes = 0;
   if (config != nullptr) {
     if (config->device != nullptr && *config->device != '\0') dopt.kind = config->device;
     if (config->device_bytes != 0) dopt.capacity_bytes = config->device_bytes;
-    if (config->pool_bytes != 0) hopt.pool_bytes = config->pool_bytes;
+    if (config->pool_bytes != 0) {
+      hopt.pool_bytes = config->pool_bytes;
+      hopt.pool_knob = "memweave_config.pool_bytes";  // what the heap's errors name
+    }
     if (config->pool_fraction != 0.0) {
       if (!(config->pool_fraction > 0.0 && config->pool_fraction <= 1.0)) {
         throw invalid_argument(
@@ -70,7 +77,15 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
       }
       hopt.pool_fraction = config->pool_fraction;
     }
-    if (config->block_bytes != 0) hopt.block_bytes = config->block_bytes;
+    if (config->block_bytes != 0) {
+      if (!valid_block_bytes(config->block_bytes)) {
+        throw invalid_argument(
+            "memweave_config.block_bytes = " + std::to_string(config->block_bytes) +
+            " is not a power of two >= 256; use e.g. 1024, or 0 "
+            "for MEMWEAVE_BLOCK_BYTES");
+      }
+      hopt.block_bytes = config->block_bytes;
+    }
     switch (config->fit) {
       case MEMWEAVE_FIT_DEFAULT:
         break;
@@ -90,6 +105,13 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
       hopt.trace_path = config->trace_path;
     }
     host_bytes = config->host_pool_bytes;
+    // Checked here, not at the first memweaveHostMalloc, and named as the caller set it.
+    if (host_bytes != 0 && host_bytes < pinned_host_pool::min_bytes) {
+      throw invalid_argument("memweave_config.host_pool_bytes = " + std::to_string(host_bytes) +
+                             " is below the pinned host pool's minimum of " +
+                             format_bytes(pinned_host_pool::min_bytes) +
+                             "; ask for more, or 0 for MEMWEAVE_HOST_POOL_BYTES");
+    }
   }
   // Read now so that a bad MEMWEAVE_HOST_POOL_BYTES is reported at initialization.
   if (host_bytes == 0) host_bytes = pinned_host_pool::bytes_from_environment();
@@ -100,6 +122,8 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
 
   auto ctx = std::make_unique<context>();
   ctx->device_settings = dopt;
+  ctx->trace_path = hopt.trace_path;
+  hopt.trace_path.clear();  // each pool traces to its own file (trace_path_of)
   ctx->heap_settings = hopt;
   ctx->host_pool_bytes = host_bytes;
   ctx->rt = make_runtime(kind_of(dopt.kind));
@@ -113,7 +137,9 @@ pool* make_pool_locked(context& ctx, int ordinal) {
   device_options dopt = ctx.device_settings;
   dopt.cuda_ordinal = ordinal;
   p->dev = make_device(dopt);
-  p->heap = std::make_unique<device_heap>(*p->dev, ctx.heap_settings);
+  heap_options hopt = ctx.heap_settings;
+  if (!ctx.trace_path.empty()) hopt.trace_path = trace_path_of(ctx.trace_path, ordinal);
+  p->heap = std::make_unique<device_heap>(*p->dev, hopt);
   p->ordered = std::make_unique<stream_ordered_heap>(*p->heap);
   pool* raw = p.get();
   ctx.owned_pools.push_back(std::move(p));
@@ -145,7 +171,16 @@ memweave_status allocate(const char* what_call, void** ptr, std::size_t bytes, C
   int rc = MEMWEAVE_SUCCESS;
   context* c = ensure(&rc);
   if (c == nullptr) return rc;
-  pool* p = get_pool(*c, -1, what_call, &rc);
+  // As cudaMallocAsync: from the pool of the stream's device, which the free then finds.
+  int ordinal = -1;
+  if (stream_ordered) {
+    try {
+      ordinal = c->rt->stream_device(stream);
+    } catch (...) {
+      return fail_from_current_exception(what_call);
+    }
+  }
+  pool* p = get_pool(*c, ordinal, what_call, &rc);
   if (p == nullptr) return rc;
   // A synchronous allocation may be used on any stream: it never takes a block still
   // pending on one (no_reuse_stream), only blocks every stream is done with.
@@ -221,13 +256,21 @@ memweave_status release(const char* what_call, void* ptr, CUstream_st* stream,
     int rc = MEMWEAVE_SUCCESS;
     if (stream_ordered) {
       try {
-        done = c->rt->record(pl->ordinal, stream);
+        done = c->rt->record(stream);
         key = c->rt->stream_key(stream);
       } catch (const std::exception& e) {
-        // No event on that stream (another device's, or a failed one): wait for the device.
+        // No event on that stream: the block waits for the stream itself (below, the block's
+        // device too), so that nothing the stream still runs can see it handed out again.
         log(log_level::warn, std::string(what_call) + ": " + e.what() +
-                                 "; waiting for the device before reusing the block");
+                                 "; waiting for the stream and the device before reusing "
+                                 "the block");
         done.reset();
+        try {
+          c->rt->synchronize_stream(stream);
+        } catch (...) {
+          // A failed stream (a sticky error) runs nothing more; the caller learns of it.
+          rc = fail_from_current_exception(what_call);
+        }
       }
     }
     if (!stream_ordered || (done == nullptr && key == stream_ordered_heap::no_reuse_stream)) {
@@ -323,14 +366,26 @@ context* ensure(int* rc) noexcept {
   }
 }
 
-pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc) noexcept {
+std::string trace_path_of(const std::string& path, int ordinal) {
+  return ordinal == 0 ? path : path + ".device" + std::to_string(ordinal);
+}
+
+pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc, int arena_rc) noexcept {
   busy_scope busy;
+  const bool asked = ordinal != -1;  // a device index the caller gave (PyTorch's)
   try {
     const bool cuda = ctx.device_settings.kind == "cuda";
     if (!cuda) {
       ordinal = 0;  // one simulated device: the device index means nothing there
-    } else if (ordinal < 0) {
+    } else if (!asked) {
       ordinal = ctx.rt->current_device();
+    } else if (ordinal < 0 || ordinal >= ctx.rt->device_count()) {
+      *rc = fail(MEMWEAVE_ERROR_INVALID_VALUE,
+                 std::string(what_call) + ": device " + std::to_string(ordinal) +
+                     " is not a device of this process: the CUDA runtime lists " +
+                     std::to_string(ctx.rt->device_count()) +
+                     " (ordinals from 0; -1 is the current device)");
+      return nullptr;
     }
     if (ordinal < 0 || ordinal >= k_max_devices) {
       *rc =
@@ -346,10 +401,19 @@ pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc) noexce
     if (pool* p = ctx.pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
       return p;
     }
-    return make_pool_locked(ctx, ordinal);
+    try {
+      return make_pool_locked(ctx, ordinal);
+    } catch (const out_of_memory& e) {
+      // The arena cannot be taken: memweave cannot serve this device (not a pool exhausted).
+      *rc = fail(arena_rc, std::string(what_call) + ": making the pool of device " +
+                               std::to_string(ordinal) + ": " + e.what());
+      return nullptr;
+    }
   } catch (...) {
     *rc = fail_from_current_exception(
-        (std::string(what_call) + ": making the pool of the current device").c_str(),
+        (std::string(what_call) + ": making the pool of " +
+         (asked ? "device " + std::to_string(ordinal) : std::string("the current device")))
+            .c_str(),
         MEMWEAVE_ERROR_INITIALIZATION_ERROR);
     return nullptr;
   }
@@ -377,8 +441,13 @@ pinned_host_pool* host_pool(context& ctx, int* rc) noexcept {
     return ctx.host.get();
   } catch (...) {
     // device_error here means jemalloc could not be loaded: the pool cannot start.
-    *rc = fail_from_current_exception("memweave: making the pinned host pool",
-                                      MEMWEAVE_ERROR_INITIALIZATION_ERROR);
+    std::string what = "memweave: making the pinned host pool";
+    try {
+      what += " of " + format_bytes(ctx.host_pool_bytes) +
+              " (memweave_config.host_pool_bytes, else MEMWEAVE_HOST_POOL_BYTES)";
+    } catch (...) {
+    }
+    *rc = fail_from_current_exception(what.c_str(), MEMWEAVE_ERROR_INITIALIZATION_ERROR);
     return nullptr;
   }
 }
@@ -411,7 +480,9 @@ memweave_status memweaveInit(const memweave_config* config) {
     std::unique_ptr<context> c = make_context(config);
     // The current device's pool now, so that a bad device or arena is reported here.
     int rc = MEMWEAVE_SUCCESS;
-    if (get_pool(*c, -1, "memweaveInit", &rc) == nullptr) return rc;
+    if (get_pool(*c, -1, "memweaveInit", &rc, MEMWEAVE_ERROR_MEMORY_ALLOCATION) == nullptr) {
+      return rc;
+    }
     g_context.store(c.release(), std::memory_order_release);
     return MEMWEAVE_SUCCESS;
   } catch (...) {
@@ -547,21 +618,36 @@ memweave_status memweaveTraceStart(const char* path) {
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
-  memweave::capi::pool* p = memweave::capi::get_pool(*c, -1, "memweaveTraceStart", &rc);
-  if (p == nullptr) return rc;
+  if (memweave::capi::get_pool(*c, -1, "memweaveTraceStart", &rc) == nullptr) return rc;
   try {
-    p->heap->start_trace(path);
+    // Every pool, each to its own file (trace_path_of), and the pools made while it runs.
+    std::lock_guard<std::mutex> lock(c->pools_mutex);
+    for (const auto& p : c->owned_pools) {
+      p->heap->start_trace(memweave::capi::trace_path_of(path, p->ordinal));
+    }
+    c->trace_path = path;
     return MEMWEAVE_SUCCESS;
   } catch (...) {
     return fail_from_current_exception("memweaveTraceStart");
   }
 }
 
+// A program that never calls memweaveTraceStop or memweaveFinalize (any program under the
+// interposer) still gets its heap traces whole: at exit (or when the library is unloaded)
+// every running trace is flushed and closed. Skipped if a pool is being made right then
+// (its mutex taken): exit must not wait.
+__attribute__((destructor)) static void memweave_flush_traces_at_exit() {
+  memweave::capi::context* c = memweave::capi::current();
+  if (c == nullptr || !c->pools_mutex.try_lock()) return;
+  std::lock_guard<std::mutex> lock(c->pools_mutex, std::adopt_lock);
+  for (const auto& p : c->owned_pools) p->heap->stop_trace();
+}
+
 memweave_status memweaveTraceStop(void) {
   if (context* c = memweave::capi::current()) {
-    for (auto& slot : c->pools) {
-      if (memweave::capi::pool* p = slot.load(std::memory_order_acquire)) p->heap->stop_trace();
-    }
+    std::lock_guard<std::mutex> lock(c->pools_mutex);
+    for (const auto& p : c->owned_pools) p->heap->stop_trace();
+    c->trace_path.clear();
   }
   return MEMWEAVE_SUCCESS;
 }

@@ -116,6 +116,14 @@ bool memweave_unavailable(int rc) noexcept {
   return true;
 }
 
+// What the interposed cudaFree/cudaFreeAsync return for memweave's answer: the CUDA 13
+// runtime documents cudaErrorInvalidValue for a pointer that is not a live allocation
+// (cudaErrorInvalidDevicePointer, the C API's code for it, is deprecated since CUDA 10.1).
+cudaError_t free_result(int rc) noexcept {
+  if (rc == MEMWEAVE_ERROR_INVALID_DEVICE_POINTER) return cudaErrorInvalidValue;
+  return static_cast<cudaError_t>(rc);
+}
+
 // The stream-ordered allocation of cudaMallocAsync (`name` is the real function's name).
 cudaError_t malloc_async(std::atomic<malloc_async_fn>& slot, const char* name, void** p,
                          size_t bytes, cudaStream_t s) noexcept {
@@ -131,7 +139,7 @@ cudaError_t free_async(std::atomic<free_async_fn>& slot, const char* name, void*
                        cudaStream_t s) noexcept {
   if (from_memweave() || p == nullptr) return real_free_async(slot, name, p, s);
   reentry_guard guard;
-  if (memweaveOwns(p) != 0) return static_cast<cudaError_t>(memweaveFreeAsync(p, s));
+  if (memweaveOwns(p) != 0) return free_result(memweaveFreeAsync(p, s));
   return real_free_async(slot, name, p, s);
 }
 
@@ -151,7 +159,7 @@ __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** devPtr, siz
 __attribute__((visibility("default"))) cudaError_t cudaFree(void* devPtr) {
   if (from_memweave() || devPtr == nullptr) return real_free(devPtr);
   reentry_guard guard;
-  if (memweaveOwns(devPtr) != 0) return static_cast<cudaError_t>(memweaveFree(devPtr));
+  if (memweaveOwns(devPtr) != 0) return free_result(memweaveFree(devPtr));
   return real_free(devPtr);
 }
 

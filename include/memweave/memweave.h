@@ -67,7 +67,9 @@ typedef struct memweave_config {
   const char* device;
   /* Capacity of the simulated host and null devices (MEMWEAVE_DEVICE_BYTES, 8 GiB). */
   size_t device_bytes;
-  /* Write every heap allocation and free to this file (MEMWEAVE_TRACE, none). */
+  /* Write every heap allocation and free to this file (MEMWEAVE_TRACE, none): device 0's
+   * (and a simulated device's); device N's to this path with ".device<N>" appended, so
+   * that each file replays as one heap. */
   const char* trace_path;
   /* Size of the pinned host pool (MEMWEAVE_HOST_POOL_BYTES, 4 GiB). */
   size_t host_pool_bytes;
@@ -125,12 +127,16 @@ MEMWEAVE_API int memweaveIsInitialized(void);
  * *ptr = NULL and success. NULL ptr: MEMWEAVE_ERROR_INVALID_VALUE. When the pool cannot
  * serve the request, memweave first waits for the pending stream-ordered frees and
  * retries; if that fails: MEMWEAVE_ERROR_MEMORY_ALLOCATION, *ptr = NULL, and a message
- * naming the request, the free bytes, the largest free run and the fragmentation.
+ * naming the request, the free bytes, the largest free run and the fragmentation. When
+ * the device's pool cannot be made (its arena cannot be taken: MEMWEAVE_POOL_BYTES above
+ * what the device has free): MEMWEAVE_ERROR_INITIALIZATION_ERROR, memweave cannot serve
+ * that device (the interposer then forwards its calls to the CUDA runtime).
  * Initializes from the environment on first use. */
 MEMWEAVE_API memweave_status memweaveMalloc(void** ptr, size_t bytes);
 
 /* As cudaMallocAsync: as memweaveMalloc, for work on `stream` (a cudaStream_t; NULL is
- * the legacy default stream). It may return a block freed on the same stream whose free
+ * the legacy default stream), from the pool of the stream's device (the current device's
+ * for NULL, as cudaMallocAsync). It may return a block freed on the same stream whose free
  * the stream has not yet reached: the stream's order makes that safe, so use the block
  * on `stream` (or order other streams after it with an event). */
 MEMWEAVE_API memweave_status memweaveMallocAsync(void** ptr, size_t bytes,
@@ -166,8 +172,10 @@ MEMWEAVE_API memweave_status memweaveGetStats(memweave_stats* stats);
 /* Sets the current device's pool's peak to its current use. */
 MEMWEAVE_API memweave_status memweaveResetPeak(void);
 
-/* Starts writing every heap allocation and free to `path` (replay with `memweave replay`);
- * a running trace is stopped first. MEMWEAVE_ERROR_INVALID_VALUE when the file cannot be
+/* Starts writing every heap allocation and free to `path` (replay with `memweave replay`):
+ * of every device's pool, those made so far and those made while the trace runs, device
+ * 0's to `path` and device N's to `path` with ".device<N>" appended (one heap a file);
+ * a running trace is stopped first. MEMWEAVE_ERROR_INVALID_VALUE when a file cannot be
  * opened (the message says why). */
 MEMWEAVE_API memweave_status memweaveTraceStart(const char* path);
 

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -144,6 +146,46 @@ TEST(fake_cuda, pytorch_entry_with_the_interposer_preloaded_does_not_deadlock) {
 
 TEST(fake_cuda, auto_without_a_gpu_refuses_instead_of_handing_out_host_memory) {
   expect_passes(run_probe("auto_no_device", {k_preload, "FAKE_CUDART_DEVICES=0"}));
+}
+
+TEST(fake_cuda, a_stream_of_another_device_allocates_there_and_frees_in_its_order) {
+  expect_passes(run_probe("stream_of_another_device",
+                          {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
+TEST(fake_cuda, a_pool_that_cannot_be_made_forwards_to_the_runtime) {
+  const run_result r = run_probe("pool_cannot_be_made", {k_preload, "MEMWEAVE_POOL_BYTES=1G"});
+  expect_passes(r);
+  // One warning says why, naming the pool's size against the device.
+  EXPECT_NE(r.output.find("memweave cannot serve this device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("making the pool of device 0"), std::string::npos) << r.output;
+}
+
+TEST(fake_cuda, interposed_frees_of_what_is_not_live_return_invalid_value) {
+  expect_passes(run_probe("bad_frees", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
+TEST(fake_cuda, each_device_traces_to_its_own_file) {
+  const std::string path = ::testing::TempDir() + "fake_cuda_two_devices.trace";
+  std::remove(path.c_str());
+  std::remove((path + ".device1").c_str());
+  expect_passes(run_probe(
+      "traces_two_devices",
+      {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M", "MEMWEAVE_TRACE=" + path}));
+  // Each file holds its device's events alone: 2 x 3 pairs on device 0, 3 on device 1.
+  const auto events = [](const std::string& file) {
+    std::ifstream in(file);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) n += !line.empty() && line[0] != '#';
+    return n;
+  };
+  EXPECT_EQ(events(path), 12) << path;
+  EXPECT_EQ(events(path + ".device1"), 6) << path << ".device1";
+}
+
+TEST(fake_cuda, pytorch_device_index_outside_the_runtimes_devices_is_named) {
+  expect_passes(run_probe("torch_bad_device", {"FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"}));
 }
 
 TEST(fake_cuda, a_thread_that_never_chose_a_device_gets_no_context_on_gpu_0) {

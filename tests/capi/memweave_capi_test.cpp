@@ -169,6 +169,18 @@ TEST_F(memweave_capi_test, a_bad_environment_fails_lazy_initialization_with_its_
   EXPECT_EQ(memweaveIsInitialized(), 0);
 }
 
+// Every MEMWEAVE_* value is checked as the command line checks it, not only the ones the
+// C API reads: MEMWEAVE_LOG=DEBUG was silently taken as warn.
+TEST_F(memweave_capi_test, a_malformed_variable_the_pool_does_not_read_is_refused_too) {
+  ::setenv("MEMWEAVE_DEVICE", "host", 1);
+  ::setenv("MEMWEAVE_LOG", "DEBUG", 1);
+  EXPECT_EQ(memweaveInit(nullptr), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("MEMWEAVE_LOG"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("DEBUG"), std::string::npos) << last_error();
+  EXPECT_EQ(memweaveIsInitialized(), 0);
+  ::unsetenv("MEMWEAVE_LOG");
+}
+
 TEST_F(memweave_capi_test, zero_bytes_gives_null_and_success) {
   void* p = reinterpret_cast<void*>(0x1);
   EXPECT_EQ(memweaveMalloc(&p, 0), MEMWEAVE_SUCCESS);
@@ -411,15 +423,41 @@ TEST_F(memweave_capi_test, bad_config_values_are_invalid_values_naming_the_field
   c = host_config();
   c.block_bytes = 1000;  // not a power of two
   EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
-  EXPECT_NE(last_error().find("1000"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("memweave_config.block_bytes = 1000"), std::string::npos)
+      << last_error();
+  // Checked at initialization, not at the first memweaveHostMalloc, and named as set.
+  c = host_config();
+  c.host_pool_bytes = 1;
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("memweave_config.host_pool_bytes = 1 "), std::string::npos)
+      << last_error();
+  // A fraction as given (std::to_string printed 0.000000).
+  c = host_config();
+  c.pool_bytes = 0;
+  c.pool_fraction = 1e-300;
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("1e-300"), std::string::npos) << last_error();
   EXPECT_EQ(memweaveIsInitialized(), 0);
 }
 
 TEST_F(memweave_capi_test, pool_larger_than_the_device_is_an_allocation_error) {
   memweave_config c = host_config(128 * k_mib);  // the device has 64 MiB
   EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_MEMORY_ALLOCATION);
-  EXPECT_FALSE(last_error().empty());
+  // The field the caller set, not the environment variable.
+  EXPECT_NE(last_error().find("memweave_config.pool_bytes"), std::string::npos) << last_error();
   EXPECT_EQ(memweaveIsInitialized(), 0);
+}
+
+// grow_bytes near SIZE_MAX wrapped when rounded to blocks: the pool grew by the request
+// alone. No arena that large can be had, so the pool does not grow.
+TEST_F(memweave_capi_test, a_growth_step_too_large_to_take_does_not_grow_the_pool) {
+  memweave_config c = host_config(8 * k_mib);
+  c.grow_bytes = SIZE_MAX;
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  EXPECT_EQ(memweaveMalloc(&p, 16 * k_mib), MEMWEAVE_ERROR_MEMORY_ALLOCATION);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(stats().arenas, 1u);
 }
 
 TEST_F(memweave_capi_test, cuda_without_a_gpu_is_no_device) {

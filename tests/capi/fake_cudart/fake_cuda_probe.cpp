@@ -374,6 +374,91 @@ void no_context_restore() {
   CHECK(fake_cudart_contexts(0) == 0, "memweave created a context on device 0");
 }
 
+// A stream of device 0 used with device 1 current: cudaMallocAsync takes from the stream's
+// device's pool, as the runtime does, and a block freed in that stream's order is not
+// handed out (on any device) while the stream's kernel still writes it.
+void stream_of_another_device() {
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  cudaStream_t s0 = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  void* q = nullptr;
+  CHECK(cudaMallocAsync(&q, k_block, s0) == cudaSuccess, "cudaMallocAsync on device 0's stream");
+  CHECK(fake_cudart_device_of(q) == 0,
+        "cudaMallocAsync on a stream of device 0 gave memory of device %d (the current one)",
+        fake_cudart_device_of(q));
+  launch_write(s0, q, k_block, 0x11);
+  launch_read(s0, q, k_block, 0x11, 150);  // still reading when the next user writes
+  CHECK(cudaFreeAsync(q, s0) == cudaSuccess, "cudaFreeAsync on device 0's stream");
+  for (const int d : {1, 0}) {
+    CHECK(cudaSetDevice(d) == cudaSuccess, "cudaSetDevice");
+    void* r = nullptr;
+    CHECK(cudaMalloc(&r, k_block) == cudaSuccess, "cudaMalloc on device %d", d);
+    if (r == q) std::printf("reused_after_the_stream_reached_the_free=1\n");
+    std::memset(r, 0x22, k_block);  // the next user writes its block at once
+    CHECK(cudaFree(r) == cudaSuccess, "cudaFree");
+  }
+  CHECK(cudaStreamSynchronize(s0) == cudaSuccess, "sync");
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+  CHECK(cudaStreamDestroy(s0) == cudaSuccess, "destroy");
+}
+
+// A pool that cannot be made (MEMWEAVE_POOL_BYTES above the device): memweave cannot serve
+// the device, so the interposer passes its calls to the runtime instead of failing them.
+void pool_cannot_be_made() {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc was not forwarded");
+  CHECK(fake_cudart_device_of(p) == 0, "not device memory");
+  std::size_t free_bytes = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess, "cudaMemGetInfo was not forwarded");
+  CHECK(total == (256u << 20), "the runtime's total: %zu", total);
+  CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+}
+
+// Frees of what is not a live allocation return cudaErrorInvalidValue, as CUDA 13's
+// cudaFree documents (not the deprecated cudaErrorInvalidDevicePointer).
+void bad_frees() {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc");
+  CHECK(cudaFree(static_cast<char*>(p) + 1024) == cudaErrorInvalidValue, "interior free");
+  CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+  CHECK(cudaFree(p) == cudaErrorInvalidValue, "double free");
+  CHECK(cudaFreeAsync(p, nullptr) == cudaErrorInvalidValue, "double stream-ordered free");
+}
+
+// Two devices traced: each pool writes its own file (the path, and the path with
+// ".device1"), none truncating the other's.
+void traces_two_devices() {
+  for (const int d : {0, 1, 0}) {
+    CHECK(cudaSetDevice(d) == cudaSuccess, "cudaSetDevice");
+    for (int i = 0; i < 3; ++i) {
+      void* p = nullptr;
+      CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc");
+      CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+    }
+  }
+}
+
+// PyTorch's device index names a device the runtime lists, or -1 for the current one.
+void torch_bad_device() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++g_failures, void();
+  auto tmalloc = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  for (const int device : {5, -7}) {
+    try {
+      (void)tmalloc(1024, device, nullptr);
+      CHECK(false, "device %d was served", device);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      std::printf("device %d: %s\n", device, e.what());
+      CHECK(what.find("device " + std::to_string(device) + " is not a device of this process") !=
+                std::string::npos,
+            "%s", e.what());
+      CHECK(what.find("MEMWEAVE_CUDA_DEVICE") == std::string::npos, "%s", e.what());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -399,6 +484,16 @@ int main(int argc, char** argv) {
     auto_no_device();
   } else if (scenario == "no_context_restore") {
     no_context_restore();
+  } else if (scenario == "stream_of_another_device") {
+    stream_of_another_device();
+  } else if (scenario == "pool_cannot_be_made") {
+    pool_cannot_be_made();
+  } else if (scenario == "bad_frees") {
+    bad_frees();
+  } else if (scenario == "traces_two_devices") {
+    traces_two_devices();
+  } else if (scenario == "torch_bad_device") {
+    torch_bad_device();
   } else {
     std::printf("FAIL: unknown scenario '%s'\n", scenario.c_str());
     return 2;

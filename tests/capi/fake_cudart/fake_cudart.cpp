@@ -313,7 +313,7 @@ cudaError_t cudaFree(void* devPtr) {
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
   if (devPtr == nullptr) return cudaSuccess;  // creates the context, as the runtime
   const int owner = fake_cudart_device_of(devPtr);
-  if (owner < 0) return fail(cudaErrorInvalidDevicePointer);
+  if (owner < 0) return fail(cudaErrorInvalidValue);  // as CUDA 13 documents
   synchronize_device(owner);
   return do_free(devPtr, false);
 }
@@ -325,7 +325,7 @@ cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t /*stream*/)
 cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   if (devPtr == nullptr) return cudaSuccess;
   const int owner = fake_cudart_device_of(devPtr);
-  if (owner < 0) return fail(cudaErrorInvalidDevicePointer);
+  if (owner < 0) return fail(cudaErrorInvalidValue);  // as CUDA 13 documents
   stream_of(stream, owner)->s.launch([devPtr] { (void)do_free(devPtr, false); }, 0.0);
   return cudaSuccess;
 }
@@ -383,6 +383,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     g().streams.erase(f);
   }
   delete f;  // runs what is queued first
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
+  if (device == nullptr) return fail(cudaErrorInvalidValue);
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return use_device(device) == cudaSuccess ? cudaSuccess : fail(cudaErrorNoDevice);
+  }
+  *device = reinterpret_cast<fake_stream*>(stream)->device;
   return cudaSuccess;
 }
 
