@@ -6,12 +6,15 @@
 #include "onnx_graph_converter.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <set>
 #include <unordered_map>
 
 #include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+#include "onnx/defs/schema.h"
 #include "onnx_model_file.hpp"
 
 namespace memweave::onnx_detail {
@@ -94,6 +97,17 @@ class converter {
       throw invalid_argument(
           "the model imports no opset of the default ONNX domain; "
           "memweave maps only standard ONNX operators");
+    // The operators are read as the ONNX library defines them, up to its newest opset; a
+    // newer model may mean something else by one of them, so say so (not refused: the
+    // operators memweave maps kept their float semantics through the opsets since).
+    const int newest =
+        onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at(onnx::ONNX_DOMAIN).second;
+    if (out_.opset > newest)
+      log(log_level::warn, "the model imports opset " + std::to_string(out_.opset) +
+                               " of the default ONNX domain, newer than the " +
+                               std::to_string(newest) +
+                               " this ONNX library knows; its operators are read as opset " +
+                               std::to_string(newest) + " defines them");
   }
 
   void read_input() {
@@ -121,7 +135,10 @@ class converter {
     for (int i = 0; i < shape.dim_size(); ++i) {
       const auto& d = shape.dim(i);
       if (i == 0) {
-        if (d.has_dim_value() && d.dim_value() > 0) model_batch_ = d.dim_value();
+        if (d.has_dim_value() && d.dim_value() <= 0)
+          throw invalid_argument(who + ": its batch dimension is " + std::to_string(d.dim_value()) +
+                                 "; expected a size >= 1, or a symbolic batch (--batch N)");
+        if (d.has_dim_value()) model_batch_ = d.dim_value();
         if (batch_ == 0 && model_batch_ == 0)
           throw invalid_argument(who + ": its batch dimension is symbolic ('" +
                                  (d.has_dim_param() ? d.dim_param() : std::string("unknown")) +
@@ -129,7 +146,10 @@ class converter {
         dims.push_back(batch_ > 0 ? batch_ : model_batch_);
         continue;
       }
-      if (!d.has_dim_value() || d.dim_value() <= 0)
+      if (d.has_dim_value() && d.dim_value() <= 0)
+        throw invalid_argument(who + ": dimension " + std::to_string(i) + " is " +
+                               std::to_string(d.dim_value()) + "; expected a size >= 1");
+      if (!d.has_dim_value())
         throw invalid_argument(who + ": dimension " + std::to_string(i) + " is '" +
                                (d.has_dim_param() ? d.dim_param() : std::string("unknown")) +
                                "'; only the batch (dimension 0) may be symbolic: export the "
@@ -229,8 +249,13 @@ class converter {
     return a ? a->i() : fallback;
   }
 
+  // No float attribute the importer maps means anything as NaN or infinity (Gemm's alpha,
+  // BN's epsilon, LRN's alpha...): such a model would train NaN losses that blame --lr.
   float float_attr(const onnx::NodeProto& n, const char* name, float fallback) const {
     const auto* a = typed(n, name, onnx::AttributeProto::FLOAT);
+    if (a != nullptr && !std::isfinite(a->f()))
+      fail(n, std::string("attribute ") + name + " = " + std::to_string(a->f()) +
+                  "; expected a finite number");
     return a ? a->f() : fallback;
   }
 
@@ -274,10 +299,24 @@ class converter {
     return v;
   }
 
-  void bind(const std::string& layer, const char* param, const std::string& initializer,
-            std::vector<float> values, bool transposed = false, bool broadcast = false,
-            float scale = 1.0f) {
+  // Node `n`'s layer `layer` takes initializer `initializer` as its parameter `param`.
+  // Called in both passes, so that `plan` refuses what `train` would: the values are checked
+  // (finite: a NaN weight trains NaN losses that blame --lr) and kept only when collecting.
+  // An initializer is one layer's parameter: two layers reading one (tied weights) would be
+  // trained as two and exported as whichever was written last.
+  void bind(const onnx::NodeProto& n, const std::string& layer, const char* param,
+            const std::string& initializer, std::vector<float> values, bool transposed = false,
+            bool broadcast = false, float scale = 1.0f) {
     const std::string tensor = layer + "." + param;
+    const auto [it, fresh] = bound_.emplace(initializer, tensor);
+    if (!fresh)
+      fail(n, "initializer '" + initializer + "' is also " + it->second +
+                  "; tied (shared) weights are not supported: give each node its own copy");
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (!std::isfinite(values[i]))
+        fail(n, "initializer '" + initializer + "' holds " + std::to_string(values[i]) +
+                    " at element " + std::to_string(i) + "; weights must be finite");
+    if (!collecting()) return;
     out_.weights[tensor] = std::move(values);
     out_.bindings.push_back({tensor, initializer, transposed, broadcast, scale});
   }
@@ -349,6 +388,14 @@ class converter {
     if (strides.size() != s || dilations.size() != s || pads.size() != 2 * s)
       fail(n, "strides " + text(strides) + ", dilations " + text(dilations) + ", pads " +
                   text(pads) + " do not match its " + std::to_string(s) + "-D input");
+    // Checked before the SAME padding divides by the stride (a stride of 0 was a SIGFPE)
+    // and multiplies kernel and dilation; the builder checks the rest of the geometry.
+    constexpr std::int64_t k_most = std::int64_t{1} << 31;
+    for (std::size_t i = 0; i < s; ++i)
+      if (strides[i] < 1 || dilations[i] < 1 || kernel[i] < 1 || strides[i] > k_most ||
+          dilations[i] > k_most || kernel[i] > k_most)
+        fail(n, "kernel_shape " + text(kernel) + ", strides " + text(strides) + ", dilations " +
+                    text(dilations) + ": expected each from 1 to 2147483648");
     const std::string auto_pad = string_attr(n, "auto_pad", "NOTSET");
     if (auto_pad == "VALID") {
       pads.assign(2 * s, 0);
@@ -385,7 +432,9 @@ class converter {
       fail(n, "weight W " + text(wd) + " does not match its input " + text(x.dims) +
                   " (expected (M, C/group, kernel...))");
     const std::int64_t group = int_attr(n, "group", 1);
-    if (group < 1 || x.dims[1] != wd[1] * group)
+    // Bounded before the product (a group of 2^62 overflowed it).
+    if (group < 1 || group > x.dims[1] || wd[1] < 1 || wd[1] > x.dims[1] ||
+        x.dims[1] != wd[1] * group)
       fail(n, "group = " + std::to_string(group) + " and weight W " + text(wd) +
                   " do not match the input's " + std::to_string(x.dims[1]) + " channels");
     const window g = read_window(n, x.dims, dims_t(wd.begin() + 2, wd.end()));
@@ -404,12 +453,8 @@ class converter {
                   .bias = has_input(n, 2)};
     const std::string name = layer_name(n);
     const layer_handle h = out_.builder->conv(x.layer, p, name);
-    if (collecting()) {
-      bind(name, "weight", n.input(1), float_values(w, where(n) + " weight '" + n.input(1) + "'"));
-      if (p.bias) bind(name, "bias", n.input(2), vector_of(n, 2, "bias B", wd[0]));
-    } else if (p.bias) {
-      (void)input_constant(n, 2, "bias B");
-    }
+    bind(n, name, "weight", n.input(1), float_values(w, where(n) + " weight '" + n.input(1) + "'"));
+    if (p.bias) bind(n, name, "bias", n.input(2), vector_of(n, 2, "bias B", wd[0]));
     define(n, h, dims_of(out_.builder->shape(h), x.dims.size()));
   }
 
@@ -449,11 +494,10 @@ class converter {
                   std::to_string(out) + "), (1, " + std::to_string(out) + ")" +
                   (allow_scalar ? " or one value" : "") +
                   " (a bias per image of the batch is not a trainable parameter)");
-    if (!collecting()) return;
     std::vector<float> v = float_values(c, where(n) + " bias '" + n.input(k) + "'");
     if (!vector) v.assign(static_cast<std::size_t>(out), v[0]);
     scale(v, beta);
-    bind(name, "bias", n.input(k), std::move(v), false, !vector, beta);
+    bind(n, name, "bias", n.input(k), std::move(v), false, !vector, beta);
   }
 
   void gemm(const onnx::NodeProto& n) {
@@ -478,11 +522,11 @@ class converter {
     const std::string name = layer_name(n);
     const layer_handle h =
         out_.builder->fc(a.layer, fc_params{.out_features = out, .bias = bias}, name);
-    if (collecting()) {
+    {
       std::vector<float> w = float_values(b, where(n) + " weight '" + n.input(1) + "'");
-      if (!trans_b) w = transpose(w, k, out);
+      if (!trans_b && collecting()) w = transpose(w, k, out);
       scale(w, alpha);
-      bind(name, "weight", n.input(1), std::move(w), !trans_b, false, alpha);
+      bind(n, name, "weight", n.input(1), std::move(w), !trans_b, false, alpha);
     }
     if (bias) fc_bias(n, 2, name, out, beta, true);
     define(n, h, {batch_, out});
@@ -517,9 +561,10 @@ class converter {
     const std::string name = layer_name(n);
     const layer_handle h = out_.builder->fc(
         a.layer, fc_params{.out_features = out, .bias = bias_add != nullptr}, name);
-    if (collecting()) {
-      bind(name, "weight", n.input(1),
-           transpose(float_values(b, where(n) + " weight '" + n.input(1) + "'"), bd[0], out), true);
+    {
+      std::vector<float> w = float_values(b, where(n) + " weight '" + n.input(1) + "'");
+      if (collecting()) w = transpose(w, bd[0], out);
+      bind(n, name, "weight", n.input(1), std::move(w), true);
     }
     define(n, h, {batch_, out});
     if (bias_add) {
@@ -604,11 +649,15 @@ class converter {
     const char* params[] = {"gamma", "beta", "running_mean", "running_var"};
     const char* what[] = {"scale", "bias B", "mean", "var"};
     for (int k = 1; k <= 4; ++k) {
-      if (collecting()) {
-        bind(name, params[k - 1], n.input(k), vector_of(n, k, what[k - 1], c));
-      } else {
-        (void)input_constant(n, k, what[k - 1]);
+      std::vector<float> v = vector_of(n, k, what[k - 1], c);
+      if (k == 4) {
+        // A negative variance has no square root: evaluation would print NaN losses.
+        for (std::size_t i = 0; i < v.size(); ++i)
+          if (v[i] < 0.0f)
+            fail(n, "its var '" + n.input(k) + "' holds " + std::to_string(v[i]) + " for channel " +
+                        std::to_string(i) + "; a variance is >= 0");
       }
+      bind(n, name, params[k - 1], n.input(k), std::move(v));
     }
     define(n, h, dims);
   }
@@ -737,7 +786,9 @@ class converter {
       } else if (i == 0 && to[i] == model_batch_) {
         to[i] = batch_;  // the batch the model was exported with, now --batch
       }
-      known *= to[i];
+      if (to[i] < 0 || __builtin_mul_overflow(known, to[i], &known))
+        fail(n, "shape " + text(shape) + " is not a shape of the input's " +
+                    std::to_string(product(x.dims, 0)) + " elements");
     }
     const std::int64_t total = product(x.dims, 0);
     if (infer >= 0) {
@@ -823,6 +874,7 @@ class converter {
   std::unordered_map<std::string, int> uses_;
   std::unordered_map<std::string, std::vector<int>> consumers_;
   std::set<int> fused_;  // Add nodes folded into the MatMul before them
+  std::unordered_map<std::string, std::string> bound_;  // initializer -> "layer.param" it is
 };
 
 }  // namespace

@@ -199,10 +199,12 @@ inferred_layer infer_bn(const std::string& name, const bn_params& p, const layer
 
 inferred_layer infer_lrn(const std::string& name, const lrn_params& p, const layer& in) {
   const layer_type t = layer_type::lrn;
-  if (p.size < 1 || p.size % 2 == 0)
+  // Bounded as the other geometry is (the kernel's window arithmetic is 64-bit: a size of
+  // 2^62 + 1 overflowed it).
+  if (p.size < 1 || p.size % 2 == 0 || p.size > (std::int64_t{1} << 31) - 1)
     throw invalid_argument(who(name, t) + ": size = " + std::to_string(p.size) +
-                           "; expected an odd window >= 1");
-  if (!(p.k > 0.0f) || !std::isfinite(p.alpha) || !std::isfinite(p.beta))
+                           "; expected an odd window from 1 to 2147483647");
+  if (!(p.k > 0.0f) || !std::isfinite(p.k) || !std::isfinite(p.alpha) || !std::isfinite(p.beta))
     throw invalid_argument(
         who(name, t) + ": k = " + std::to_string(p.k) + ", alpha = " + std::to_string(p.alpha) +
         ", beta = " + std::to_string(p.beta) + "; expected k > 0 and finite alpha, beta");

@@ -153,15 +153,25 @@ checkpoint_file read_checkpoint(const std::string& path) {
   checkpoint_file f;
   const auto count = r.get<std::uint32_t>("the tensor count");
   f.state.iteration = r.get<std::int64_t>("the iteration");
-  if (f.state.iteration < 0) {
+  // At most 2^53 (a double counts it exactly), so that adding a run's iterations to it
+  // cannot overflow (INT64_MAX wrapped to a negative iteration).
+  constexpr std::int64_t k_max_iteration = std::int64_t{1} << 53;
+  if (f.state.iteration < 0 || f.state.iteration > k_max_iteration) {
     throw invalid_argument("checkpoint '" + path + "' is corrupt: iteration " +
-                           std::to_string(f.state.iteration) + " is negative");
+                           std::to_string(f.state.iteration) + " is not from 0 to " +
+                           std::to_string(k_max_iteration));
   }
   f.state.seed = r.get<std::uint64_t>("the seed");
   f.state.solver.learning_rate = r.get<float>("the learning rate");
   f.state.solver.momentum = r.get<float>("the momentum");
   f.state.solver.weight_decay = r.get<float>("the weight decay");
-  (void)r.get<std::uint32_t>("the reserved word");
+  // Checked here, naming the file: the command line takes the solver from it before any
+  // load (a NaN learning rate was blamed on executor_options).
+  f.state.solver.validate("checkpoint '" + path + "' is corrupt: its solver");
+  if (const auto reserved = r.get<std::uint32_t>("the reserved word"); reserved != 0) {
+    throw invalid_argument("checkpoint '" + path + "' is corrupt: its reserved word is " +
+                           std::to_string(reserved) + ", not 0 (docs/CHECKPOINT.md)");
+  }
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::string which =
         "tensor record " + std::to_string(i + 1) + " of " + std::to_string(count);

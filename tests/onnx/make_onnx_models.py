@@ -170,3 +170,28 @@ save("err_conv3d", [node("Conv", ["x", "w"], ["c"])],
      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 4, 4, 4])], "c",
      [init("w", 2, 1, 3, 3, 3)])
 save("err_symbolic_width", [node("Relu", ["x"], ["y"])], [image(w="W")], "y")
+
+# ---- a hostile run's models: well-formed ONNX the importer crashed on or took wrongly ----
+one_conv("err_same_stride_zero", [], "c", auto_pad="SAME_UPPER", strides=[0, 0])
+one_conv("err_group_huge", [], "c", group=2**62)
+save("err_tied_weights", [
+    node("Gemm", ["x", "w"], ["h"], transB=1), node("Relu", ["h"], ["r"]),
+    node("Gemm", ["r", "w"], ["y"], transB=1),
+], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [init("w", 6, 6)])
+save("err_weight_nan", [node("Gemm", ["x", "w"], ["y"], transB=1)],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
+     [numpy_helper.from_array(np.full((4, 6), np.nan, dtype=np.float32), "w")])
+save("err_alpha_inf", [node("Gemm", ["x", "w"], ["y"], transB=1, alpha=float("inf"))],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [init("w", 4, 6)])
+one_conv("err_bn_negative_var", [
+    node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"])], "bn",
+    [init("s", 2), init("b", 2), init("m", 2),
+     numpy_helper.from_array(np.array([1.0, -0.5], dtype=np.float32), "v")])
+short = init("w", 4, 6)
+short.raw_data = b"\0" * 8  # 8 bytes for 96
+save("err_short_raw_data", [node("Gemm", ["x", "w"], ["y"], transB=1)],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [short])
+save("err_reshape_overflow", [
+    node("Flatten", ["x"], ["f"]), node("Reshape", ["f", "shape"], ["r"])],
+     [image()], "r", [ints("shape", [-1, 2**62, 4])])
+save("err_zero_channels", [node("Relu", ["x"], ["y"])], [image(c=0)], "y")

@@ -279,6 +279,9 @@ TEST(network_builder_test, bad_inputs_and_parameters_are_rejected) {
   lrn_params lp;
   lp.size = 4;
   expect_contains(error_of([&] { b.lrn(c, lp, "n"); }), {"'n'", "size = 4", "odd"});
+  lp.size = (std::int64_t{1} << 62) + 1;  // overflowed the kernel's window arithmetic
+  expect_contains(error_of([&] { b.lrn(c, lp, "n"); }),
+                  {"'n'", "size = 4611686018427387905", "from 1 to 2147483647"});
   expect_contains(error_of([&] { b.softmax_loss(c, "sm"); }),
                   {"'sm'", "'c' (2x4x8x8)", "256 values per image", "4 classes"});
   expect_contains(error_of([&] {

@@ -6,14 +6,17 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "engine_test_util.hpp"
 #include "memweave/engine/checkpoint.hpp"
+#include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
 namespace {
@@ -124,6 +127,21 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   std::string future = bytes;
   future[8] = 2;  // version 2
   expect_refused(future, "format version 2");
+  // Header fields that pass the checksum (recomputed) but not the format: a hostile run's
+  // solver NaN (blamed on executor_options), an iteration that overflowed, a reserved word.
+  const auto resealed = [&](std::size_t offset, const void* field, std::size_t n) {
+    std::string b = bytes;
+    std::memcpy(b.data() + offset, field, n);
+    const std::uint64_t sum = transfer_checksum(b.data(), b.size() - 8);
+    std::memcpy(b.data() + b.size() - 8, &sum, 8);
+    return b;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  expect_refused(resealed(32, &nan, 4), "its solver: learning_rate = nan");
+  const std::int64_t huge = std::numeric_limits<std::int64_t>::max();
+  expect_refused(resealed(16, &huge, 8), "iteration 9223372036854775807 is not from 0 to");
+  const std::uint32_t reserved = 5;
+  expect_refused(resealed(44, &reserved, 4), "its reserved word is 5, not 0");
   // A checkpoint of another network: names and shapes differ.
   network_builder b("other");
   auto x = b.data({4, 3, 8, 8}, 5);
