@@ -220,11 +220,14 @@ status stream_ordered_heap::deallocate(void* p, std::uintptr_t stream, std::uniq
     const bool pending = m.by_ptr_.count(p) != 0;
     if (b.bytes == 0 || pending) {
       if (why != nullptr) {
-        *why = pending ? "freed already (its stream-ordered free is still pending)"
+        // The same texts as the C API's checks before it (a free racing another free of
+        // the same block ends here): the block and the heap are left as they were.
+        *why = pending ? "freed already (its stream-ordered free is still pending); nothing "
+                         "changed"
                : m.heap_.owns(p)
                    ? "inside the pool but not the start of a live allocation (freed already, "
-                     "or an interior pointer)"
-                   : "not an allocation of the memweave pool";
+                     "or an interior pointer); nothing changed"
+                   : "not an allocation of the memweave pool; nothing changed";
       }
       return status::invalid_device_pointer;
     }
