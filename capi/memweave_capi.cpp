@@ -379,7 +379,13 @@ pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc, int ar
       ordinal = 0;  // one simulated device: the device index means nothing there
     } else if (!asked) {
       ordinal = ctx.rt->current_device();
-    } else if (ordinal < 0 || ordinal >= ctx.rt->device_count()) {
+    } else if (ordinal >= 0 && ordinal < k_max_devices) {
+      // The hot path (PyTorch names the device on every call): a pool made already.
+      if (pool* p = ctx.pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
+        return p;
+      }
+    }
+    if (cuda && asked && (ordinal < 0 || ordinal >= ctx.rt->device_count())) {
       *rc = fail(MEMWEAVE_ERROR_INVALID_VALUE,
                  std::string(what_call) + ": device " + std::to_string(ordinal) +
                      " is not a device of this process: the CUDA runtime lists " +
