@@ -253,6 +253,12 @@ class mpi_communicator final : public communicator {
       check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
       check(MPI_Comm_dup(MPI_COMM_WORLD, &data_), "MPI_Comm_dup");
       check(MPI_Comm_dup(MPI_COMM_WORLD, &notices_), "MPI_Comm_dup");
+      // Errors come back as codes, for check() to throw and the failure notices to reach
+      // every rank; the default (MPI_ERRORS_ARE_FATAL) ended the job from inside MPI, with
+      // its own exit code and no word of memweave's (a message truncated between ranks
+      // given different networks).
+      check(MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      check(MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
       heard_.assign(static_cast<std::size_t>(size_), false);
       heard_[static_cast<std::size_t>(rank_)] = true;
       post_notice_receive();

@@ -33,7 +33,9 @@ cli_args::cli_args(int argc, const char* const* argv, int first, std::set<std::s
       if (value.starts_with("--") && value.size() > 2) {
         throw invalid_argument("option --" + name + " needs a value, but is followed by " + value +
                                "; give the value after --" + name + " (or write --" + name +
-                               "=VALUE)");
+                               "=VALUE), or --" + name +
+                               " is not an option of this command (a flag of another "
+                               "command?); see `memweave help`");
       }
     }
     if (values_.contains(name)) {

@@ -45,6 +45,8 @@ class cli_args {
   std::optional<std::size_t> get_bytes_of_variable(const std::string& name,
                                                    std::string_view variable);
   bool flag(const std::string& name);
+  /// Every option given, --name -> value ("" for a flag), read or not.
+  const std::map<std::string, std::string>& given() const noexcept { return values_; }
   /// Throws invalid_argument listing options given but never read.
   void reject_unused() const;
 

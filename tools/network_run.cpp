@@ -338,9 +338,16 @@ std::optional<network> make_run_network_or_unfit(network_run_options& o, bool we
 }
 
 std::string trace_path_of(const network_run_options& o, const std::string& policy) {
-  const std::string& base = o.executor.heap.trace_path;
-  if (base.empty() || o.policies.size() <= 1) return base;
-  return base + "." + policy;
+  std::string path = o.executor.heap.trace_path;
+  if (path.empty()) return path;
+  if (o.policies.size() > 1) path += "." + policy;
+  // Each rank's heap is its own: rank N > 0 writes beside rank 0's file, never into it
+  // (two ranks truncating one file made a trace no replay could read).
+  const communicator* comm = o.executor.comm;
+  if (comm != nullptr && comm->size() > 1 && comm->rank() > 0) {
+    path += ".rank" + std::to_string(comm->rank());
+  }
+  return path;
 }
 
 double null_link_gbps(const network_run_options& o) {
@@ -482,7 +489,11 @@ policy_report run_policy(const network& net, const network_run_options& o,
   eo.heap.trace_path = trace_path_of(o, policy);
   // Declared before the executor, which records into it until it is destroyed.
   std::optional<stream_timeline> timeline;
-  if (!o.timeline.empty()) eo.timeline = &timeline.emplace(*dev);
+  // Rank 0 speaks for all, as for the reports (every rank writing one path made it invalid
+  // JSON).
+  if (!o.timeline.empty() && (!parallel(o) || o.executor.comm->rank() == 0)) {
+    eo.timeline = &timeline.emplace(*dev);
+  }
   policy_report report;
   report.image_side = net[net.data_layer()].output_shape.h;
   std::unique_ptr<executor> ex;

@@ -136,7 +136,9 @@ std::string describe_tiling(const network_run_options& o);
 network_run_options read_network_run_options(cli_args& args);
 
 /// The heap trace file of `policy`: MEMWEAVE_TRACE itself when one policy runs,
-/// "<MEMWEAVE_TRACE>.<policy>" when several do (each keeps its own); "" when unset.
+/// "<MEMWEAVE_TRACE>.<policy>" when several do (each keeps its own), and on rank N > 0 of a
+/// data-parallel run that with ".rank<N>" appended (each rank's heap its own file); "" when
+/// unset.
 std::string trace_path_of(const network_run_options& o, const std::string& policy);
 
 /// The host link of the planning (null) device, GB/s: MEMWEAVE_HOST_LINK_GBPS when set,

@@ -21,6 +21,7 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
+#include "rank_agreement.hpp"
 #include "report_writers.hpp"
 #include "training_options.hpp"
 
@@ -60,6 +61,8 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
                        " needs an ONNX model to write into: give --net PATH.onnx");
   warn_unused_variables(o);
   check_output_paths(o, data);
+  // Before any collective: ranks given other options would not match them (or train apart).
+  check_ranks_agree(comm, agreement_text(args.given()));
 
   // Data parallelism: this rank's share of the global batch (a model file's own batch, when
   // --batch does not set it, is read first).

@@ -47,3 +47,44 @@ math(EXPR expected "${CMAKE_MATCH_1} * 8")
 if(NOT CMAKE_MATCH_2 EQUAL expected OR NOT out MATCHES "ring allreduce of [0-9.]+ MiB")
   message(FATAL_ERROR "plan --ranks 8: global batch ${CMAKE_MATCH_2}, expected ${expected}:\n${out}")
 endif()
+
+# Ranks started with different options (an MPMD command line): every rank fails at once,
+# the one that differs naming the option and both values (before, --iterations 2 against 3
+# hung in the last collective, a different --net ended inside MPI with no word of memweave's).
+execute_process(
+  COMMAND ${MPIEXEC} --tag-output -n 1 ${MEMWEAVE} ${common} --batch 4
+          : -n 1 ${MEMWEAVE} ${common} --batch 4 --seed 7
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+set(all "${out}${err}")
+if(NOT rc MATCHES "^[1-9][0-9]*$")
+  message(FATAL_ERROR "ranks with different options, yet the job succeeded (${rc}):\n${all}")
+endif()
+if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: the ranks were started with different options: --seed 7 on rank 1, --seed not given on rank 0")
+  message(FATAL_ERROR "rank 1 did not name the option that differs:\n${all}")
+endif()
+if(NOT all MATCHES "\\[1,0\\]<stderr>:memweave: error: rank 0 of 2: the ranks were started with different options: rank\\(s\\) 1 differ")
+  message(FATAL_ERROR "rank 0 did not name the rank that differs:\n${all}")
+endif()
+
+# --trace-timeline is rank 0's (one valid JSON file), MEMWEAVE_TRACE each rank's own file
+# (rank 1's with .rank1): before, every rank wrote the same paths and neither could be read.
+file(REMOVE ${OUT}/dp_timeline.json ${OUT}/dp_heap.trace ${OUT}/dp_heap.trace.rank1)
+execute_process(
+  COMMAND ${MPIEXEC} -n 2 -x MEMWEAVE_TRACE=${OUT}/dp_heap.trace ${MEMWEAVE} ${common} --batch 7
+          --trace-timeline ${OUT}/dp_timeline.json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "2-rank train with traces failed (${rc}):\n${out}\n${err}")
+endif()
+file(READ ${OUT}/dp_timeline.json timeline)
+string(JSON events ERROR_VARIABLE json_error LENGTH "${timeline}" traceEvents)
+if(json_error)
+  message(FATAL_ERROR "the timeline is not one JSON document: ${json_error}")
+endif()
+foreach(trace dp_heap.trace dp_heap.trace.rank1)
+  execute_process(COMMAND ${MEMWEAVE} replay --trace ${OUT}/${trace}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "replay of ${trace} failed (${rc}):\n${out}\n${err}")
+  endif()
+endforeach()
