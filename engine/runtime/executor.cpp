@@ -635,6 +635,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   if (transfers_) transfers_->engine.set_timeline(recording());
   reductions_.clear();
   reductions_.resize(table_.buckets().size());
+  bucket_released_.assign(table_.buckets().size(), false);
   run_steps(route_.step_count(), data, iteration);
   finish_iteration();
   simulated_s_ = compute.simulated_time_s() - sim_start;

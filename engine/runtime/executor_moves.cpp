@@ -628,6 +628,7 @@ void executor::repack(std::size_t step, std::span<const tensor_access> accesses,
     cache_->insert(t, residency_->aside(t), table_[t].bytes);
     residency_->back_in_cache(t);
   }
+  release_bucket_locks(step);  // reduced gradients waiting for their update move too
   evict_all();
   bool rebuilt = false;
   for (const auto& a : accesses) {

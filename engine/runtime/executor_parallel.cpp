@@ -48,6 +48,7 @@ void executor::reduce_buckets(std::size_t step) {
     if (b.update_step != step) continue;
     if (reductions_[k]) reductions_[k]->wait_on(compute);
     launcher_->launch_updates(b.layers);
+    if (k < bucket_released_.size() && bucket_released_[k]) continue;  // unlocked by a repack
     for (layer_id l : b.layers)
       for (tensor_id g : table_.of(l).param_grads) cache_->unlock(g);
   }
@@ -69,6 +70,45 @@ void executor::reduce_buckets(std::size_t step) {
     const float scale =
         static_cast<float>(static_cast<double>(net_.batch()) / static_cast<double>(global));
     reductions_[k] = comm->start_allreduce(std::move(grads), scale, compute);
+  }
+}
+
+// A repack (the step's tensors cannot be placed: what holds the arena is scattered over it)
+// cannot move locked tensors, and the gradients of the buckets reduced but not yet updated
+// stay locked from their close step to their update step: VGG16's scattered over the arena
+// at its last step left no run for fc6's momentum, so a data-parallel run failed at budgets
+// between ones that ran. Here the compute stream waits for those reductions (the
+// communicator is done with the gradients after that), and their locks go: the repack moves
+// them like any tensor, and the update step brings them back. The same on null (no
+// reductions there), so `plan` and `train` decide alike.
+void executor::release_bucket_locks(std::size_t step) {
+  const auto buckets = table_.buckets();
+  std::vector<std::size_t> held;
+  for (std::size_t k = 0; k < buckets.size() && k < bucket_released_.size(); ++k) {
+    const gradient_bucket& b = buckets[k];
+    // Locked after the close step's kernel, unlocked after the update step's: held now
+    // (before step `step`'s kernel) where closed before it and updated at or after it.
+    if (bucket_released_[k] || b.close_step >= step || b.update_step < step) continue;
+    held.push_back(k);
+  }
+  if (held.empty()) return;
+  // The communicator writes the gradients from its own thread, outside every stream: the
+  // reductions must be over before any stream may reuse the memory a move frees.
+  stream& compute = dev_.get_stream(stream_role::compute);
+  for (std::size_t k : held) {
+    if (reductions_[k]) reductions_[k]->wait_on(compute);
+  }
+  compute.synchronize();
+  for (std::size_t k : held) {
+    for (layer_id l : buckets[k].layers) {
+      for (tensor_id g : table_.of(l).param_grads) {
+        // The reduction wrote the device copy: a host copy taken before it is stale (an
+        // eviction would keep it and drop the sums).
+        forget_host(g);
+        cache_->unlock(g);
+      }
+    }
+    bucket_released_[k] = true;
   }
 }
 

@@ -342,6 +342,7 @@ class executor {
   int ranks() const noexcept;
   void broadcast_parameters();
   void reduce_buckets(std::size_t step);
+  void release_bucket_locks(std::size_t step);
   double finish_reductions(double local_loss);
   struct transfers;
   // TSPLIT's staged split steps (executor_staging.cpp).
@@ -570,6 +571,9 @@ class executor {
   // Data parallelism: per gradient bucket, its reduction in flight this iteration, and the
   // last iteration's totals.
   std::vector<std::unique_ptr<comm_request>> reductions_;
+  // Per gradient bucket: its gradients' locks given up before its update step
+  // (release_bucket_locks), so that the update step does not unlock them again.
+  std::vector<bool> bucket_released_;
   double reduce_s_ = 0, reduce_wait_s_ = 0;
   std::uint64_t reduce_bytes_ = 0;
 };
