@@ -7,7 +7,8 @@
 //
 // Errors: the signatures carry none. A failed free is logged and ignored. A failed
 // allocation THROWS a std::runtime_error ("memweave: CUDA out of memory. ..." with the
-// request, free bytes, largest free run and fragmentation): PyTorch calls this function
+// request, free bytes, largest free run and fragmentation; "memweave: cannot serve device
+// D: ..." where no pool can serve it, a bad setting or device index): PyTorch calls this function
 // from C++ through a std::function and stores what it returns unchecked, so a NULL would
 // surface later as an illegal-address error that kills the CUDA context; an exception
 // propagates like the CUDA caching allocator's own out-of-memory error and reaches Python
@@ -23,10 +24,13 @@
 
 namespace {
 
-[[noreturn]] void throw_out_of_memory(const std::string& why) {
-  std::string m = "memweave: CUDA out of memory. " + why;
+// `out_of_memory`: the pool is full; else memweave cannot serve the device at all (a bad
+// setting, a device index the runtime does not list, an arena that cannot be had), which
+// is not an out-of-memory and is not called one.
+[[noreturn]] void throw_failure(const std::string& why, bool out_of_memory, int rc) {
+  std::string m = std::string("memweave: ") + (out_of_memory ? "CUDA out of memory. " : "") + why;
   memweave::log(memweave::log_level::error, m);
-  memweave::capi::fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION, m);
+  memweave::capi::fail(rc, m);
   throw std::runtime_error(m);
 }
 
@@ -56,11 +60,12 @@ void* memweave_torch_malloc(ssize_t size, int device, struct CUstream_st* stream
         why = "Tried to allocate " + std::to_string(bytes) + " bytes";
       }
     } else {
-      why = std::string("memweave cannot serve device ") + std::to_string(device) + ": " +
-            memweaveGetLastErrorMessage();
+      throw_failure(std::string("cannot serve device ") + std::to_string(device) + ": " +
+                        memweaveGetLastErrorMessage(),
+                    rc == MEMWEAVE_ERROR_MEMORY_ALLOCATION, rc);
     }
   }
-  throw_out_of_memory(why);
+  throw_failure(why, true, MEMWEAVE_ERROR_MEMORY_ALLOCATION);
 }
 
 void memweave_torch_free(void* ptr, ssize_t /*size*/, int /*device*/, struct CUstream_st* stream) {

@@ -455,6 +455,8 @@ void torch_bad_device() {
                 std::string::npos,
             "%s", e.what());
       CHECK(what.find("MEMWEAVE_CUDA_DEVICE") == std::string::npos, "%s", e.what());
+      // Not an out-of-memory: no pool can serve that device at all.
+      CHECK(what.find("out of memory") == std::string::npos, "%s", e.what());
     }
   }
 }
