@@ -162,6 +162,15 @@ std::string format_bytes(std::size_t bytes) {
   return buf;
 }
 
+std::pair<std::string, std::string> format_bytes_apart(std::size_t a, std::size_t b) {
+  std::string x = format_bytes(a), y = format_bytes(b);
+  if (x == y && a != b) {
+    x += " (" + std::to_string(a) + " bytes)";
+    y += " (" + std::to_string(b) + " bytes)";
+  }
+  return {x, y};
+}
+
 std::string format_number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);

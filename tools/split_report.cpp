@@ -54,6 +54,14 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
   const layer_memory memory(table);
   out << "memweave plan " << o.net << " --split: batch " << o.zoo.batch << " within "
       << format_bytes(o.budget_bytes) << " (TSPLIT: the steps over it run in micro-batches)\n";
+  // The floors below leave convolution workspaces out, as l_i does: dynamic selection falls
+  // back to direct (none) where one does not fit, a fixed algorithm cannot.
+  const conv_ws_options& ws = o.executor.conv_ws;
+  if (ws.mode == conv_ws_mode::fixed && ws.fixed_algorithm != "direct") {
+    out << "  note: the floors leave convolution workspaces out; --conv-ws " << ws.mode_name()
+        << " needs its workspace beside each CONV micro-step (dynamic or fixed:direct run "
+           "without one)\n";
+  }
   // The floor along the batch alone, and with CONV/FC output-channel groups (what runs).
   const auto describe_batch_floor = [&] {
     try {

@@ -116,13 +116,14 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
                        " micro-batches" + groups_text(worst_index)
                  : "") +
           ") ";
+      const auto [budget_text, minimum_text] = format_bytes_apart(options.budget_bytes, minimum);
       throw budget_too_small(
-          "budget " + format_bytes(options.budget_bytes) + " is below what policy " +
-          options.policy.name + " can " + (options.evaluation_only ? "evaluate " : "run ") +
-          net.name() + " at batch " + std::to_string(net.batch()) + " with: " +
-          (moves_persistent ? step + "(parameters and state included) " + format_bytes(minimum)
+          "budget " + budget_text + " is below what policy " + options.policy.name + " can " +
+          (options.evaluation_only ? "evaluate " : "run ") + net.name() + " at batch " +
+          std::to_string(net.batch()) + " with: " +
+          (moves_persistent ? step + "(parameters and state included) " + minimum_text
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
-                                  format_bytes(worst_step) + " = " + format_bytes(minimum)) +
+                                  format_bytes(worst_step) + " = " + minimum_text) +
           "; raise --budget to at least that, or lower --batch or --image-side" +
           below_largest_step_hint(options, moves_persistent, split));
     }

@@ -200,14 +200,14 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
     // Name the step with the largest smallest micro-step: the budget that step needs runs
     // every step.
     const route_step rs = r.at(plan.floor_step);
+    const auto [budget_text, floor_text] = format_bytes_apart(budget_bytes, plan.floor_bytes);
     throw budget_too_small(
-        "budget of " + format_bytes(budget_bytes) + " (" + knob + ") is below the smallest " +
+        "budget of " + budget_text + " (" + knob + ") is below the smallest " +
         "micro-step of step " + std::to_string(plan.floor_step + 1) + " (" + net[rs.layer].name +
         (rs.direction == pass::forward ? " forward" : " backward") + ", one image per micro-batch" +
         (channel_splits && splittable_channels(net[rs.layer]) > 1 ? ", one channel per group"
                                                                   : "") +
-        "): " + format_bytes(plan.floor_bytes) + "; raise " + knob + " to at least " +
-        format_bytes(plan.floor_bytes));
+        "): " + floor_text + "; raise " + knob + " to at least " + floor_text);
   }
   return plan;
 }

@@ -95,3 +95,23 @@ TEST(units_test, bytes_print_with_binary_units) {
 
 }  // namespace
 }  // namespace memweave
+
+namespace memweave {
+namespace units_apart_test {
+
+// A budget just under a minimum must not read as equal to it (115711 and 115712 bytes both
+// printed 113.00 KiB in "budget 113.00 KiB is below ... 113.00 KiB").
+TEST(units_test, sizes_that_would_read_the_same_show_their_bytes) {
+  const auto [a, b] = format_bytes_apart(115711, 115712);
+  EXPECT_EQ(a, "113.00 KiB (115711 bytes)");
+  EXPECT_EQ(b, "113.00 KiB (115712 bytes)");
+  const auto [c, d] = format_bytes_apart(1024, 2048);
+  EXPECT_EQ(c, "1.00 KiB");
+  EXPECT_EQ(d, "2.00 KiB");
+  const auto [e, f] = format_bytes_apart(4096, 4096);
+  EXPECT_EQ(e, f);
+  EXPECT_EQ(e, "4.00 KiB");
+}
+
+}  // namespace units_apart_test
+}  // namespace memweave

@@ -64,6 +64,24 @@ TEST(split_cli_test, half_the_largest_layer_splits_and_reports_the_floor) {
       << r.out;
 }
 
+// The floors leave convolution workspaces out: a fixed algorithm that needs one is told so
+// (a hostile run found --split doing nothing under fixed:im2col_image, the floor shown
+// regardless).
+TEST(split_cli_test, a_fixed_algorithm_with_a_workspace_is_told_the_floor_leaves_it_out) {
+  const std::vector<std::string> small = {
+      "--net",  "resnet:1,1,1,1", "--width", "0.0625",   "--image-side", "32",       "--classes",
+      "5",      "--batch",        "8",       "--policy", "utp",          "--budget", "200KiB",
+      "--split"};
+  for (const char* algorithm : {"fixed:im2col_image", "fixed:direct"}) {
+    std::vector<std::string> a = small;
+    a.insert(a.end(), {"--conv-ws", algorithm});
+    const auto r = run(plan_command, a);
+    const bool noted = r.out.find("note: the floors leave convolution workspaces out; --conv-ws " +
+                                  std::string(algorithm)) != std::string::npos;
+    EXPECT_EQ(noted, std::string(algorithm) != "fixed:direct") << algorithm << "\n" << r.out;
+  }
+}
+
 TEST(split_cli_test, no_split_where_every_step_fits) {
   const auto r = run(plan_command, at("1GiB"));
   EXPECT_EQ(r.code, 0) << r.out;

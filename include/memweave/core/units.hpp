@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace memweave {
 
@@ -42,6 +43,10 @@ bool parse_bool(std::string_view text, std::string_view what);
 
 /// "1.50 GiB", "512.00 KiB", "17 B".
 std::string format_bytes(std::size_t bytes);
+/// `a` and `b` as format_bytes writes them, each followed by its exact byte count where the
+/// two would read the same ("113.00 KiB (115711 bytes)" against "113.00 KiB (115712 bytes)"):
+/// a budget just under a minimum is not shown as equal to it.
+std::pair<std::string, std::string> format_bytes_apart(std::size_t a, std::size_t b);
 
 /// A number as messages print it: up to six significant digits ("0.5", "4096", "1e+06").
 std::string format_number(double v);
