@@ -29,6 +29,7 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 #include <utility>
 
 #include "memweave/core/log.hpp"
@@ -111,7 +112,7 @@ class tensor_cache_impl {
     require_absent(lk, "allocate", key);
     if (void* p = heap_.try_allocate(bytes)) {
       ++stats_.allocations;
-      return admit(key, p, bytes, heap_.round_up(bytes));
+      return admit_allocated(key, p, bytes, heap_.round_up(bytes));
     }
     // Evict only when evicting every unlocked tensor could make room: moving data out for
     // an allocation that fails anyway only costs transfers. (Fragmentation can still defeat
@@ -136,7 +137,7 @@ class tensor_cache_impl {
       if (heap_.largest_free_run() >= need) {
         if (void* p = heap_.try_allocate(bytes)) {
           ++stats_.allocations;
-          return admit(key, p, bytes, need);
+          return admit_allocated(key, p, bytes, need);
         }
       }
     }
@@ -156,6 +157,16 @@ class tensor_cache_impl {
                           : "its allocation has " + std::to_string(have) + " bytes") +
                "); insert only memory taken from the cache's heap");
     }
+    // Memory is one tensor's: two keys on one allocation were freed twice, and the heap then
+    // handed a resident tensor's memory to a third.
+    if (const auto it = by_ptr_.find(ptr); it != by_ptr_.end()) {
+      const tensor_key other = it->second;
+      lk.unlock();  // names are called unlocked
+      throw std::logic_error("tensor_cache::insert: " + label(key) + " was given memory that " +
+                             label(other) +
+                             " holds already; insert memory no resident tensor holds");
+    }
+    by_ptr_.emplace(ptr, key);  // bad_alloc: nothing admitted yet
     admit(key, ptr, bytes, have);
   }
 
@@ -351,6 +362,18 @@ class tensor_cache_impl {
     }
   }
 
+  // admit() for memory this cache took from the heap: registered by pointer first (given
+  // back to the heap should that fail).
+  void* admit_allocated(tensor_key key, void* p, std::size_t bytes, std::size_t held) {
+    try {
+      by_ptr_.emplace(p, key);
+    } catch (...) {
+      heap_.deallocate(p);
+      throw;
+    }
+    return admit(key, p, bytes, held);
+  }
+
   // Makes an absent key resident and unlocked at the LRU front.
   void* admit(tensor_key key, void* p, std::size_t bytes, std::size_t held) noexcept {
     slot& s = slots_[key];
@@ -367,6 +390,7 @@ class tensor_cache_impl {
   // Forgets a key already unlinked from its list, freeing its memory if asked.
   void drop(tensor_key key, bool free_memory) noexcept {
     slot& s = slots_[key];
+    by_ptr_.erase(s.ptr);
     if (free_memory) heap_.deallocate(s.ptr);
     bytes_resident_ -= s.bytes;
     --resident_count_;
@@ -506,7 +530,8 @@ class tensor_cache_impl {
   key_list locked_;  // locked tensors, in the order they were locked
   std::size_t bytes_resident_ = 0;
   std::size_t resident_count_ = 0;
-  std::uint64_t serial_ = 0;  // numbers allocate() calls that evict
+  std::unordered_map<const void*, tensor_key> by_ptr_;  // each resident tensor's memory
+  std::uint64_t serial_ = 0;                            // numbers allocate() calls that evict
   tensor_cache_stats stats_;
 };
 
@@ -631,7 +656,13 @@ void tensor_cache_impl::check_invariants() const {
       broken("key " + std::to_string(k) + " is not a live heap allocation of its " +
              std::to_string(s.held) + " >= " + std::to_string(s.bytes) + " bytes");
     }
+    // Each resident tensor's memory its own (by_ptr_ maps it back to this key alone).
+    const auto it = by_ptr_.find(s.ptr);
+    if (it == by_ptr_.end() || it->second != k) {
+      broken("key " + std::to_string(k) + "'s memory is not registered as its own");
+    }
   }
+  if (by_ptr_.size() != count) broken("memory registered for keys no longer resident");
   if (count != in_lists) broken("resident keys not all in exactly one list");
   if (count != resident_count_) broken("resident_count");
   if (bytes != bytes_resident_) broken("bytes_resident");

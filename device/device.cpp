@@ -10,6 +10,7 @@
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
+#include "memweave/core/units.hpp"
 #include "memweave/device/device.hpp"
 #if MEMWEAVE_HAVE_CUDA
 #include "device/cuda/cuda_device.hpp"
@@ -119,9 +120,9 @@ void check_simulated(const device_options& options) {
   const option_range& link = find_option("MEMWEAVE_HOST_LINK_GBPS")->range;
   const double gbps = options.host_link_gbps;
   MEMWEAVE_EXPECTS(gbps == 0.0 || (gbps >= link.min && gbps <= link.max),
-                   "device_options::host_link_gbps is " + std::to_string(gbps) +
-                       "; expected 0 (no throttle) or from " + std::to_string(link.min) + " to " +
-                       std::to_string(link.max) + " GB/s (MEMWEAVE_HOST_LINK_GBPS)");
+                   "device_options::host_link_gbps is " + format_number(gbps) +
+                       "; expected 0 (no throttle) or from " + format_number(link.min) + " to " +
+                       format_number(link.max) + " GB/s (MEMWEAVE_HOST_LINK_GBPS)");
 }
 
 }  // namespace

@@ -99,6 +99,16 @@ executor_policy executor_policy::parse(const std::string& name) {
 namespace {
 
 // Data parallelism defers the solver's updates to gradient buckets (tensor_table.hpp).
+// The options as given, checked before anything runs with them (`all`'s weighing runs trials
+// with them first: a NaN schedule headroom was taken there as "does not fit" and `all` ran
+// as recompute without a word).
+const executor_options& checked(const network& net, const executor_options& o) {
+  check_executor_options(o);
+  if (o.policy.planned) o.schedule.validate();
+  check_split_options(net, route(net), o);
+  return o;
+}
+
 std::vector<gradient_bucket> buckets_for(const network& net, const route& r,
                                          const executor_options& o) {
   const int ranks = o.comm != nullptr ? o.comm->size() : o.ranks;
@@ -111,7 +121,7 @@ std::vector<gradient_bucket> buckets_for(const network& net, const route& r,
 executor::executor(const network& net, device& dev, const executor_options& requested)
     : net_(net),
       dev_(dev),
-      options_(weigh_policy(net, requested, choice_)),
+      options_(weigh_policy(net, checked(net, requested), choice_)),
       route_(net),
       table_(net, route_, buckets_for(net, route_, requested)) {
   const executor_options& options = options_;  // as weighed: `all` may run as recompute
@@ -621,6 +631,9 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
                    "run_iteration needs a data source on a device that computes");
   MEMWEAVE_EXPECTS(!options_.evaluation_only,
                    "run_iteration: this executor was made with evaluation_only (evaluate only)");
+  MEMWEAVE_EXPECTS(iteration >= 0, "run_iteration: iteration = " + std::to_string(iteration) +
+                                       ": expected at least 0 (it numbers the batch)");
+  if (data != nullptr) check_data_source(*data, net_, "run_iteration");
   const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();
@@ -736,6 +749,35 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   std::vector<tensor_id> locked;
   const auto accesses = table_.accesses(s);
   const bool staged = staging_->step[s];
+  conv_step conv;
+  void* workspace = nullptr;
+  // A step that throws (a failed kernel, a data source that failed) gives back what it holds
+  // on the way out: its locks, above all, which the next iteration's frees would otherwise
+  // find held (tensor_cache::release throws on a locked tensor, in a noexcept path: a retry
+  // after any failed iteration aborted). Step 4 does the same on success and disarms it.
+  struct on_throw {
+    executor& ex;
+    std::vector<tensor_id>& locked;
+    void*& workspace;
+    const conv_step& conv;
+    bool staged;
+    bool armed = true;
+    ~on_throw() {
+      if (!armed) return;
+      for (tensor_id t : locked) {
+        try {
+          ex.cache_->unlock(t);
+        } catch (...) {
+          // Not locked after all (a repack unlocked it): nothing to give back.
+        }
+      }
+      if (workspace != nullptr) {
+        (void)ex.heap_->deallocate(workspace);
+        ex.residency_->workspace_returned(conv.workspace_bytes);
+      }
+      if (staged) ex.end_staged_step();
+    }
+  } give_back_on_throw{*this, locked, workspace, conv, staged};
   if (staged) {
     acquire_staged(s, accesses, locked);
   } else {
@@ -762,8 +804,6 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   drop_dead_rebuilt(s, false);
 
   // 2. Functional tensors first; then the convolution's workspace from what is left.
-  conv_step conv;
-  void* workspace = nullptr;
   if (l.type == layer_type::conv && table_.has_work(s)) {
     const bool data_grad = table_.of(l.inputs[0]).output_grad != invalid_tensor;
     conv = launcher_->choose_conv(*selector_, l, forward, data_grad, heap_->largest_free_run());
@@ -825,6 +865,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   }
 
   // 4. Unlock; give back the workspace and what dies here (stream order keeps it safe).
+  give_back_on_throw.armed = false;
   for (tensor_id t : locked) cache_->unlock(t);
   if (workspace != nullptr) (void)heap_->deallocate(workspace);
   residency_->workspace_returned(conv.workspace_bytes);

@@ -28,6 +28,15 @@ void check_executor_options(const executor_options& options) {
   MEMWEAVE_EXPECTS(std::isfinite(options.link_gbps) && options.link_gbps >= 0,
                    "executor_options.link_gbps = " + std::to_string(options.link_gbps) +
                        ": expected a finite number >= 0 (0: MEMWEAVE_HOST_LINK_GBPS)");
+  MEMWEAVE_EXPECTS(options.ranks >= 0, "executor_options.ranks = " + std::to_string(options.ranks) +
+                                           ": expected 0 or 1 (one process) or more");
+  MEMWEAVE_EXPECTS(options.global_batch >= 0 && options.first_sample >= 0,
+                   "executor_options.global_batch = " + std::to_string(options.global_batch) +
+                       ", first_sample = " + std::to_string(options.first_sample) +
+                       ": expected at least 0 each");
+  MEMWEAVE_EXPECTS(options.split_regions >= 0 && options.split_regions <= 1024,
+                   "executor_options.split_regions = " + std::to_string(options.split_regions) +
+                       ": expected 0 (whole plans) to 1024 (MEMWEAVE_SPLIT_REGIONS)");
   for (const double rate :
        {options.model.flops, options.model.memory_bytes_per_s, options.model.link_bytes_per_s}) {
     MEMWEAVE_EXPECTS(std::isfinite(rate) && rate > 0,
@@ -36,6 +45,39 @@ void check_executor_options(const executor_options& options) {
                          std::to_string(options.model.link_bytes_per_s) +
                          "}: expected finite throughputs > 0");
   }
+}
+
+void check_data_source(const data_source& data, const network& net, const char* who) {
+  const shape4 want = net[net.data_layer()].output_shape;
+  const shape4 got = data.image_shape();
+  MEMWEAVE_EXPECTS(
+      got.c == want.c && got.h == want.h && got.w == want.w && data.classes() == net.classes(),
+      std::string(who) + ": data source " + data.name() + " makes images of " +
+          std::to_string(got.c) + "x" + std::to_string(got.h) + "x" + std::to_string(got.w) +
+          " with " + std::to_string(data.classes()) + " classes; network " + net.name() +
+          " reads " + std::to_string(want.c) + "x" + std::to_string(want.h) + "x" +
+          std::to_string(want.w) + " with " + std::to_string(net.classes()) +
+          " classes: make the source with the DATA layer's shape and classes");
+}
+
+void check_split_options(const network& net, const route& steps, const executor_options& options) {
+  const std::size_t n = steps.step_count();
+  const auto check = [&](const std::vector<int>& v, const char* field, auto most) {
+    MEMWEAVE_EXPECTS(v.size() <= n, std::string("executor_options.") + field + " has " +
+                                        std::to_string(v.size()) +
+                                        " entries: expected at most one per route step (" +
+                                        std::to_string(n) + ")");
+    for (std::size_t s = 0; s < v.size(); ++s) {
+      const std::int64_t hi = most(s);
+      MEMWEAVE_EXPECTS(v[s] >= 1 && v[s] <= hi,
+                       std::string("executor_options.") + field + "[" + std::to_string(s) +
+                           "] = " + std::to_string(v[s]) + " (step " + net[steps.at(s).layer].name +
+                           "): expected 1 to " + std::to_string(hi));
+    }
+  };
+  check(options.split_parts, "split_parts", [&](std::size_t) { return net.batch(); });
+  check(options.channel_parts, "channel_parts",
+        [&](std::size_t s) { return splittable_channels(net[steps.at(s).layer]); });
 }
 
 std::size_t heap_block_bytes(const executor_options& options) noexcept {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "memweave/device/device.hpp"
+#include "memweave/engine/data_source.hpp"
 #include "memweave/engine/executor.hpp"
 #include "memweave/engine/liveness.hpp"
 #include "memweave/engine/network.hpp"
@@ -24,6 +25,18 @@ void check_executor_options(const executor_options& options);
 /// most demanding step (l_i), plus every persistent tensor where those never leave the device
 /// (under utp/all they move like the others, so a step needs only its own). Checks nothing
 /// when the budget is 0 (the heap's default).
+/// That `data` makes the images and labels `net` reads: its image shape (c, h, w) and its
+/// class count are the DATA layer's. A larger image overran the staging buffer; a smaller
+/// one trained on a partly filled batch; more classes failed the loss kernel.
+/// invalid_argument naming both shapes and `who` (the call).
+void check_data_source(const data_source& data, const network& net, const char* who);
+
+/// That `options`' split_parts and channel_parts fit `net` run by `steps`: at most one entry
+/// per route step, micro-batches from 1 to the batch, channel groups from 1 to the output
+/// channels of a CONV (groups 1) or FC step and 1 on every other step (they were clamped or
+/// ignored in silence). invalid_argument naming the field, the step and the range.
+void check_split_options(const network& net, const route& steps, const executor_options& options);
+
 void check_budget(const network& net, const route& steps, const tensor_table& table,
                   const memory_plan& plan, device& dev, const executor_options& options);
 

@@ -2,8 +2,10 @@
 // statistics, no dropout, no update), under forward-only liveness, with the loss layer's
 // probabilities and the labels copied out after each batch to count correct predictions.
 #include <algorithm>
+#include <limits>
 #include <string>
 
+#include "engine/runtime/executor_checks.hpp"
 #include "engine/runtime/executor_transfers.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
 #include "memweave/core/error.hpp"
@@ -18,9 +20,14 @@ evaluation_result executor::evaluate(data_source* data, std::int64_t first_batch
                    "evaluate: batches = " + std::to_string(batches) + ": expected at least 1");
   MEMWEAVE_EXPECTS(first_batch >= 0, "evaluate: first_batch = " + std::to_string(first_batch) +
                                          ": expected at least 0");
+  // first_batch + b numbers each batch: it must not overflow.
+  MEMWEAVE_EXPECTS(first_batch <= std::numeric_limits<std::int64_t>::max() - batches,
+                   "evaluate: first_batch = " + std::to_string(first_batch) +
+                       " and batches = " + std::to_string(batches) + " number batches past 2^63");
   const bool touches = dev_.touches_memory();
   MEMWEAVE_EXPECTS(!touches || data != nullptr,
                    "evaluate needs a data source on a device that computes");
+  if (data != nullptr) check_data_source(*data, net_, "evaluate");
   const std::size_t layers = route_.layer_count();
   if (eval_free_after_.empty()) {
     // Each tensor a forward step touches dies after the last forward step touching it

@@ -20,9 +20,10 @@ void check_range(const std::string& knob, const char* field, float v, double lo,
                  bool hi_open) {
   const bool ok = std::isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi);
   if (ok) return;
-  throw invalid_argument(knob + ": " + field + " = " + std::to_string(v) +
-                         ": expected a finite number in [" + std::to_string(lo) + ", " +
-                         std::to_string(hi) + (hi_open ? ")" : "]"));
+  // format_number: std::to_string printed -1e-9 as -0.000000, inside the range it names.
+  throw invalid_argument(knob + ": " + field + " = " + format_number(v) +
+                         ": expected a finite number in [" + format_number(lo) + ", " +
+                         format_number(hi) + (hi_open ? ")" : "]"));
 }
 
 std::vector<std::string_view> split_colons(std::string_view text) {

@@ -325,6 +325,22 @@ TEST(tensor_cache, insert_rejects_resident_keys_and_memory_not_from_the_heap) {
   EXPECT_FALSE(h.cache.resident(1));
   h.cache.insert(1, q, kib);
   h.cache.check_invariants();
+  // Memory another key holds (inserted or allocated): two keys on one allocation were freed
+  // twice, and the heap then handed a resident tensor's memory to a third.
+  try {
+    h.cache.insert(2, q, kib);
+    ADD_FAILURE() << "one allocation became two tensors";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("was given memory that tensor 1 holds already"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(h.cache.insert(2, h.cache.ptr(0), kib), std::logic_error);
+  EXPECT_FALSE(h.cache.resident(2));
+  h.cache.release(1);  // its memory is free: another key may hold it now
+  void* r = h.heap.allocate(kib);
+  h.cache.insert(2, r, kib);
+  h.cache.check_invariants();
 }
 
 TEST(tensor_cache, invalid_use_throws_logic_error_naming_the_tensor) {

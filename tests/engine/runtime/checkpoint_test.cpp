@@ -238,6 +238,16 @@ TEST(solver_settings, changed_between_iterations_the_next_update_uses_them) {
         solver_settings{0.1f, 0.9f, NAN}}) {
     EXPECT_THROW(ex.set_solver(bad), invalid_argument);
   }
+  // The value as given: std::to_string printed -1e-9 as -0.000000, inside [0, 1000].
+  try {
+    ex.set_solver(solver_settings{-1e-9f, 0.9f, 0.0f});
+    ADD_FAILURE() << "a negative learning rate was taken";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("learning_rate = -1e-09: expected a finite number in "
+                                         "[0, 1000]"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_EQ(ex.solver(), next);
 }
 

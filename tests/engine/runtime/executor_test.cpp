@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <stdexcept>
 
 #include "engine/runtime/conv_selection.hpp"
 #include "engine_test_util.hpp"
@@ -112,6 +114,95 @@ TEST(executor_test, loss_falls_on_the_synthetic_task) {
   for (int i = 0; i < 20; ++i) first += r.losses[i], last += r.losses[r.losses.size() - 1 - i];
   EXPECT_LT(last, 0.5 * first) << "mean loss of the first 20 iterations " << first / 20
                                << ", of the last 20 " << last / 20;
+}
+
+// A data source that does not make the network's images is refused before it writes: a
+// larger image overran the staging buffer, a smaller one trained on a partly filled batch.
+TEST(executor_test, a_data_source_of_another_shape_is_refused) {
+  const network net = test::small_zoo("resnet50");
+  auto dev = test::make_test_device("host");
+  executor ex(net, *dev, options_for("liveness"));
+  const shape4 in = net[net.data_layer()].output_shape;
+  for (const auto& [shape, classes] :
+       {std::pair{shape4{in.n, in.c, in.h * 2, in.w * 2}, net.classes()},
+        std::pair{shape4{in.n, 1, in.h, in.w}, net.classes()}, std::pair{in, net.classes() + 1}}) {
+    auto data = make_synthetic_source(shape, classes, 1);
+    const std::string msg = error_text([&] { (void)ex.run_iteration(data.get(), 0); });
+    EXPECT_NE(msg.find("run_iteration: data source"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("make the source with the DATA layer's shape and classes"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(error_text([&] { (void)ex.evaluate(data.get(), 0, 1); }).find("evaluate: data"),
+              std::string::npos);
+  }
+  auto good = make_synthetic_source(in, net.classes(), 1);
+  EXPECT_NE(error_text([&] { (void)ex.run_iteration(good.get(), -5); }).find("iteration = -5"),
+            std::string::npos);
+  EXPECT_NE(error_text([&] {
+              (void)ex.evaluate(good.get(), std::numeric_limits<std::int64_t>::max(), 2);
+            }).find("past 2^63"),
+            std::string::npos);
+}
+
+// A source that fails mid-iteration (a file gone): the iteration throws, and the next one
+// runs as on an executor that never saw it (the failed step's locks leaked before, and the
+// next iteration's frees aborted the process).
+TEST(executor_test, an_iteration_after_a_failed_one_runs) {
+  struct failing_source final : data_source {
+    std::unique_ptr<data_source> inner;
+    std::string name() const override { return "failing"; }
+    shape4 image_shape() const override { return inner->image_shape(); }
+    std::int64_t classes() const override { return inner->classes(); }
+    void fill(std::int64_t, std::int64_t, float*, float*) override {
+      throw std::runtime_error("the disk went away");
+    }
+  };
+  const network net = test::small_zoo("resnet50");
+  const shape4 in = net[net.data_layer()].output_shape;
+  for (const char* policy : {"liveness", "utp", "all"}) {
+    auto dev = test::make_test_device("host");
+    auto fresh_dev = test::make_test_device("host");
+    const std::size_t budget = policy == std::string("liveness") ? 0 : 4u << 20;
+    executor ex(net, *dev, options_for(policy, budget));
+    executor fresh(net, *fresh_dev, options_for(policy, budget));
+    failing_source bad;
+    bad.inner = make_synthetic_source(in, net.classes(), 1);
+    EXPECT_THROW((void)ex.run_iteration(&bad, 0), std::runtime_error) << policy;
+    auto data = make_synthetic_source(in, net.classes(), 1);
+    EXPECT_EQ(ex.run_iteration(data.get(), 0), fresh.run_iteration(data.get(), 0)) << policy;
+  }
+}
+
+// Options that were clamped, ignored, or swallowed by `all`'s weighing are refused, naming
+// the field (a NaN headroom ran `all` as recompute; split_parts 0 ran as 1).
+TEST(executor_test, options_the_run_would_clamp_or_swallow_are_refused) {
+  const network net = test::small_zoo("resnet50");
+  auto dev = test::make_test_device("host");
+  const auto refused = [&](const executor_options& o, const std::string& words) {
+    const std::string msg = error_text([&] { executor ex(net, *dev, o); });
+    EXPECT_NE(msg.find(words), std::string::npos) << msg;
+  };
+  executor_options o = options_for("all", 4u << 20);
+  o.schedule.headroom = std::numeric_limits<double>::quiet_NaN();
+  refused(o, "headroom nan");
+  o = options_for("utp", 4u << 20);
+  o.split_parts = {1, 0};
+  refused(o, "executor_options.split_parts[1] = 0");
+  o = options_for("utp", 4u << 20);
+  o.split_parts = {1, static_cast<int>(net.batch()) + 1};
+  refused(o, "expected 1 to " + std::to_string(net.batch()));
+  o = options_for("utp", 4u << 20);
+  o.split_parts.assign(route(net).step_count() + 1, 1);
+  refused(o, "expected at most one per route step");
+  o = options_for("utp", 4u << 20);
+  o.channel_parts = {2};  // step 0 is DATA: no channel groups
+  refused(o, "executor_options.channel_parts[0] = 2");
+  o = options_for("liveness");
+  o.ranks = -4;
+  refused(o, "executor_options.ranks = -4");
+  o = options_for("liveness");
+  o.split_regions = 2000;
+  refused(o, "executor_options.split_regions = 2000");
 }
 
 TEST(executor_test, the_null_device_charges_the_options_cost_model) {
