@@ -83,13 +83,6 @@ std::string pointer_text(std::uintptr_t p) {
   return pointer_text(reinterpret_cast<void*>(p));
 }
 
-// A fraction as the user wrote it (%g): std::to_string printed 1e-300 as 0.000000.
-std::string fraction_text(double f) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", f);
-  return text;
-}
-
 std::string bytes_text(std::size_t b) {
   return format_bytes(b) + " (" + std::to_string(b) + " bytes)";
 }
@@ -259,11 +252,11 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
   if (options.pool_knob.empty()) remedy += " or MEMWEAVE_POOL_FRACTION";
   if (want == 0) {
     MEMWEAVE_EXPECTS(options.pool_fraction > 0.0 && options.pool_fraction <= 1.0,
-                     "heap_options::pool_fraction = " + fraction_text(options.pool_fraction) +
+                     "heap_options::pool_fraction = " + format_number(options.pool_fraction) +
                          " is not in (0, 1]; use e.g. 0.9 (the default), or set pool_bytes");
     const memory_info info = dev.memory();
     want = static_cast<std::size_t>(options.pool_fraction * static_cast<double>(info.free_bytes));
-    source = fraction_text(options.pool_fraction) + " x the device's free memory " +
+    source = format_number(options.pool_fraction) + " x the device's free memory " +
              bytes_text(info.free_bytes) + " (MEMWEAVE_POOL_FRACTION)";
   }
   want = want / block_ * block_;

@@ -120,20 +120,22 @@ class caller_event final : public event {
   cudaEvent_t event_;
 };
 
+// `call` failed as it does only when the runtime cannot start: no driver, no GPU.
+[[noreturn]] void throw_no_device(cudaError_t e, const char* call) {
+  (void)cudaGetLastError();
+  throw no_device_error(std::string("no CUDA GPU can be used (") + call +
+                        " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
+                        "); the C API, the interposer and the PyTorch entry points serve "
+                        "only GPU memory (MEMWEAVE_DEVICE=auto means cuda there); set "
+                        "MEMWEAVE_DEVICE=host to use the simulated device on purpose");
+}
+
 class cuda_runtime final : public runtime {
  public:
   int current_device() override {
     int d = 0;
     const cudaError_t e = cudaGetDevice(&d);
-    if (e != cudaSuccess) {
-      // It fails only when the runtime cannot start: no driver, no GPU.
-      (void)cudaGetLastError();
-      throw no_device_error(std::string("no CUDA GPU can be used (cudaGetDevice failed: ") +
-                            cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
-                            "); the C API, the interposer and the PyTorch entry points serve "
-                            "only GPU memory (MEMWEAVE_DEVICE=auto means cuda there); set "
-                            "MEMWEAVE_DEVICE=host to use the simulated device on purpose");
-    }
+    if (e != cudaSuccess) throw_no_device(e, "cudaGetDevice");
     return d;
   }
 
@@ -151,11 +153,7 @@ class cuda_runtime final : public runtime {
   int device_count() override {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw no_device_error(std::string("no CUDA GPU can be used (cudaGetDeviceCount failed: ") +
-                            cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")");
-    }
+    if (e != cudaSuccess) throw_no_device(e, "cudaGetDeviceCount");
     return n;
   }
 

@@ -379,20 +379,20 @@ pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc, int ar
       ordinal = 0;  // one simulated device: the device index means nothing there
     } else if (!asked) {
       ordinal = ctx.rt->current_device();
-    } else if (ordinal >= 0 && ordinal < k_max_devices) {
-      // The hot path (PyTorch names the device on every call): a pool made already.
-      if (pool* p = ctx.pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
-        return p;
-      }
     }
-    if (cuda && asked && (ordinal < 0 || ordinal >= ctx.rt->device_count())) {
+    // A device index the runtime does not list; asked for its count only when no pool can be
+    // found for it (PyTorch names the device on every allocation).
+    const auto listed = [&] { return !cuda || !asked || ordinal < ctx.rt->device_count(); };
+    const auto not_listed = [&]() -> pool* {
       *rc = fail(MEMWEAVE_ERROR_INVALID_VALUE,
                  std::string(what_call) + ": device " + std::to_string(ordinal) +
                      " is not a device of this process: the CUDA runtime lists " +
                      std::to_string(ctx.rt->device_count()) +
                      " (ordinals from 0; -1 is the current device)");
       return nullptr;
-    }
+    };
+    if (cuda && asked && ordinal < 0) return not_listed();
+    if (ordinal >= k_max_devices && !listed()) return not_listed();
     if (ordinal < 0 || ordinal >= k_max_devices) {
       *rc =
           fail(MEMWEAVE_ERROR_INVALID_VALUE,
@@ -403,6 +403,7 @@ pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc, int ar
     if (pool* p = ctx.pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
       return p;
     }
+    if (!listed()) return not_listed();
     std::lock_guard<std::mutex> lock(ctx.pools_mutex);
     if (pool* p = ctx.pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
       return p;

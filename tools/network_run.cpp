@@ -337,15 +337,22 @@ std::optional<network> make_run_network_or_unfit(network_run_options& o, bool we
   }
 }
 
+namespace {
+
+bool parallel(const network_run_options& o) noexcept {
+  return o.executor.comm != nullptr && o.executor.comm->size() > 1;
+}
+
+}  // namespace
+
 std::string trace_path_of(const network_run_options& o, const std::string& policy) {
   std::string path = o.executor.heap.trace_path;
   if (path.empty()) return path;
   if (o.policies.size() > 1) path += "." + policy;
   // Each rank's heap is its own: rank N > 0 writes beside rank 0's file, never into it
   // (two ranks truncating one file made a trace no replay could read).
-  const communicator* comm = o.executor.comm;
-  if (comm != nullptr && comm->size() > 1 && comm->rank() > 0) {
-    path += ".rank" + std::to_string(comm->rank());
+  if (parallel(o) && o.executor.comm->rank() > 0) {
+    path += ".rank" + std::to_string(o.executor.comm->rank());
   }
   return path;
 }
@@ -413,10 +420,6 @@ void check_output_paths(const network_run_options& o, const std::string& data) {
 }
 
 namespace {
-
-bool parallel(const network_run_options& o) noexcept {
-  return o.executor.comm != nullptr && o.executor.comm->size() > 1;
-}
 
 // Every rank's figures to every rank (rank 0 reports them); the tightest rank has the
 // highest peak (the first of them on a tie).

@@ -12,6 +12,7 @@
 
 #include "memweave/comm/communicator.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/swap/transfer_engine.hpp"
 
 extern char** environ;
 
@@ -25,14 +26,6 @@ const std::set<std::string> k_outputs = {"json",           "csv",  "svg",
 const std::set<std::string> k_own_variables = {"MEMWEAVE_CUDA_DEVICE", "MEMWEAVE_LOG",
                                                "MEMWEAVE_TRACE", "MEMWEAVE_CONV_CACHE",
                                                "MEMWEAVE_SOURCE_DIR"};
-
-// FNV-1a, 64 bits: equal texts, equal hashes; a collision between the ranks' command lines
-// is not a case to plan for.
-std::uint64_t fnv1a(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 // "name=value" lines back to a map (a value holds no newline: see agreement_text).
 std::map<std::string, std::string> lines_of(const std::string& text) {
@@ -81,8 +74,10 @@ std::string agreement_text(const std::map<std::string, std::string>& options) {
 
 void check_ranks_agree(communicator& comm, const std::string& text) {
   if (comm.size() <= 1) return;
-  // The hash in two exact 32-bit halves, and the text's length (for rank 0's broadcast).
-  const std::uint64_t h = fnv1a(text);
+  // The text's 64-bit checksum (the transfers' own; a collision between the ranks' command
+  // lines is not a case to plan for) in two exact 32-bit halves, and its length (for rank 0's
+  // broadcast).
+  const std::uint64_t h = transfer_checksum(text.data(), text.size());
   const std::array<double, 3> mine = {static_cast<double>(h >> 32),
                                       static_cast<double>(h & 0xffffffffu),
                                       static_cast<double>(text.size())};
