@@ -29,9 +29,10 @@ split_probe probe(const network& net, const network_run_options& o) {
   const layer_memory memory(table);
   split_probe p;
   try {
-    p.floor_bytes = plan_splits(net, table, memory, o.executor.model, o.budget_bytes,
-                                heap_block_of(o), "--budget")
-                        .floor_bytes;
+    p.floor_bytes =
+        plan_splits(net, table, memory, o.executor.model, o.budget_bytes, heap_block_of(o),
+                    "--budget", true, false, promised_workspace_bytes(table, o.executor.conv_ws))
+            .floor_bytes;
   } catch (const budget_too_small&) {
     return p;
   }
@@ -54,20 +55,20 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
   const layer_memory memory(table);
   out << "memweave plan " << o.net << " --split: batch " << o.zoo.batch << " within "
       << format_bytes(o.budget_bytes) << " (TSPLIT: the steps over it run in micro-batches)\n";
-  // The floors below leave convolution workspaces out, as l_i does: dynamic selection falls
-  // back to direct (none) where one does not fit, a fixed algorithm cannot.
-  const conv_ws_options& ws = o.executor.conv_ws;
-  if (ws.mode == conv_ws_mode::fixed && ws.fixed_algorithm != "direct") {
-    out << "  note: the floors leave convolution workspaces out; --conv-ws " << ws.mode_name()
-        << " needs its workspace beside each CONV micro-step (dynamic or fixed:direct run "
-           "without one)\n";
+  // The floors hold the workspace a CONV micro-step takes whatever is free (fixed, max), not
+  // the one dynamic selection fits to what is left (it falls back to direct where none fits).
+  const std::vector<std::size_t> workspace = promised_workspace_bytes(table, o.executor.conv_ws);
+  if (std::any_of(workspace.begin(), workspace.end(), [](std::size_t b) { return b != 0; })) {
+    out << "  the floors and micro-steps below hold each CONV step's workspace under "
+        << knob_value(o.executor.conv_ws.source, o.executor.conv_ws.mode_name())
+        << " (the micro-step takes it whole; dynamic or fixed:direct run without one)\n";
   }
   // The floor along the batch alone, and with CONV/FC output-channel groups (what runs).
   const auto describe_batch_floor = [&] {
     try {
       const split_plan batch =
           plan_splits(net, table, memory, o.executor.model, std::size_t{1} << 62, heap_block_of(o),
-                      "--budget", false);
+                      "--budget", false, false, workspace);
       out << "  floor with micro-batches alone (the largest micro-step at one image) "
           << format_bytes(batch.floor_bytes) << " at step " << batch.floor_step + 1 << " ("
           << net[r.at(batch.floor_step).layer].name << ")\n";
@@ -78,7 +79,7 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
   split_plan plan;
   try {
     plan = plan_splits(net, table, memory, o.executor.model, o.budget_bytes, heap_block_of(o),
-                       "--budget");
+                       "--budget", true, false, workspace);
   } catch (const budget_too_small& e) {
     out << "  does not fit: " << e.what() << "\n";
     describe_batch_floor();

@@ -778,8 +778,23 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       if (staged) ex.end_staged_step();
     }
   } give_back_on_throw{*this, locked, workspace, conv, staged};
+  const bool has_conv = l.type == layer_type::conv && table_.has_work(s);
+  const bool data_grad = has_conv && table_.of(l.inputs[0]).output_grad != invalid_tensor;
+  // max and fixed name an algorithm rather than fit one to what is free: its workspace is
+  // needed whatever the heap holds.
+  const bool promised =
+      options_.conv_ws.mode == conv_ws_mode::max || options_.conv_ws.mode == conv_ws_mode::fixed;
+  // A staged step's promised workspace is taken in one piece with its micro buffer (what
+  // the split plan counted beside the micro-step), known before: the choice does not depend
+  // on what is free.
+  const bool staged_workspace = staged && has_conv && promised;
+  if (staged_workspace) {
+    conv = launcher_->choose_conv(*selector_, l, forward, data_grad, heap_->largest_free_run());
+  }
+  // That workspace, in the micro buffer: counted and given back with it (end_staged_step).
+  void* in_micro = nullptr;
   if (staged) {
-    acquire_staged(s, accesses, locked);
+    in_micro = acquire_staged(s, accesses, locked, conv.workspace_bytes);
   } else {
     release_handed();  // slices a staged step handed over are for staged steps only
     try {
@@ -804,14 +819,10 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   drop_dead_rebuilt(s, false);
 
   // 2. Functional tensors first; then the convolution's workspace from what is left.
-  if (l.type == layer_type::conv && table_.has_work(s)) {
-    const bool data_grad = table_.of(l.inputs[0]).output_grad != invalid_tensor;
+  if (has_conv && !staged_workspace) {
     conv = launcher_->choose_conv(*selector_, l, forward, data_grad, heap_->largest_free_run());
     if (conv.workspace_bytes != 0) {
-      const bool promised = options_.conv_ws.mode == conv_ws_mode::max ||
-                            options_.conv_ws.mode == conv_ws_mode::fixed;
-      // max and fixed name an algorithm rather than fit one to what is free: under utp/all
-      // its workspace may push unlocked tensors out, as a tensor would.
+      // Under utp/all a promised workspace may push unlocked tensors out, as a tensor would.
       workspace = take_workspace(conv.workspace_bytes, promised);
       if (workspace == nullptr && promised && options_.policy.evict_to_host && !host_exhausted_ &&
           !staged) {
@@ -827,7 +838,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
         // with it the results' last bits, which the oracle compares).
         if (promised) {
           throw_out_of_budget(s,
-                              "MEMWEAVE_CONV_WS=" + options_.conv_ws.mode_name() +
+                              knob_value(options_.conv_ws.source, options_.conv_ws.mode_name()) +
                                   ": the workspace of " + conv.name,
                               conv.workspace_bytes);
         }
@@ -836,8 +847,8 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
       }
     }
     residency_->workspace_taken(conv.workspace_bytes);
-    if (forward && !forward_conv_.empty()) forward_conv_[s] = conv;  // what a replay runs
   }
+  if (has_conv && forward && !forward_conv_.empty()) forward_conv_[s] = conv;  // a replay's
   note_peak();
   step_record rec;
   rec.step = static_cast<int>(s + 1);
@@ -854,7 +865,9 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   steps_.push_back(std::move(rec));
 
   // 3. The kernel, and the event marking its end (what offloads of its outputs wait for).
-  if (table_.has_work(s)) launch_layer(l, forward, accesses, conv, workspace, data, false);
+  if (table_.has_work(s)) {
+    launch_layer(l, forward, accesses, conv, staged_workspace ? in_micro : workspace, data, false);
+  }
   if (!table_.buckets().empty()) reduce_buckets(s);
   if (!capture_after_[s].empty()) capture_watched(s);
   if (evaluating_ && l.type == layer_type::softmax_loss) copy_out_predictions(l);
@@ -868,7 +881,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   give_back_on_throw.armed = false;
   for (tensor_id t : locked) cache_->unlock(t);
   if (workspace != nullptr) (void)heap_->deallocate(workspace);
-  residency_->workspace_returned(conv.workspace_bytes);
+  if (!staged_workspace) residency_->workspace_returned(conv.workspace_bytes);
   if (staged) end_staged_step();
   for (tensor_id t : evaluating_ ? eval_free_after_[s] : free_after_[s]) free_transient(t);
   // A rebuild may have re-created intermediates whose life was already over (inputs of the

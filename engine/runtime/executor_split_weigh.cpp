@@ -51,6 +51,7 @@ executor_options executor::weigh_split_plans(const network& net, const executor_
   const tensor_table table(net, r);
   const layer_memory memory(table);
   const std::size_t block = heap_block_bytes(options);
+  const std::vector<std::size_t> workspace = promised_workspace_bytes(table, options.conv_ws);
   policy_choice best_choice;
   double best_s = 0, fewest_s = 0;
   std::vector<split_choice> plans;
@@ -59,8 +60,8 @@ executor_options executor::weigh_split_plans(const network& net, const executor_
       const auto budget =
           static_cast<std::size_t>(static_cast<double>(options.budget_bytes) * share);
       try {
-        const split_plan p =
-            plan_splits(net, table, memory, options.model, budget, block, "--budget");
+        const split_plan p = plan_splits(net, table, memory, options.model, budget, block,
+                                         "--budget", true, false, workspace);
         const std::vector<int> parts = p.parts(table.step_count());
         const std::vector<int> groups = p.channel_parts(table.step_count());
         if (parts == candidate.split_parts && groups == candidate.channel_parts) continue;

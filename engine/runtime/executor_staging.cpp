@@ -248,7 +248,9 @@ void executor::fetch_staged(tensor_id t, std::size_t step) {
 // from the budget and residency, not from what the heap happens to hold), first those already
 // resident that the step reads (staging them would copy them out and their slices back in),
 // then those it writes anew; the others are staged. Without `keep`, every one is staged.
-void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep) {
+// `workspace_bytes` (a convolution's, taken with the micro buffer) is room kept beside them.
+void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep,
+                          std::size_t workspace_bytes) {
   staging& st = *staging_;
   st.whole.clear();
   st.ids.clear();
@@ -274,7 +276,8 @@ void executor::stage_step(std::size_t s, std::span<const tensor_access> accesses
     return heap_->round_up(b);
   };
   std::vector<const tensor_access*> sliced;
-  std::size_t need = 0;  // the micro-step: whole tensors plus every slice
+  // The micro-step: whole tensors plus every slice, and the workspace.
+  std::size_t need = workspace_bytes == 0 ? 0 : heap_->round_up(workspace_bytes);
   for (const tensor_access& a : accesses) {
     if (!in_cache(a.tensor) || !(staged_slice(table_[a.tensor], batch) || by_channels(a.tensor))) {
       st.whole.push_back(a);
@@ -382,11 +385,12 @@ void executor::describe_staging(schedule_inputs& in) const {
 }
 
 // A staged step's tensors: its micro-tensors to host staging memory (or kept whole where the
-// budget allows), the rest acquired and locked, then the micro buffer. When the heap cannot
-// place them (the tensors kept whole split the free memory), every micro-tensor is staged
-// and, failing that too, the arena is emptied (repack) and the micro buffer taken first.
-void executor::acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
-                              std::vector<tensor_id>& locked) {
+// budget allows), the rest acquired and locked, then the micro buffer (with the step's
+// convolution workspace of `workspace_bytes` in it, returned; nullptr where 0). When the heap
+// cannot place them (the tensors kept whole split the free memory), every micro-tensor is
+// staged and, failing that too, the arena is emptied (repack) and the micro buffer taken first.
+void* executor::acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
+                               std::vector<tensor_id>& locked, std::size_t workspace_bytes) {
   // What it reads that was dropped is rebuilt first (a staged replay uses the staging
   // bookkeeping that stage_step fills; the slices handed over give their memory to it).
   for (const tensor_access& a : accesses) {
@@ -407,11 +411,10 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
   for (const bool keep : {true, false}) {
     // A schedule says what stays whole (scheduled_step::whole), the rest of the step around it.
     if (keep && schedule_) continue;
-    stage_step(s, accesses, keep);
+    stage_step(s, accesses, keep, workspace_bytes);
     try {
       acquire(s, staging_->whole, locked, false);
-      take_micro_buffer(s);
-      return;
+      return take_micro_buffer(s, false, workspace_bytes);
     } catch (const out_of_memory&) {
       if (host_exhausted_) throw;  // host memory is not repacked
     }
@@ -420,8 +423,9 @@ void executor::acquire_staged(std::size_t s, std::span<const tensor_access> acce
     locked.clear();
   }
   repack(s, staging_->whole, locked);
-  take_micro_buffer(s);
+  void* workspace = take_micro_buffer(s, false, workspace_bytes);
   acquire(s, staging_->whole, locked, true);
+  return workspace;
 }
 
 // The micro-batch whose slices staged step `s` (its micro-tensors in staging_->tensors, what
@@ -491,8 +495,11 @@ void executor::drop_handed() noexcept {
 // With the step's whole tensors locked: device buffers for the largest micro-batch's slices
 // (taken like a convolution workspace, evicting unlocked tensors when needed): the slices
 // the step before handed over, one buffer each for what this step hands on (what the next
-// step reads), and one for the rest. A replay (`replay`) neither takes nor hands on.
-void executor::take_micro_buffer(std::size_t s, bool replay) {
+// step reads), and one for the rest, which ends with the step's convolution workspace of
+// `workspace_bytes` (returned; nullptr where 0): one run of the heap, so that the two cannot
+// split what is free between them (ResNet-50's conv1 under fixed:im2col_image failed for
+// 147 KiB with 149 KiB free in two runs). A replay (`replay`) neither takes nor hands on.
+void* executor::take_micro_buffer(std::size_t s, bool replay, std::size_t workspace_bytes) {
   staging& st = *staging_;
   for (const staging::slice_buffer& b : st.own) {  // none but after a step that failed
     staging::give_back(b, *heap_, *residency_);
@@ -504,7 +511,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
     release_handed();
     st.tensors.clear();
     st.ids.clear();
-    return;
+    return nullptr;
   }
   const std::int64_t batch = batch_of(net_);
   const int parts = batch_parts_of(options_, s);
@@ -592,6 +599,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   // everything goes in one, as if nothing were handed.
   std::size_t total = 0;
   std::vector<std::size_t> offset(st.tensors.size(), 0);
+  std::size_t workspace_at = 0;
   const auto lay_out = [&] {
     total = 0;
     for (std::size_t i = 0; i < st.tensors.size(); ++i) {
@@ -599,6 +607,8 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
       offset[i] = total;
       total += size[i];
     }
+    workspace_at = total;
+    if (workspace_bytes != 0) total += heap_->round_up(workspace_bytes);
   };
   lay_out();
   void* micro = total == 0 ? nullptr : take_workspace(total, true);
@@ -609,11 +619,14 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
   }
   if (total != 0 && micro == nullptr) {
     give_back_own();
-    throw_out_of_budget(s,
-                        "the micro-batch buffers of " + std::to_string(st.tensors.size()) +
-                            " split tensors (" + std::to_string(images) + " of " +
-                            std::to_string(batch) + " images)",
-                        total);
+    throw_out_of_budget(
+        s,
+        "the micro-batch buffers of " + std::to_string(st.tensors.size()) + " split tensors (" +
+            std::to_string(images) + " of " + std::to_string(batch) + " images)" +
+            (workspace_bytes != 0
+                 ? " and the convolution workspace of " + format_bytes(workspace_bytes)
+                 : std::string()),
+        total);
   }
   // Recorded only once taken: end_staged_step gives back what these say.
   st.micro = micro;
@@ -646,6 +659,7 @@ void executor::take_micro_buffer(std::size_t s, bool replay) {
     staging_->bytes_handed +=
         layers::staged_copy_bytes(l.type, forward, unheld, parts, input_grad) - copied;
   }
+  return workspace_bytes == 0 ? nullptr : static_cast<char*>(st.micro) + workspace_at;
 }
 
 // Re-runs the forward of the staged step at route position `position` (its output dropped
@@ -676,23 +690,16 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
   }
   std::vector<tensor_id> locked;
   // A CONV replays the algorithm its step ran (another would round differently), with that
-  // algorithm's workspace, taken after the micro buffer.
+  // algorithm's workspace, in the micro buffer (end_staged_step gives it back).
   const conv_step conv = l.type == layer_type::conv ? forward_conv_.at(position) : conv_step{};
-  void* workspace = nullptr;
   struct restore {
     executor& ex;
     std::vector<tensor_id>& locked;
     std::size_t guarded;
     std::vector<std::pair<tensor_id, residency>>& born;
-    void*& workspace;
-    std::size_t workspace_bytes;
     bool launched = false;
     ~restore() {
       for (tensor_id t : locked) ex.cache_->unlock(t);
-      if (workspace != nullptr) {
-        (void)ex.heap_->deallocate(workspace);  // stream order: later kernels run after it
-        ex.residency_->workspace_returned(workspace_bytes);
-      }
       ex.end_staged_step();
       ex.replaying_.resize(guarded);
       ex.replay_split_ = std::numeric_limits<std::size_t>::max();
@@ -703,19 +710,10 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
         if (before == residency::dropped) ex.residency_->host_value_dropped(t);
       }
     }
-  } done{*this, locked, guarded, born, workspace, conv.workspace_bytes};
-  stage_step(position, accesses, false);
+  } done{*this, locked, guarded, born};
+  stage_step(position, accesses, false, conv.workspace_bytes);
   acquire(step, staging_->whole, locked, false);
-  take_micro_buffer(position, true);
-  if (conv.workspace_bytes != 0) {
-    workspace = take_workspace(conv.workspace_bytes, true);
-    if (workspace == nullptr) {
-      throw_out_of_budget(step,
-                          "the staged replay of " + l.name + ": the workspace of " + conv.name,
-                          conv.workspace_bytes);
-    }
-    residency_->workspace_taken(conv.workspace_bytes);
-  }
+  void* const workspace = take_micro_buffer(position, true, conv.workspace_bytes);
   for (const tensor_access& a : accesses) {
     if (a.mode != access_mode::read) last_write_[a.tensor] = step;
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/layers/layer_step.hpp"
+#include "engine/runtime/conv_selection.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 
@@ -111,9 +112,42 @@ double split_plan::link_seconds() const noexcept {
   return t;
 }
 
+std::vector<std::size_t> promised_workspace_bytes(const tensor_table& table,
+                                                  const conv_ws_options& conv_ws) {
+  std::vector<std::size_t> bytes(table.step_count(), 0);
+  if (conv_ws.mode != conv_ws_mode::fixed && conv_ws.mode != conv_ws_mode::max) return bytes;
+  const network& net = table.net();
+  const route& r = table.steps();
+  for (std::size_t s = 0; s < table.step_count(); ++s) {
+    const layer& l = net[r.at(s).layer];
+    if (l.type != layer_type::conv || !table.has_work(s)) continue;
+    const auto& p = std::get<conv_params>(l.params);
+    const shape4& in = net[l.inputs[0]].output_shape;
+    // The passes the step runs, as kernel_launcher::choose_conv picks them.
+    std::vector<kernels::host::conv_pass> passes;
+    if (r.at(s).direction == pass::forward) {
+      passes.push_back(kernels::host::conv_pass::forward);
+    } else {
+      passes.push_back(kernels::host::conv_pass::backward_filter);
+      if (table.of(l.inputs[0]).output_grad != invalid_tensor) {
+        passes.push_back(kernels::host::conv_pass::backward_data);
+      }
+    }
+    for (const kernels::host::conv_pass k : passes) {
+      for (const conv_candidate& c : host_conv_candidates(k, in, p)) {
+        if (conv_ws.mode == conv_ws_mode::max || c.algorithm == conv_ws.fixed_algorithm) {
+          bytes[s] = std::max(bytes[s], c.workspace_bytes);
+        }
+      }
+    }
+  }
+  return bytes;
+}
+
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
                        const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
-                       const char* knob, bool channel_splits, bool forward_only) {
+                       const char* knob, bool channel_splits, bool forward_only,
+                       std::span<const std::size_t> workspace_bytes) {
   MEMWEAVE_EXPECTS(block_bytes > 0, "plan_splits: block_bytes is 0; expected a positive size");
   const std::int64_t batch = batch_of(table);
   const route& r = table.steps();
@@ -142,9 +176,14 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
     // max(l_i) as the heap sees it: each tensor rounded to blocks (as executor_checks).
     plan.max_layer_bytes =
         std::max(plan.max_layer_bytes, micro_step_bytes(table, s, 1, block_bytes));
+    // A promised workspace is taken whole beside every micro-step (not in l_i).
+    if (s < workspace_bytes.size()) st.workspace_bytes = round_up(workspace_bytes[s], block_bytes);
+    const auto micro_bytes = [&](int parts, int channel_parts) {
+      return micro_step_bytes(table, s, parts, block_bytes, channel_parts) + st.workspace_bytes;
+    };
     const int images = static_cast<int>(std::max<std::int64_t>(batch, 1));
     const int channels = channel_splits ? static_cast<int>(splittable_channels(l)) : 1;
-    st.least_bytes = micro_step_bytes(table, s, images, block_bytes, channels);
+    st.least_bytes = micro_bytes(images, channels);
     if (st.least_bytes > plan.floor_bytes) {
       plan.floor_bytes = st.least_bytes;
       plan.floor_step = s;
@@ -169,12 +208,9 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
       }
       return static_cast<int>(hi);
     };
-    st.channel_parts =
-        fewest(channels, [&](int c) { return micro_step_bytes(table, s, images, block_bytes, c); });
-    st.parts = fewest(images, [&](int k) {
-      return micro_step_bytes(table, s, k, block_bytes, st.channel_parts);
-    });
-    st.micro_bytes = micro_step_bytes(table, s, st.parts, block_bytes, st.channel_parts);
+    st.channel_parts = fewest(channels, [&](int c) { return micro_bytes(images, c); });
+    st.parts = fewest(images, [&](int k) { return micro_bytes(k, st.channel_parts); });
+    st.micro_bytes = micro_bytes(st.parts, st.channel_parts);
     std::vector<shape4> in;
     for (layer_id i : l.inputs) in.push_back(net[i].output_shape);
     const double flops = st.forward ? layers::forward_flops(l, in) : layers::backward_flops(l, in);
@@ -185,7 +221,8 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
       const double k = st.parts, c = st.channel_parts;
       st.split_s = k * c *
                    std::max(flops / (k * c) / model.flops,
-                            static_cast<double>(st.micro_bytes) / model.memory_bytes_per_s);
+                            static_cast<double>(st.micro_bytes - st.workspace_bytes) /
+                                model.memory_bytes_per_s);
       // BN's inputs are read by both passes (statistics, then normalisation).
       const double passes = l.type == layer_type::bn ? 2.0 : 1.0;
       st.link_s = (static_cast<double>(reads) * passes + static_cast<double>(writes)) * (k - 1) /
@@ -201,12 +238,18 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
     // every step.
     const route_step rs = r.at(plan.floor_step);
     const auto [budget_text, floor_text] = format_bytes_apart(budget_bytes, plan.floor_bytes);
+    std::size_t workspace = 0;
+    for (const split_step& st : plan.steps) {
+      if (st.step == plan.floor_step) workspace = st.workspace_bytes;
+    }
     throw budget_too_small(
         "budget of " + budget_text + " (" + knob + ") is below the smallest " +
         "micro-step of step " + std::to_string(plan.floor_step + 1) + " (" + net[rs.layer].name +
         (rs.direction == pass::forward ? " forward" : " backward") + ", one image per micro-batch" +
         (channel_splits && splittable_channels(net[rs.layer]) > 1 ? ", one channel per group"
                                                                   : "") +
+        (workspace != 0 ? ", its convolution workspace of " + format_bytes(workspace) + " beside"
+                        : std::string()) +
         "): " + floor_text + "; raise " + knob + " to at least " + floor_text);
   }
   return plan;

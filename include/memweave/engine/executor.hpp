@@ -356,16 +356,17 @@ class executor {
   void retire_staging(tensor_id t) noexcept;
   void stage(tensor_id t, access_mode mode, std::size_t step);
   void fetch_staged(tensor_id t, std::size_t step);
-  void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep);
+  void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep,
+                  std::size_t workspace_bytes = 0);
   layers::staged_tensor micro_tensor(const tensor_access& a, std::int64_t channels,
                                      int parts) const;
   void describe_staging(schedule_inputs& in) const;
-  void take_micro_buffer(std::size_t s, bool replay = false);
+  void* take_micro_buffer(std::size_t s, bool replay = false, std::size_t workspace_bytes = 0);
   std::int64_t micro_batch_left(std::size_t s) const;
   void release_handed();
   void drop_handed() noexcept;
-  void acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
-                      std::vector<tensor_id>& locked);
+  void* acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
+                       std::vector<tensor_id>& locked, std::size_t workspace_bytes = 0);
   void end_staged_step() noexcept;
 
   /// utp/all: persistent tensors live in the tensor cache too (and may leave for host

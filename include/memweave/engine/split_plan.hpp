@@ -24,14 +24,19 @@
 // (c-1)/c of its parameter bytes per micro-batch. The floor is the largest micro-step after
 // both splits (one image, one channel per group for CONV/FC).
 //
+// Under a convolution mode that names its algorithm (fixed, max), a CONV micro-step also holds
+// that algorithm's workspace, whole (promised_workspace_bytes), and so does the floor.
+//
 // Not planned here (issue 13's later stages): the memory schedule's swaps and drops of whole
 // tensors around the split steps, and micro-tensors as entries of the tensor cache.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "memweave/conv_workspace/conv_workspace_selector.hpp"
 #include "memweave/engine/cost_model.hpp"
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/network.hpp"
@@ -44,16 +49,18 @@ struct split_step {
   std::size_t step = 0;  ///< route step, 0..2N-1
   layer_id layer = invalid_layer;
   bool forward = true;
-  std::size_t fixed_bytes = 0;  ///< batch-independent tensors, block-rounded
-  std::size_t batch_bytes = 0;  ///< batch-shaped tensors, whole, block-rounded
-  int parts = 1;                ///< micro-batches planned
-  int channel_parts = 1;        ///< output-channel groups planned (CONV/FC only)
-  std::size_t micro_bytes = 0;  ///< the largest micro-step's working set at `parts`
-  std::size_t least_bytes = 0;  ///< the working set at one image per micro-batch (and, for
-                                ///< CONV/FC, one output channel per group)
-  double whole_s = 0;           ///< the model's time of the whole step
-  double split_s = 0;           ///< its micro-steps' time (whole_s when not split)
-  double link_s = 0;            ///< its slices' host-link time (0 when not split)
+  std::size_t fixed_bytes = 0;      ///< batch-independent tensors, block-rounded
+  std::size_t batch_bytes = 0;      ///< batch-shaped tensors, whole, block-rounded
+  int parts = 1;                    ///< micro-batches planned
+  int channel_parts = 1;            ///< output-channel groups planned (CONV/FC only)
+  std::size_t micro_bytes = 0;      ///< the largest micro-step's working set at `parts`
+  std::size_t least_bytes = 0;      ///< the working set at one image per micro-batch (and, for
+                                    ///< CONV/FC, one output channel per group)
+  std::size_t workspace_bytes = 0;  ///< a promised convolution workspace, block-rounded: in
+                                    ///< micro_bytes and least_bytes
+  double whole_s = 0;               ///< the model's time of the whole step
+  double split_s = 0;               ///< its micro-steps' time (whole_s when not split)
+  double link_s = 0;                ///< its slices' host-link time (0 when not split)
 };
 
 struct split_plan {
@@ -105,13 +112,25 @@ bool channel_cut(const tensor_info& t, const layer& l) noexcept;
 /// (AlexNet b128 at 0.8 x max(l_i): 228 ms per iteration with 0.85, 180 with 0.4).
 inline constexpr double split_plan_shares[] = {1.0, 0.85, 0.7, 0.55, 0.4};
 
+/// The convolution workspace each route step of `table` takes whatever memory is free, under
+/// `conv_ws` (fixed: its algorithm's, as the host's candidates size it; max: the largest of
+/// the step's candidates, since the fastest is known only once measured): a micro-step needs
+/// it beside its tensors, whole (the executor sizes it for the whole step). 0 for the other
+/// steps, under dynamic and none (a step runs without one where none fits), and for an
+/// algorithm the host does not have (a cuDNN one: staged steps run on host and null only).
+std::vector<std::size_t> promised_workspace_bytes(const tensor_table& table,
+                                                  const conv_ws_options& conv_ws);
+
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per
 /// micro-batch does not fit (`knob`: the flag or variable that set the budget).
 /// `channel_splits` false plans micro-batches only (a step that does not fit at one image is
 /// then too small a budget). `forward_only` plans the forward steps alone (an evaluation's).
+/// `workspace_bytes` (per route step, promised_workspace_bytes; empty: none) is added to each
+/// micro-step of its step, block-rounded: the floor then holds it too (max(l_i) does not).
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,
                        const cost_model& model, std::size_t budget_bytes, std::size_t block_bytes,
-                       const char* knob, bool channel_splits = true, bool forward_only = false);
+                       const char* knob, bool channel_splits = true, bool forward_only = false,
+                       std::span<const std::size_t> workspace_bytes = {});
 
 }  // namespace memweave

@@ -157,6 +157,61 @@ TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
   }
 }
 
+// A fixed algorithm with a workspace (im2col_image: one image's im2col matrix, whatever the
+// micro-batch) takes it whole beside every CONV micro-step: the split plan counts it
+// (promised_workspace_bytes), the floor holds it, the schedule leaves room for it and the step
+// takes it in one piece with its micro buffer. Before, the plan left it out and the buffers
+// split the free memory: utp and all failed below the unsplit floor ("the workspace of
+// im2col_image needs ..."). Split along the batch only, where im2col_image is bit-identical;
+// batch 16, as conv1's workspace (147 rows of 32 x 32 positions) is larger than half of
+// max(l_i) at batch 8.
+TEST(split_staging_test, a_fixed_algorithms_workspace_is_taken_beside_each_micro_step) {
+  const network net = test::zoo_net("resnet50", 16, 64, 0.0625);
+  const char* conv = "fixed:im2col_image";
+  const route r(net);
+  const tensor_table table(net, r);
+  const layer_memory memory(table);
+  const std::vector<std::size_t> workspace =
+      promised_workspace_bytes(table, conv_ws_options::parse(conv, "test"));
+  const std::size_t largest = *std::max_element(workspace.begin(), workspace.end());
+  ASSERT_GT(largest, 0u);
+  const split_plan ample = plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40,
+                                       k_heap_block, "test", false, false, workspace);
+  EXPECT_GE(ample.floor_bytes, largest);  // the floor holds the workspace
+  const std::size_t budget = std::max(ample.max_layer_bytes / 2, ample.floor_bytes);
+  ASSERT_LT(budget, ample.max_layer_bytes);
+  const split_plan plan = plan_splits(net, table, memory, cost_model{}, budget, k_heap_block,
+                                      "test", false, false, workspace);
+  const auto reference = test::train(net, test::policy_options("baseline", 0, conv), 2);
+  for (const char* policy : {"utp", "all"}) {
+    SCOPED_TRACE(policy);
+    executor_options options = test::policy_options(policy, budget, conv);
+    options.split_parts = plan.parts(table.step_count());
+    const auto [report, steps] = expect_plan_and_train_agree(net, options);
+    EXPECT_GT(report.staged_steps, 0u);
+    EXPECT_LE(peak(steps), budget);
+    // The staged CONV steps ran the fixed algorithm, with its workspace.
+    std::size_t staged_with_workspace = 0;
+    for (const step_record& st : steps) {
+      if (st.staged && st.workspace_bytes != 0) {
+        EXPECT_EQ(st.algorithm.find("im2col_image"), 0u) << "step " << st.step;
+        ++staged_with_workspace;
+      }
+    }
+    EXPECT_GT(staged_with_workspace, 0u);
+    expect_bit_identical(reference, test::train(net, options, 2), policy);
+  }
+  // Below the floor, the error names the workspace.
+  try {
+    (void)plan_splits(net, table, memory, cost_model{}, ample.floor_bytes - k_heap_block,
+                      k_heap_block, "--budget", false, false, workspace);
+    ADD_FAILURE() << "a budget below the floor was planned";
+  } catch (const budget_too_small& e) {
+    EXPECT_NE(std::string(e.what()).find("convolution workspace of"), std::string::npos)
+        << e.what();
+  }
+}
+
 // `all`'s memory schedule plans around staged steps: their micro-tensors are uses in host
 // memory (their slices' bytes there, nothing for the schedule to move), and those a staged
 // step has room for it keeps whole (scheduled_step::whole), the rest of the iteration swapped
