@@ -1,6 +1,7 @@
 // The `memweave` program: dispatches to a subcommand. Exit codes (README): 0 ran and a
 // policy fits, 1 no policy asked for fits its budget, 2 bad input (every memweave::error
 // but a device failure: one line on stderr), 3 internal error (a device failure or a bug).
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -74,6 +75,9 @@ int main(int argc, char** argv) {
   // Offloaded tensors live in the pinned host pool, whose jemalloc needs static TLS that
   // glibc only grants at start-up: re-execute once with it (see static_tls.hpp).
   memweave::reexec_with_static_tls(argv);
+  // A closed standard output (`memweave train ... | head -1`) must not kill the run before
+  // its files (--save, --json, ...) are written: the write fails instead, reported below.
+  std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "-h")) {
     std::cout << k_usage;
@@ -87,13 +91,22 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  // Standard output that could not be written costs only itself, as any output (README):
+  // the files were written; exit 2 where the run had succeeded.
+  const auto written = [](int code) {
+    std::cout.flush();
+    if (std::cout) return code;
+    std::cerr << "memweave: error: standard output could not be written (a closed pipe?); "
+                 "the files asked for were written\n";
+    return code == 0 ? 2 : code;
+  };
   try {
     memweave::validate_environment();
-    if (command == "train") return memweave::train_command(argc, argv, std::cout);
-    if (command == "eval") return memweave::eval_command(argc, argv, std::cout);
-    if (command == "plan") return memweave::plan_command(argc, argv, std::cout);
-    if (command == "replay") return memweave::replay_command(argc, argv, std::cout);
-    if (command == "config") return memweave::config_command(argc, argv, std::cout);
+    if (command == "train") return written(memweave::train_command(argc, argv, std::cout));
+    if (command == "eval") return written(memweave::eval_command(argc, argv, std::cout));
+    if (command == "plan") return written(memweave::plan_command(argc, argv, std::cout));
+    if (command == "replay") return written(memweave::replay_command(argc, argv, std::cout));
+    if (command == "config") return written(memweave::config_command(argc, argv, std::cout));
     std::cerr << "memweave: unknown command '" << command << "'\n" << k_usage;
     return 2;
   } catch (const memweave::device_error& e) {

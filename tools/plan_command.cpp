@@ -213,7 +213,9 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   const std::optional<network> made = make_run_network_or_unfit(o, false, nullptr, "plan", out);
   if (!made) return 1;
   const network& net = *made;
-  if (o.split && plan_split(net, o, out) != 0) return 1;
+  // Below the split floor the runs still go on, each a "does not fit" row, so that the
+  // report and its files are written as without --split.
+  const bool split_fits = !o.split || plan_split(net, o, out) == 0;
   if (global == 0) global = net.batch();  // one device, the model file's batch
   device_options dev;
   dev.kind = "null";
@@ -259,7 +261,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   out.unsetf(std::ios::fixed);
   out << describe_tiling(o) << runs.str();
   if (error) std::rethrow_exception(error);
-  return code;  // 1: no policy fits the budget
+  return split_fits ? code : 1;  // 1: no policy fits the budget
 }
 
 }  // namespace memweave
