@@ -29,7 +29,7 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
   eo.evaluation_only = true;  // the budget need not hold a backward pass
   char line[320];
   try {
-    split_parts_if_asked(net, o, eo);
+    split_parts_if_asked(net, o, eo, dev->kind() != device_kind::cuda);
     executor ex(net, *dev, eo);
     const bool computes = dev->touches_memory();
     // The null device holds no values: the weights do not change what memory does. The

@@ -280,12 +280,14 @@ network tile_if_asked(network net, const network_run_options& o,
   return std::move(p.net);
 }
 
-void split_parts_if_asked(const network& net, const network_run_options& o, executor_options& eo) {
+void split_parts_if_asked(const network& net, const network_run_options& o, executor_options& eo,
+                          bool host_algorithms) {
   if (!o.split) return;
   MEMWEAVE_EXPECTS(o.budget_bytes != 0,
                    "--split runs the steps over the budget in micro-batches: give --budget");
   const route r(net);
   const tensor_table table(net, r);
+  if (host_algorithms) check_fixed_host_algorithm(table, o.executor.conv_ws);
   const layer_memory memory(table);
   const std::size_t block = heap_block_of(o);
   // An evaluation runs the forward steps alone.
@@ -502,7 +504,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   report.image_side = net[net.data_layer()].output_shape.h;
   std::unique_ptr<executor> ex;
   try {
-    split_parts_if_asked(net, o, eo);
+    split_parts_if_asked(net, o, eo, dev->kind() != device_kind::cuda);
     ex = std::make_unique<executor>(net, *dev, eo);
   } catch (const error& e) {  // below the policy's floor, or not even the parameters fit
     // Data parallelism: one rank not fitting stops every rank (train_command.cpp).

@@ -180,6 +180,16 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
     MEMWEAVE_EXPECTS(!max_depth, "--split searches --max-batch, not --max-depth");
     MEMWEAVE_EXPECTS(c.ranks == 1, "--split plans one device: give it without --ranks");
     if (max_batch) {
+      // One answer, for `all` (it alone stages split steps and weighs split plans).
+      MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty() && o.timeline.empty(),
+                       "--split --max-batch prints its answer and writes no --json, --csv, --svg "
+                       "or --trace-timeline; plan the batch it finds (--split --batch N) to get "
+                       "those");
+      MEMWEAVE_EXPECTS(o.policies == std::vector<std::string>{"all"} ||
+                           args.given().count("policy") == 0,
+                       "--split --max-batch searches the largest batch `all` trains: give "
+                       "--policy all or leave --policy out (--policy " +
+                           args.given().at("policy") + ")");
       MEMWEAVE_EXPECTS(!is_onnx_net(o.net),
                        "--split --max-batch searches the zoo's networks; a "
                        "model file (--net " +

@@ -27,6 +27,7 @@ split_probe probe(const network& net, const network_run_options& o) {
   const route r(net);
   const tensor_table table(net, r);
   const layer_memory memory(table);
+  check_fixed_host_algorithm(table, o.executor.conv_ws);  // plan runs the null device
   split_probe p;
   try {
     p.floor_bytes =
@@ -57,6 +58,7 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
       << format_bytes(o.budget_bytes) << " (TSPLIT: the steps over it run in micro-batches)\n";
   // The floors hold the workspace a CONV micro-step takes whatever is free (fixed, max), not
   // the one dynamic selection fits to what is left (it falls back to direct where none fits).
+  check_fixed_host_algorithm(table, o.executor.conv_ws);  // plan runs the null device
   const std::vector<std::size_t> workspace = promised_workspace_bytes(table, o.executor.conv_ws);
   if (std::any_of(workspace.begin(), workspace.end(), [](std::size_t b) { return b != 0; })) {
     out << "  the floors and micro-steps below hold each CONV step's workspace under "
@@ -114,10 +116,14 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
 
 int plan_split_largest(const network_run_options& o, std::ostream& out) {
   MEMWEAVE_EXPECTS(o.budget_bytes != 0, "--max-batch needs --budget (the memory to fit in)");
-  out << "memweave plan " << o.net << " --split: the largest batch `all` trains within "
-      << format_bytes(o.budget_bytes) << ", the steps over it in micro-batches (host pool "
+  // The search runs the fewest split plan (probe): `all`'s weighing of split plans at a batch
+  // may fit larger ones, and fitting is not monotonic where host memory runs short.
+  out << "memweave plan " << o.net << " --split: the largest batch the search finds `all` "
+      << "trains within " << format_bytes(o.budget_bytes)
+      << ", the steps over it in micro-batches, the fewest each (host pool "
       << format_bytes(o.executor.host_pool_bytes) << ")\n";
-  const largest_fit r = search_largest(1, 1 << 20, [&](std::int64_t v) {
+  constexpr std::int64_t limit = 1 << 20;
+  const largest_fit r = search_largest(1, limit, [&](std::int64_t v) {
     zoo_options z = o.zoo;
     z.batch = v;
     try {
@@ -135,8 +141,11 @@ int plan_split_largest(const network_run_options& o, std::ostream& out) {
   zoo_options z = o.zoo;
   z.batch = r.value;
   const split_probe best = probe(make_network(o.net, z), o);
-  out << "batch " << r.value << "  (floor " << format_bytes(best.floor_bytes) << "; " << r.probes
-      << " runs of the executor)\n";
+  out << "batch " << r.value;
+  if (r.value == limit) out << " (the search's limit: larger ones were not tried)";
+  out << "  (floor " << format_bytes(best.floor_bytes) << "; " << r.probes
+      << " runs of the executor; all's weighing of split plans, `plan --split --batch N`, may "
+         "fit a larger one)\n";
   return 0;
 }
 

@@ -96,6 +96,21 @@ TEST(split_cli_test, a_fixed_algorithms_workspace_is_in_the_floor_and_the_split_
   }
 }
 
+// A hostile review (session 29): below the split floor `plan --split` returned before its
+// report, and wrote no --json/--csv/--svg (without --split, or under train, they were written).
+TEST(split_cli_test, below_the_split_floor_the_report_files_are_still_written) {
+  const std::string json = temp("split_below_floor.json");
+  std::filesystem::remove(json);
+  const auto r =
+      run(plan_command, {"--net", "resnet:1,1,1,1", "--width", "0.0625", "--image-side", "32",
+                         "--classes", "5", "--batch", "8", "--conv-ws", "fixed:direct", "--split",
+                         "--policy", "utp,all", "--budget", "10KiB", "--json", json});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("does not fit: budget of 10.00 KiB"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(json).find("\"fits\": false"), std::string::npos) << r.out;
+  std::filesystem::remove(json);
+}
+
 TEST(split_cli_test, no_split_where_every_step_fits) {
   const auto r = run(plan_command, at("1GiB"));
   EXPECT_EQ(r.code, 0) << r.out;
@@ -159,6 +174,31 @@ void expect_the_unsplit_losses(const std::vector<std::string>& net,
   for (const char* loss : losses) {
     EXPECT_NE(whole.out.find(loss), std::string::npos) << whole.out;
     EXPECT_NE(split.out.find(loss), std::string::npos) << split.out;
+  }
+}
+
+// ... and `--split --max-batch` took --json and --policy and ignored them (it answers for
+// `all` and writes nothing); a fixed algorithm that names nothing was "does not fit" (exit
+// 1, "raise --budget"), not bad input.
+TEST(split_cli_test, what_split_cannot_honour_is_refused) {
+  const std::vector<std::string> net = {
+      "--net", "resnet:1,1,1,1", "--width", "0.0625",  "--image-side", "32",    "--classes",
+      "5",     "--batch",        "8",       "--split", "--budget",     "200KiB"};
+  EXPECT_NE(error_of(plan_command, with(net, {"--max-batch", "--json", temp("mb.json")}))
+                .find("--split --max-batch prints its answer and writes no --json"),
+            std::string::npos);
+  EXPECT_NE(error_of(plan_command, with(net, {"--max-batch", "--policy", "utp"}))
+                .find("searches the largest batch `all` trains: give --policy all or leave "
+                      "--policy out (--policy utp)"),
+            std::string::npos);
+  for (const bool train : {false, true}) {
+    std::vector<std::string> a = with(net, {"--policy", "utp", "--conv-ws", "fixed:bogus"});
+    if (train) a.insert(a.end(), {"--device", "host", "--iterations", "1"});
+    const std::string e = error_of(train ? train_command : plan_command, a);
+    EXPECT_NE(e.find("--conv-ws 'fixed:bogus' names no host algorithm of convolution conv1; "
+                     "available: direct, im2col_image"),
+              std::string::npos)
+        << e;
   }
 }
 

@@ -121,6 +121,12 @@ inline constexpr double split_plan_shares[] = {1.0, 0.85, 0.7, 0.55, 0.4};
 std::vector<std::size_t> promised_workspace_bytes(const tensor_table& table,
                                                   const conv_ws_options& conv_ws);
 
+/// Under fixed, that the algorithm is one of every CONV step's host candidates (the host and
+/// null devices run those): invalid_argument naming the knob and what is available
+/// otherwise, as workspace selection says at the step (before any budget is weighed, so that
+/// a name that runs nowhere is bad input, not a floor of no workspace).
+void check_fixed_host_algorithm(const tensor_table& table, const conv_ws_options& conv_ws);
+
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per
 /// micro-batch does not fit (`knob`: the flag or variable that set the budget).
