@@ -239,8 +239,9 @@ struct transfer_engine::impl {
   std::deque<std::shared_ptr<offload_record>> queue_;  // offloads in flight, oldest first
   std::vector<deferred_free> deferred_;
   transfer_faults faults_;
-  bool faults_set_ = false;        // make_ready adds its compute-stream check
-  std::uint64_t copies_seen_ = 0;  // payload copies since set_faults
+  std::size_t held_elsewhere_ = 0;  // set_host_held_elsewhere (under mu_)
+  bool faults_set_ = false;         // make_ready adds its compute-stream check
+  std::uint64_t copies_seen_ = 0;   // payload copies since set_faults
   std::uint64_t allocations_seen_ = 0;
   std::uint64_t offloads_seen_ = 0;
   transfer_stats counters_;                   // the period's counters
@@ -290,6 +291,11 @@ struct transfer_engine::impl {
     if (faults_.fail_host_allocation != 0 && faults_.fail_host_allocation == allocations_seen_) {
       return nullptr;
     }
+    // What is held outside counts against the same capacity.
+    const std::size_t cap = host_.capacity();
+    if (held_elsewhere_ > cap || host_.bytes_in_use() + bytes > cap - held_elsewhere_) {
+      return nullptr;
+    }
     void* p = host_.allocate(bytes);
     if (p != nullptr) host_bytes_ += bytes;
     return p;
@@ -305,16 +311,21 @@ struct transfer_engine::impl {
                                    std::uint32_t key, std::size_t bytes, const char* purpose) {
     ++counters_.host_allocation_failures;
     const std::size_t cap = host_.capacity();
-    const std::size_t used = host_.bytes_in_use();
+    const std::size_t used = host_.bytes_in_use() + held_elsewhere_;
     const std::size_t free_bytes = cap > used ? cap - used : 0;
+    const std::string elsewhere =
+        held_elsewhere_ == 0 ? std::string()
+                             : " (" + format_bytes(held_elsewhere_) + " of it staged tensors)";
     lock.unlock();
     throw out_of_memory(std::string("transfer_engine: cannot ") + what + " " + label(key, bytes) +
                             ": no host memory for " + purpose + " (" + format_bytes(bytes) +
                             " asked; the host memory has " + format_bytes(free_bytes) +
                             " free of " + format_bytes(cap) + ", " + format_bytes(used) +
-                            " in use). The tensor stays where it is (nothing was enqueued). "
-                            "Raise MEMWEAVE_HOST_POOL_BYTES, or drop host copies no longer "
-                            "needed",
+                            " in use" + elsewhere +
+                            "; free memory split in pieces smaller than asked counts as free). "
+                            "The tensor stays where it is (nothing was enqueued). Raise the "
+                            "host pool (--host-pool, MEMWEAVE_HOST_POOL_BYTES), or drop host "
+                            "copies no longer needed",
                         bytes, free_bytes, free_bytes);
   }
 
@@ -634,6 +645,11 @@ void transfer_engine::set_on_offloaded(offloaded_callback callback) {
 void transfer_engine::set_timeline(stream_timeline* timeline) {
   std::lock_guard lock(impl_->mu_);
   impl_->timeline_ = timeline;
+}
+
+void transfer_engine::set_host_held_elsewhere(std::size_t bytes) {
+  std::lock_guard lock(impl_->mu_);
+  impl_->held_elsewhere_ = bytes;
 }
 
 void transfer_engine::set_faults(const transfer_faults& faults) {

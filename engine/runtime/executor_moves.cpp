@@ -40,9 +40,12 @@ void* executor::allocate_transient(tensor_id t, std::size_t step) {
     p = cache_->allocate(t, info.bytes);
   } catch (const out_of_memory& e) {
     const route_step rs = route_.at(step);
-    throw out_of_memory("out of budget at step " + std::to_string(step + 1) + " (" +
-                            net_[rs.layer].name + " " + to_string(rs.direction) + "): tensor " +
-                            info.name + " (" + to_string(info.role) + "): " + e.what(),
+    // Device memory could not be made because host memory, where it would go, is full: the
+    // budget is not what to raise.
+    throw out_of_memory(std::string(host_exhausted_ ? "host memory ran out" : "out of budget") +
+                            " at step " + std::to_string(step + 1) + " (" + net_[rs.layer].name +
+                            " " + to_string(rs.direction) + "): tensor " + info.name + " (" +
+                            to_string(info.role) + "): " + e.what(),
                         e.requested(), e.free_bytes(), e.largest_free_run());
   }
   residency_->allocated(t);

@@ -145,6 +145,7 @@ float* executor::new_staging(tensor_id t) {
   }
   staging_->held += bytes;
   staging_->holds[t] = true;
+  transfers_->engine.set_host_held_elsewhere(staging_->held);
   auto& b = staging_->buffer[t];
   if (dev_.touches_memory()) {
     b = std::make_unique_for_overwrite<float[]>((bytes + sizeof(float) - 1) / sizeof(float));
@@ -156,6 +157,7 @@ void executor::retire_staging(tensor_id t) noexcept {
   if (staging_->holds[t]) {
     staging_->held -= staging_bytes(t);
     staging_->holds[t] = false;
+    transfers_->engine.set_host_held_elsewhere(staging_->held);
   }
   auto& b = staging_->buffer[t];
   if (b == nullptr) return;

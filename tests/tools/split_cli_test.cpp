@@ -202,6 +202,21 @@ TEST(split_cli_test, what_split_cannot_honour_is_refused) {
   }
 }
 
+// The staged tensors and the swapped copies share the host pool: an offload counts what is
+// staged (a review found 5.94 MiB swapped beside 59.83 MiB staged in a 64 MiB pool), and the
+// failure says host memory ran out, not the budget.
+TEST(split_cli_test, staged_and_swapped_bytes_share_the_host_pool) {
+  const auto r =
+      run(plan_command, {"--net", "vgg16", "--width", "0.25", "--image-side", "64", "--batch", "1",
+                         "--classes", "5", "--conv-ws", "fixed:direct", "--split", "--budget",
+                         "1MiB", "--policy", "utp", "--host-pool", "64MiB"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("utp: host memory ran out at step 5 (relu1_2 forward)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("63.94 MiB in use (62.65 MiB of it staged tensors)"), std::string::npos)
+      << r.out;
+}
+
 // train under fixed:im2col_image, conv1 split for its workspace: liveness's losses.
 TEST(split_cli_test, train_with_a_fixed_algorithms_workspace_gives_the_unsplit_losses) {
   const std::vector<std::string> net = {"--net",        "resnet:1,1,1,1",

@@ -148,6 +148,11 @@ class transfer_engine {
   /// it must outlive the engine or be unset first.
   void set_timeline(stream_timeline* timeline);
 
+  /// Host memory of the same capacity held outside the engine (TSPLIT's staging buffers,
+  /// which count against the host pool with the swapped copies): the engine's own buffers
+  /// take at most capacity - `bytes`; beyond, host memory is exhausted (out_of_memory).
+  void set_host_held_elsewhere(std::size_t bytes);
+
   /// Replaces the fault settings and restarts their counts. Faults also turn on make_ready's
   /// compute-stream check.
   void set_faults(const transfer_faults& faults);
