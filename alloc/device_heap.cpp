@@ -210,6 +210,7 @@ class device_heap_impl {
   const fit_policy fit_;
   const std::size_t grow_bytes_;                                  // 0 = never grow
   const std::function<void(const std::string&)> on_trace_error_;  // heap_options'
+  const std::string pool_knob_;  // heap_options': what sized the pool, where a caller did
 
   // Entries [0, arena_count_) never change once published; growth (under mu_) writes the
   // next entry and then stores arena_count_ with release order.
@@ -240,7 +241,8 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
       block_shift_(static_cast<unsigned>(std::countr_zero(options.block_bytes))),
       fit_(options.fit),
       grow_bytes_(options.grow_bytes),
-      on_trace_error_(options.on_trace_error) {
+      on_trace_error_(options.on_trace_error),
+      pool_knob_(options.pool_knob) {
   MEMWEAVE_EXPECTS(valid_block_bytes(options.block_bytes),
                    "heap_options::block_bytes = " + std::to_string(options.block_bytes) +
                        " is not a power of two >= 256; use 256, 512, 1024 (the default), "
@@ -695,6 +697,12 @@ std::string device_heap_impl::describe_failure_locked(std::size_t bytes) const {
     m += " Growth is off.";
   } else if (!growth_note_.empty()) {
     m += " Growth: " + growth_note_ + ".";
+  }
+  // The knob that sized this pool (the executor's --budget, replay's --pool) where its
+  // caller named one: the pool variables do not size it then.
+  if (!pool_knob_.empty()) {
+    m += " Free or evict tensors, or raise " + pool_knob_ + ".";
+    return m;
   }
   m += " Free or evict tensors, raise MEMWEAVE_POOL_BYTES or MEMWEAVE_POOL_FRACTION, or set "
        "MEMWEAVE_POOL_GROW to let the heap take further arenas.";
