@@ -80,7 +80,7 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
 }  // namespace
 
 int eval_command(int argc, const char* const* argv, std::ostream& out) {
-  cli_args args(argc, argv, 2, {"split"});
+  cli_args args(argc, argv, 2, {"split", "tile"});
   network_run_options o = read_network_run_options(args);
   read_init_from(args, o, false);
   const std::int64_t batches =
@@ -99,6 +99,12 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   }
   if (dev.kind == "null") dev.host_link_gbps = null_link_gbps(o);
   o.split = args.flag("split");
+  // Tiled segments run in train and plan only (an evaluation has no backward to tile for);
+  // read as the flag it is in train, so that it is refused by name, not taken for an option
+  // missing its value.
+  MEMWEAVE_EXPECTS(!args.flag("tile"),
+                   "--tile: eval runs no tiled segments (train and plan do); evaluate under "
+                   "--split (TSPLIT's micro-batches) to stay below the largest layer");
   warn_unused_variables(o);
   args.reject_unused();
   MEMWEAVE_EXPECTS(!o.lr_given,

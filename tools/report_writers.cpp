@@ -340,8 +340,14 @@ void write_summary(std::ostream& out, const run_report& r) {
       out << "  " << p.policy << ": TSPLIT: the fastest whole split plan here in the plan's "
           << "model fits its micro-steps in " << std::setprecision(3) << 100 * p.weighed_split_share
           << " % of the budget (" << p.weighed_split_steps << " steps in micro-batches, against "
-          << p.fewest_split_steps << " with the fewest, which runs " << std::setprecision(4)
-          << 1e3 * p.weighed_fewest_split_seconds << " ms per iteration)\n";
+          << p.fewest_split_steps << " with the fewest, which ";
+      // 0: the fewest did not run to the end (host memory ran out, say).
+      if (p.weighed_fewest_split_seconds > 0) {
+        out << "runs " << std::setprecision(4) << 1e3 * p.weighed_fewest_split_seconds
+            << " ms per iteration)\n";
+      } else {
+        out << "does not fit)\n";
+      }
     }
     if (p.mixed_split_steps != 0) {
       out << "  " << p.policy << ": TSPLIT: " << p.mixed_split_steps

@@ -195,10 +195,10 @@ TEST(cli_hardening_test, eval_refuses_outputs_it_does_not_write) {
                         with({"--device", "host", "--batches", "1", knob, temp("eval.out")})),
                std::string(knob) + " " + temp("eval.out") + ": eval writes no");
   }
-  // A flag of train and plan that eval lacks, followed by an option: the message says the
-  // option may not be eval's (it said only that --tile needs a value).
+  // A flag of train and plan that eval lacks, followed by an option: refused by name, with
+  // what to use (it said only that --tile needs a value, then that it might not be eval's).
   expect_has(error_of(eval_command, with({"--device", "host", "--tile", "--budget", "1MiB"})),
-             "--tile is not an option of this command");
+             "--tile: eval runs no tiled segments (train and plan do); evaluate under --split");
 }
 
 TEST(cli_hardening_test, batches_past_the_end_of_a_dataset_are_refused) {

@@ -38,6 +38,26 @@ TEST(report_writers_test, json_escapes_strings_and_keeps_field_names) {
       << j;
 }
 
+// A review: where the fewest split plan did not run to the end (host memory ran out), the
+// summary said it "runs 0 ms per iteration".
+TEST(report_writers_test, a_fewest_split_plan_that_did_not_fit_is_said_so) {
+  run_report r = sample();
+  policy_report& p = r.policies[0];
+  p.fits = true;
+  p.weighed_split_share = 0.55;
+  p.weighed_split_steps = 109;
+  p.fewest_split_steps = 106;
+  for (const double fewest_s : {0.0, 0.25}) {
+    p.weighed_fewest_split_seconds = fewest_s;
+    std::ostringstream out;
+    write_summary(out, r);
+    EXPECT_NE(out.str().find(fewest_s == 0 ? "against 106 with the fewest, which does not fit)"
+                                           : "against 106 with the fewest, which runs 250 ms"),
+              std::string::npos)
+        << out.str();
+  }
+}
+
 TEST(report_writers_test, csv_has_one_row_per_policy_and_step) {
   std::ostringstream out;
   write_csv(out, sample());
