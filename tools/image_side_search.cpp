@@ -32,11 +32,14 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
   dev.kind = "null";
   dev.capacity_bytes = o.budget_bytes;
   dev.host_link_gbps = null_link_gbps(o);
-  auto network_at = [&](std::int64_t side) {
+  // --tile: cut for this side, the segments kept in `segments` where asked.
+  auto network_at = [&](std::int64_t side, std::vector<tiled_segment_choice>* segments = nullptr) {
     zoo_options z = o.zoo;
     z.image_side = side;
-    return tile_if_asked(make_network(o.net, z), o);  // --tile: cut for this side
+    return tile_if_asked(make_network(o.net, z), o, segments);
   };
+  std::optional<std::int64_t> first_side;  // the report's tiling: one side's, where all agree
+  bool one_side = true;
   const std::int64_t step = k_image_side_step;
   const std::int64_t low = (zoo_min_side(o.net) + step - 1) / step;  // in steps
   out << "memweave plan " << o.net << ": the largest image side (a multiple of " << step
@@ -75,10 +78,21 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
       report.policies.push_back(std::move(none));
     } else {
       const std::int64_t side = r.value * step;
-      policy_report p =
-          run_policy(network_at(side), o, policy, dev, 1, nullptr, nullptr, &report.device);
+      network_run_options at_side = o;
+      const network net = network_at(side, &at_side.tiling);
+      policy_report p = run_policy(net, o, policy, dev, 1, nullptr, nullptr, &report.device);
       out << "side " << side << " (" << side << "x" << side << "), peak "
           << format_bytes(p.peak_bytes);
+      // Its tiled segments (the plan at this side ran with them), in the text and, where
+      // every policy found this side, in the report's tiled_segments.
+      const std::string tiles = describe_tiling(at_side);
+      if (!tiles.empty()) out << "; " << tiles.substr(0, tiles.size() - 1);
+      if (!first_side) {
+        first_side = side;
+        report.tiling = at_side.tiling;
+      } else if (*first_side != side) {
+        one_side = false;
+      }
       report.policies.push_back(std::move(p));
     }
     out << "  (" << r.probes << " planner runs, " << std::fixed << std::setprecision(2) << r.seconds
@@ -86,6 +100,7 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
     out.unsetf(std::ios::fixed);
     any_fits = any_fits || r.value > 0;
   }
+  if (!one_side) report.tiling.clear();  // each policy's segments are in its line above
   write_summary(out, report);
   write_run_outputs(o, report, out);
   return any_fits ? 0 : 1;

@@ -127,8 +127,10 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
       out << "batch " << r.value;
     }
     if (r.value == limit) out << " (the search's limit: larger ones were not tried)";
+    // Flushed: a long search of a later policy (all at a large depth) must not hold back
+    // the answers found.
     out << "  (" << r.probes << " planner runs, " << std::fixed << std::setprecision(2) << r.seconds
-        << " s)\n";
+        << " s)" << std::endl;
     out.unsetf(std::ios::fixed);
     if (c.ranks > 1 && !depth && r.value > 0) {
       zoo_options z = o.zoo;
@@ -185,11 +187,11 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                        "--split --max-batch prints its answer and writes no --json, --csv, --svg "
                        "or --trace-timeline; plan the batch it finds (--split --batch N) to get "
                        "those");
-      MEMWEAVE_EXPECTS(o.policies == std::vector<std::string>{"all"} ||
-                           args.given().count("policy") == 0,
-                       "--split --max-batch searches the largest batch `all` trains: give "
-                       "--policy all or leave --policy out (--policy " +
-                           args.given().at("policy") + ")");
+      MEMWEAVE_EXPECTS(
+          o.policies == std::vector<std::string>{"all"} || args.given().count("policy") == 0,
+          "--split --max-batch searches the largest batch `all` trains: give "
+          "--policy all or leave --policy out (--policy " +
+              args.given().at("policy") + ")");
       MEMWEAVE_EXPECTS(!is_onnx_net(o.net),
                        "--split --max-batch searches the zoo's networks; a "
                        "model file (--net " +

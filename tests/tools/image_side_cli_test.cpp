@@ -60,6 +60,23 @@ TEST(image_side_cli_test, the_largest_side_is_the_one_whose_peak_the_budget_hold
   EXPECT_NE(less.out.find("baseline: side 224 (224x224)"), std::string::npos) << less.out;
 }
 
+// With --tile the plan at the side found runs tiled: its segments are in the policy's line
+// and in the report's tiled_segments (a review found them missing: "tiled_segments": []).
+TEST(image_side_cli_test, with_tile_the_side_found_reports_its_tiled_segments) {
+  const std::string json = temp("side_tiled.json");
+  const auto r = run(plan_command, {"--net", "vgg16", "--width", "0.0625", "--classes", "5",
+                                    "--batch", "1", "--budget", "6MiB", "--policy", "utp", "--tile",
+                                    "--max-image-side", "--json", json});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("utp: side 3904 (3904x3904), peak 5.97 MiB; tiled segment conv1_1..pool5 "
+                       "(31 layers) in 122x122 tiles"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(slurp(json).find("\"first\": \"conv1_1\", \"last\": \"pool5\""), std::string::npos)
+      << slurp(json);
+  std::filesystem::remove(json);
+}
+
 TEST(image_side_cli_test, nothing_fitting_exits_1_and_bad_combinations_name_the_options) {
   const auto r = run(plan_command, narrow_vgg({"--budget", "1MiB", "--max-image-side"}));
   EXPECT_EQ(r.code, 1) << r.out;
