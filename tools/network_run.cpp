@@ -269,13 +269,13 @@ std::size_t heap_block_of(const network_run_options& o) noexcept {
 }
 
 network tile_if_asked(network net, const network_run_options& o,
-                      std::vector<tiled_segment_choice>* segments) {
+                      std::vector<tiled_segment_choice>* segments, bool name_least_budget) {
   if (segments != nullptr) segments->clear();
   if (!o.tile) return net;
   MEMWEAVE_EXPECTS(o.budget_bytes != 0,
                    "--tile cuts the layers over the budget into tiles: give --budget");
   const std::size_t block = heap_block_of(o);
-  tiling_plan p = plan_tiling(net, o.budget_bytes, block, "--budget");
+  tiling_plan p = plan_tiling(net, o.budget_bytes, block, "--budget", name_least_budget);
   if (segments != nullptr) *segments = std::move(p.segments);
   return std::move(p.net);
 }
@@ -316,7 +316,9 @@ std::string describe_tiling(const network_run_options& o) {
 
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx) {
-  if (!is_onnx_net(o.net)) return tile_if_asked(make_network(o.net, o.zoo), o, &o.tiling);
+  if (!is_onnx_net(o.net)) {
+    return tile_if_asked(make_network(o.net, o.zoo), o, &o.tiling, true);
+  }
   load_onnx_net(o);
   imported_model m = o.onnx_file->import(o.zoo.batch, weights);
   o.initial_weights = std::move(m.weights);
@@ -325,7 +327,7 @@ network make_run_network(network_run_options& o, bool weights,
     m.net = network();  // its net and weights were moved out: the bindings are what export needs
     onnx->emplace(std::move(m));
   }
-  return tile_if_asked(std::move(net), o, &o.tiling);
+  return tile_if_asked(std::move(net), o, &o.tiling, true);
 }
 
 std::optional<network> make_run_network_or_unfit(network_run_options& o, bool weights,

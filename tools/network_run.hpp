@@ -114,9 +114,11 @@ std::optional<network> make_run_network_or_unfit(network_run_options& o, bool we
                                                  const std::string& command, std::ostream& out);
 
 /// `net` cut into tiled segments for o.budget_bytes when o.tile (the segments into
-/// `*segments` when given); `net` itself otherwise. --tile needs --budget.
+/// `*segments` when given); `net` itself otherwise. --tile needs --budget. A budget too
+/// small names the least that tiles where `name_least_budget` (one plan, not a search).
 network tile_if_asked(network net, const network_run_options& o,
-                      std::vector<tiled_segment_choice>* segments = nullptr);
+                      std::vector<tiled_segment_choice>* segments = nullptr,
+                      bool name_least_budget = false);
 /// The heap's block size the planners round to (executor.heap.block_bytes; 0: the heap's 1024).
 std::size_t heap_block_of(const network_run_options& o) noexcept;
 /// --split: the micro-batches and CONV/FC output-channel groups per route step of `net` at

@@ -126,8 +126,10 @@ network tile_network(const network& net, std::span<const tiled_segment_choice> s
   return fuse(net, segments, true);
 }
 
-tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_t block_bytes,
-                        const std::string& knob) {
+namespace {
+
+tiling_plan plan_tiling_at(const network& net, std::size_t budget_bytes, std::size_t block_bytes,
+                           const std::string& knob) {
   MEMWEAVE_EXPECTS(block_bytes > 0, "plan_tiling: block_bytes is 0; expected a positive size");
   MEMWEAVE_EXPECTS(budget_bytes > 0, "plan_tiling: " + knob + " is 0; tiling needs a budget");
   const std::vector<std::size_t> untiled = step_bytes(net, block_bytes);
@@ -274,6 +276,57 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
   const std::vector<std::size_t> tiled = step_bytes(plan.net, block_bytes);
   plan.tiled_max_layer_bytes = *std::max_element(tiled.begin(), tiled.end());
   return plan;
+}
+
+}  // namespace
+
+tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_t block_bytes,
+                        const std::string& knob, bool name_least_budget) {
+  try {
+    return plan_tiling_at(net, budget_bytes, block_bytes, knob);
+  } catch (const budget_too_small& e) {
+    if (!name_least_budget) throw;
+    // At the untiled max(l_i) no layer must tile: that budget plans. Doubling from this
+    // budget, then bisection to 1/32 of the answer: each try is a whole plan (2 s for
+    // ResNet-50 at 256 pixels), so about seven of them rather than one per block.
+    const std::vector<std::size_t> untiled = step_bytes(net, block_bytes);
+    const std::size_t ceiling = *std::max_element(untiled.begin(), untiled.end());
+    if (budget_bytes >= ceiling) throw;
+    const auto plans = [&](std::size_t b) {
+      try {
+        (void)plan_tiling_at(net, b, block_bytes, knob);
+        return true;
+      } catch (const budget_too_small&) {
+        return false;
+      }
+    };
+    std::size_t fails = budget_bytes, fits = ceiling;
+    for (std::size_t b = budget_bytes; b < ceiling / 2;) {
+      b *= 2;
+      if (plans(b)) {
+        fits = b;
+        break;
+      }
+      fails = b;
+    }
+    while (fits - fails > std::max(block_bytes, fits / 32)) {
+      const std::size_t mid =
+          (fails + (fits - fails) / 2 + block_bytes - 1) / block_bytes * block_bytes;
+      if (mid >= fits) break;
+      (plans(mid) ? fits : fails) = mid;
+    }
+    // The reason at this budget, its remedy (a figure of this budget's segments) replaced.
+    std::string reason = e.what();
+    if (const std::size_t at = reason.rfind("; raise "); at != std::string::npos) {
+      reason.erase(at);
+    }
+    const auto [budget_text, fits_text] = format_bytes_apart(budget_bytes, fits);
+    (void)budget_text;
+    throw budget_too_small(reason + "; every layer over the budget tiles at " + fits_text +
+                           " (the least found, within 1/32: the segments are cut anew at each "
+                           "budget, so this budget's figures bound nothing); raise " +
+                           knob + " to that");
+  }
 }
 
 }  // namespace memweave

@@ -51,8 +51,12 @@ network tile_network(const network& net, std::span<const tiled_segment_choice> s
 /// layer over the budget: no segment. Throws budget_too_small naming the segment and its
 /// smallest tile when even the finest grid does not fit, or the layer that must tile but
 /// cannot (a non-spatial layer over the budget, such as an FC on a huge feature map, or the
-/// input batch itself); `knob` names the flag or variable that set the budget.
+/// input batch itself); `knob` names the flag or variable that set the budget. Which layers
+/// must tile, and so the segments, change with the budget, so the smallest step seen at this
+/// one bounds nothing: with `name_least_budget` the message names instead the least budget
+/// at which every layer tiles, found by bisection up to the untiled max(l_i) (where none
+/// must; a search calling this at many budgets leaves it off).
 tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_t block_bytes,
-                        const std::string& knob);
+                        const std::string& knob, bool name_least_budget = false);
 
 }  // namespace memweave

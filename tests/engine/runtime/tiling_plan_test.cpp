@@ -107,6 +107,33 @@ TEST(tiling_plan_test, a_budget_below_the_finest_tile_names_the_segment_and_its_
   }
 }
 
+// Which layers must tile changes with the budget, so the smallest step seen at one budget
+// bounds nothing (a review: ResNet-50 at 32 pixels, batch 1, 110 KiB: "needs 317 KiB" where
+// 111 KiB plans; elsewhere the figure named budgets that failed in turn, nine times). With
+// name_least_budget the message names a budget that tiles, found by doubling and bisection.
+TEST(tiling_plan_test, a_budget_too_small_names_a_budget_that_tiles) {
+  const network net = test::zoo_net("resnet50", 1, 32, 0.0625);
+  try {
+    (void)plan_tiling(net, 110 * 1024, k_block, "--budget", true);
+    FAIL() << "a 110 KiB budget planned";
+  } catch (const budget_too_small& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("every layer over the budget tiles at 111.00 KiB (the least found, within "
+                     "1/32"),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(m.find("raise --budget to at least"), std::string::npos) << m;  // the old figure
+  }
+  (void)plan_tiling(net, 111 * 1024, k_block, "--budget");  // plans
+  // A search leaves the bisection off: this budget's figure, as before.
+  try {
+    (void)plan_tiling(net, 110 * 1024, k_block, "--budget");
+    FAIL() << "a 110 KiB budget planned";
+  } catch (const budget_too_small& e) {
+    EXPECT_NE(std::string(e.what()).find("which needs 317.00 KiB"), std::string::npos) << e.what();
+  }
+}
+
 TEST(tiling_plan_test, a_layer_that_cannot_tile_is_named) {
   // The FC reads a large feature map: it is over the budget and not spatially local.
   network_builder b("wide_fc");
