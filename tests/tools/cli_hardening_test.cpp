@@ -243,6 +243,33 @@ TEST(cli_hardening_test, the_depth_search_stops_at_its_limit_and_says_so) {
   expect_has(r.out, "n3 = 10000, depth 30032 (the search's limit");
 }
 
+// Each policy's answer leaves the program when found (a review: `--policy
+// baseline,...,all --max-depth` printed nothing for minutes, `all` searching, and a killed
+// run lost the answers already found). The stream records what it held at each flush.
+TEST(cli_hardening_test, a_search_flushes_each_policys_answer_as_found) {
+  struct recording_buf : std::stringbuf {
+    std::vector<std::string> at_sync;
+    int sync() override {
+      at_sync.push_back(str());
+      return std::stringbuf::sync();
+    }
+  } buf;
+  std::ostream out(&buf);
+  const std::vector<std::string> args = {
+      "memweave",         "plan", "--net",    "resnet:1,1,1,1", "--width",     "0.0625",
+      "--image-side",     "32",   "--budget", "2MiB",           "--max-batch", "--policy",
+      "baseline,liveness"};
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  EXPECT_EQ(plan_command(static_cast<int>(argv.size()), argv.data(), out), 0) << buf.str();
+  bool first_alone = false;  // a flush with baseline's answer and not yet liveness's
+  for (const std::string& held : buf.at_sync) {
+    first_alone = first_alone || (held.find("baseline: ") != std::string::npos &&
+                                  held.find("liveness: ") == std::string::npos);
+  }
+  EXPECT_TRUE(first_alone) << buf.str();
+}
+
 TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {
   device_options d;
   d.kind = "cuda";
