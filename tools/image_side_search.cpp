@@ -51,6 +51,7 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
   report.budget_bytes = o.budget_bytes;
   report.iterations = 1;
   report.search = "max_image_side";
+  report.device = make_device(dev)->name();  // named even where no side fits (no plan runs)
   bool any_fits = false;
   for (const std::string& policy : o.policies) {
     const largest_fit r = search_largest(low, k_max_image_side / step, [&](std::int64_t v) {
