@@ -70,6 +70,7 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
     });
     out << "  " << policy << ": ";
     if (r.value == 0) {
+      one_side = false;  // the report's tiling would not be this policy's
       out << "nothing fits, not even side " << low * step;
       policy_report none;
       none.policy = policy;

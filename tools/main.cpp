@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     std::cout.flush();
     if (std::cout) return code;
     std::cerr << "memweave: error: standard output could not be written (a closed pipe?); "
-                 "the files asked for were written\n";
+                 "any files asked for were written\n";
     return code == 0 ? 2 : code;
   };
   try {

@@ -187,11 +187,15 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                        "--split --max-batch prints its answer and writes no --json, --csv, --svg "
                        "or --trace-timeline; plan the batch it finds (--split --batch N) to get "
                        "those");
-      MEMWEAVE_EXPECTS(
-          o.policies == std::vector<std::string>{"all"} || args.given().count("policy") == 0,
-          "--split --max-batch searches the largest batch `all` trains: give "
-          "--policy all or leave --policy out (--policy " +
-              args.given().at("policy") + ")");
+      // A list given (--policy, or MEMWEAVE_POLICY set) that is not `all` is refused.
+      const bool given = args.given().count("policy") != 0;
+      MEMWEAVE_EXPECTS(o.policies == std::vector<std::string>{"all"} ||
+                           (!given && !option_raw("MEMWEAVE_POLICY")),
+                       "--split --max-batch searches the largest batch `all` trains: give "
+                       "--policy all or leave it out (" +
+                           (given ? knob_value("--policy", args.given().at("policy"))
+                                  : knob_value("MEMWEAVE_POLICY", *option_raw("MEMWEAVE_POLICY"))) +
+                           ")");
       MEMWEAVE_EXPECTS(!is_onnx_net(o.net),
                        "--split --max-batch searches the zoo's networks; a "
                        "model file (--net " +

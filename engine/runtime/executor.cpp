@@ -559,6 +559,9 @@ void executor::begin_iteration() {
   residency_->forget_dropped();
   std::fill(host_dropped_.begin(), host_dropped_.end(), false);
   host_drops_ = 0;
+  // Host memory found full fails the iteration that found it; the next one (a retry) starts
+  // with what is held then, so it may repack again and names what runs out anew.
+  host_exhausted_ = false;
   ++iterations_run_;
   deferred_prefetches_.clear();
   drop_handed();  // none but after a failed iteration (whose values are not kept)

@@ -288,7 +288,8 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
     if (!name_least_budget) throw;
     // At the untiled max(l_i) no layer must tile: that budget plans. Doubling from this
     // budget, then bisection to 1/32 of the answer: each try is a whole plan (2 s for
-    // ResNet-50 at 256 pixels), so about seven of them rather than one per block.
+    // ResNet-50 at 256 pixels; a budget far too small fails fast), so a few bisection steps
+    // rather than one per block.
     const std::vector<std::size_t> untiled = step_bytes(net, block_bytes);
     const std::size_t ceiling = *std::max_element(untiled.begin(), untiled.end());
     if (budget_bytes >= ceiling) throw;

@@ -189,8 +189,14 @@ TEST(split_cli_test, what_split_cannot_honour_is_refused) {
             std::string::npos);
   EXPECT_NE(error_of(plan_command, with(net, {"--max-batch", "--policy", "utp"}))
                 .find("searches the largest batch `all` trains: give --policy all or leave "
-                      "--policy out (--policy utp)"),
+                      "it out (--policy 'utp')"),
             std::string::npos);
+  {
+    const scoped_env policy("MEMWEAVE_POLICY", "liveness");  // the variable, too
+    EXPECT_NE(error_of(plan_command, with(net, {"--max-batch"}))
+                  .find("give --policy all or leave it out (MEMWEAVE_POLICY='liveness')"),
+              std::string::npos);
+  }
   for (const bool train : {false, true}) {
     std::vector<std::string> a = with(net, {"--policy", "utp", "--conv-ws", "fixed:bogus"});
     if (train) a.insert(a.end(), {"--device", "host", "--iterations", "1"});

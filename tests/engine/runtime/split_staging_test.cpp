@@ -159,12 +159,12 @@ TEST(split_staging_test, consecutive_split_steps_hand_their_last_slices_over) {
 
 // A fixed algorithm with a workspace (im2col_image: one image's im2col matrix, whatever the
 // micro-batch) takes it whole beside every CONV micro-step: the split plan counts it
-// (promised_workspace_bytes), the floor holds it, the schedule leaves room for it and the step
-// takes it in one piece with its micro buffer. Before, the plan left it out and the buffers
-// split the free memory: utp and all failed below the unsplit floor ("the workspace of
-// im2col_image needs ..."). Split along the batch only, where im2col_image is bit-identical;
-// batch 16, as conv1's workspace (147 rows of 32 x 32 positions) is larger than half of
-// max(l_i) at batch 8.
+// (promised_workspace_bytes), the floor holds it, and the step takes it in one piece with its
+// micro buffer (all's memory schedule is not told of it: tried, mixed, PERFORMANCE.md). Before, the
+// plan left it out and the buffers split the free memory: utp and all failed below the unsplit
+// floor ("the workspace of im2col_image needs ..."). Split along the batch only, where im2col_image
+// is bit-identical; batch 16, as conv1's workspace (147 rows of 32 x 32 positions) is larger than
+// half of max(l_i) at batch 8.
 TEST(split_staging_test, a_fixed_algorithms_workspace_is_taken_beside_each_micro_step) {
   const network net = test::zoo_net("resnet50", 16, 64, 0.0625);
   const char* conv = "fixed:im2col_image";
