@@ -66,6 +66,20 @@ conv_workspace_selector::~conv_workspace_selector() {
   }
 }
 
+void check_fixed_algorithm(const conv_ws_options& options,
+                           const std::vector<conv_candidate>& candidates,
+                           const std::string& convolution, std::string_view kind) {
+  if (options.mode != conv_ws_mode::fixed) return;
+  std::string names;
+  for (const auto& c : candidates) {
+    if (c.algorithm == options.fixed_algorithm) return;
+    names += (names.empty() ? "" : ", ") + c.algorithm;
+  }
+  throw invalid_argument(knob_value(options.source, options.mode_name()) + " names no " +
+                         std::string(kind) + "algorithm of convolution " + convolution +
+                         "; available: " + names + "; " + std::string(knob_remedy(options.source)));
+}
+
 const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std::string& key,
                                                                        const measure_fn& measure) {
   if (const auto* found = cache_.find(key)) {
@@ -81,18 +95,15 @@ const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std
     }
   }
   std::vector<conv_candidate> measured = measure();
-  bool has_zero = false, has_fixed = options_.mode != conv_ws_mode::fixed;
+  bool has_zero = false;
   std::string names;
   for (const auto& c : measured) {
     has_zero = has_zero || c.workspace_bytes == 0;
-    has_fixed = has_fixed || c.algorithm == options_.fixed_algorithm;
     names += (names.empty() ? "" : ", ") + c.algorithm;
   }
   MEMWEAVE_EXPECTS(has_zero,
                    "convolution " + key + " has no algorithm without workspace among: " + names);
-  MEMWEAVE_EXPECTS(has_fixed, knob_value(options_.source, options_.mode_name()) +
-                                  " names no algorithm of convolution " + key + "; available: " +
-                                  names + "; " + std::string(knob_remedy(options_.source)));
+  check_fixed_algorithm(options_, measured, key);
   ++measured_;
   cache_.insert(key, std::move(measured));
   return *cache_.find(key);

@@ -287,7 +287,6 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
                    "--split runs the steps over the budget in micro-batches: give --budget");
   const route r(net);
   const tensor_table table(net, r);
-  if (host_algorithms) check_fixed_host_algorithm(table, o.executor.conv_ws);
   const layer_memory memory(table);
   const std::size_t block = heap_block_of(o);
   // An evaluation runs the forward steps alone.

@@ -125,8 +125,8 @@ std::size_t heap_block_of(const network_run_options& o) noexcept;
 /// o.budget_bytes (plan_splits), into executor_options::split_parts and channel_parts; none
 /// without --split. budget_too_small when even one image per micro-batch, one output
 /// channel per group, does not fit.
-/// On the host and null devices (`host_algorithms`) a fixed convolution algorithm is checked
-/// first (check_fixed_host_algorithm).
+/// On the host and null devices (`host_algorithms`) the micro-steps hold a fixed or max
+/// algorithm's workspace, a fixed one checked first (promised_workspace_bytes); on cuda none.
 void split_parts_if_asked(const network& net, const network_run_options& o, executor_options& eo,
                           bool host_algorithms);
 /// One line per tiled segment of o.tiling, for the command's output ("" when none).

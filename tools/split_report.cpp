@@ -27,7 +27,6 @@ split_probe probe(const network& net, const network_run_options& o) {
   const route r(net);
   const tensor_table table(net, r);
   const layer_memory memory(table);
-  check_fixed_host_algorithm(table, o.executor.conv_ws);  // plan runs the null device
   split_probe p;
   try {
     p.floor_bytes =
@@ -58,7 +57,6 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
       << format_bytes(o.budget_bytes) << " (TSPLIT: the steps over it run in micro-batches)\n";
   // The floors hold the workspace a CONV micro-step takes whatever is free (fixed, max), not
   // the one dynamic selection fits to what is left (it falls back to direct where none fits).
-  check_fixed_host_algorithm(table, o.executor.conv_ws);  // plan runs the null device
   const std::vector<std::size_t> workspace = promised_workspace_bytes(table, o.executor.conv_ws);
   if (std::any_of(workspace.begin(), workspace.end(), [](std::size_t b) { return b != 0; })) {
     out << "  the floors and micro-steps below hold each CONV step's workspace under "

@@ -134,7 +134,9 @@ std::vector<std::size_t> promised_workspace_bytes(const tensor_table& table,
       }
     }
     for (const kernels::host::conv_pass k : passes) {
-      for (const conv_candidate& c : host_conv_candidates(k, in, p)) {
+      const std::vector<conv_candidate> candidates = host_conv_candidates(k, in, p);
+      check_fixed_algorithm(conv_ws, candidates, l.name, "host ");
+      for (const conv_candidate& c : candidates) {
         if (conv_ws.mode == conv_ws_mode::max || c.algorithm == conv_ws.fixed_algorithm) {
           bytes[s] = std::max(bytes[s], c.workspace_bytes);
         }
@@ -142,29 +144,6 @@ std::vector<std::size_t> promised_workspace_bytes(const tensor_table& table,
     }
   }
   return bytes;
-}
-
-void check_fixed_host_algorithm(const tensor_table& table, const conv_ws_options& conv_ws) {
-  if (conv_ws.mode != conv_ws_mode::fixed) return;
-  const network& net = table.net();
-  for (const layer& l : net.layers()) {
-    if (l.type != layer_type::conv) continue;
-    const auto& p = std::get<conv_params>(l.params);
-    const shape4& in = net[l.inputs[0]].output_shape;
-    // The passes list the same names.
-    const std::vector<conv_candidate> c =
-        host_conv_candidates(kernels::host::conv_pass::forward, in, p);
-    std::string names;
-    bool found = false;
-    for (const conv_candidate& x : c) {
-      found = found || x.algorithm == conv_ws.fixed_algorithm;
-      names += (names.empty() ? "" : ", ") + x.algorithm;
-    }
-    if (found) continue;
-    throw invalid_argument(knob_value(conv_ws.source, conv_ws.mode_name()) +
-                           " names no host algorithm of convolution " + l.name + "; available: " +
-                           names + "; " + std::string(knob_remedy(conv_ws.source)));
-  }
 }
 
 split_plan plan_splits(const network& net, const tensor_table& table, const layer_memory& memory,

@@ -321,8 +321,7 @@ tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_
     if (const std::size_t at = reason.rfind("; raise "); at != std::string::npos) {
       reason.erase(at);
     }
-    const auto [budget_text, fits_text] = format_bytes_apart(budget_bytes, fits);
-    (void)budget_text;
+    const std::string fits_text = format_bytes(fits);
     throw budget_too_small(reason + "; every layer over the budget tiles at " + fits_text +
                            " (the least found, within 1/32: the segments are cut anew at each "
                            "budget, so this budget's figures bound nothing); raise " +

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memweave/conv_workspace/conv_algorithm_cache.hpp"
@@ -36,6 +37,13 @@ struct conv_ws_options {
   /// "dynamic", "fixed:direct", ...
   std::string mode_name() const;
 };
+
+/// Under `options` fixed, that `candidates` (of convolution `convolution`, `kind` "" or
+/// "host ") hold the named algorithm: invalid_argument naming the knob and the ones
+/// available otherwise. Nothing under the other modes.
+void check_fixed_algorithm(const conv_ws_options& options,
+                           const std::vector<conv_candidate>& candidates,
+                           const std::string& convolution, std::string_view kind = "");
 
 class conv_workspace_selector {
  public:

@@ -116,16 +116,12 @@ inline constexpr double split_plan_shares[] = {1.0, 0.85, 0.7, 0.55, 0.4};
 /// `conv_ws` (fixed: its algorithm's, as the host's candidates size it; max: the largest of
 /// the step's candidates, since the fastest is known only once measured): a micro-step needs
 /// it beside its tensors, whole (the executor sizes it for the whole step). 0 for the other
-/// steps, under dynamic and none (a step runs without one where none fits), and for an
-/// algorithm the host does not have (a cuDNN one: staged steps run on host and null only).
+/// steps, and under dynamic and none (a step runs without one where none fits). A fixed
+/// algorithm the host lacks is invalid_argument naming the knob and what is available
+/// (check_fixed_algorithm), before any budget is weighed: bad input, not a floor of no
+/// workspace (host and null run these candidates; cuda plans no workspace: see its callers).
 std::vector<std::size_t> promised_workspace_bytes(const tensor_table& table,
                                                   const conv_ws_options& conv_ws);
-
-/// Under fixed, that the algorithm is one of every CONV step's host candidates (the host and
-/// null devices run those): invalid_argument naming the knob and what is available
-/// otherwise, as workspace selection says at the step (before any budget is weighed, so that
-/// a name that runs nowhere is bad input, not a floor of no workspace).
-void check_fixed_host_algorithm(const tensor_table& table, const conv_ws_options& conv_ws);
 
 /// The fewest parts per step whose micro-steps fit `budget_bytes`. Throws budget_too_small
 /// naming the step, its layer and its smallest micro-step when even one image per
