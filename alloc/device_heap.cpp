@@ -211,6 +211,7 @@ class device_heap_impl {
   const std::size_t grow_bytes_;                                  // 0 = never grow
   const std::function<void(const std::string&)> on_trace_error_;  // heap_options'
   const std::string pool_knob_;  // heap_options': what sized the pool, where a caller did
+  const std::string grow_knob_;  // heap_options': what turns growth on, beside pool_knob_
 
   // Entries [0, arena_count_) never change once published; growth (under mu_) writes the
   // next entry and then stores arena_count_ with release order.
@@ -242,7 +243,8 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
       fit_(options.fit),
       grow_bytes_(options.grow_bytes),
       on_trace_error_(options.on_trace_error),
-      pool_knob_(options.pool_knob) {
+      pool_knob_(options.pool_knob),
+      grow_knob_(options.grow_knob) {
   MEMWEAVE_EXPECTS(valid_block_bytes(options.block_bytes),
                    "heap_options::block_bytes = " + std::to_string(options.block_bytes) +
                        " is not a power of two >= 256; use 256, 512, 1024 (the default), "
@@ -701,7 +703,11 @@ std::string device_heap_impl::describe_failure_locked(std::size_t bytes) const {
   // The knob that sized this pool (the executor's --budget, replay's --pool) where its
   // caller named one: the pool variables do not size it then.
   if (!pool_knob_.empty()) {
-    m += " Free or evict tensors, or raise " + pool_knob_ + ".";
+    m += " Free or evict tensors, or raise " + pool_knob_;
+    if (grow_bytes_ == 0 && !grow_knob_.empty()) {
+      m += ", or set " + grow_knob_ + " to let the heap take further arenas";
+    }
+    m += ".";
     return m;
   }
   m += " Free or evict tensors, raise MEMWEAVE_POOL_BYTES or MEMWEAVE_POOL_FRACTION, or set "

@@ -68,6 +68,7 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
     if (config->pool_bytes != 0) {
       hopt.pool_bytes = config->pool_bytes;
       hopt.pool_knob = "memweave_config.pool_bytes";  // what the heap's errors name
+      hopt.grow_knob = "memweave_config.grow_bytes";
     }
     if (config->pool_fraction != 0.0) {
       if (!(config->pool_fraction > 0.0 && config->pool_fraction <= 1.0)) {

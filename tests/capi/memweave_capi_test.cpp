@@ -276,6 +276,10 @@ TEST_F(memweave_capi_test, allocation_too_large_names_request_free_bytes_and_lar
   EXPECT_NE(m.find("largest free run"), std::string::npos) << m;
   EXPECT_NE(m.find(std::to_string(before.free_bytes)), std::string::npos)
       << "no free byte count " << before.free_bytes << " in: " << m;
+  // The remedies are the fields the caller set: the pool's size, and growth, which is off.
+  EXPECT_NE(m.find("raise memweave_config.pool_bytes, or set memweave_config.grow_bytes"),
+            std::string::npos)
+      << m;
   const memweave_stats after = stats();
   EXPECT_EQ(after.failures, before.failures + 1);
   EXPECT_EQ(after.live_allocations, before.live_allocations);

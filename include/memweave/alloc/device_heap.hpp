@@ -44,7 +44,11 @@ struct heap_options {
   std::size_t block_bytes = 1024;     ///< the unit of allocation: a power of two, >= 256
   fit_policy fit = fit_policy::best;  ///< placement policy
   std::size_t grow_bytes = 0;         ///< 0 = never grow; else add arenas of >= this size
-  std::string trace_path;             ///< empty = no trace; else start_trace(trace_path)
+  /// Where pool_knob is set: what turns growth on, named in the remedy while growth is off
+  /// (the C API's "memweave_config.grow_bytes"); empty: none (a pool that is a budget, which
+  /// growing would exceed). Without pool_knob the remedy names MEMWEAVE_POOL_GROW.
+  std::string grow_knob;
+  std::string trace_path;  ///< empty = no trace; else start_trace(trace_path)
   /// Called (from stop_trace() or the destructor, never throwing out) with what went wrong
   /// when a trace ends incomplete (a write failed, events were lost); the failure is also
   /// logged. A caller that reports outputs sets it: the trace is finished work that was lost.
