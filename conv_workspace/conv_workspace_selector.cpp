@@ -109,17 +109,18 @@ const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std
   return *cache_.find(key);
 }
 
-const conv_candidate& conv_workspace_selector::choose(const std::vector<conv_candidate>& candidates,
-                                                      std::size_t available) const {
+const conv_candidate* pick_conv_candidate(const conv_ws_options& options,
+                                          const std::vector<conv_candidate>& candidates,
+                                          std::size_t available) {
   const std::size_t budget =
-      available > options_.reserve_bytes ? available - options_.reserve_bytes : 0;
+      available > options.reserve_bytes ? available - options.reserve_bytes : 0;
   const conv_candidate* best = nullptr;
   auto better = [](const conv_candidate& a, const conv_candidate* b) {
     return b == nullptr || a.seconds < b->seconds ||
            (a.seconds == b->seconds && a.workspace_bytes < b->workspace_bytes);
   };
   for (const auto& c : candidates) {
-    switch (options_.mode) {
+    switch (options.mode) {
       case conv_ws_mode::dynamic:
         if (c.workspace_bytes <= budget && better(c, best)) best = &c;
         break;
@@ -130,10 +131,16 @@ const conv_candidate& conv_workspace_selector::choose(const std::vector<conv_can
         if (better(c, best)) best = &c;
         break;
       case conv_ws_mode::fixed:
-        if (c.algorithm == options_.fixed_algorithm) best = &c;
+        if (c.algorithm == options.fixed_algorithm) best = &c;
         break;
     }
   }
+  return best;
+}
+
+const conv_candidate& conv_workspace_selector::choose(const std::vector<conv_candidate>& candidates,
+                                                      std::size_t available) const {
+  const conv_candidate* best = pick_conv_candidate(options_, candidates, available);
   // candidates() guarantees a zero-workspace candidate and the fixed one.
   if (best == nullptr) throw std::logic_error("conv_workspace_selector: no candidate to choose");
   return *best;

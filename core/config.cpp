@@ -22,7 +22,7 @@ using f = option_form;
 
 // Keep sorted by module (device, alloc, engine, tools). A new variable is one new row here
 // and one in README.md (a test compares the two).
-constexpr std::array<option_info, 41> k_options{{
+constexpr std::array<option_info, 42> k_options{{
     {"MEMWEAVE_DEVICE", "auto", f::choice, "auto|cuda|host|null",
      "backend: cuda, host (simulated device on the CPU), null (planning: no memory touched); "
      "auto = cuda when a GPU is present, else host"},
@@ -175,6 +175,11 @@ constexpr std::array<option_info, 41> k_options{{
      "all: yes = a dropped tensor a replay rebuilt before its own use stays until that use "
      "where the steps between have room (one replay, not two); auto = run both on the null "
      "device, keep the faster"},
+    {"MEMWEAVE_SCHEDULE_CONV_MODE", "auto", f::choice, "auto|ladder|mode",
+     "all, under MEMWEAVE_CONV_WS none, max or fixed: mode = plan each convolution with the one "
+     "algorithm that mode runs, its workspace whole; ladder = with dynamic selection's "
+     "workspaces within a share of the budget (the run still takes the mode's); auto = run both "
+     "on the null device, keep the faster"},
     {"MEMWEAVE_SCHEDULE_COMPRESS", "none", f::choice, "none|fp16",
      "all: fp16 = scheduled swaps of fp32 tensors cross the link as FP16, half the bytes (LDFG; "
      "lossy: results are no longer bit-identical, the round-trip error is reported)"},

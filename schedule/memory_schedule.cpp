@@ -1384,6 +1384,10 @@ schedule_options schedule_options::from_environment() {
   const std::string keep = option_string("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
   o.keep_rebuilt = keep == "yes";
   o.keep_rebuilt_auto = keep == "auto";
+  // auto: the ladder, and the executor runs the mode's algorithms too.
+  const std::string conv_mode = option_string("MEMWEAVE_SCHEDULE_CONV_MODE");
+  o.conv_mode_workspaces = conv_mode == "mode";
+  o.conv_mode_workspaces_auto = conv_mode == "auto";
   if (o.prefetch_ub != 0 && o.prefetch_lb > o.prefetch_ub) {
     throw invalid_argument(
         "MEMWEAVE_SCHEDULE_PREFETCH_LB=" + std::to_string(o.prefetch_lb) +

@@ -88,6 +88,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"workspace_share\": " << p.weighed_workspace_share
         << ", \"keep_rebuilt\": " << (p.weighed_keep_rebuilt ? "true" : "false")
         << ", \"min_bytes\": " << p.weighed_min_bytes
+        << ", \"conv_mode_workspaces\": " << (p.weighed_conv_mode_workspaces ? "true" : "false")
         << ", \"ran_as_recompute\": " << (p.ran_as_recompute ? "true" : "false")
         << ", \"reactive_seconds\": " << json_number(p.weighed_reactive_seconds)
         << ", \"ran_without_schedule\": " << (p.ran_without_schedule ? "true" : "false")

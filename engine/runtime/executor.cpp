@@ -1090,6 +1090,7 @@ policy_report executor::report() const {
     r.weighed_workspace_share = options_.schedule.workspace_share;
     r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;
     r.weighed_min_bytes = options_.schedule.min_bytes;
+    r.weighed_conv_mode_workspaces = options_.schedule.conv_mode_workspaces;
   }
   r.ranks = ranks();
   r.allreduce_bytes = reduce_bytes_;

@@ -31,6 +31,25 @@ namespace memweave {
 namespace k = kernels::host;
 namespace {
 
+// The step's one option where in.conv_mode names an algorithm per pass (not dynamic): that
+// algorithm's time, its workspace whole, as the run takes it whatever the share. None where
+// a pass lacks it (a fixed name the host's candidates do not have: cuDNN's).
+std::optional<step_option> mode_option(const schedule_inputs& in, const network& net,
+                                       const layer& l, bool forward,
+                                       const std::vector<std::vector<conv_candidate>>& passes) {
+  if (in.conv_mode == nullptr || in.conv_mode->mode == conv_ws_mode::dynamic) return std::nullopt;
+  double compute = 0;
+  std::size_t workspace = 0;
+  for (const auto& candidates : passes) {
+    const conv_candidate* pick = pick_conv_candidate(*in.conv_mode, candidates, 0);
+    if (pick == nullptr) return std::nullopt;
+    compute += pick->seconds;
+    workspace = std::max(workspace, pick->workspace_bytes);
+  }
+  return step_option{model_seconds(in.model, net, *in.memory, l, forward, compute),
+                     in.heap->round_up(workspace)};
+}
+
 schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_share) {
   const network& net = *in.net;
   const route& path = *in.steps;
@@ -65,6 +84,11 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
         forward ? k::conv_pass::forward : k::conv_pass::backward_filter, x, cp, in.model.flops));
     if (!forward && table.of(l.inputs[0]).output_grad != invalid_tensor) {
       passes.push_back(model_host_conv(k::conv_pass::backward_data, x, cp, in.model.flops));
+    }
+    if (const auto o = mode_option(in, net, l, forward, passes)) {
+      p.step_options[s] = {*o};
+      p.step_seconds[s] = o->seconds;
+      continue;
     }
     std::vector<std::size_t> caps;
     for (const auto& candidates : passes) {

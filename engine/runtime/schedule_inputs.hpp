@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "memweave/alloc/device_heap.hpp"
+#include "memweave/conv_workspace/conv_workspace_selector.hpp"
 #include "memweave/engine/cost_model.hpp"
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/network.hpp"
@@ -29,6 +30,10 @@ struct schedule_inputs {
   double link_bytes_per_s = 0;        ///< the host link the copies are timed on
   double copy_latency_s = 0;          ///< each copy's cost besides its bytes (measured)
   std::size_t budget_bytes = 0;
+  /// Where set and not dynamic: each CONV step is planned with the one algorithm this mode
+  /// runs, its workspace whole (schedule_options::conv_mode_workspaces); a fixed name the
+  /// model's candidates lack (a cuDNN one) leaves the step dynamic selection's ladder.
+  const conv_ws_options* conv_mode = nullptr;
   std::function<bool(tensor_id)> in_cache;  ///< the tensors the cache (and so the plan) moves
   /// Per step, its measured time (Capuchin: from a first iteration on a real device), which
   /// replaces the model's; a step's CONV options are scaled by the same ratio. Empty, or a

@@ -859,6 +859,30 @@ TEST(memory_schedule_test, memweave_schedule_keep_rebuilt_is_read_and_checked) {
   ::unsetenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
 }
 
+TEST(memory_schedule_test, memweave_schedule_conv_mode_is_read_and_checked) {
+  ::unsetenv("MEMWEAVE_SCHEDULE_CONV_MODE");
+  schedule_options o = schedule_options::from_environment();
+  EXPECT_FALSE(o.conv_mode_workspaces);
+  EXPECT_TRUE(o.conv_mode_workspaces_auto) << "both ways weighed by default";
+  ::setenv("MEMWEAVE_SCHEDULE_CONV_MODE", "mode", 1);
+  o = schedule_options::from_environment();
+  EXPECT_TRUE(o.conv_mode_workspaces);
+  EXPECT_FALSE(o.conv_mode_workspaces_auto);
+  ::setenv("MEMWEAVE_SCHEDULE_CONV_MODE", "ladder", 1);
+  o = schedule_options::from_environment();
+  EXPECT_FALSE(o.conv_mode_workspaces);
+  EXPECT_FALSE(o.conv_mode_workspaces_auto);
+  ::setenv("MEMWEAVE_SCHEDULE_CONV_MODE", "fixed", 1);
+  try {
+    (void)schedule_options::from_environment();
+    ADD_FAILURE() << "an unknown value was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_CONV_MODE"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MEMWEAVE_SCHEDULE_CONV_MODE");
+}
+
 TEST(memory_schedule_test, memweave_schedule_min_bytes_is_read_and_checked) {
   ::unsetenv("MEMWEAVE_SCHEDULE_MIN_BYTES");
   schedule_options o = schedule_options::from_environment();

@@ -45,6 +45,14 @@ void check_fixed_algorithm(const conv_ws_options& options,
                            const std::vector<conv_candidate>& candidates,
                            const std::string& convolution, std::string_view kind = "");
 
+/// The choice among `candidates` under `options` when `available` bytes can be handed out
+/// (before the reserve is taken off): dynamic, the fastest within them; none, the fastest
+/// without a workspace; max, the fastest; fixed, the named one. Ties go to the smaller
+/// workspace. nullptr where none qualifies.
+const conv_candidate* pick_conv_candidate(const conv_ws_options& options,
+                                          const std::vector<conv_candidate>& candidates,
+                                          std::size_t available);
+
 class conv_workspace_selector {
  public:
   using measure_fn = std::function<std::vector<conv_candidate>()>;

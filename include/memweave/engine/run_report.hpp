@@ -102,6 +102,9 @@ struct policy_report {
   /// (schedule_options::keep_rebuilt).
   bool weighed_keep_rebuilt = false;
   std::size_t weighed_min_bytes = 0;  ///< the schedule's size threshold that ran
+  /// Whether that schedule planned each CONV with its workspace mode's one algorithm
+  /// (schedule_options::conv_mode_workspaces), not dynamic selection's ladder.
+  bool weighed_conv_mode_workspaces = false;
   bool ran_as_recompute = false;
   /// all ran without its schedule, on the reactive cache alone, which was faster in the
   /// model (weighed_reactive_seconds: that run; 0 where not weighed against it).

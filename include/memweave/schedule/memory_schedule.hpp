@@ -164,6 +164,16 @@ struct schedule_options {
   /// executor::weigh_policy runs each instead (the heap can overturn the prediction).
   /// plan_memory_schedule does not read it.
   std::size_t workspace_share = 0;
+  /// The executor plans each CONV step with the one algorithm its convolution-workspace mode
+  /// runs (fixed: the named one; max: the fastest; none: the fastest without a workspace),
+  /// its workspace whole, instead of dynamic selection's ladder of workspaces within the
+  /// share. Nothing under dynamic selection. executor::weigh_policy runs both (the greedy
+  /// can plan worse with the larger, true workspaces than the run does with the evictions
+  /// the ladder leaves to the cache); plan_memory_schedule does not read it.
+  bool conv_mode_workspaces = false;
+  /// When set, executor::weigh_policy also runs conv_mode_workspaces flipped and keeps the
+  /// faster (MEMWEAVE_SCHEDULE_CONV_MODE=ladder|mode fixes it; the executor reads it).
+  bool conv_mode_workspaces_auto = true;
   /// A prefetch is issued at least this many steps before the step that needs it (TFLMS's
   /// lb; 0 or 1 = right before it at the latest).
   std::uint32_t prefetch_lb = 0;

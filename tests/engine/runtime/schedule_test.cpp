@@ -94,9 +94,12 @@ class schedule_half_peak_test : public ::testing::TestWithParam<std::string> {};
 // safety net idle, and trains on host (link throttled and not) bit-identically to baseline,
 // step by step as the plan said. Returns the plan.
 planned_run expect_runs_as_planned(const network& net, std::size_t budget,
-                                   bool keep_rebuilt = false) {
-  executor_options o = scheduled_options("all", budget, "fixed:direct");
+                                   bool keep_rebuilt = false,
+                                   const std::string& conv_ws = "fixed:direct",
+                                   bool conv_mode_workspaces = false) {
+  executor_options o = scheduled_options("all", budget, conv_ws);
   o.schedule.keep_rebuilt = keep_rebuilt;
+  o.schedule.conv_mode_workspaces = conv_mode_workspaces;
   // The plan's schedule all along (re-planning from measured times has its own test).
   o.replan_from_measured = false;
   const planned_run plan = plan_run(net, o);
@@ -110,7 +113,7 @@ planned_run expect_runs_as_planned(const network& net, std::size_t budget,
   EXPECT_LE(plan.report.peak_bytes, budget);
   // Two iterations: the second starts from the state the first left (what was parked across
   // the iteration's end, on the host), which is every state a later one starts from.
-  const auto reference = test::train(net, policy_options("baseline", 0, "fixed:direct"), 2);
+  const auto reference = test::train(net, policy_options("baseline", 0, conv_ws), 2);
   for (double gbps : {0.0, 4.0}) {
     const auto trained = test::train(net, o, 2, gbps);
     test::expect_bit_identical(reference, trained, net.name() + " link " + std::to_string(gbps));
@@ -131,6 +134,70 @@ std::size_t liveness_peak(const network& net) {
 TEST_P(schedule_half_peak_test, all_runs_its_schedule_bit_identically_as_planned) {
   const network net = activation_heavy(GetParam());
   (void)expect_runs_as_planned(net, liveness_peak(net) / 2);
+}
+
+// Under a mode that names each convolution's algorithm (here fixed:im2col_image) the run
+// takes that algorithm's workspace whatever the schedule planned. Planned with dynamic
+// selection's ladder of workspaces, the schedule reserves ones that never run, prices kernels
+// that never run, and leaves the workspace that does to the safety net; planned with the
+// mode's own (conv_mode_workspaces), it is carried out as planned with the safety net idle,
+// bit-identically, and its kernels' time is the mode's: liveness's with unlimited memory.
+TEST(schedule_test, planned_with_the_modes_workspaces_all_runs_as_planned_bit_identically) {
+  const std::string conv = "fixed:im2col_image";
+  for (const std::string name : {"resnet50", "inception_v4"}) {
+    const network net = activation_heavy(name);
+    const policy_report live = plan_run(net, scheduled_options("liveness", 0, conv)).report;
+    const std::size_t budget = live.peak_bytes / 2;
+    const planned_run plan = expect_runs_as_planned(net, budget, false, conv, true);
+    EXPECT_NEAR(plan.schedule.baseline_seconds, live.seconds_per_iteration,
+                1e-9 * live.seconds_per_iteration)
+        << name;
+    // The ladder prices faster algorithms than the run has.
+    const planned_run by_ladder = plan_run(net, scheduled_options("all", budget, conv));
+    EXPECT_LT(by_ladder.schedule.baseline_seconds, live.seconds_per_iteration) << name;
+  }
+}
+
+// Which of the two plans runs faster depends on the problem (the greedy can plan worse with
+// the larger, true workspaces than the run does with the evictions the ladder leaves), so
+// under a named algorithm the weighing runs both on the null device and keeps the faster.
+// The README's network under fixed:im2col_image at 0.6 of liveness's peak: the mode's
+// workspaces run 0.598 ms an iteration in the model, the ladder's 0.706. Training runs the
+// plan's choice, bit-identically to baseline.
+TEST(schedule_test, under_a_named_algorithm_all_keeps_the_faster_of_the_ladder_and_its_own) {
+  zoo_options z;
+  z.batch = 16;
+  z.image_side = 32;
+  z.width_scale = 0.25;
+  z.classes = 10;
+  const network net = make_network("resnet50", z);
+  const std::string conv = "fixed:im2col_image";
+  const std::size_t budget =
+      plan_run(net, scheduled_options("liveness", 0, conv)).report.peak_bytes * 6 / 10;
+  executor_options o = scheduled_options("all", budget, conv);
+  o.weigh_alternatives = true;
+  const planned_run weighed = plan_run(net, o);
+  ASSERT_TRUE(weighed.scheduled);
+  EXPECT_FALSE(weighed.report.ran_as_recompute);
+  EXPECT_TRUE(weighed.report.weighed_conv_mode_workspaces);
+  executor_options ladder = o;
+  ladder.schedule.conv_mode_workspaces_auto = false;
+  const planned_run by_ladder = plan_run(net, ladder);
+  EXPECT_FALSE(by_ladder.report.weighed_conv_mode_workspaces);
+  EXPECT_LT(weighed.report.seconds_per_iteration, 0.9 * by_ladder.report.seconds_per_iteration);
+  // Under dynamic selection there is no mode's algorithm to plan with.
+  executor_options dynamic = scheduled_options("all", budget, "dynamic");
+  dynamic.weigh_alternatives = true;
+  EXPECT_FALSE(plan_run(net, dynamic).report.weighed_conv_mode_workspaces);
+  o.replan_from_measured = false;
+  const auto reference = test::train(net, policy_options("baseline", 0, conv), 2);
+  const auto trained = test::train(net, o, 2);
+  test::expect_bit_identical(reference, trained, "weighed");
+  EXPECT_TRUE(trained.report.weighed_conv_mode_workspaces);
+  ASSERT_EQ(trained.steps.size(), weighed.report.steps.size());
+  for (std::size_t s = 0; s < trained.steps.size(); ++s) {
+    EXPECT_EQ(trained.steps[s].heap_bytes, weighed.report.steps[s].heap_bytes) << "step " << s + 1;
+  }
 }
 
 // VGG16's FC weights and momenta are idle while the convolutions run, forward and backward:
