@@ -835,52 +835,40 @@ TEST(memory_schedule_test, memweave_schedule_compress_is_read_and_checked) {
   ::unsetenv("MEMWEAVE_SCHEDULE_COMPRESS");
 }
 
-TEST(memory_schedule_test, memweave_schedule_keep_rebuilt_is_read_and_checked) {
-  ::unsetenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
+// A setting weighed both ways by default: unset, the flag is off and both are run; `on` and
+// `off` fix it; anything else is an error naming the variable.
+void expect_weighed_choice(const char* variable, const char* on, const char* off,
+                           bool schedule_options::*flag, bool schedule_options::*flag_auto) {
+  SCOPED_TRACE(variable);
+  ::unsetenv(variable);
   schedule_options o = schedule_options::from_environment();
-  EXPECT_FALSE(o.keep_rebuilt);
-  EXPECT_TRUE(o.keep_rebuilt_auto) << "both ways weighed by default";
-  ::setenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT", "yes", 1);
-  o = schedule_options::from_environment();
-  EXPECT_TRUE(o.keep_rebuilt);
-  EXPECT_FALSE(o.keep_rebuilt_auto);
-  ::setenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT", "no", 1);
-  o = schedule_options::from_environment();
-  EXPECT_FALSE(o.keep_rebuilt);
-  EXPECT_FALSE(o.keep_rebuilt_auto);
-  ::setenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT", "2", 1);
+  EXPECT_FALSE(o.*flag);
+  EXPECT_TRUE(o.*flag_auto) << "both ways weighed by default";
+  for (const char* value : {on, off}) {
+    ::setenv(variable, value, 1);
+    o = schedule_options::from_environment();
+    EXPECT_EQ(o.*flag, value == on) << value;
+    EXPECT_FALSE(o.*flag_auto) << value;
+  }
+  ::setenv(variable, "2", 1);
   try {
     (void)schedule_options::from_environment();
     ADD_FAILURE() << "an unknown value was accepted";
   } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_KEEP_REBUILT"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
   }
-  ::unsetenv("MEMWEAVE_SCHEDULE_KEEP_REBUILT");
+  ::unsetenv(variable);
+}
+
+TEST(memory_schedule_test, memweave_schedule_keep_rebuilt_is_read_and_checked) {
+  expect_weighed_choice("MEMWEAVE_SCHEDULE_KEEP_REBUILT", "yes", "no",
+                        &schedule_options::keep_rebuilt, &schedule_options::keep_rebuilt_auto);
 }
 
 TEST(memory_schedule_test, memweave_schedule_conv_mode_is_read_and_checked) {
-  ::unsetenv("MEMWEAVE_SCHEDULE_CONV_MODE");
-  schedule_options o = schedule_options::from_environment();
-  EXPECT_FALSE(o.conv_mode_workspaces);
-  EXPECT_TRUE(o.conv_mode_workspaces_auto) << "both ways weighed by default";
-  ::setenv("MEMWEAVE_SCHEDULE_CONV_MODE", "mode", 1);
-  o = schedule_options::from_environment();
-  EXPECT_TRUE(o.conv_mode_workspaces);
-  EXPECT_FALSE(o.conv_mode_workspaces_auto);
-  ::setenv("MEMWEAVE_SCHEDULE_CONV_MODE", "ladder", 1);
-  o = schedule_options::from_environment();
-  EXPECT_FALSE(o.conv_mode_workspaces);
-  EXPECT_FALSE(o.conv_mode_workspaces_auto);
-  ::setenv("MEMWEAVE_SCHEDULE_CONV_MODE", "fixed", 1);
-  try {
-    (void)schedule_options::from_environment();
-    ADD_FAILURE() << "an unknown value was accepted";
-  } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SCHEDULE_CONV_MODE"), std::string::npos)
-        << e.what();
-  }
-  ::unsetenv("MEMWEAVE_SCHEDULE_CONV_MODE");
+  expect_weighed_choice("MEMWEAVE_SCHEDULE_CONV_MODE", "mode", "ladder",
+                        &schedule_options::conv_mode_workspaces,
+                        &schedule_options::conv_mode_workspaces_auto);
 }
 
 TEST(memory_schedule_test, memweave_schedule_min_bytes_is_read_and_checked) {
