@@ -466,12 +466,26 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
   // Whether it fits does not depend on which split plan runs fastest.
   network_run_options fitting = o;
   fitting.split_weighed = false;
-  try {
-    return run_policy(net, fitting, policy, dev, 1, nullptr, nullptr, nullptr).fits;
-  } catch (const error& e) {
-    if (does_not_fit(e)) return false;
-    throw;
+  auto fits = [&](const network_run_options& run) {
+    try {
+      return run_policy(net, run, policy, dev, 1, nullptr, nullptr, nullptr).fits;
+    } catch (const error& e) {
+      if (does_not_fit(e)) return false;
+      throw;
+    }
+  };
+  // `all` fits where any configuration its weighing runs fits, and the weighing runs the
+  // cache alone too (executor::weigh_policy): that one plans no schedule (the schedule
+  // planner's time grows with the square of the steps: a weighed plan of a ResNet of 4116
+  // layers takes 27 s), so it is asked first, and the whole weighing only where it fails.
+  if (executor_policy::parse(policy).planned && o.budget_bytes != 0 &&
+      o.executor.weigh_alternatives) {
+    network_run_options reactive = fitting;
+    reactive.executor.weigh_alternatives = false;
+    reactive.executor.schedule.allow_swap = reactive.executor.schedule.allow_drop = false;
+    if (fits(reactive)) return true;
   }
+  return fits(fitting);
 }
 
 policy_report run_policy(const network& net, const network_run_options& o,

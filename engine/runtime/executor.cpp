@@ -369,8 +369,11 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   // persistent tensors live in host memory): `all` then evicts reactively, as utp does.
   const bool any_groups =
       std::find(channel_cut_.begin(), channel_cut_.end(), true) != channel_cut_.end();
+  // With neither swaps nor drops allowed (the weighing's run on the cache alone) there is
+  // nothing to plan: the cache alone it is.
+  const bool actions = options.schedule.allow_swap || options.schedule.allow_drop;
   if (options.policy.planned && options.budget_bytes != 0 && !options.evaluation_only &&
-      !any_groups) {
+      !any_groups && actions) {
     // The weighing run planned the same schedule (same network, budget and model), on the
     // null device, which fuses replays: a backend that does not plans again.
     std::optional<memory_schedule> planned = choice_.weighed && launcher_->fuses_bn_act()

@@ -225,9 +225,11 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
       if (other != first_headroom) run_all(other, share, kept, threshold);
     }
   }
-  if (choice.schedule) {
+  // The cache alone also where no scheduled run ran (a schedule planned that then did not
+  // fit the heap): it may, and the searches take its running as fitting (plan_fits_budget).
+  if (choice.schedule || choice.all_s == 0) {
     if (choice.reactive_s == 0) run_reactive();
-    if (choice.reactive_s > 0 && choice.reactive_s < choice.all_s) {
+    if (choice.reactive_s > 0 && (choice.all_s == 0 || choice.reactive_s < choice.all_s)) {
       choice.reactive = true;
       choice.schedule.reset();
       chosen.schedule.allow_swap = chosen.schedule.allow_drop = false;

@@ -158,6 +158,20 @@ TEST(schedule_test, planned_with_the_modes_workspaces_all_runs_as_planned_bit_id
   }
 }
 
+// The weighing's run on the cache alone (neither swaps nor drops allowed) plans no schedule:
+// there is nothing it could do, and on a deep network planning is the run's largest cost.
+TEST(schedule_test, the_cache_alone_plans_no_schedule) {
+  const network net = activation_heavy("resnet50");
+  const std::size_t peak = liveness_peak(net);
+  for (const std::size_t budget : {peak / 2, peak * 2}) {
+    executor_options o = scheduled_options("all", budget, "fixed:direct");
+    o.schedule.allow_swap = o.schedule.allow_drop = false;
+    const planned_run alone = plan_run(net, o);
+    EXPECT_FALSE(alone.scheduled) << budget;
+    EXPECT_EQ(alone.report.evictions > 0, budget < peak) << budget;
+  }
+}
+
 // Which of the two plans runs faster depends on the problem (the greedy can plan worse with
 // the larger, true workspaces than the run does with the evictions the ladder leaves), so
 // under a named algorithm the weighing runs both on the null device and keeps the faster.
