@@ -261,7 +261,8 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
     const memory_info info = dev.memory();
     want = static_cast<std::size_t>(options.pool_fraction * static_cast<double>(info.free_bytes));
     source = format_number(options.pool_fraction) + " x the device's free memory " +
-             bytes_text(info.free_bytes) + " (MEMWEAVE_POOL_FRACTION)";
+             bytes_text(info.free_bytes) + " (" +
+             (options.pool_knob.empty() ? "MEMWEAVE_POOL_FRACTION" : options.pool_knob) + ")";
   }
   want = want / block_ * block_;
   MEMWEAVE_EXPECTS(want != 0, "the device heap's arena would be less than one block of " +

@@ -77,6 +77,10 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
             " is not in (0, 1]; use e.g. 0.9, or 0 for MEMWEAVE_POOL_FRACTION");
       }
       hopt.pool_fraction = config->pool_fraction;
+      if (hopt.pool_bytes == 0) {  // the fraction sizes the pool: its field is the remedy
+        hopt.pool_knob = "memweave_config.pool_fraction";
+        hopt.grow_knob = "memweave_config.grow_bytes";
+      }
     }
     if (config->block_bytes != 0) {
       if (!valid_block_bytes(config->block_bytes)) {

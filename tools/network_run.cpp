@@ -391,6 +391,12 @@ void warn_unused_variables(const network_run_options& o) {
         "MEMWEAVE_SCHEDULE_COMPRESS=fp16 compresses the swaps of the memory schedule, which "
         "only the policy all plans: this run has none, so it does nothing");
   }
+  if (option_string("MEMWEAVE_SCHEDULE_CONV_MODE") != "auto" &&
+      o.executor.conv_ws.mode == conv_ws_mode::dynamic) {
+    log(log_level::warn,
+        "MEMWEAVE_SCHEDULE_CONV_MODE plans the convolutions of a mode that names their "
+        "algorithm (--conv-ws none, max or fixed:NAME): under dynamic it does nothing");
+  }
 }
 
 void check_device_option(const device_options& dev, const std::string& kind) {

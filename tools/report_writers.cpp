@@ -324,17 +324,30 @@ void write_summary(std::ostream& out, const run_report& r) {
           << "iteration of which " << 1e3 * p.allreduce_wait_seconds
           << " ms not hidden behind backward (rank 0)\n";
     }
+    // A time of 0: no such run fit the budget.
     if (p.ran_as_recompute) {
-      out << "  " << p.policy << ": ran as recompute, faster here in the plan's model ("
-          << std::setprecision(4) << 1e3 * p.weighed_recompute_seconds
-          << " ms per iteration against " << 1e3 * p.weighed_all_seconds
-          << " ms with its own schedule and cache)\n";
+      const double own =
+          p.weighed_all_seconds > 0 ? p.weighed_all_seconds : p.weighed_reactive_seconds;
+      out << "  " << p.policy << ": ran as recompute, ";
+      if (own > 0) {
+        out << "faster here in the plan's model (" << std::setprecision(4)
+            << 1e3 * p.weighed_recompute_seconds << " ms per iteration against " << 1e3 * own
+            << " ms with its own schedule and cache)\n";
+      } else {
+        out << "the one way that fits here in the plan's model (" << std::setprecision(4)
+            << 1e3 * p.weighed_recompute_seconds << " ms per iteration)\n";
+      }
     }
     if (p.ran_without_schedule) {
-      out << "  " << p.policy << ": ran without its memory schedule, on the cache alone, faster "
-          << "here in the plan's model (" << std::setprecision(4)
-          << 1e3 * p.weighed_reactive_seconds << " ms per iteration against "
-          << 1e3 * p.weighed_all_seconds << " ms with it)\n";
+      out << "  " << p.policy << ": ran without its memory schedule, on the cache alone, ";
+      if (p.weighed_all_seconds > 0) {
+        out << "faster here in the plan's model (" << std::setprecision(4)
+            << 1e3 * p.weighed_reactive_seconds << " ms per iteration against "
+            << 1e3 * p.weighed_all_seconds << " ms with it)\n";
+      } else {
+        out << "which fits where no run with a schedule did (" << std::setprecision(4)
+            << 1e3 * p.weighed_reactive_seconds << " ms per iteration in the plan's model)\n";
+      }
     }
     const bool other_plan = p.weighed_split_share > 0 && p.weighed_split_share < 1;
     if (other_plan) {

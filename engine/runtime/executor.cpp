@@ -1093,7 +1093,10 @@ policy_report executor::report() const {
     r.weighed_workspace_share = options_.schedule.workspace_share;
     r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;
     r.weighed_min_bytes = options_.schedule.min_bytes;
-    r.weighed_conv_mode_workspaces = options_.schedule.conv_mode_workspaces;
+    // Only where a schedule planned so ran (not the cache alone, nor recompute).
+    r.weighed_conv_mode_workspaces = options_.schedule.conv_mode_workspaces &&
+                                     options_.conv_ws.mode != conv_ws_mode::dynamic &&
+                                     schedule_ != nullptr;
   }
   r.ranks = ranks();
   r.allreduce_bytes = reduce_bytes_;

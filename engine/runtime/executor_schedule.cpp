@@ -155,11 +155,25 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   // The schedule against the cache alone (no schedule): with staged split steps the cache can
   // be the faster (AlexNet b16 at 0.95 of its max(l_i): 0.454 ms per iteration against 0.696
   // scheduled), so both run.
+  bool reactive_ran = false;  // reactive_s 0: not run, or it did not fit
   auto run_reactive = [&] {
+    if (reactive_ran) return;
+    reactive_ran = true;
     executor_options reactive = o;
     reactive.schedule.allow_swap = reactive.schedule.allow_drop = false;
     choice.reactive_s = null_run_seconds(net, reactive);
   };
+  // Under a mode that names each convolution's algorithm (fixed, max, none) the run takes
+  // that algorithm's workspace whatever the schedule planned, evicting for it. Planned with
+  // it instead (conv_mode_workspaces), the greedy sees the true workspaces and times, which
+  // pays on some problems (Inception v4 under max at 0.6 of its peak: 1.022 -> 0.670 ms) and
+  // not on others (under none at half its peak it found no schedule: 0.450 -> 1.234 ms). So
+  // both run: at the first configuration (where the ladder plans no schedule or loses to the
+  // cache alone the mode's may not: VGG16 b8 under none, 3.756 ms on the cache alone, 1.236
+  // with the mode's), and the other way at the configuration chosen and the other headroom.
+  const bool both_modes =
+      options.schedule.conv_mode_workspaces_auto && options.conv_ws.mode != conv_ws_mode::dynamic;
+  const bool base_mode = options.schedule.conv_mode_workspaces;
   // The other configurations refine the first by a few percent. Not worth running where the
   // first plans no schedule (its retries include no headroom and no workspaces: none of them
   // would), nor where the cache alone is faster than it by more than 5 %: on a large problem
@@ -172,6 +186,11 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
       run_all(headroom, share, keep, min_bytes);
       if (!first) continue;
       first = false;
+      if (both_modes) {
+        o.schedule.conv_mode_workspaces = !base_mode;
+        run_all(headroom, share, keep, min_bytes);
+        o.schedule.conv_mode_workspaces = base_mode;
+      }
       if (!choice.schedule) {
         refine = false;
         continue;
@@ -184,6 +203,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   // third of its peak: 0.838 -> 0.883 of liveness's speed) but holds memory longer, which
   // can fragment the heap (ResNet-50 there: 457 safety-net evictions at half the headroom):
   // run at the headroom and share chosen, kept if faster.
+  o.schedule.conv_mode_workspaces = chosen.schedule.conv_mode_workspaces;
   if (options.schedule.keep_rebuilt_auto && choice.all_s > 0 && refine) {
     run_all(chosen.schedule.headroom, chosen.schedule.workspace_share, !keep, min_bytes);
   }
@@ -196,6 +216,8 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     const bool kept = chosen.schedule.keep_rebuilt;
     const std::size_t tiny = std::max<std::size_t>(options.budget_bytes / 16384, 1);
     for (const std::size_t share : {16, 4, 1}) {
+      // (With the mode's workspaces the share plans nothing: one run.)
+      if (o.schedule.conv_mode_workspaces && share != chosen.schedule.workspace_share) continue;
       if (user_share == 0 || share == user_share) run_all(headroom, share, kept, tiny);
     }
     // ... and at the other headroom, at the share chosen: with the tiny tensors left alone,
@@ -207,20 +229,16 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
       if (other != headroom) run_all(other, share, kept, tiny);
     }
   }
-  // Under a mode that names each convolution's algorithm (fixed, max, none) the run takes
-  // that algorithm's workspace whatever the schedule planned, evicting for it. Planned with
-  // it instead, the greedy sees the true workspaces and times, which pays on some problems
-  // (Inception v4 under max at 0.6 of its peak: 1.022 -> 0.670 ms) and not on others (under
-  // none at half its peak it found no schedule: 0.450 -> 1.234 ms). Both run, at the
-  // configuration chosen and at the other headroom; the faster stays.
-  if (options.schedule.conv_mode_workspaces_auto && options.conv_ws.mode != conv_ws_mode::dynamic &&
-      choice.all_s > 0 && refine) {
-    o.schedule.conv_mode_workspaces = !options.schedule.conv_mode_workspaces;
+  if (both_modes && choice.all_s > 0 && refine) {
+    // (Where the first configuration's run with the mode's workspaces is the one chosen, the
+    // refinements above ran at it: only the other headroom is left.)
+    const bool chose_it = chosen.schedule.conv_mode_workspaces != base_mode;
+    o.schedule.conv_mode_workspaces = !base_mode;
     const std::size_t share = chosen.schedule.workspace_share;
     const bool kept = chosen.schedule.keep_rebuilt;
     const std::size_t threshold = chosen.schedule.min_bytes;
     const double first_headroom = chosen.schedule.headroom;
-    run_all(first_headroom, share, kept, threshold);
+    if (!chose_it) run_all(first_headroom, share, kept, threshold);
     for (const double other : headrooms) {
       if (other != first_headroom) run_all(other, share, kept, threshold);
     }
@@ -228,7 +246,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   // The cache alone also where no scheduled run ran (a schedule planned that then did not
   // fit the heap): it may, and the searches take its running as fitting (plan_fits_budget).
   if (choice.schedule || choice.all_s == 0) {
-    if (choice.reactive_s == 0) run_reactive();
+    run_reactive();
     if (choice.reactive_s > 0 && (choice.all_s == 0 || choice.reactive_s < choice.all_s)) {
       choice.reactive = true;
       choice.schedule.reset();

@@ -444,6 +444,21 @@ TEST_F(memweave_capi_test, bad_config_values_are_invalid_values_naming_the_field
   EXPECT_EQ(memweaveIsInitialized(), 0);
 }
 
+// A pool sized by memweave_config.pool_fraction: that field is the remedy, not the variables
+// it overrides.
+TEST_F(memweave_capi_test, a_pool_sized_by_its_fraction_names_that_field) {
+  memweave_config c = host_config(0);
+  c.pool_fraction = 0.25;  // of the device's 64 MiB
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* p = nullptr;
+  EXPECT_EQ(memweaveMalloc(&p, 32 * k_mib), MEMWEAVE_ERROR_MEMORY_ALLOCATION);
+  const std::string m = last_error();
+  EXPECT_NE(m.find("raise memweave_config.pool_fraction, or set memweave_config.grow_bytes"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("MEMWEAVE_POOL_FRACTION"), std::string::npos) << m;
+}
+
 TEST_F(memweave_capi_test, pool_larger_than_the_device_is_an_allocation_error) {
   memweave_config c = host_config(128 * k_mib);  // the device has 64 MiB
   EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_MEMORY_ALLOCATION);

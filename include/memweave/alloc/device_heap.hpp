@@ -37,8 +37,9 @@ bool valid_block_bytes(std::size_t bytes) noexcept;
 /// code override them.
 struct heap_options {
   std::size_t pool_bytes = 0;  ///< arena size; 0 = pool_fraction of free device memory
-  /// What set pool_bytes, named in the heap's errors and their remedy (empty:
-  /// "MEMWEAVE_POOL_BYTES"; the executor's budget: "the budget, --budget").
+  /// What set pool_bytes (or, with pool_bytes 0, pool_fraction), named in the heap's errors
+  /// and their remedy (empty: the MEMWEAVE_POOL_* variables; the executor's budget: "the
+  /// budget, --budget"; the C API's fields).
   std::string pool_knob;
   double pool_fraction = 0.9;         ///< used when pool_bytes is 0; in (0, 1]
   std::size_t block_bytes = 1024;     ///< the unit of allocation: a power of two, >= 256
