@@ -277,9 +277,9 @@ TEST(cli_hardening_test, a_search_flushes_each_policys_answer_as_found) {
 TEST(cli_hardening_test, alls_search_answers_a_batch_its_weighed_plan_fits) {
   // A budget where the next batch fails in the run (host memory), not before it.
   const std::vector<std::string> net = {
-      "--net",    "resnet50",  "--width",     "0.25",      "--image-side",
+      "--net",    "resnet50",  "--width",     "0.125",     "--image-side",
       "32",       "--classes", "10",          "--conv-ws", "fixed:im2col_image",
-      "--budget", "14MiB",     "--host-pool", "16MiB",     "--policy",
+      "--budget", "6MiB",      "--host-pool", "8MiB",      "--policy",
       "all"};
   auto plus = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), net.begin(), net.end());
