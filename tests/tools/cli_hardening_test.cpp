@@ -316,6 +316,28 @@ TEST(cli_hardening_test, the_modes_workspaces_are_weighed_where_the_ladder_loses
   expect_has(r.out, "predicted 1.236 ms per iteration");
 }
 
+// A variable set where it can do nothing is warned about: the convolutions' plan under
+// dynamic selection, the compressions without --split or without `all`.
+TEST(cli_hardening_test, variables_that_do_nothing_in_the_run_are_warned_about) {
+  const std::vector<std::string> args = {
+      "--net", "resnet:1,1,1,1", "--width",  "0.0625",   "--image-side",
+      "32",    "--policy",       "liveness", "--budget", "64MiB"};
+  auto warned = [&](const char* variable, const char* value, std::vector<std::string> extra) {
+    scoped_env env(variable, value);
+    extra.insert(extra.begin(), args.begin(), args.end());
+    ::testing::internal::CaptureStderr();
+    const auto r = run(plan_command, extra);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(r.code, 0) << r.out;
+    return err.find(std::string(variable) + "=") != std::string::npos ||
+           err.find(std::string(variable) + " plans") != std::string::npos;
+  };
+  EXPECT_TRUE(warned("MEMWEAVE_SCHEDULE_CONV_MODE", "mode", {"--conv-ws", "dynamic"}));
+  EXPECT_FALSE(warned("MEMWEAVE_SCHEDULE_CONV_MODE", "mode", {"--conv-ws", "none"}));
+  EXPECT_TRUE(warned("MEMWEAVE_SPLIT_COMPRESS", "fp16", {}));
+  EXPECT_TRUE(warned("MEMWEAVE_SCHEDULE_COMPRESS", "fp16", {}));
+}
+
 TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {
   device_options d;
   d.kind = "cuda";
