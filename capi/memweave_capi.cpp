@@ -68,7 +68,6 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
     if (config->pool_bytes != 0) {
       hopt.pool_bytes = config->pool_bytes;
       hopt.pool_knob = "memweave_config.pool_bytes";  // what the heap's errors name
-      hopt.grow_knob = "memweave_config.grow_bytes";
     }
     if (config->pool_fraction != 0.0) {
       if (!(config->pool_fraction > 0.0 && config->pool_fraction <= 1.0)) {
@@ -77,10 +76,8 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
             " is not in (0, 1]; use e.g. 0.9, or 0 for MEMWEAVE_POOL_FRACTION");
       }
       hopt.pool_fraction = config->pool_fraction;
-      if (hopt.pool_bytes == 0) {  // the fraction sizes the pool: its field is the remedy
-        hopt.pool_knob = "memweave_config.pool_fraction";
-        hopt.grow_knob = "memweave_config.grow_bytes";
-      }
+      // The fraction sizes the pool: its field is the remedy.
+      if (hopt.pool_bytes == 0) hopt.pool_knob = "memweave_config.pool_fraction";
     }
     if (config->block_bytes != 0) {
       if (!valid_block_bytes(config->block_bytes)) {
@@ -106,6 +103,8 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
                                "MEMWEAVE_FIT_FIRST (2)");
     }
     if (config->grow_bytes != 0) hopt.grow_bytes = config->grow_bytes;
+    // A pool sized by a field: growth's remedy is a field too.
+    if (!hopt.pool_knob.empty()) hopt.grow_knob = "memweave_config.grow_bytes";
     if (config->trace_path != nullptr && *config->trace_path != '\0') {
       hopt.trace_path = config->trace_path;
     }

@@ -487,8 +487,8 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
   if (executor_policy::parse(policy).planned && o.budget_bytes != 0 &&
       o.executor.weigh_alternatives) {
     network_run_options reactive = fitting;
+    reactive.executor = on_cache_alone(fitting.executor);
     reactive.executor.weigh_alternatives = false;
-    reactive.executor.schedule.allow_swap = reactive.executor.schedule.allow_drop = false;
     if (fits(reactive)) return true;
   }
   return fits(fitting);

@@ -102,6 +102,11 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
   return plan_executor_schedule(in, options_.schedule);
 }
 
+executor_options on_cache_alone(executor_options options) {
+  options.schedule.allow_swap = options.schedule.allow_drop = false;
+  return options;
+}
+
 // Every run is on the null device (null_run_options): what `memweave plan` reports for each.
 executor_options executor::weigh_policy(const network& net, const executor_options& options,
                                         policy_choice& choice) {
@@ -159,9 +164,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   auto run_reactive = [&] {
     if (reactive_ran) return;
     reactive_ran = true;
-    executor_options reactive = o;
-    reactive.schedule.allow_swap = reactive.schedule.allow_drop = false;
-    choice.reactive_s = null_run_seconds(net, reactive);
+    choice.reactive_s = null_run_seconds(net, on_cache_alone(o));
   };
   // Under a mode that names each convolution's algorithm (fixed, max, none) the run takes
   // that algorithm's workspace whatever the schedule planned, evicting for it. Planned with
@@ -250,7 +253,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     if (choice.reactive_s > 0 && (choice.all_s == 0 || choice.reactive_s < choice.all_s)) {
       choice.reactive = true;
       choice.schedule.reset();
-      chosen.schedule.allow_swap = chosen.schedule.allow_drop = false;
+      chosen = on_cache_alone(chosen);
     }
   }
   executor_policy recompute = executor_policy::parse("recompute");

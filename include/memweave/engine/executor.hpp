@@ -220,6 +220,11 @@ struct executor_options {
   bool weigh_alternatives = true;
 };
 
+/// `options` with neither swaps nor drops: `all` on the reactive cache alone, no schedule
+/// planned. The weighing runs it beside its schedules, and the searches ask it first (`all`
+/// fits wherever it does), so both mean the same run.
+executor_options on_cache_alone(executor_options options);
+
 /// What executor::evaluate measured over its batches.
 struct evaluation_result {
   std::int64_t batches = 0;
