@@ -138,6 +138,7 @@ class device_heap_impl {
   void* allocate(std::size_t bytes, int stream, failure_info* failure) noexcept;
   // On an invalid pointer, when `why` is non-null, fills it with the reason.
   status deallocate(void* p, int stream, std::string* why) noexcept;
+  void count_invalid_free(const void* p, std::string* why) noexcept;
 
   bool owns(const void* p) const noexcept { return arena_of(p) != max_arenas; }
   std::size_t allocation_size(const void* p) const noexcept;
@@ -621,6 +622,18 @@ status device_heap_impl::deallocate(void* p, int stream, std::string* why) noexc
   return s;
 }
 
+void device_heap_impl::count_invalid_free(const void* p, std::string* why) noexcept {
+  std::lock_guard lk(mu_);
+  ++invalid_frees_;
+  const auto u = reinterpret_cast<std::uintptr_t>(p);
+  // Live again by now (handed out since the caller looked): the caller's reason stands.
+  if (table_.find(u) != nil) return;
+  try {
+    *why = diagnose_locked(u);
+  } catch (...) {
+  }
+}
+
 // ---------------------------------------------------------------- queries
 
 std::size_t device_heap_impl::allocation_size(const void* p) const noexcept {
@@ -915,6 +928,12 @@ status device_heap::deallocate(void* p, int stream) noexcept {
   const status s = impl_->deallocate(p, stream, &why);
   if (s != status::success) log_noexcept(log_level::warn, why);
   return s;
+}
+
+void device_heap::count_invalid_free(const void* p) noexcept {
+  std::string why;
+  impl_->count_invalid_free(p, &why);
+  if (!why.empty()) log_noexcept(log_level::warn, why);
 }
 
 void device_heap::deallocate_or_throw(void* p) {

@@ -81,6 +81,13 @@ pool* owner_of(context& ctx, const void* p) noexcept;
 /// message as the last error).
 pinned_host_pool* host_pool(context& ctx, int* rc) noexcept;
 
+/// Frees `ptr` (memweaveFree, memweaveFreeAsync, memweave_torch_free): ordered on `stream`
+/// when `stream_ordered` (a default-stream handle names the default stream of
+/// `default_device`, of the current device where that is -1), else once its device is
+/// idle. The C API's code; the message as the last error.
+int release(const char* what_call, void* ptr, CUstream_st* stream, bool stream_ordered,
+            int default_device) noexcept;
+
 /// Records `message` as this thread's last error and returns `rc`. Never throws.
 int fail(int rc, const std::string& message) noexcept;
 

@@ -4,7 +4,8 @@
 //
 // Thread safety: the only state is the cuda runtime's pool of spare events (a mutex);
 // every CUDA call made here is per thread or thread-safe in the runtime. Calls go to the CUDA
-// runtime by their plain names; the interposer passes them through (it replaces none of these), so
+// runtime by their plain names; the interposer passes them through (cudaGetLastError, the one
+// of these it replaces, too: they are made inside memweave, memweave_internal_busy()), so
 // nothing here re-enters memweave.
 #include "capi/capi_runtime.hpp"
 
@@ -27,12 +28,12 @@ namespace {
 class simulated_runtime final : public runtime {
  public:
   int current_device() override { return 0; }
-  int stream_device(CUstream_st*) override { return 0; }
+  int stream_device(CUstream_st*, int) override { return 0; }
   int device_count() override { return 1; }
-  std::unique_ptr<event> record(CUstream_st*) override { return nullptr; }
-  void synchronize_stream(CUstream_st*) override {}
+  std::unique_ptr<event> record(CUstream_st*, int) override { return nullptr; }
+  void synchronize_stream(CUstream_st*, int) override {}
   void synchronize_device(int, device& dev) override { dev.synchronize(); }
-  std::uintptr_t stream_key(CUstream_st* stream) const noexcept override {
+  std::uintptr_t stream_key(CUstream_st* stream, int) const noexcept override {
     return reinterpret_cast<std::uintptr_t>(stream);
   }
 };
@@ -130,6 +131,38 @@ class caller_event final : public event {
                         "MEMWEAVE_DEVICE=host to use the simulated device on purpose");
 }
 
+// Makes device `ordinal` the calling thread's current one while it lives, and the one before
+// current again after, only where the thread had a context: setting device 0 back would give
+// a thread that never chose a device a context on GPU 0.
+class device_scope {
+ public:
+  explicit device_scope(int ordinal) {
+    int previous = ordinal;
+    if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
+    if (previous == ordinal) return;
+    const bool restore = cuda_backend::context_current();
+    const cudaError_t e = cudaSetDevice(ordinal);
+    if (e != cudaSuccess) throw_cuda(e, "cudaSetDevice(" + std::to_string(ordinal) + ")");
+    restore_ = restore;
+    previous_ = previous;
+  }
+  ~device_scope() {
+    if (restore_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  bool restore_ = false;
+  int previous_ = 0;
+};
+
+// Whether `stream` is a handle that names no stream of its own but a device's default one
+// (NULL, the legacy stream, the calling thread's per-thread stream).
+bool default_handle(CUstream_st* stream) noexcept {
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
+
 class cuda_runtime final : public runtime {
  public:
   int current_device() override {
@@ -139,10 +172,8 @@ class cuda_runtime final : public runtime {
     return d;
   }
 
-  int stream_device(CUstream_st* stream) override {
-    if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
-      return current_device();
-    }
+  int stream_device(CUstream_st* stream, int default_device) override {
+    if (default_handle(stream)) return default_device >= 0 ? default_device : current_device();
     int d = 0;
     const cudaError_t e = cudaStreamGetDevice(stream, &d);
     if (e != cudaSuccess)
@@ -157,54 +188,40 @@ class cuda_runtime final : public runtime {
     return n;
   }
 
-  std::unique_ptr<event> record(CUstream_st* stream) override {
-    // The event must belong to the stream's device: make that one current if it is not.
-    const int ordinal = stream_device(stream);
-    int previous = ordinal;
-    if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
-    const bool restore = previous != ordinal && cuda_backend::context_current();
-    if (previous != ordinal) {
-      const cudaError_t e = cudaSetDevice(ordinal);
-      if (e != cudaSuccess) throw_cuda(e, "cudaSetDevice(" + std::to_string(ordinal) + ")");
-    }
-    struct restore_device {
-      bool on;
-      int ordinal;
-      ~restore_device() {
-        if (on && cudaSetDevice(ordinal) != cudaSuccess) (void)cudaGetLastError();
-      }
-    } restorer{restore, previous};
+  std::unique_ptr<event> record(CUstream_st* stream, int default_device) override {
+    // The event must belong to the stream's device, and a default-stream handle means the
+    // current device's stream: make that device current if it is not.
+    const int ordinal = stream_device(stream, default_device);
+    const device_scope on(ordinal);
     auto out = std::make_unique<caller_event>(events_, ordinal, events_.get(ordinal));
     const cudaError_t e = cudaEventRecord(out->handle(), stream);
     if (e != cudaSuccess) throw_cuda(e, "cudaEventRecord on the freeing stream");
     return out;
   }
 
-  void synchronize_stream(CUstream_st* stream) override {
+  void synchronize_stream(CUstream_st* stream, int default_device) override {
+    const device_scope on(stream_device(stream, default_device));
     const cudaError_t e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) throw_cuda(e, "cudaStreamSynchronize (the freeing stream)");
   }
 
   void synchronize_device(int ordinal, device&) override {
-    int previous = ordinal;
-    if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
-    if (previous == ordinal) {
-      const cudaError_t e = cudaDeviceSynchronize();
-      if (e != cudaSuccess) throw_cuda(e, "cudaDeviceSynchronize");
-      return;
-    }
-    const bool restore = cuda_backend::context_current();
-    cudaError_t e = cudaSetDevice(ordinal);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (restore && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+    const device_scope on(ordinal);
+    const cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
       throw_cuda(e, "cudaDeviceSynchronize of device " + std::to_string(ordinal));
     }
   }
 
-  std::uintptr_t stream_key(CUstream_st* stream) const noexcept override {
+  std::uintptr_t stream_key(CUstream_st* stream, int device) const noexcept override {
     if (stream == cudaStreamPerThread) return stream_ordered_heap::no_reuse_stream;
-    if (stream == cudaStreamLegacy) return 0;  // the same stream as NULL
+    // Each device's default stream (NULL, or the legacy handle naming the same stream) is a
+    // stream of its own: keyed by the device (1 + ordinal: no created stream's handle is so
+    // small), so that a block freed on one device's default stream is not taken at once by
+    // another's.
+    if (stream == nullptr || stream == cudaStreamLegacy) {
+      return static_cast<std::uintptr_t>(device) + 1;
+    }
     return reinterpret_cast<std::uintptr_t>(stream);
   }
 

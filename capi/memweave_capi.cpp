@@ -13,6 +13,8 @@
 // entry point catches everything and turns it into a code plus a thread-local message.
 // Every entry point that can reach the CUDA runtime holds a busy_scope, so that the
 // runtime calls memweave makes go to the real runtime when the interposer is preloaded.
+#include <pthread.h>
+
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -35,7 +37,32 @@ namespace {
 std::mutex g_init_mutex;  // guards: changes of g_context (init, lazy init, finalize)
 std::atomic<context*> g_context{nullptr};
 
-thread_local std::string t_last_error;
+// Set in the child of a fork() made after memweave was initialized: the pools' streams and
+// worker threads stayed in the parent (and a lock another thread held then stays held), so
+// every call there refuses with fork_refusal() instead of waiting for them forever.
+std::atomic<bool> g_forked{false};
+[[maybe_unused]] const int g_atfork = ::pthread_atfork(nullptr, nullptr, [] {
+  if (g_context.load(std::memory_order_relaxed) != nullptr) g_forked.store(true);
+});
+
+int fork_refusal(const char* what_call) noexcept {
+  return fail(MEMWEAVE_ERROR_NOT_SUPPORTED,
+              std::string(what_call) +
+                  ": this process was forked from one that had initialized memweave; its "
+                  "pools, streams and threads stayed in the parent (the CUDA runtime cannot be "
+                  "used after fork either), so memweave refuses every call here: fork before "
+                  "memweave's first use, or exec the child");
+}
+
+// This thread's last error message. The string is destroyed when the thread ends (the main
+// thread's at exit, before global destructors and libraries' destructor functions, which may
+// still call memweave); from then on a failure keeps only its code, and the message is "".
+thread_local bool t_last_error_gone = false;  // trivially destructible: readable to the end
+struct last_error_slot {
+  std::string text;
+  ~last_error_slot() { t_last_error_gone = true; }
+};
+thread_local last_error_slot t_last_error;
 thread_local int t_busy = 0;  // busy_scope depth on this thread
 
 std::string pointer_text(const void* p) {
@@ -179,7 +206,7 @@ memweave_status allocate(const char* what_call, void** ptr, std::size_t bytes, C
   int ordinal = -1;
   if (stream_ordered) {
     try {
-      ordinal = c->rt->stream_device(stream);
+      ordinal = c->rt->stream_device(stream, -1);
     } catch (...) {
       return fail_from_current_exception(what_call);
     }
@@ -189,7 +216,7 @@ memweave_status allocate(const char* what_call, void** ptr, std::size_t bytes, C
   // A synchronous allocation may be used on any stream: it never takes a block still
   // pending on one (no_reuse_stream), only blocks every stream is done with.
   const std::uintptr_t key =
-      stream_ordered ? c->rt->stream_key(stream) : stream_ordered_heap::no_reuse_stream;
+      stream_ordered ? c->rt->stream_key(stream, p->ordinal) : stream_ordered_heap::no_reuse_stream;
   void* out = p->ordered->try_allocate(bytes, key);
   if (out == nullptr) {
     try {
@@ -231,13 +258,17 @@ pool* existing_current_pool(context& c) noexcept {
   }
 }
 
-// Frees `ptr`: with `stream` ordered (stream_ordered) or after the device is idle.
-memweave_status release(const char* what_call, void* ptr, CUstream_st* stream,
-                        bool stream_ordered) {
+}  // namespace
+
+// Frees `ptr`: with `stream` ordered (stream_ordered; a default-stream handle meaning
+// `default_device`'s, -1: the current device's) or after the device is idle.
+int release(const char* what_call, void* ptr, CUstream_st* stream, bool stream_ordered,
+            int default_device) noexcept {
   if (ptr == nullptr) return MEMWEAVE_SUCCESS;
   busy_scope busy;
   try {
     context* c = current();
+    if (g_forked.load(std::memory_order_relaxed)) return fork_refusal(what_call);
     if (c == nullptr) {
       return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
                   std::string(what_call) + "(" + pointer_text(ptr) +
@@ -246,11 +277,13 @@ memweave_status release(const char* what_call, void* ptr, CUstream_st* stream,
     pool* pl = owner_of(*c, ptr);
     const std::string why = why_not_live(pl, ptr);
     if (!why.empty()) {
-      // Let the heap count and log the invalid free (it rejects the pointer, changing
-      // nothing); a pending block is live in the heap, so it is only reported here.
+      // The heap counts and logs the invalid free without being asked to free it: between the
+      // look above and that call another thread may have been handed the block, which a
+      // deallocate would then free under it. A pending block is live in the heap, so it is
+      // only reported here.
       pool* counter = pl != nullptr ? pl : existing_current_pool(*c);
       if (counter != nullptr && !counter->ordered->is_pending(ptr)) {
-        (void)counter->heap->deallocate(ptr);
+        counter->heap->count_invalid_free(ptr);
       }
       return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
                   std::string(what_call) + "(" + pointer_text(ptr) + "): " + why);
@@ -260,8 +293,9 @@ memweave_status release(const char* what_call, void* ptr, CUstream_st* stream,
     int rc = MEMWEAVE_SUCCESS;
     if (stream_ordered) {
       try {
-        done = c->rt->record(stream);
-        key = c->rt->stream_key(stream);
+        const int device = c->rt->stream_device(stream, default_device);
+        done = c->rt->record(stream, device);
+        key = c->rt->stream_key(stream, device);
       } catch (const std::exception& e) {
         // No event on that stream: the block waits for the stream itself (below, the block's
         // device too), so that nothing the stream still runs can see it handed out again.
@@ -270,7 +304,7 @@ memweave_status release(const char* what_call, void* ptr, CUstream_st* stream,
                                  "the block");
         done.reset();
         try {
-          c->rt->synchronize_stream(stream);
+          c->rt->synchronize_stream(stream, default_device);
         } catch (...) {
           // A failed stream (a sticky error) runs nothing more; the caller learns of it.
           rc = fail_from_current_exception(what_call);
@@ -297,8 +331,6 @@ memweave_status release(const char* what_call, void* ptr, CUstream_st* stream,
   }
 }
 
-}  // namespace
-
 context::~context() {
   host_ptr.store(nullptr, std::memory_order_release);
   host.reset();
@@ -321,14 +353,15 @@ busy_scope::~busy_scope() {
 }
 
 context* current() noexcept {
+  if (g_forked.load(std::memory_order_relaxed)) return nullptr;
   return g_context.load(std::memory_order_acquire);
 }
 
 int fail(int rc, const std::string& message) noexcept {
   try {
-    t_last_error = message;
+    if (!t_last_error_gone) t_last_error.text = message;
   } catch (...) {
-    t_last_error.clear();  // no memory for the text: the code still says what happened
+    t_last_error.text.clear();  // no memory for the text: the code still says what happened
   }
   return rc;
 }
@@ -355,6 +388,10 @@ int fail_from_current_exception(const char* what_call, int unknown_rc) noexcept 
 }
 
 context* ensure(int* rc) noexcept {
+  if (g_forked.load(std::memory_order_relaxed)) {
+    *rc = fork_refusal("memweave");
+    return nullptr;
+  }
   if (context* c = current()) return c;
   busy_scope busy;
   try {
@@ -479,6 +516,7 @@ int memweave_internal_busy(void) {
 
 memweave_status memweaveInit(const memweave_config* config) {
   using namespace memweave::capi;
+  if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveInit");
   busy_scope busy;
   try {
     std::lock_guard<std::mutex> lock(g_init_mutex);
@@ -503,6 +541,7 @@ memweave_status memweaveInit(const memweave_config* config) {
 
 memweave_status memweaveFinalize(void) {
   using namespace memweave::capi;
+  if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveFinalize");
   busy_scope busy;
   try {
     std::lock_guard<std::mutex> lock(g_init_mutex);
@@ -541,11 +580,11 @@ memweave_status memweaveMallocAsync(void** ptr, std::size_t bytes, struct CUstre
 }
 
 memweave_status memweaveFree(void* ptr) {
-  return memweave::capi::release("memweaveFree", ptr, nullptr, false);
+  return memweave::capi::release("memweaveFree", ptr, nullptr, false, -1);
 }
 
 memweave_status memweaveFreeAsync(void* ptr, struct CUstream_st* stream) {
-  return memweave::capi::release("memweaveFreeAsync", ptr, stream, true);
+  return memweave::capi::release("memweaveFreeAsync", ptr, stream, true, -1);
 }
 
 int memweaveOwns(const void* ptr) {
@@ -736,7 +775,8 @@ const char* memweaveGetErrorString(memweave_status status) {
 }
 
 const char* memweaveGetLastErrorMessage(void) {
-  return memweave::capi::t_last_error.c_str();
+  if (memweave::capi::t_last_error_gone) return "";
+  return memweave::capi::t_last_error.text.c_str();
 }
 
 const char* memweaveGetVersion(void) {

@@ -13,6 +13,12 @@
 //   other pointer, and NULL (programs use cudaFree(0) to create the context), goes to the
 //   real function.
 // - cudaMemGetInfo: the current device's pool's free and total bytes.
+// - cudaGetLastError / cudaPeekAtLastError: the runtime's last error, and a failure of a call
+//   memweave served as the runtime would have recorded it (the runtime keeps one error per
+//   host thread, set by every failing call). memweave's own runtime calls clear the runtime's
+//   (a free's event not ready yet, a retried arena), so an error the program had not read
+//   yet is kept here across them. An out-of-memory is also logged, with the request, the
+//   free bytes and the largest free run, which a plain CUDA program has no other way to see.
 // The real functions are found with dlsym(RTLD_NEXT). Calls go straight to them while the
 // thread is already inside memweave: inside one of these functions (a thread-local depth)
 // or inside any memweave call (memweave_internal_busy(): memweaveInit, the PyTorch entry
@@ -65,6 +71,7 @@ using free_fn = cudaError_t (*)(void*);
 using malloc_async_fn = cudaError_t (*)(void**, size_t, cudaStream_t);
 using free_async_fn = cudaError_t (*)(void*, cudaStream_t);
 using mem_get_info_fn = cudaError_t (*)(size_t*, size_t*);
+using last_error_fn = cudaError_t (*)();
 
 std::atomic<malloc_fn> g_real_malloc{nullptr};
 std::atomic<free_fn> g_real_free{nullptr};
@@ -73,6 +80,8 @@ std::atomic<free_async_fn> g_real_free_async{nullptr};
 std::atomic<malloc_async_fn> g_real_malloc_async_ptsz{nullptr};
 std::atomic<free_async_fn> g_real_free_async_ptsz{nullptr};
 std::atomic<mem_get_info_fn> g_real_mem_get_info{nullptr};
+std::atomic<last_error_fn> g_real_get_last_error{nullptr};
+std::atomic<last_error_fn> g_real_peek_at_last_error{nullptr};
 std::atomic<bool> g_warned{false};
 
 cudaError_t real_malloc(void** p, size_t bytes) noexcept {
@@ -102,6 +111,55 @@ cudaError_t real_mem_get_info(size_t* free_bytes, size_t* total_bytes) noexcept 
   return f != nullptr ? f(free_bytes, total_bytes) : cudaErrorInitializationError;
 }
 
+cudaError_t real_get_last_error() noexcept {
+  last_error_fn f = real(g_real_get_last_error, "cudaGetLastError");
+  return f != nullptr ? f() : cudaSuccess;
+}
+
+cudaError_t real_peek_at_last_error() noexcept {
+  last_error_fn f = real(g_real_peek_at_last_error, "cudaPeekAtLastError");
+  return f != nullptr ? f() : cudaSuccess;
+}
+
+// This thread's last error that the runtime does not hold: a failure of a call memweave
+// served, or the runtime's own that memweave's calls cleared. Whenever it is set the
+// runtime's is cleared, so an error the runtime holds is always the more recent one.
+// Trivially destructible: readable until the thread is gone.
+thread_local cudaError_t t_error = cudaSuccess;
+
+// Around a call memweave serves: keeps the program's view of the last error as the runtime's
+// would be after the call.
+class last_error_scope {
+ public:
+  last_error_scope() noexcept : before_(real_peek_at_last_error()) {}
+  last_error_scope(const last_error_scope&) = delete;
+  last_error_scope& operator=(const last_error_scope&) = delete;
+
+  /// The result of the call memweave served, recorded as the runtime records a failure.
+  cudaError_t served(cudaError_t r) noexcept {
+    if (r != cudaSuccess) {
+      (void)real_get_last_error();  // older than this one
+      t_error = r;
+    } else {
+      keep_before();
+    }
+    return r;
+  }
+  /// The result of the runtime's own function, called after memweave could not serve the
+  /// call: the runtime recorded a failure itself.
+  cudaError_t forwarded(cudaError_t r) noexcept {
+    if (r == cudaSuccess) keep_before();
+    return r;
+  }
+
+ private:
+  // An error the runtime held before the call and no longer does was cleared inside memweave.
+  void keep_before() noexcept {
+    if (before_ != cudaSuccess && real_peek_at_last_error() == cudaSuccess) t_error = before_;
+  }
+  const cudaError_t before_;
+};
+
 // After a call of memweave's allocation or memory-info functions (their arguments checked
 // already): whether memweave cannot serve this device at all, so the runtime should. Any
 // code but success and out-of-memory means that (no device, a bad setting, ...). Warns once.
@@ -114,6 +172,14 @@ bool memweave_unavailable(int rc) noexcept {
                       memweaveGetLastErrorMessage());
   }
   return true;
+}
+
+// An out-of-memory of `call`, logged with memweave's numbers (the request, free bytes, the
+// largest free run): the CUDA runtime prints nothing, and a plain program reads no C API.
+void log_out_of_memory(int rc, const char* call) noexcept {
+  if (rc != MEMWEAVE_ERROR_MEMORY_ALLOCATION) return;
+  memweave::log(memweave::log_level::warn, std::string("libmemweave_preload: ") + call +
+                                               " failed: " + memweaveGetLastErrorMessage());
 }
 
 // What the interposed cudaFree/cudaFreeAsync return for memweave's answer: the CUDA 13
@@ -129,18 +195,21 @@ cudaError_t malloc_async(std::atomic<malloc_async_fn>& slot, const char* name, v
                          size_t bytes, cudaStream_t s) noexcept {
   if (from_memweave()) return real_malloc_async(slot, name, p, bytes, s);
   reentry_guard guard;
-  if (p == nullptr) return cudaErrorInvalidValue;
+  last_error_scope errors;
+  if (p == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMallocAsync(p, bytes, s);
-  if (memweave_unavailable(rc)) return real_malloc_async(slot, name, p, bytes, s);
-  return static_cast<cudaError_t>(rc);
+  if (memweave_unavailable(rc)) return errors.forwarded(real_malloc_async(slot, name, p, bytes, s));
+  log_out_of_memory(rc, "cudaMallocAsync");
+  return errors.served(static_cast<cudaError_t>(rc));
 }
 
 cudaError_t free_async(std::atomic<free_async_fn>& slot, const char* name, void* p,
                        cudaStream_t s) noexcept {
   if (from_memweave() || p == nullptr) return real_free_async(slot, name, p, s);
   reentry_guard guard;
-  if (memweaveOwns(p) != 0) return free_result(memweaveFreeAsync(p, s));
-  return real_free_async(slot, name, p, s);
+  if (memweaveOwns(p) == 0) return real_free_async(slot, name, p, s);
+  last_error_scope errors;
+  return errors.served(free_result(memweaveFreeAsync(p, s)));
 }
 
 }  // namespace
@@ -150,17 +219,20 @@ extern "C" {
 __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (from_memweave()) return real_malloc(devPtr, size);
   reentry_guard guard;
-  if (devPtr == nullptr) return cudaErrorInvalidValue;
+  last_error_scope errors;
+  if (devPtr == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMalloc(devPtr, size);
-  if (memweave_unavailable(rc)) return real_malloc(devPtr, size);
-  return static_cast<cudaError_t>(rc);
+  if (memweave_unavailable(rc)) return errors.forwarded(real_malloc(devPtr, size));
+  log_out_of_memory(rc, "cudaMalloc");
+  return errors.served(static_cast<cudaError_t>(rc));
 }
 
 __attribute__((visibility("default"))) cudaError_t cudaFree(void* devPtr) {
   if (from_memweave() || devPtr == nullptr) return real_free(devPtr);
   reentry_guard guard;
-  if (memweaveOwns(devPtr) != 0) return free_result(memweaveFree(devPtr));
-  return real_free(devPtr);
+  if (memweaveOwns(devPtr) == 0) return real_free(devPtr);
+  last_error_scope errors;
+  return errors.served(free_result(memweaveFree(devPtr)));
 }
 
 __attribute__((visibility("default"))) cudaError_t cudaMallocAsync(void** devPtr, size_t size,
@@ -190,10 +262,27 @@ __attribute__((visibility("default"))) cudaError_t cudaFreeAsync_ptsz(void* devP
 __attribute__((visibility("default"))) cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (from_memweave()) return real_mem_get_info(free, total);
   reentry_guard guard;
-  if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
+  last_error_scope errors;
+  if (free == nullptr || total == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMemGetInfo(free, total);
-  if (memweave_unavailable(rc)) return real_mem_get_info(free, total);
-  return static_cast<cudaError_t>(rc);
+  if (memweave_unavailable(rc)) return errors.forwarded(real_mem_get_info(free, total));
+  return errors.served(static_cast<cudaError_t>(rc));
+}
+
+// The runtime's last error if it holds one (the more recent: see t_error), else a failure of
+// a call memweave served; both are reset, as the runtime resets its own.
+__attribute__((visibility("default"))) cudaError_t cudaGetLastError() {
+  if (from_memweave()) return real_get_last_error();
+  const cudaError_t runtime = real_get_last_error();
+  const cudaError_t served = t_error;
+  t_error = cudaSuccess;
+  return runtime != cudaSuccess ? runtime : served;
+}
+
+__attribute__((visibility("default"))) cudaError_t cudaPeekAtLastError() {
+  if (from_memweave()) return real_peek_at_last_error();
+  const cudaError_t runtime = real_peek_at_last_error();
+  return runtime != cudaSuccess ? runtime : t_error;
 }
 
 }  // extern "C"

@@ -51,7 +51,7 @@ void* memweave_torch_malloc(ssize_t size, int device, struct CUstream_st* stream
         c != nullptr ? capi::get_pool(*c, device, "memweave_torch_malloc", &rc) : nullptr;
     if (p != nullptr) {
       // Waits for pending cross-stream frees and retries before giving up.
-      void* out = p->ordered->try_allocate(bytes, c->rt->stream_key(stream));
+      void* out = p->ordered->try_allocate(bytes, c->rt->stream_key(stream, p->ordinal));
       if (out != nullptr) return out;
       try {
         why = "Tried to allocate " + std::to_string(bytes) + " bytes on device " +
@@ -68,11 +68,13 @@ void* memweave_torch_malloc(ssize_t size, int device, struct CUstream_st* stream
   throw_failure(why, true, MEMWEAVE_ERROR_MEMORY_ALLOCATION);
 }
 
-void memweave_torch_free(void* ptr, ssize_t /*size*/, int /*device*/, struct CUstream_st* stream) {
+void memweave_torch_free(void* ptr, ssize_t /*size*/, int device, struct CUstream_st* stream) {
   using namespace memweave;
   if (ptr == nullptr) return;
-  // memweaveFreeAsync logs nothing: it returns the reason, logged here.
-  if (memweaveFreeAsync(ptr, stream) != MEMWEAVE_SUCCESS) {
+  // PyTorch frees on the block's stream without making the block's device current: its
+  // default stream (NULL) is `device`'s, not the current device's. The free logs nothing:
+  // it returns the reason, logged here.
+  if (capi::release("memweave_torch_free", ptr, stream, true, device) != MEMWEAVE_SUCCESS) {
     log(log_level::error,
         std::string("memweave_torch_free: ") + memweaveGetLastErrorMessage() + "; ignored");
   }

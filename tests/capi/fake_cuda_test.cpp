@@ -193,4 +193,30 @@ TEST(fake_cuda, a_thread_that_never_chose_a_device_gets_no_context_on_gpu_0) {
       run_probe("no_context_restore", {"FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=16M"}));
 }
 
+TEST(fake_cuda, each_devices_default_stream_orders_its_own_frees) {
+  expect_passes(run_probe("default_streams_of_two_devices",
+                          {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
+TEST(fake_cuda, pytorch_free_on_the_default_stream_of_a_device_not_current) {
+  expect_passes(run_probe("torch_default_stream_of_another_device",
+                          {"FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
+TEST(fake_cuda, cuda_get_last_error_sees_interposed_failures_and_keeps_the_programs) {
+  const run_result r = run_probe("last_error", {k_preload, "MEMWEAVE_POOL_BYTES=8M"});
+  expect_passes(r);
+  // The out-of-memory is logged with the numbers: a plain CUDA program sees no C API.
+  EXPECT_NE(r.output.find("cudaMalloc failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("largest free run"), std::string::npos) << r.output;
+}
+
+TEST(fake_cuda, a_forked_child_is_refused_instead_of_hanging) {
+  expect_passes(run_probe("fork_child_refuses", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}, 120));
+}
+
+TEST(fake_cuda, a_failing_call_from_a_global_destructor_fails_cleanly) {
+  expect_passes(run_probe("error_at_exit", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
 }  // namespace

@@ -646,4 +646,41 @@ TEST_F(memweave_capi_test, concurrent_first_use_makes_one_instance_and_serves_ev
   EXPECT_EQ(s.bytes_reserved, 32 * k_mib);
 }
 
+// A free found invalid must change nothing even where another thread is handed that block
+// between the check and the count: the free used to be counted by asking the heap to free
+// the pointer, which by then freed the other thread's live block (seen as more heap frees
+// than frees that returned success).
+TEST_F(memweave_capi_test, a_rejected_double_free_never_frees_another_threads_block) {
+  // Every rejected free warns: quiet (read at the library's first message, and ctest runs
+  // each test in a process of its own).
+  ::setenv("MEMWEAVE_LOG", "error", 1);
+  const memweave_config c = host_config(1 * k_mib);
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  void* stale = nullptr;
+  ASSERT_EQ(memweaveMalloc(&stale, 1024), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveFree(stale), MEMWEAVE_SUCCESS);
+  const memweave_stats before = stats();
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> succeeded{0};
+  // A program with a double-free bug: it keeps freeing the block it freed already...
+  std::thread stale_freer([&] {
+    while (!stop.load()) {
+      if (memweaveFree(stale) == MEMWEAVE_SUCCESS) succeeded.fetch_add(1);
+    }
+  });
+  // ... while this thread is handed that same block again and again.
+  constexpr int k_rounds = 20000;
+  for (int i = 0; i < k_rounds; ++i) {
+    void* p = nullptr;
+    ASSERT_EQ(memweaveMalloc(&p, 1024), MEMWEAVE_SUCCESS) << last_error();
+    if (memweaveFree(p) == MEMWEAVE_SUCCESS) succeeded.fetch_add(1);
+  }
+  stop.store(true);
+  stale_freer.join();
+  const memweave_stats after = stats();
+  // Every block the heap freed was freed by a call that said so.
+  EXPECT_EQ(after.frees - before.frees, succeeded.load());
+  EXPECT_EQ(after.live_allocations, 0u);
+}
+
 }  // namespace

@@ -123,6 +123,10 @@ class device_heap {
   status deallocate(void* p, int stream = 0) noexcept;
   /// As deallocate, throwing invalid_pointer naming the pointer and why (not logged).
   void deallocate_or_throw(void* p);
+  /// Counts in invalid_frees (and logs why, as deallocate does) a free its caller found
+  /// invalid, changing nothing: deallocate would free the block should another thread have
+  /// been handed it since the caller looked.
+  void count_invalid_free(const void* p) noexcept;
 
   /// Whether `p` lies inside one of the arenas (allocated or not). Lock-free.
   bool owns(const void* p) const noexcept;

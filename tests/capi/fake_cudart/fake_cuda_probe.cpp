@@ -10,6 +10,8 @@
 // reader finished shows up as a mismatch.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -461,6 +463,167 @@ void torch_bad_device() {
   }
 }
 
+// Each device's default stream is a stream of its own. A block of device 1 freed on the
+// default stream while device 0 is current is ordered after device 0's default stream (the
+// runtime's meaning of NULL), where a kernel still reads it: device 1's default stream may not
+// take it before that stream reaches the free (both handles are NULL: once keyed alike).
+void default_streams_of_two_devices() {
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  void* p = nullptr;
+  CHECK(cudaMallocAsync(&p, k_block, nullptr) == cudaSuccess, "cudaMallocAsync on device 1");
+  CHECK(fake_cudart_device_of(p) == 1, "not device 1's memory");
+  std::memset(p, 0x11, k_block);
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  launch_read(nullptr, p, k_block, 0x11, 150);  // device 0's default stream reads it
+  CHECK(cudaFreeAsync(p, nullptr) == cudaSuccess, "cudaFreeAsync on device 0's default stream");
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  void* q = nullptr;
+  CHECK(cudaMallocAsync(&q, k_block, nullptr) == cudaSuccess, "cudaMallocAsync on device 1");
+  CHECK(q != p, "device 1's default stream took a block device 0's default stream still reads");
+  std::memset(q, 0x22, k_block);  // the next user writes its block at once
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  CHECK(cudaFreeAsync(q, nullptr) == cudaSuccess, "cudaFreeAsync");
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+}
+
+// PyTorch frees a block with its device and stream and does not make that device current
+// first: a block of cuda:1 freed on cuda:1's default stream (NULL) while device 0 is current
+// is ordered after cuda:1's default stream, where a kernel still reads it, not after device
+// 0's (idle): another stream of cuda:1 may not take it before.
+void torch_default_stream_of_another_device() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++g_failures, void();
+  auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  cudaStream_t s1 = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void* p = tm(k_block, 1, nullptr);
+  CHECK(p != nullptr && fake_cudart_device_of(p) == 1, "not device 1's memory");
+  std::memset(p, 0x11, k_block);
+  launch_read(nullptr, p, k_block, 0x11, 150);  // cuda:1's default stream reads it
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  tf(p, k_block, 1, nullptr);
+  // Long enough for an event recorded on device 0's idle default stream to be done.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  void* q = tm(k_block, 1, s1);
+  CHECK(q != p, "another stream of cuda:1 took a block its default stream still reads");
+  std::memset(q, 0x22, k_block);
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+  tf(q, k_block, 1, s1);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
+  CHECK(cudaStreamDestroy(s1) == cudaSuccess, "destroy");
+}
+
+// cudaGetLastError as the runtime keeps it: a failure of a call memweave served is recorded,
+// the more recent of two errors is the one returned, reading resets it, and an error the
+// program has not read yet survives memweave's own runtime calls (which clear the runtime's).
+void last_error() {
+  CHECK(cudaSetDevice(99) == cudaErrorInvalidDevice, "cudaSetDevice(99)");
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc");  // memweave's first use
+  CHECK(cudaPeekAtLastError() == cudaErrorInvalidDevice, "the program's error was cleared");
+  CHECK(cudaGetLastError() == cudaErrorInvalidDevice, "the program's error was cleared");
+  CHECK(cudaGetLastError() == cudaSuccess, "reading did not reset it");
+  // A failure memweave served.
+  CHECK(cudaFree(static_cast<char*>(p) + 1024) == cudaErrorInvalidValue, "interior free");
+  CHECK(cudaPeekAtLastError() == cudaErrorInvalidValue, "peek after an interposed failure");
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue, "an interposed failure left no error");
+  CHECK(cudaGetLastError() == cudaSuccess, "reading did not reset it");
+  void* big = nullptr;
+  CHECK(cudaMalloc(&big, std::size_t{1} << 40) == cudaErrorMemoryAllocation, "1 TiB");
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation, "an out-of-memory left no error");
+  // The more recent of the two: memweave's, then the runtime's.
+  CHECK(cudaFree(static_cast<char*>(p) + 1024) == cudaErrorInvalidValue, "interior free");
+  CHECK(cudaSetDevice(99) == cudaErrorInvalidDevice, "cudaSetDevice(99)");
+  CHECK(cudaGetLastError() == cudaErrorInvalidDevice, "not the more recent error");
+  CHECK(cudaGetLastError() == cudaSuccess, "reading did not reset both");
+  // The runtime's, then memweave's.
+  CHECK(cudaSetDevice(99) == cudaErrorInvalidDevice, "cudaSetDevice(99)");
+  CHECK(cudaFree(static_cast<char*>(p) + 1024) == cudaErrorInvalidValue, "interior free");
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue, "not the more recent error");
+  CHECK(cudaGetLastError() == cudaSuccess, "reading did not reset both");
+  // Across a stream-ordered free whose event memweave queries (not ready: a reader runs).
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  std::memset(p, 0x11, k_block);
+  launch_read(s, p, k_block, 0x11, 100);
+  CHECK(cudaFreeAsync(p, s) == cudaSuccess, "cudaFreeAsync");
+  CHECK(cudaSetDevice(99) == cudaErrorInvalidDevice, "cudaSetDevice(99)");
+  void* q = nullptr;
+  CHECK(cudaMallocAsync(&q, k_block, nullptr) == cudaSuccess, "cudaMallocAsync");
+  CHECK(cudaGetLastError() == cudaErrorInvalidDevice, "the program's error was cleared");
+  CHECK(cudaFree(q) == cudaSuccess, "cudaFree");
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
+  CHECK(cudaStreamDestroy(s) == cudaSuccess, "destroy");
+}
+
+// A child forked after memweave was initialized (another thread allocating as it forks) is
+// refused at once with a message saying why: the pools' streams and worker threads stayed in
+// the parent, and waiting for them hung.
+void fork_child_refuses() {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc");
+  auto m = memweave_symbol<int (*)(void**, std::size_t)>("memweaveMalloc");
+  auto f = memweave_symbol<int (*)(void*)>("memweaveFree");
+  auto message = memweave_symbol<const char* (*)()>("memweaveGetLastErrorMessage");
+  CHECK(m != nullptr && f != nullptr && message != nullptr, "libmemweave.so is not preloaded");
+  if (m == nullptr || f == nullptr || message == nullptr) return;
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load()) {
+      void* q = nullptr;
+      if (cudaMalloc(&q, 4096) == cudaSuccess) (void)cudaFree(q);
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::alarm(10);  // a hang is a failure, not a hung test
+      void* q = nullptr;
+      const bool refused = m(&q, 8192) == MEMWEAVE_ERROR_NOT_SUPPORTED &&
+                           std::strstr(message(), "forked") != nullptr &&
+                           f(p) == MEMWEAVE_ERROR_NOT_SUPPORTED;
+      std::_Exit(refused ? 0 : 3);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "fork %d: the child %s (status %#x)", i,
+          WIFSIGNALED(status) ? "hung or crashed" : "was not refused with the reason", status);
+  }
+  stop.store(true);
+  busy.join();
+  CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+}
+
+// A failing call made from a global destructor, after the main thread's thread-locals are
+// destroyed (the error message's string among them): it still fails cleanly, and writes
+// nothing into freed memory (AddressSanitizer's build checks that).
+struct free_at_exit {
+  int (*free_fn)(void*) = nullptr;
+  ~free_at_exit() {
+    if (free_fn == nullptr) return;
+    static int not_ours = 0;
+    if (free_fn(&not_ours) != MEMWEAVE_ERROR_INVALID_DEVICE_POINTER) {
+      std::printf("FAIL: a bad free at exit was not refused\n");
+      std::_Exit(1);
+    }
+  }
+} g_free_at_exit;
+
+void error_at_exit() {
+  auto f = memweave_symbol<int (*)(void*)>("memweaveFree");
+  CHECK(f != nullptr, "libmemweave.so is not preloaded");
+  static int not_ours = 0;
+  if (f != nullptr) CHECK(f(&not_ours) == MEMWEAVE_ERROR_INVALID_DEVICE_POINTER, "bad free");
+  g_free_at_exit.free_fn = f;  // and once more after main, from a global destructor
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -496,6 +659,16 @@ int main(int argc, char** argv) {
     traces_two_devices();
   } else if (scenario == "torch_bad_device") {
     torch_bad_device();
+  } else if (scenario == "default_streams_of_two_devices") {
+    default_streams_of_two_devices();
+  } else if (scenario == "torch_default_stream_of_another_device") {
+    torch_default_stream_of_another_device();
+  } else if (scenario == "last_error") {
+    last_error();
+  } else if (scenario == "fork_child_refuses") {
+    fork_child_refuses();
+  } else if (scenario == "error_at_exit") {
+    error_at_exit();
   } else {
     std::printf("FAIL: unknown scenario '%s'\n", scenario.c_str());
     return 2;

@@ -279,6 +279,10 @@ cudaError_t cudaGetLastError(void) {
   return e;
 }
 
+cudaError_t cudaPeekAtLastError(void) {
+  return t_last;
+}
+
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
     case cudaSuccess:
