@@ -8,6 +8,7 @@
 #include "memweave/alloc/device_heap.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -193,7 +194,10 @@ std::vector<trace_event> read_trace(const std::string& path) {
 
 void write_trace(const std::string& path, std::span<const trace_event> events,
                  std::size_t block_bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
+  // Written beside `path` and renamed over it: a full disk leaves no partial trace that a
+  // later replay would take for a whole one.
+  const std::string part = path + ".tmp-" + std::to_string(::getpid());
+  std::FILE* f = std::fopen(part.c_str(), "w");
   if (f == nullptr) {
     throw invalid_argument("cannot write trace '" + path + "': " + std::strerror(errno) +
                            "; check the directory exists and is writable");
@@ -208,11 +212,15 @@ void write_trace(const std::string& path, std::span<const trace_event> events,
                                 static_cast<unsigned long long>(e.bytes), e.stream);
     out.append(buf, static_cast<std::size_t>(n));
   }
-  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-  const int err = errno;
+  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size() && std::fflush(f) == 0;
+  int err = errno;
   const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) {
-    throw invalid_argument("cannot write trace '" + path + "': " + std::strerror(err));
+  if (ok && !closed) err = errno;
+  if (!ok || !closed || std::rename(part.c_str(), path.c_str()) != 0) {
+    if (ok && closed) err = errno;
+    std::remove(part.c_str());
+    throw invalid_argument("cannot write trace '" + path + "': " + std::strerror(err) +
+                           "; nothing written");
   }
 }
 
@@ -430,6 +438,8 @@ std::vector<trace_event> synthetic_trace(const synthetic_trace_options& o) {
   address_only_device dev;
   heap_options ho;
   ho.pool_bytes = arena;
+  // What sized the arena, for its error: the trace's size, not a variable the user never set.
+  ho.pool_knob = "the synthetic trace's layers and batch (--synthetic-layers, --batch)";
   ho.block_bytes = o.block_bytes;
   ho.grow_bytes = arena;
   device_heap heap(dev, ho);

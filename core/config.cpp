@@ -4,6 +4,7 @@
 #include "memweave/core/config.hpp"
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -331,8 +332,23 @@ const option_info* find_option(std::string_view name) noexcept {
   return nullptr;
 }
 
+namespace {
+// Per row of k_options: overridden on the command line (override_option), read as unset.
+std::array<std::atomic<bool>, k_options.size()> g_overridden{};
+}  // namespace
+
+void override_option(std::string_view name) {
+  const option_info& info = row(name);
+  g_overridden[static_cast<std::size_t>(&info - k_options.data())].store(true);
+}
+
+void reset_option_overrides() noexcept {
+  for (auto& o : g_overridden) o.store(false);
+}
+
 std::optional<std::string> option_raw(std::string_view name) {
-  (void)row(name);
+  const option_info& info = row(name);
+  if (g_overridden[static_cast<std::size_t>(&info - k_options.data())].load()) return std::nullopt;
   const char* v = std::getenv(std::string(name).c_str());
   if (v == nullptr || *v == '\0') return std::nullopt;
   return std::string(v);

@@ -1,11 +1,39 @@
 // Parsing of command-line options. Single-threaded (the CLI's main thread).
 #include "cli_args.hpp"
 
+#include <string_view>
+#include <utility>
+
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 
 namespace memweave {
+
+void override_variables_given(int argc, const char* const* argv, int first) {
+  // Each option and the variable that sets the same thing where the option is absent.
+  static constexpr std::pair<std::string_view, std::string_view> k_overrides[] = {
+      {"device", "MEMWEAVE_DEVICE"},
+      {"policy", "MEMWEAVE_POLICY"},
+      {"conv-ws", "MEMWEAVE_CONV_WS"},
+      {"fit", "MEMWEAVE_FIT"},
+      {"recompute", "MEMWEAVE_RECOMPUTE"},
+      {"cost-model", "MEMWEAVE_COST_MODEL"},
+      {"threads", "MEMWEAVE_THREADS"},
+      {"host-pool", "MEMWEAVE_HOST_POOL_BYTES"},
+      {"prefetch-distance", "MEMWEAVE_PREFETCH_DISTANCE"},
+      {"net-gbps", "MEMWEAVE_NET_GBPS"},
+  };
+  for (int i = first; i < argc; ++i) {
+    std::string_view arg(argv[i]);
+    if (!arg.starts_with("--")) continue;
+    arg.remove_prefix(2);
+    arg = arg.substr(0, arg.find('='));
+    for (const auto& [option, variable] : k_overrides) {
+      if (arg == option) override_option(variable);
+    }
+  }
+}
 
 cli_args::cli_args(int argc, const char* const* argv, int first, std::set<std::string> flags)
     : flags_(std::move(flags)) {

@@ -16,6 +16,12 @@
 
 namespace memweave {
 
+/// The MEMWEAVE_* variables that options in argv[first..argc) override (--device,
+/// --host-pool, --threads, ...) read as unset from now on (override_option): a variable
+/// overridden on the command line is not read, not even checked, so a bad one left in the
+/// environment does not stop a run whose command line says otherwise.
+void override_variables_given(int argc, const char* const* argv, int first);
+
 class cli_args {
  public:
   /// Parses argv[first..argc). `flags` are the options that take no value. Throws

@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "cli_args.hpp"
 #include "commands.hpp"
 #include "memweave/alloc/static_tls.hpp"
 #include "memweave/core/config.hpp"
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 2 : code;
   };
   try {
+    memweave::override_variables_given(argc, argv, 2);
     memweave::validate_environment();
     if (command == "train") return written(memweave::train_command(argc, argv, std::cout));
     if (command == "eval") return written(memweave::eval_command(argc, argv, std::cout));

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -64,8 +65,21 @@ struct run_input {
 
 // `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
 // not be a device or a pipe either; a trace is written in place.
+// Where `path` would be written: absolute and without `.`, `..` or links in what exists of it,
+// so that two spellings of one file not made yet (`x`, `./x`, its absolute path) are one key.
+std::string output_key(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  if (ec) return path;
+  const fs::path key = fs::weakly_canonical(absolute, ec);
+  return ec ? absolute.lexically_normal().string() : key.string();
+}
+
+// `seen`: the outputs checked so far, by output_key, and the knob that named each.
 void check_output_path(const std::string& knob, const std::string& path, bool replaced,
-                       std::set<std::string>& seen, const std::vector<run_input>& inputs) {
+                       std::map<std::string, std::string>& seen,
+                       const std::vector<run_input>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path p(path);
@@ -93,11 +107,9 @@ void check_output_path(const std::string& knob, const std::string& path, bool re
                              "another path");
     }
   }
-  const fs::path canonical = fs::weakly_canonical(p, ec);
-  if (!seen.insert(ec ? path : canonical.string()).second) {
-    throw invalid_argument(knob_value(knob, path) +
-                           " is also the path of another output of this run; give each "
-                           "output its own path");
+  if (const auto [it, added] = seen.emplace(output_key(path), knob); !added) {
+    throw invalid_argument(knob_value(knob, path) + " is also the path " + it->second +
+                           " writes in this run; give each output its own path");
   }
   // Can it be written at all (root passes access() where /proc refuses a file)? Checked now,
   // so that a run does not train for hours and then fail to write its results. A report or
@@ -416,7 +428,12 @@ void check_device_option(const device_options& dev, const std::string& kind) {
 }
 
 void check_output_paths(const network_run_options& o, const std::string& data) {
-  std::set<std::string> seen;
+  std::map<std::string, std::string> seen;
+  // The convolution algorithm cache is written too, at the run's end, where it may not exist
+  // yet (then no input check sees it).
+  if (!o.executor.conv_ws.cache_path.empty()) {
+    seen.emplace(output_key(o.executor.conv_ws.cache_path), "MEMWEAVE_CONV_CACHE");
+  }
   const std::vector<run_input> in = run_inputs(o, data);
   if (!o.json.empty()) check_output_path("--json", o.json, true, seen, in);
   if (!o.csv.empty()) check_output_path("--csv", o.csv, true, seen, in);
@@ -623,7 +640,11 @@ policy_report run_policy(const network& net, const network_run_options& o,
   if (!o.save.empty() && dev->touches_memory() && (!parallel(o) || o.executor.comm->rank() == 0)) {
     keep_going([&] {
       from_knob("--save", [&] {
-        save_checkpoint(*ex, o.save, checkpoint_state_of(*ex, o.first_iteration + iterations));
+        // The base rate, not the last iteration's scheduled one the executor holds: a run
+        // resumed from the file takes it as its --lr and schedules it again.
+        checkpoint_state state = checkpoint_state_of(*ex, o.first_iteration + iterations);
+        state.solver.learning_rate = base.learning_rate;
+        save_checkpoint(*ex, o.save, state);
       });
       if (progress) {
         *progress << "saved the weights after iteration " << o.first_iteration + iterations

@@ -107,13 +107,21 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
       std::optional<network> net;
       try {
         net.emplace(make_planning_network(probe, batch));
+      } catch (const budget_too_small&) {
+        return false;  // under --tile, a layer that cannot run tile by tile: it does not fit
       } catch (const invalid_argument&) {
         // The smallest value builds the user's own network: its errors are theirs. A larger
         // one that does not build has a tensor beyond any address space: it does not fit.
         if (v == 1) throw;
         return false;
       }
-      return plan_fits_budget(*net, o, policy, dev);
+      try {
+        return plan_fits_budget(*net, o, policy, dev);
+      } catch (const budget_too_small&) {
+        // A step the budget cannot hold (under --tile, a layer that cannot run tile by tile):
+        // this value does not fit, as a plan that runs out of budget does not.
+        return false;
+      }
     });
     out << "  " << policy << ": ";
     if (r.value == 0) {

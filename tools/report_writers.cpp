@@ -156,15 +156,32 @@ void write_json(std::ostream& out, const run_report& r) {
   out << "\n  ]\n}\n";
 }
 
+namespace {
+
+// A CSV field (RFC 4180): as it is, or in double quotes with each quote doubled where it
+// holds a comma, a quote or a line break (an ONNX model's layer names may).
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string quoted = "\"";
+  for (const char c : text) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + '"';
+}
+
+}  // namespace
+
 void write_csv(std::ostream& out, const run_report& r) {
   out << "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm,"
          "offloads,prefetches,replays,parts,groups,staged\n";
   for (const policy_report& p : r.policies) {
     for (const step_record& s : p.steps) {
-      out << p.policy << ',' << s.step << ',' << s.layer << ',' << s.pass << ',' << s.bytes_live
-          << ',' << s.heap_bytes << ',' << s.tensors_live << ',' << s.workspace_bytes << ','
-          << s.algorithm << ',' << s.offloads << ',' << s.prefetches << ',' << s.replays << ','
-          << s.parts << ',' << s.groups << ',' << (s.staged ? 1 : 0) << '\n';
+      out << csv_field(p.policy) << ',' << s.step << ',' << csv_field(s.layer) << ',' << s.pass
+          << ',' << s.bytes_live << ',' << s.heap_bytes << ',' << s.tensors_live << ','
+          << s.workspace_bytes << ',' << csv_field(s.algorithm) << ',' << s.offloads << ','
+          << s.prefetches << ',' << s.replays << ',' << s.parts << ',' << s.groups << ','
+          << (s.staged ? 1 : 0) << '\n';
     }
   }
 }

@@ -40,6 +40,13 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   read_training_options(args, o);
   const int iterations =
       static_cast<int>(args.get_int("iterations", 1, std::numeric_limits<int>::max()).value_or(10));
+  // Checked now, not after the run: the iteration saved would be one no checkpoint records.
+  MEMWEAVE_EXPECTS(o.save.empty() || o.first_iteration <= checkpoint_max_iteration - iterations,
+                   "--iterations " + std::to_string(iterations) + " after iteration " +
+                       std::to_string(o.first_iteration) + " of --init-from " + o.init_path +
+                       " would end past iteration " + std::to_string(checkpoint_max_iteration) +
+                       ", the last a checkpoint records, so --save " + o.save +
+                       " could not be written: train fewer iterations");
   const std::string data = args.get_or("data", "synthetic");
   device_options dev = device_options::from_environment();
   if (auto kind = args.get("device")) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 
 #include "memweave/core/atomic_file.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/units.hpp"
 #include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
@@ -87,6 +89,12 @@ checkpoint_state checkpoint_state_of(const executor& ex, std::int64_t iterations
 
 void save_checkpoint(const executor& ex, const std::string& path, const checkpoint_state& state) {
   state.solver.validate("save_checkpoint");
+  if (state.iteration < 0 || state.iteration > checkpoint_max_iteration) {
+    throw invalid_argument("save_checkpoint '" + path + "': iteration " +
+                           std::to_string(state.iteration) + " is not from 0 to " +
+                           std::to_string(checkpoint_max_iteration) +
+                           ", what a checkpoint records; nothing written");
+  }
   const std::vector<std::string> names = ex.persistent_names();
   std::string out;
   out.append(k_magic, sizeof k_magic);
@@ -153,9 +161,9 @@ checkpoint_file read_checkpoint(const std::string& path) {
   checkpoint_file f;
   const auto count = r.get<std::uint32_t>("the tensor count");
   f.state.iteration = r.get<std::int64_t>("the iteration");
-  // At most 2^53 (a double counts it exactly), so that adding a run's iterations to it
-  // cannot overflow (INT64_MAX wrapped to a negative iteration).
-  constexpr std::int64_t k_max_iteration = std::int64_t{1} << 53;
+  // At most 2^53, so that adding a run's iterations to it cannot overflow (INT64_MAX wrapped
+  // to a negative iteration).
+  constexpr std::int64_t k_max_iteration = checkpoint_max_iteration;
   if (f.state.iteration < 0 || f.state.iteration > k_max_iteration) {
     throw invalid_argument("checkpoint '" + path + "' is corrupt: iteration " +
                            std::to_string(f.state.iteration) + " is not from 0 to " +
@@ -212,6 +220,20 @@ checkpoint_file read_checkpoint(const std::string& path) {
   if (stored != computed) {
     throw invalid_argument("checkpoint '" + path + "' is corrupt: checksum " + hex(computed) +
                            " computed, " + hex(stored) + " stored");
+  }
+  // Sound bytes, but values no run that trains leaves: training from them gives NaN at once
+  // (the ONNX importer refuses them alike).
+  for (const checkpoint_tensor& t : f.tensors) {
+    const bool variance = t.name.ends_with("running_var");
+    for (std::size_t i = 0; i < t.values.size(); ++i) {
+      const float v = t.values[i];
+      if (std::isfinite(v) && !(variance && v < 0)) continue;
+      throw invalid_argument(
+          "checkpoint '" + path + "': tensor '" + t.name + "' holds " + format_number(v) +
+          " at index " + std::to_string(i) + ": " +
+          (variance ? "a variance must be finite and not negative" : "values must be finite") +
+          " (from a run that diverged?); give another checkpoint");
+    }
   }
   return f;
 }

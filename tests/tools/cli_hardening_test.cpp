@@ -12,8 +12,10 @@
 
 #include "cli_harness.hpp"
 #include "memweave/alloc/trace.hpp"
+#include "memweave/core/config.hpp"
 #include "memweave/device/device.hpp"
 #include "memweave/engine/data_source.hpp"
+#include "tools/cli_args.hpp"
 
 namespace memweave {
 namespace {
@@ -122,6 +124,16 @@ TEST(cli_hardening_test, plan_exits_1_when_nothing_fits) {
       run(plan_command, with({"--max-batch", "--budget", "1MiB", "--policy", "liveness"}));
   EXPECT_EQ(r.code, 1) << r.out;
   expect_has(r.out, "nothing fits");
+  // Under --tile, a layer that cannot run tile by tile over the budget: not bad input either
+  // (the searches said so with exit 2).
+  for (const char* search : {"--max-batch", "--max-depth"}) {
+    // 1000 classes: fc1000's step alone is 1.5 MiB.
+    const auto t = run(plan_command,
+                       {"--net", "resnet:1,1,1,1", "--image-side", "32", "--width", "0.0625",
+                        "--batch", "2", search, "--tile", "--budget", "1MiB", "--policy", "all"});
+    EXPECT_EQ(t.code, 1) << search << "\n" << t.out;
+    expect_has(t.out, "nothing fits");
+  }
 }
 
 TEST(cli_hardening_test, output_paths_are_checked_before_the_run) {
@@ -131,10 +143,41 @@ TEST(cli_hardening_test, output_paths_are_checked_before_the_run) {
              "--json '/nonexistent-dir/r.json': the directory '/nonexistent-dir' does not exist");
   const std::string same = temp("same.out");
   expect_has(error_of(plan_command, with({"--json", same, "--csv", same})),
-             "is also the path of another output");
+             "--csv '" + same + "' is also the path --json writes in this run");
   expect_has(error_of(plan_command, with({"--svg", std::filesystem::temp_directory_path()})),
              "is a directory");
   expect_has(error_of(plan_command, with({"--csv", "/dev/null"})), "is not a regular file");
+}
+
+// Two spellings of one file that does not exist yet (`x`, `./x`, its absolute path) are one
+// output: the second write replaced the first (a checkpoint lost to a report, exit 0).
+TEST(cli_hardening_test, two_spellings_of_one_new_output_are_one_path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp("spellings");
+  fs::create_directories(dir);
+  const fs::path before = fs::current_path();
+  fs::current_path(dir);
+  expect_has(error_of(plan_command, with({"--json", "r.out", "--csv", "./r.out"})),
+             "--csv './r.out' is also the path --json writes");
+  expect_has(error_of(plan_command, with({"--json", "r.out", "--svg", (dir / "r.out").string()})),
+             "is also the path --json writes");
+  expect_has(error_of(plan_command, with({"--json", "r.out", "--svg",
+                                          "../" + dir.filename().string() + "/r.out"})),
+             "is also the path --json writes");
+  {
+    // The convolution algorithm cache is written at the run's end, where it is new too.
+    const scoped_env cache("MEMWEAVE_CONV_CACHE", "cache.json");
+    expect_has(error_of(plan_command, with({"--json", "./cache.json"})),
+               "is also the path MEMWEAVE_CONV_CACHE writes");
+  }
+  {
+    const scoped_env trace("MEMWEAVE_TRACE", "./heap.trace");
+    expect_has(error_of(plan_command, with({"--json", "heap.trace", "--policy", "liveness"})),
+               "writes in this run");
+  }
+  EXPECT_FALSE(fs::exists(dir / "r.out"));
+  fs::current_path(before);
+  fs::remove_all(dir);
 }
 
 TEST(cli_hardening_test, an_option_overrides_a_bad_variable_and_errors_name_the_option) {
@@ -153,6 +196,34 @@ TEST(cli_hardening_test, an_option_overrides_a_bad_variable_and_errors_name_the_
   expect_has(error_of(plan_command, with({"--recompute", "fast", "--conv-ws", "none",
                                           "--prefetch-distance", "2"})),
              "--recompute: unknown recomputation strategy 'fast'");
+}
+
+// A variable the command line overrides is not read, not even checked (README): the check of
+// the whole environment at start (validate_environment) refused a bad MEMWEAVE_DEVICE under
+// --device host, a bad MEMWEAVE_THREADS under --threads, and so on.
+TEST(cli_hardening_test, a_variable_an_option_overrides_is_not_checked_either) {
+  const scoped_env device("MEMWEAVE_DEVICE", "bogus");
+  const scoped_env threads("MEMWEAVE_THREADS", "-5");
+  const scoped_env pool("MEMWEAVE_HOST_POOL_BYTES", "1");
+  const scoped_env fit("MEMWEAVE_FIT", "bogus");
+  const scoped_env model("MEMWEAVE_COST_MODEL", "bogus");
+  const std::vector<std::string> args = {
+      "memweave",    "train", "--device",   "host",         "--threads", "1",
+      "--host-pool", "16MiB", "--fit=best", "--cost-model", "k40"};
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  EXPECT_THROW(validate_environment(), invalid_argument);
+  override_variables_given(static_cast<int>(argv.size()), argv.data(), 2);
+  EXPECT_NO_THROW(validate_environment());
+  EXPECT_FALSE(option_raw("MEMWEAVE_DEVICE"));
+  std::vector<std::string> train = with({"--iterations", "1", "--policy", "utp"});
+  train.insert(train.end(), args.begin() + 2, args.end());
+  const auto r = run(train_command, train);
+  EXPECT_EQ(r.code, 0) << r.out;
+  reset_option_overrides();
+  // Not overridden, the variables are read: a bad one is an error naming it.
+  expect_has(error_of(train_command, with({"--iterations", "1", "--policy", "utp"})),
+             "='bogus' is not one of");
 }
 
 // The class templates of synthetic data: classes x image values overflowed int64 for the

@@ -3,12 +3,17 @@
 // accuracy the same under every policy, and bad values are errors naming the flag.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "cli_harness.hpp"
+#include "memweave/engine/checkpoint.hpp"
+#include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
 namespace {
@@ -64,6 +69,14 @@ TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
   for (const auto& l : losses(rest.out)) resumed.push_back(l);
   ASSERT_EQ(losses(straight.out).size(), 5u) << straight.out;
   EXPECT_EQ(resumed, losses(straight.out));
+  // The solver's settings from the file, the schedule given again: the file holds the base
+  // rate (it held the last iteration's scheduled one, which the schedule then scaled twice).
+  const auto from_file =
+      run(train_command, net_args({"--iterations", "3", "--policy", "liveness", "--init-from", a,
+                                   "--lr-schedule", "step:2:0.5", "--warmup", "2"}));
+  std::vector<std::string> resumed_from_file = losses(first.out);
+  for (const auto& l : losses(from_file.out)) resumed_from_file.push_back(l);
+  EXPECT_EQ(resumed_from_file, losses(straight.out)) << from_file.out;
   // And eval of the saved weights: the same loss and accuracy under every policy.
   const auto e = run(eval_command, net_args({"--init-from", b, "--batches", "3", "--policy",
                                              "baseline,liveness,recompute,all"}));
@@ -81,6 +94,37 @@ TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
   // The null device: memory only, the checkpoint not needed there.
   const auto n = run(eval_command, net_args({"--policy", "liveness"}, "null"));
   EXPECT_NE(n.out.find("null device: memory only"), std::string::npos) << n.out;
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+}
+
+// A run that would end past the last iteration a checkpoint records is refused before it
+// trains: it saved a file its own reader then refused.
+TEST(cli_weights, a_save_past_the_last_recordable_iteration_is_refused_up_front) {
+  const std::string a = temp("late.ckpt"), b = temp("later.ckpt");
+  ASSERT_EQ(
+      run(train_command, net_args({"--iterations", "1", "--policy", "liveness", "--save", a})).code,
+      0);
+  // The iteration field (offset 16) set to 2^53 - 1, the checksum made again.
+  std::string bytes = slurp(a);
+  const std::int64_t late = checkpoint_max_iteration - 1;
+  std::memcpy(bytes.data() + 16, &late, sizeof late);
+  const std::uint64_t sum = transfer_checksum(bytes.data(), bytes.size() - 8);
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, sizeof sum);
+  std::ofstream(a, std::ios::binary | std::ios::trunc) << bytes;
+  const std::string m = error_of(
+      train_command,
+      net_args({"--iterations", "3", "--policy", "liveness", "--init-from", a, "--save", b}));
+  EXPECT_NE(m.find("--iterations 3 after iteration 9007199254740991 of --init-from"),
+            std::string::npos)
+      << m;
+  EXPECT_FALSE(std::filesystem::exists(b));
+  // One iteration more still fits.
+  EXPECT_EQ(run(train_command, net_args({"--iterations", "1", "--policy", "liveness", "--init-from",
+                                         a, "--save", b}))
+                .code,
+            0);
+  EXPECT_EQ(read_checkpoint(b).state.iteration, checkpoint_max_iteration);
   std::filesystem::remove(a);
   std::filesystem::remove(b);
 }

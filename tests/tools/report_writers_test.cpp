@@ -68,6 +68,21 @@ TEST(report_writers_test, csv_has_one_row_per_policy_and_step) {
             "liveness,2,conv1,F,3000,3072,4,512,direct,2,0,1,4,2,1\n");
 }
 
+// An ONNX model's layer names may hold commas, quotes and line breaks: quoted, each quote
+// doubled (RFC 4180), the rows stay rows (they were cut at every comma and line break).
+TEST(report_writers_test, csv_quotes_names_that_hold_commas_quotes_or_line_breaks) {
+  run_report r = sample();
+  r.policies[0].steps[0].layer = "evil,name\"q\nnew";
+  r.policies[0].steps[1].layer = "plain";
+  std::ostringstream out;
+  write_csv(out, r);
+  EXPECT_EQ(out.str(),
+            "policy,step,layer,pass,bytes_live,heap_bytes,tensors_live,workspace_bytes,algorithm,"
+            "offloads,prefetches,replays,parts,groups,staged\n"
+            "liveness,1,\"evil,name\"\"q\nnew\",F,1000,1024,2,0,,0,0,0,1,1,0\n"
+            "liveness,2,plain,F,3000,3072,4,512,direct,2,0,1,4,2,1\n");
+}
+
 TEST(report_writers_test, svg_draws_one_curve_per_policy_and_panel) {
   run_report r = sample();
   r.policies.push_back(r.policies[0]);

@@ -52,9 +52,17 @@ std::span<const option_info> option_table() noexcept;
 /// The row of `name`, or nullptr.
 const option_info* find_option(std::string_view name) noexcept;
 
-/// The raw value of `name` from the environment, or nullopt when unset or empty.
+/// The raw value of `name` from the environment, or nullopt when unset, empty or overridden.
 /// Throws std::logic_error when `name` is not in the table (a programming error).
 std::optional<std::string> option_raw(std::string_view name);
+
+/// From now on `name` reads as unset (its default applies where read at all) and
+/// validate_environment skips it: the command line gave the option that sets what it sets,
+/// and a variable so overridden is not read, not even checked (README). Call before any
+/// thread reads options. Throws std::logic_error when `name` is not in the table.
+void override_option(std::string_view name);
+/// Every variable read again (tests).
+void reset_option_overrides() noexcept;
 
 /// Typed values: the environment's when set, else the table's default. Each throws
 /// invalid_argument naming the variable when the value does not parse; option_bytes and

@@ -24,10 +24,14 @@ namespace memweave {
 inline constexpr std::uint32_t checkpoint_version = 1;
 
 /// What a checkpoint holds besides the tensors.
+/// The largest iteration a checkpoint records (2^53: a double counts it exactly, and adding
+/// a run's iterations to it cannot overflow).
+inline constexpr std::int64_t checkpoint_max_iteration = std::int64_t{1} << 53;
+
 struct checkpoint_state {
   std::int64_t iteration = 0;  ///< the next iteration to run (iterations done so far)
   std::uint64_t seed = 1;      ///< executor::seed(): the dropout masks of later iterations
-  solver_settings solver;      ///< the settings in effect when it was saved
+  solver_settings solver;      ///< the settings when saved (memweave train: its base rate)
 };
 
 /// One tensor of a checkpoint file.

@@ -178,6 +178,37 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   std::filesystem::remove(fifo);
   EXPECT_THROW(save_checkpoint(ex, "/nonexistent_dir_memweave/x.ckpt", checkpoint_state_of(ex, 1)),
                invalid_argument);
+  // An iteration no checkpoint records is not written (its reader would refuse the file).
+  try {
+    save_checkpoint(ex, good, checkpoint_state_of(ex, checkpoint_max_iteration + 1));
+    ADD_FAILURE() << "an iteration past 2^53 was saved";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not from 0 to 9007199254740992"), std::string::npos)
+        << e.what();
+  }
+  // Values no training leaves, in a sound file: a NaN weight, a negative running variance.
+  {
+    auto dev4 = test::make_test_device("host");
+    executor broken(net, *dev4, policy_options("liveness"));
+    for (const std::string& name : broken.persistent_names()) {
+      const bool weight = name.ends_with(".weight"), variance = name.ends_with("running_var");
+      if (!weight && !variance) continue;
+      std::vector<float> values = broken.read(name);
+      values.back() = weight ? std::numeric_limits<float>::quiet_NaN() : -1.0f;
+      broken.write(name, values);
+      save_checkpoint(broken, bad, checkpoint_state_of(broken, 1));
+      try {
+        (void)load_checkpoint(fresh, bad);
+        ADD_FAILURE() << name << " loaded with " << values.back();
+      } catch (const invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("tensor '" + name + "' holds"), std::string::npos)
+            << e.what();
+      }
+      EXPECT_EQ(fresh.read_persistent(), before);
+      values.back() = 0.5f;
+      broken.write(name, values);
+    }
+  }
   // And the good one loads.
   EXPECT_EQ(load_checkpoint(fresh, good).iteration, 1);
   EXPECT_EQ(fresh.read_persistent(), ex.read_persistent());
