@@ -165,6 +165,28 @@ class stream_ordered_heap_impl {
     return release(ready, false);
   }
 
+  // The blocks pending on `stream` are kept for their events alone (no_reuse_stream). mu_
+  // held. Node handles move without allocating; only a missing no_reuse list may throw, and
+  // then nothing has moved.
+  void retire_locked(std::uintptr_t stream) {
+    if (stream == stream_ordered_heap::no_reuse_stream) return;
+    auto s = by_stream_.find(stream);
+    if (s == by_stream_.end()) return;
+    stream_list& keep = by_stream_[stream_ordered_heap::no_reuse_stream];
+    s = by_stream_.find(stream);  // the insertion above may have rehashed
+    size_map& from = s->second.by_size;
+    while (!from.empty()) {
+      auto node = from.extract(from.begin());
+      node.mapped().stream = stream_ordered_heap::no_reuse_stream;
+      const void* p = node.mapped().p;
+      const auto it = keep.by_size.insert(std::move(node));
+      locator& loc = by_ptr_.at(p);
+      loc.stream = stream_ordered_heap::no_reuse_stream;
+      loc.it = it;
+    }
+    by_stream_.erase(s);
+  }
+
   std::size_t drain() noexcept {
     std::vector<pending_block> all;
     try {
@@ -273,6 +295,19 @@ std::size_t stream_ordered_heap::drain() noexcept {
 bool stream_ordered_heap::is_pending(const void* p) const noexcept {
   std::lock_guard lock(impl_->mu_);
   return impl_->by_ptr_.count(p) != 0;
+}
+
+void stream_ordered_heap::retire_stream(std::uintptr_t stream) noexcept {
+  stream_ordered_heap_impl& m = *impl_;
+  try {
+    std::lock_guard lock(m.mu_);
+    m.retire_locked(stream);
+    return;
+  } catch (...) {
+  }
+  // No host memory for the list: every pending block waits for its event now (correct, only
+  // slower), so that none stays keyed by the handle.
+  m.drain();
 }
 
 pending_stats stream_ordered_heap::pending() const noexcept {

@@ -36,6 +36,7 @@ class simulated_runtime final : public runtime {
   std::uintptr_t stream_key(CUstream_st* stream, int) const noexcept override {
     return reinterpret_cast<std::uintptr_t>(stream);
   }
+  bool is_default_stream(CUstream_st* stream) const noexcept override { return stream == nullptr; }
 };
 
 #if MEMWEAVE_HAVE_CUDA
@@ -223,6 +224,10 @@ class cuda_runtime final : public runtime {
       return static_cast<std::uintptr_t>(device) + 1;
     }
     return reinterpret_cast<std::uintptr_t>(stream);
+  }
+
+  bool is_default_stream(CUstream_st* stream) const noexcept override {
+    return default_handle(stream);
   }
 
  private:

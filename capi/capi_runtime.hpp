@@ -48,6 +48,9 @@ class runtime {
   /// stream, stream_ordered_heap::no_reuse_stream for a handle that names a different
   /// stream on each thread (cudaStreamPerThread).
   virtual std::uintptr_t stream_key(CUstream_st* stream, int device) const noexcept = 0;
+  /// Whether `stream` is a handle naming a device's default stream (NULL, legacy,
+  /// per-thread), which cannot be destroyed.
+  virtual bool is_default_stream(CUstream_st* stream) const noexcept = 0;
 };
 
 /// The runtime of a device kind: the CUDA runtime for `cuda`, trivial ones for `host` and

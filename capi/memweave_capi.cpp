@@ -587,6 +587,21 @@ memweave_status memweaveFreeAsync(void* ptr, struct CUstream_st* stream) {
   return memweave::capi::release("memweaveFreeAsync", ptr, stream, true, -1);
 }
 
+memweave_status memweaveRetireStream(struct CUstream_st* stream) {
+  using namespace memweave::capi;
+  if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveRetireStream");
+  context* c = current();
+  if (c == nullptr) return MEMWEAVE_SUCCESS;
+  busy_scope busy;
+  for (std::size_t d = 0; d < c->pools.size(); ++d) {
+    pool* p = c->pools[d].load(std::memory_order_acquire);
+    // A default-stream handle names a device's own stream, which is never destroyed.
+    if (p == nullptr || c->rt->is_default_stream(stream)) continue;
+    p->ordered->retire_stream(c->rt->stream_key(stream, p->ordinal));
+  }
+  return MEMWEAVE_SUCCESS;
+}
+
 int memweaveOwns(const void* ptr) {
   context* c = memweave::capi::current();
   return c != nullptr && memweave::capi::owner_of(*c, ptr) != nullptr ? 1 : 0;

@@ -13,6 +13,8 @@
 //   other pointer, and NULL (programs use cudaFree(0) to create the context), goes to the
 //   real function.
 // - cudaMemGetInfo: the current device's pool's free and total bytes.
+// - cudaStreamDestroy: first memweaveRetireStream (the blocks freed on the stream wait for
+//   their events from then on), then the runtime's.
 // - cudaGetLastError / cudaPeekAtLastError: the runtime's last error, and a failure of a call
 //   memweave served as the runtime would have recorded it (the runtime keeps one error per
 //   host thread, set by every failing call). memweave's own runtime calls clear the runtime's
@@ -72,6 +74,7 @@ using malloc_async_fn = cudaError_t (*)(void**, size_t, cudaStream_t);
 using free_async_fn = cudaError_t (*)(void*, cudaStream_t);
 using mem_get_info_fn = cudaError_t (*)(size_t*, size_t*);
 using last_error_fn = cudaError_t (*)();
+using stream_destroy_fn = cudaError_t (*)(cudaStream_t);
 
 std::atomic<malloc_fn> g_real_malloc{nullptr};
 std::atomic<free_fn> g_real_free{nullptr};
@@ -82,6 +85,7 @@ std::atomic<free_async_fn> g_real_free_async_ptsz{nullptr};
 std::atomic<mem_get_info_fn> g_real_mem_get_info{nullptr};
 std::atomic<last_error_fn> g_real_get_last_error{nullptr};
 std::atomic<last_error_fn> g_real_peek_at_last_error{nullptr};
+std::atomic<stream_destroy_fn> g_real_stream_destroy{nullptr};
 std::atomic<bool> g_warned{false};
 
 cudaError_t real_malloc(void** p, size_t bytes) noexcept {
@@ -267,6 +271,17 @@ __attribute__((visibility("default"))) cudaError_t cudaMemGetInfo(size_t* free, 
   const int rc = memweaveMemGetInfo(free, total);
   if (memweave_unavailable(rc)) return errors.forwarded(real_mem_get_info(free, total));
   return errors.served(static_cast<cudaError_t>(rc));
+}
+
+// The blocks freed on the stream wait for their events from now on: its queued work still
+// runs after this returns, and a stream created later may get the same handle.
+__attribute__((visibility("default"))) cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  stream_destroy_fn f = real(g_real_stream_destroy, "cudaStreamDestroy");
+  if (!from_memweave()) {
+    reentry_guard guard;
+    (void)memweaveRetireStream(stream);
+  }
+  return f != nullptr ? f(stream) : cudaErrorInitializationError;
 }
 
 // The runtime's last error if it holds one (the more recent: see t_error), else a failure of

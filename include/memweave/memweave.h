@@ -156,6 +156,14 @@ MEMWEAVE_API memweave_status memweaveFree(void* ptr);
  * with cudaFreeAsync. Errors as memweaveFree. */
 MEMWEAVE_API memweave_status memweaveFreeAsync(void* ptr, struct CUstream_st* stream);
 
+/* Call before destroying `stream` (cudaStreamDestroy) on which memweaveFreeAsync freed
+ * blocks: from now on they are reused only once their events complete, by any stream. The
+ * destroyed stream's queued work still runs, and a stream created later may get the same
+ * handle, which would otherwise take those blocks at once. The interposer calls it for
+ * cudaStreamDestroy. A default-stream handle (NULL, legacy, per-thread) is a no-op; so is a
+ * call before initialization. */
+MEMWEAVE_API memweave_status memweaveRetireStream(struct CUstream_st* stream);
+
 /* Whether `ptr` lies inside the arenas of any pool (1) or not (0); 0 when not
  * initialized. */
 MEMWEAVE_API int memweaveOwns(const void* ptr);

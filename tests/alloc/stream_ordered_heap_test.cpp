@@ -87,6 +87,31 @@ TEST_F(stream_ordered_heap_test, another_stream_gets_the_block_only_after_the_ev
   heap_.check_invariants();
 }
 
+// A destroyed stream's queued work still runs, and a stream made later may get its handle:
+// once retired, the blocks freed on it wait for their events, whoever asks.
+TEST_F(stream_ordered_heap_test, a_retired_streams_blocks_wait_for_their_events) {
+  void* a = ordered_.try_allocate(k_mib, s1);
+  void* b = ordered_.try_allocate(k_mib, s1);
+  auto st = std::make_shared<manual_state>();
+  ASSERT_EQ(ordered_.deallocate(a, s1, std::make_unique<manual_event>(st)), status::success);
+  ASSERT_EQ(ordered_.deallocate(b, s1, std::make_unique<manual_event>(st)), status::success);
+  ordered_.retire_stream(s1);
+  void* c = ordered_.try_allocate(k_mib, s1);  // the handle again: another stream now
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE(c, a);
+  EXPECT_NE(c, b);
+  EXPECT_TRUE(ordered_.is_pending(a));
+  EXPECT_EQ(ordered_.pending().streams, 1u);
+  EXPECT_EQ(ordered_.reclaim(), 0u);
+  st->complete();
+  EXPECT_EQ(ordered_.reclaim(), 2 * k_mib);
+  EXPECT_EQ(ordered_.pending().blocks, 0u);
+  ordered_.retire_stream(s2);  // nothing pending there: nothing to do
+  ASSERT_EQ(ordered_.deallocate(c, s1, nullptr), status::success);
+  EXPECT_EQ(heap_.stats().live_allocations, 0u);
+  heap_.check_invariants();
+}
+
 TEST_F(stream_ordered_heap_test, reclaim_follows_each_streams_order_and_skips_blocks_taken_back) {
   void* a = ordered_.try_allocate(k_mib, s1);
   void* b = ordered_.try_allocate(k_mib, s1);

@@ -219,4 +219,8 @@ TEST(fake_cuda, a_failing_call_from_a_global_destructor_fails_cleanly) {
   expect_passes(run_probe("error_at_exit", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
 }
 
+TEST(fake_cuda, a_retired_streams_blocks_wait_for_their_events) {
+  expect_passes(run_probe("retired_stream", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
 }  // namespace

@@ -56,6 +56,12 @@ class stream_ordered_heap {
   status deallocate(void* p, std::uintptr_t stream, std::unique_ptr<event> done,
                     std::string* why = nullptr) noexcept;
 
+  /// `stream` is going away (cudaStreamDestroy): its pending blocks are from now on reused
+  /// only once their events complete, by any stream. A destroyed stream's queued work still
+  /// runs, and a stream created later may get the same handle value, which would otherwise
+  /// take those blocks at once. Never throws.
+  void retire_stream(std::uintptr_t stream) noexcept;
+
   /// Returns to the heap every pending block whose event has completed; the bytes returned.
   std::size_t reclaim() noexcept;
   /// Waits for every pending event and returns every pending block; the bytes returned.

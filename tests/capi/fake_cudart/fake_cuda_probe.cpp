@@ -624,6 +624,31 @@ void error_at_exit() {
   g_free_at_exit.free_fn = f;  // and once more after main, from a global destructor
 }
 
+// A stream retired before it is destroyed: the blocks freed on it wait for their events, even
+// for the same handle (a stream created later may get it while the old one's work runs).
+void retired_stream() {
+  auto retire = memweave_symbol<int (*)(cudaStream_t)>("memweaveRetireStream");
+  CHECK(retire != nullptr, "libmemweave.so is not preloaded");
+  if (retire == nullptr) return;
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void* a = nullptr;
+  CHECK(cudaMallocAsync(&a, k_block, s) == cudaSuccess, "cudaMallocAsync");
+  launch_write(s, a, k_block, 0x11);
+  launch_read(s, a, k_block, 0x11, 150);
+  CHECK(cudaFreeAsync(a, s) == cudaSuccess, "cudaFreeAsync");
+  CHECK(retire(s) == MEMWEAVE_SUCCESS, "memweaveRetireStream");
+  void* b = nullptr;
+  CHECK(cudaMallocAsync(&b, k_block, s) == cudaSuccess, "cudaMallocAsync");
+  CHECK(b != a, "the handle of a retired stream took a block its work still reads");
+  std::memset(b, 0x22, k_block);  // "another stream" writes its block at once
+  CHECK(retire(nullptr) == MEMWEAVE_SUCCESS, "the default stream: a no-op");
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+  CHECK(cudaFree(b) == cudaSuccess, "cudaFree");
+  CHECK(cudaStreamDestroy(s) == cudaSuccess, "cudaStreamDestroy (interposed)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -669,6 +694,8 @@ int main(int argc, char** argv) {
     fork_child_refuses();
   } else if (scenario == "error_at_exit") {
     error_at_exit();
+  } else if (scenario == "retired_stream") {
+    retired_stream();
   } else {
     std::printf("FAIL: unknown scenario '%s'\n", scenario.c_str());
     return 2;
