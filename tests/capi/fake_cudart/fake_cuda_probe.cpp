@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -415,6 +416,10 @@ void pool_cannot_be_made() {
   CHECK(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess, "cudaMemGetInfo was not forwarded");
   CHECK(total == (256u << 20), "the runtime's total: %zu", total);
   CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+  // The runtime (the stand-in) refuses what no device holds; its rounding once wrapped.
+  void* q = nullptr;
+  CHECK(cudaMalloc(&q, SIZE_MAX) == cudaErrorMemoryAllocation, "SIZE_MAX was served");
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation, "no error recorded");
 }
 
 // Frees of what is not a live allocation return cudaErrorInvalidValue, as CUDA 13's

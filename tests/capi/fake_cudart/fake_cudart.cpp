@@ -163,10 +163,12 @@ cudaError_t do_malloc(void** p, std::size_t bytes, bool host) {
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
   if (bytes == 0) return cudaSuccess;
   state& s = g();
+  // Rounded up to 256 bytes; a size within 255 of SIZE_MAX wrapped to 0 and was "served".
+  if (bytes > SIZE_MAX - 255) return fail(cudaErrorMemoryAllocation);
   const std::size_t rounded = (bytes + 255) / 256 * 256;
   {
     std::lock_guard lock(s.mu);
-    if (!host && s.used[d] + rounded > s.capacity[d]) return fail(cudaErrorMemoryAllocation);
+    if (!host && rounded > s.capacity[d] - s.used[d]) return fail(cudaErrorMemoryAllocation);
     if (!host) s.used[d] += rounded;
   }
   void* mem = std::aligned_alloc(256, rounded);
