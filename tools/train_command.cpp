@@ -135,10 +135,13 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   }
   // A policy that does not fit is a result, reported in the summary; exit 1 is for when
   // none does.
-  const int rc = run_policies(net, o, dev, iterations, source.get(), report, shown, &shown);
-  MEMWEAVE_EXPECTS(export_path.empty() || rank != 0 || exported,
-                   "--export-onnx " + export_path +
-                       ": not written, no policy trained every iteration (see the summary)");
+  int rc = run_policies(net, o, dev, iterations, source.get(), report, shown, &shown);
+  if (!export_path.empty() && rank == 0 && !exported) {
+    // Not bad input: no policy fitted (exit 1, as a --save with nothing trained).
+    shown << "--export-onnx " << export_path
+          << ": not written, no policy trained every iteration (see the summary)\n";
+    if (rc == 0) rc = 1;
+  }
   comm.barrier();  // an error on rank 0 writing the reports reaches every rank
   return rc;
 }

@@ -66,6 +66,16 @@ TEST_F(OnnxCli, ExportsTheTrainedWeights) {
   const imported_model after = import_onnx(out, 4);
   ASSERT_EQ(after.weights.size(), before.weights.size());
   EXPECT_NE(after.weights, before.weights) << "the export holds the untrained weights";
+  // No policy fits: nothing to export, which is a run that does not fit (exit 1, as --save
+  // with nothing trained), not bad input (it said exit 2).
+  const std::string none = test::scratch_dir() + "/cli_untrained.onnx";
+  const auto tight = run(train_command, {"--net", model_path("gemm"), "--batch", "4",
+                                         "--iterations", "1", "--policy", "liveness", "--device",
+                                         "host", "--budget", "1KiB", "--export-onnx", none});
+  EXPECT_EQ(tight.code, 1) << tight.out;
+  EXPECT_NE(tight.out.find("--export-onnx " + none + ": not written"), std::string::npos)
+      << tight.out;
+  EXPECT_FALSE(std::filesystem::exists(none));
 }
 
 // Writing the trained weights, or a report, over the model the run reads would destroy it.
