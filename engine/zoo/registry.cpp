@@ -17,6 +17,9 @@ std::string known_names() {
   return s;
 }
 
+// The most blocks a resnet:<n1>,<n2>,<n3>,<n4> may have, in one stage and in all.
+constexpr std::int64_t k_max_blocks = 40000;
+
 std::array<std::int64_t, 4> parse_resnet(std::string_view name) {
   std::string_view rest = name.substr(resnet_prefix.size());
   std::array<std::int64_t, 4> n{};
@@ -27,12 +30,23 @@ std::array<std::int64_t, 4> parse_resnet(std::string_view name) {
     auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
     const bool last = k == 3;
     if (part.empty() || ec != std::errc{} || end != part.data() + part.size() || v < 1 ||
-        v > 1000000 || (last != (comma == std::string_view::npos)))
+        v > k_max_blocks || (last != (comma == std::string_view::npos)))
       throw invalid_argument("zoo network '" + std::string(name) +
                              "': expected resnet:<n1>,<n2>,<n3>,<n4> with four block counts "
-                             "from 1 to 1000000 (e.g. resnet:3,4,6,3 is resnet50)");
+                             "from 1 to " +
+                             std::to_string(k_max_blocks) + " (e.g. resnet:3,4,6,3 is resnet50)");
     n[k] = v;
     if (!last) rest = rest.substr(comma + 1);
+  }
+  // A block is three CONV/BN/ACT triples and an add: about 25 KB of graph and plan a block,
+  // so a million blocks took tens of GB before anything was said; 40000 in all (120,000
+  // layers, about a GB) is four times what plan --max-depth searches.
+  if (n[0] + n[1] + n[2] + n[3] > k_max_blocks) {
+    throw invalid_argument("zoo network '" + std::string(name) +
+                           "': " + std::to_string(n[0] + n[1] + n[2] + n[3]) +
+                           " blocks in all, more " + "than the " + std::to_string(k_max_blocks) +
+                           " a ResNet may have here (3 layers and a residual add each); lower "
+                           "the block counts");
   }
   return n;
 }

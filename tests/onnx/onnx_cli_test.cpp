@@ -69,9 +69,9 @@ TEST_F(OnnxCli, ExportsTheTrainedWeights) {
   // No policy fits: nothing to export, which is a run that does not fit (exit 1, as --save
   // with nothing trained), not bad input (it said exit 2).
   const std::string none = test::scratch_dir() + "/cli_untrained.onnx";
-  const auto tight = run(train_command, {"--net", model_path("gemm"), "--batch", "4",
-                                         "--iterations", "1", "--policy", "liveness", "--device",
-                                         "host", "--budget", "1KiB", "--export-onnx", none});
+  const auto tight = run(
+      train_command, {"--net", model_path("gemm"), "--batch", "4", "--iterations", "1", "--policy",
+                      "liveness", "--device", "host", "--budget", "1KiB", "--export-onnx", none});
   EXPECT_EQ(tight.code, 1) << tight.out;
   EXPECT_NE(tight.out.find("--export-onnx " + none + ": not written"), std::string::npos)
       << tight.out;

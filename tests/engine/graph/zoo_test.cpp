@@ -195,6 +195,11 @@ TEST(zoo_test, registry_rejects_unknown_names_and_bad_options) {
   for (const char* bad : {"resnet:3,4,6", "resnet:3,4,6,3,1", "resnet:a,b,c,d", "resnet:0,1,1,1",
                           "resnet:", "resnet:3,4,,3"})
     expect_contains(error_of([&] { make_network(bad, {}); }), {bad, "resnet:<n1>,<n2>,<n3>,<n4>"});
+  // A stage or the whole past 40000 blocks (a million took tens of GB before a word).
+  expect_contains(error_of([&] { make_network("resnet:1000000,1,1,1", {}); }),
+                  {"four block counts from 1 to 40000"});
+  expect_contains(error_of([&] { make_network("resnet:20000,20000,1,1", {}); }),
+                  {"40002 blocks in all, more than the 40000"});
   expect_contains(error_of([] {
                     make_network("vgg16", {0, 0, 1.0, 10, 3});
                   }),
