@@ -168,10 +168,11 @@ class stream_ordered_heap_impl {
   // The blocks pending on `stream` are kept for their events alone (no_reuse_stream). mu_
   // held. Node handles move without allocating; only a missing no_reuse list may throw, and
   // then nothing has moved.
-  void retire_locked(std::uintptr_t stream) {
-    if (stream == stream_ordered_heap::no_reuse_stream) return;
+  std::size_t retire_locked(std::uintptr_t stream) {
+    if (stream == stream_ordered_heap::no_reuse_stream) return 0;
     auto s = by_stream_.find(stream);
-    if (s == by_stream_.end()) return;
+    if (s == by_stream_.end()) return 0;
+    std::size_t moved = 0;
     stream_list& keep = by_stream_[stream_ordered_heap::no_reuse_stream];
     s = by_stream_.find(stream);  // the insertion above may have rehashed
     size_map& from = s->second.by_size;
@@ -183,8 +184,10 @@ class stream_ordered_heap_impl {
       locator& loc = by_ptr_.at(p);
       loc.stream = stream_ordered_heap::no_reuse_stream;
       loc.it = it;
+      ++moved;
     }
     by_stream_.erase(s);
+    return moved;
   }
 
   std::size_t drain() noexcept {
@@ -297,17 +300,17 @@ bool stream_ordered_heap::is_pending(const void* p) const noexcept {
   return impl_->by_ptr_.count(p) != 0;
 }
 
-void stream_ordered_heap::retire_stream(std::uintptr_t stream) noexcept {
+std::size_t stream_ordered_heap::retire_stream(std::uintptr_t stream) noexcept {
   stream_ordered_heap_impl& m = *impl_;
   try {
     std::lock_guard lock(m.mu_);
-    m.retire_locked(stream);
-    return;
+    return m.retire_locked(stream);
   } catch (...) {
   }
   // No host memory for the list: every pending block waits for its event now (correct, only
-  // slower), so that none stays keyed by the handle.
+  // slower), so that none stays keyed by the handle; none is left to concern.
   m.drain();
+  return 0;
 }
 
 pending_stats stream_ordered_heap::pending() const noexcept {

@@ -132,28 +132,39 @@ class caller_event final : public event {
                         "MEMWEAVE_DEVICE=host to use the simulated device on purpose");
 }
 
-// Makes device `ordinal` the calling thread's current one while it lives, and the one before
-// current again after, only where the thread had a context: setting device 0 back would give
-// a thread that never chose a device a context on GPU 0.
+// Makes device `ordinal` the calling thread's current one while it lives, and the thread as
+// it was after. A thread with a context: cudaSetDevice there and back. A thread without one
+// (it never chose a device): the device's primary context pushed and popped, which leaves it
+// without a context and with its default device; cudaSetDevice would have left it on
+// `ordinal` (a later allocation of that thread would land there), and setting device 0 back
+// would have made it a context on GPU 0. Where the driver's calls cannot be had, the thread
+// is left on `ordinal`.
 class device_scope {
  public:
   explicit device_scope(int ordinal) {
     int previous = ordinal;
     if (cudaGetDevice(&previous) != cudaSuccess) (void)cudaGetLastError();
+    const bool had_context = cuda_backend::context_current();
+    if (previous == ordinal && had_context) return;
+    if (!had_context && cuda_backend::push_primary_context(ordinal)) {
+      pushed_ = ordinal;
+      return;
+    }
     if (previous == ordinal) return;
-    const bool restore = cuda_backend::context_current();
     const cudaError_t e = cudaSetDevice(ordinal);
     if (e != cudaSuccess) throw_cuda(e, "cudaSetDevice(" + std::to_string(ordinal) + ")");
-    restore_ = restore;
+    restore_ = had_context;
     previous_ = previous;
   }
   ~device_scope() {
+    if (pushed_ >= 0) cuda_backend::pop_primary_context(pushed_);
     if (restore_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
   }
   device_scope(const device_scope&) = delete;
   device_scope& operator=(const device_scope&) = delete;
 
  private:
+  int pushed_ = -1;  // the ordinal whose primary context was pushed
   bool restore_ = false;
   int previous_ = 0;
 };

@@ -41,17 +41,44 @@ std::atomic<context*> g_context{nullptr};
 // worker threads stayed in the parent (and a lock another thread held then stays held), so
 // every call there refuses with fork_refusal() instead of waiting for them forever.
 std::atomic<bool> g_forked{false};
+// Threads inside g_init_mutex (init, lazy init, finalize): a fork then leaves the child with
+// that mutex held by a thread it does not have, so the child refuses too.
+std::atomic<int> g_initializing{0};
 [[maybe_unused]] const int g_atfork = ::pthread_atfork(nullptr, nullptr, [] {
-  if (g_context.load(std::memory_order_relaxed) != nullptr) g_forked.store(true);
+  if (g_context.load(std::memory_order_relaxed) != nullptr ||
+      g_initializing.load(std::memory_order_relaxed) != 0) {
+    g_forked.store(true);
+  }
 });
 
+// Holds g_init_mutex, counted in g_initializing (before the lock is tried, so that a fork
+// made while this thread waits for it also counts).
+class init_lock {
+ public:
+  init_lock() : counted_(), lock_(g_init_mutex) {}
+  init_lock(const init_lock&) = delete;
+  init_lock& operator=(const init_lock&) = delete;
+
+ private:
+  struct counted {
+    counted() noexcept { g_initializing.fetch_add(1); }
+    ~counted() { g_initializing.fetch_sub(1); }
+  };
+  counted counted_;
+  std::lock_guard<std::mutex> lock_;
+};
+
 int fork_refusal(const char* what_call) noexcept {
-  return fail(MEMWEAVE_ERROR_NOT_SUPPORTED,
-              std::string(what_call) +
-                  ": this process was forked from one that had initialized memweave; its "
-                  "pools, streams and threads stayed in the parent (the CUDA runtime cannot be "
-                  "used after fork either), so memweave refuses every call here: fork before "
-                  "memweave's first use, or exec the child");
+  try {
+    return fail(MEMWEAVE_ERROR_NOT_SUPPORTED,
+                std::string(what_call) +
+                    ": this process was forked from one that had initialized memweave; its "
+                    "pools, streams and threads stayed in the parent (the CUDA runtime cannot "
+                    "be used after fork either), so memweave refuses every call here: fork "
+                    "before memweave's first use, or exec the child");
+  } catch (...) {  // no memory for the text: the code says it
+    return MEMWEAVE_ERROR_NOT_SUPPORTED;
+  }
 }
 
 // This thread's last error message. The string is destroyed when the thread ends (the main
@@ -395,7 +422,7 @@ context* ensure(int* rc) noexcept {
   if (context* c = current()) return c;
   busy_scope busy;
   try {
-    std::lock_guard<std::mutex> lock(g_init_mutex);
+    const init_lock lock;
     if (context* c = current()) return c;
     context* c = make_context(nullptr).release();
     g_context.store(c, std::memory_order_release);
@@ -519,7 +546,7 @@ memweave_status memweaveInit(const memweave_config* config) {
   if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveInit");
   busy_scope busy;
   try {
-    std::lock_guard<std::mutex> lock(g_init_mutex);
+    const init_lock lock;
     if (context* c = current()) {
       return fail(MEMWEAVE_ERROR_INITIALIZATION_ERROR,
                   "memweaveInit: memweave is already initialized (" + describe(*c) +
@@ -544,7 +571,7 @@ memweave_status memweaveFinalize(void) {
   if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveFinalize");
   busy_scope busy;
   try {
-    std::lock_guard<std::mutex> lock(g_init_mutex);
+    const init_lock lock;
     context* c = g_context.exchange(nullptr, std::memory_order_acq_rel);
     if (c == nullptr) return MEMWEAVE_SUCCESS;
     for (const auto& p : c->owned_pools) {
@@ -597,7 +624,13 @@ memweave_status memweaveRetireStream(struct CUstream_st* stream) {
     pool* p = c->pools[d].load(std::memory_order_acquire);
     // A default-stream handle names a device's own stream, which is never destroyed.
     if (p == nullptr || c->rt->is_default_stream(stream)) continue;
-    p->ordered->retire_stream(c->rt->stream_key(stream, p->ordinal));
+    const std::size_t blocks = p->ordered->retire_stream(c->rt->stream_key(stream, p->ordinal));
+    if (blocks != 0 && memweave::log_enabled(memweave::log_level::debug)) {
+      memweave::log(memweave::log_level::debug,
+                    "memweaveRetireStream(" + pointer_text(stream) + "): device " +
+                        std::to_string(p->ordinal) + ": " + std::to_string(blocks) +
+                        " block(s) freed on it now wait for their events");
+    }
   }
   return MEMWEAVE_SUCCESS;
 }

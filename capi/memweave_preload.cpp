@@ -130,6 +130,8 @@ cudaError_t real_peek_at_last_error() noexcept {
 // runtime's is cleared, so an error the runtime holds is always the more recent one.
 // Trivially destructible: readable until the thread is gone.
 thread_local cudaError_t t_error = cudaSuccess;
+// Whether this thread's last out-of-memory was logged (log_out_of_memory); reset by a success.
+thread_local bool t_out_of_memory_told = false;
 
 // Around a call memweave serves: keeps the program's view of the last error as the runtime's
 // would be after the call.
@@ -169,6 +171,9 @@ class last_error_scope {
 // code but success and out-of-memory means that (no device, a bad setting, ...). Warns once.
 bool memweave_unavailable(int rc) noexcept {
   if (rc == MEMWEAVE_SUCCESS || rc == MEMWEAVE_ERROR_MEMORY_ALLOCATION) return false;
+  // A child forked from a process that used memweave (the one use of this code): forwarded
+  // without a word, since a thread of the parent may have held the log's lock at the fork.
+  if (rc == MEMWEAVE_ERROR_NOT_SUPPORTED) return true;
   if (!g_warned.exchange(true)) {
     memweave::log(memweave::log_level::warn,
                   std::string("libmemweave_preload: memweave cannot serve this device; its "
@@ -182,8 +187,18 @@ bool memweave_unavailable(int rc) noexcept {
 // largest free run): the CUDA runtime prints nothing, and a plain program reads no C API.
 void log_out_of_memory(int rc, const char* call) noexcept {
   if (rc != MEMWEAVE_ERROR_MEMORY_ALLOCATION) return;
-  memweave::log(memweave::log_level::warn, std::string("libmemweave_preload: ") + call +
-                                               " failed: " + memweaveGetLastErrorMessage());
+  // Once per thread and call site's run of failures: a program that probes for the largest
+  // block (or falls back on failure) would otherwise fill stderr. A success re-arms it.
+  if (t_out_of_memory_told) return;
+  t_out_of_memory_told = true;
+  try {
+    memweave::log(memweave::log_level::warn,
+                  std::string("libmemweave_preload: ") + call +
+                      " failed: " + memweaveGetLastErrorMessage() +
+                      " (further failures on this thread are not logged until an allocation "
+                      "succeeds)");
+  } catch (...) {  // no memory for the text: the code still says it
+  }
 }
 
 // What the interposed cudaFree/cudaFreeAsync return for memweave's answer: the CUDA 13
@@ -203,6 +218,7 @@ cudaError_t malloc_async(std::atomic<malloc_async_fn>& slot, const char* name, v
   if (p == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMallocAsync(p, bytes, s);
   if (memweave_unavailable(rc)) return errors.forwarded(real_malloc_async(slot, name, p, bytes, s));
+  if (rc == MEMWEAVE_SUCCESS) t_out_of_memory_told = false;
   log_out_of_memory(rc, "cudaMallocAsync");
   return errors.served(static_cast<cudaError_t>(rc));
 }
@@ -227,6 +243,7 @@ __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** devPtr, siz
   if (devPtr == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMalloc(devPtr, size);
   if (memweave_unavailable(rc)) return errors.forwarded(real_malloc(devPtr, size));
+  if (rc == MEMWEAVE_SUCCESS) t_out_of_memory_told = false;
   log_out_of_memory(rc, "cudaMalloc");
   return errors.served(static_cast<cudaError_t>(rc));
 }

@@ -65,15 +65,23 @@ struct run_input {
 
 // `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
 // not be a device or a pipe either; a trace is written in place.
-// Where `path` would be written: absolute and without `.`, `..` or links in what exists of it,
-// so that two spellings of one file not made yet (`x`, `./x`, its absolute path) are one key.
-std::string output_key(const std::string& path) {
+// Where `path` would be written: absolute, without `.` or `..`, its directory's links
+// resolved, so that two spellings of one file not made yet (`x`, `./x`, its absolute path)
+// are one key. A file written beside and renamed over `path` (`replaced`) replaces a link
+// there, not its target: the key is the link. One written in place follows the link, even one
+// whose target does not exist yet.
+std::string output_key(const std::string& path, bool replaced) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path absolute = fs::absolute(path, ec);
+  fs::path p = fs::absolute(path, ec);
   if (ec) return path;
-  const fs::path key = fs::weakly_canonical(absolute, ec);
-  return ec ? absolute.lexically_normal().string() : key.string();
+  for (int hops = 0; !replaced && hops < 40 && fs::is_symlink(p, ec); ++hops) {
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  const fs::path dir = fs::weakly_canonical(p.parent_path(), ec);
+  return ((ec ? p.parent_path() : dir) / p.filename()).lexically_normal().string();
 }
 
 // `seen`: the outputs checked so far, by output_key, and the knob that named each.
@@ -107,7 +115,7 @@ void check_output_path(const std::string& knob, const std::string& path, bool re
                              "another path");
     }
   }
-  if (const auto [it, added] = seen.emplace(output_key(path), knob); !added) {
+  if (const auto [it, added] = seen.emplace(output_key(path, replaced), knob); !added) {
     throw invalid_argument(knob_value(knob, path) + " is also the path " + it->second +
                            " writes in this run; give each output its own path");
   }
@@ -432,7 +440,7 @@ void check_output_paths(const network_run_options& o, const std::string& data) {
   // The convolution algorithm cache is written too, at the run's end, where it may not exist
   // yet (then no input check sees it).
   if (!o.executor.conv_ws.cache_path.empty()) {
-    seen.emplace(output_key(o.executor.conv_ws.cache_path), "MEMWEAVE_CONV_CACHE");
+    seen.emplace(output_key(o.executor.conv_ws.cache_path, true), "MEMWEAVE_CONV_CACHE");
   }
   const std::vector<run_input> in = run_inputs(o, data);
   if (!o.json.empty()) check_output_path("--json", o.json, true, seen, in);

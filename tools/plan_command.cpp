@@ -95,6 +95,7 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
     // a quarter of a GiB: at 100000 a probe took 7.6 s and 2.5 GB, and a large budget made
     // the search run for minutes and hold gigabytes).
     const std::int64_t limit = depth ? 10000 : std::int64_t{1} << 20;
+    std::string smallest_refused;  // why the smallest value does not fit, where a layer says
     const largest_fit r = search_largest(1, limit, [&](std::int64_t v) {
       network_run_options probe = o;
       std::int64_t batch = o.zoo.batch;
@@ -107,8 +108,10 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
       std::optional<network> net;
       try {
         net.emplace(make_planning_network(probe, batch));
-      } catch (const budget_too_small&) {
-        return false;  // under --tile, a layer that cannot run tile by tile: it does not fit
+      } catch (const budget_too_small& e) {
+        // Under --tile, a layer that cannot run tile by tile: it does not fit.
+        if (v == 1) smallest_refused = e.what();
+        return false;
       } catch (const invalid_argument&) {
         // The smallest value builds the user's own network: its errors are theirs. A larger
         // one that does not build has a tensor beyond any address space: it does not fit.
@@ -117,15 +120,17 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
       }
       try {
         return plan_fits_budget(*net, o, policy, dev);
-      } catch (const budget_too_small&) {
+      } catch (const budget_too_small& e) {
         // A step the budget cannot hold (under --tile, a layer that cannot run tile by tile):
         // this value does not fit, as a plan that runs out of budget does not.
+        if (v == 1) smallest_refused = e.what();
         return false;
       }
     });
     out << "  " << policy << ": ";
     if (r.value == 0) {
       out << "nothing fits";
+      if (!smallest_refused.empty()) out << " (" << smallest_refused << ")";
     } else if (depth) {
       out << "n3 = " << r.value << ", depth "
           << 3 * (blocks[0] + blocks[1] + r.value + blocks[3]) + 2;

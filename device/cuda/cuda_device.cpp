@@ -418,6 +418,63 @@ bool context_current() noexcept {
   return get_current(&ctx) == 0 && ctx != nullptr;
 }
 
+namespace {
+
+// A driver function through the runtime (no link to libcuda), or nullptr.
+template <class F>
+F driver_entry(const char* name) noexcept {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return reinterpret_cast<F>(f);
+}
+
+// The driver calls of push/pop_primary_context (CUresult is an int, CUdevice an int, CUcontext
+// a pointer; 0 = CUDA_SUCCESS).
+struct primary_context_calls {
+  int (*device_get)(int*, int) = driver_entry<int (*)(int*, int)>("cuDeviceGet");
+  int (*retain)(void**, int) = driver_entry<int (*)(void**, int)>("cuDevicePrimaryCtxRetain");
+  int (*release)(int) = driver_entry<int (*)(int)>("cuDevicePrimaryCtxRelease");
+  int (*push)(void*) = driver_entry<int (*)(void*)>("cuCtxPushCurrent");
+  int (*pop)(void**) = driver_entry<int (*)(void**)>("cuCtxPopCurrent");
+  bool usable() const noexcept {
+    return device_get != nullptr && retain != nullptr && release != nullptr && push != nullptr &&
+           pop != nullptr;
+  }
+};
+
+const primary_context_calls& primary_context() noexcept {
+  static const primary_context_calls calls;
+  return calls;
+}
+
+}  // namespace
+
+bool push_primary_context(int ordinal) noexcept {
+  const primary_context_calls& c = primary_context();
+  if (!c.usable()) return false;
+  int dev = 0;
+  void* ctx = nullptr;
+  if (c.device_get(&dev, ordinal) != 0 || c.retain(&ctx, dev) != 0) return false;
+  if (c.push(ctx) != 0) {
+    (void)c.release(dev);
+    return false;
+  }
+  return true;
+}
+
+void pop_primary_context(int ordinal) noexcept {
+  const primary_context_calls& c = primary_context();
+  void* popped = nullptr;
+  int dev = 0;
+  (void)c.pop(&popped);
+  if (c.device_get(&dev, ordinal) == 0) (void)c.release(dev);
+}
+
 int device_count(std::string* why) noexcept {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);

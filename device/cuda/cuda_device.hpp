@@ -18,6 +18,14 @@ int device_count(std::string* why) noexcept;
 /// used CUDA has none, and cudaGetDevice's answer (0) there is a default, not a choice.
 bool context_current() noexcept;
 
+/// Makes GPU `ordinal`'s primary context current on the calling thread (retained and pushed:
+/// cuDevicePrimaryCtxRetain, cuCtxPushCurrent), until pop_primary_context(ordinal) pops it
+/// and releases it. Unlike cudaSetDevice it leaves no trace: the thread's context (or none)
+/// and current device are as before once popped. False (nothing done) when the driver's entry
+/// points cannot be had or the context cannot be made current.
+bool push_primary_context(int ordinal) noexcept;
+void pop_primary_context(int ordinal) noexcept;
+
 /// A device on GPU `ordinal` (checked against device_count). Throws no_device_error when
 /// the ordinal does not exist, device_error when the runtime fails.
 std::unique_ptr<device> make_cuda_device(int ordinal);

@@ -12,7 +12,14 @@
  * Also exported from libmemweave.so, for PyTorch's CUDAPluggableAllocator: see
  * memweave_torch.h. An unmodified CUDA program can use the pool through the interposer
  * libmemweave_preload.so (LD_PRELOAD), which replaces cudaMalloc, cudaFree,
- * cudaMallocAsync, cudaFreeAsync and cudaMemGetInfo.
+ * cudaMallocAsync, cudaFreeAsync and cudaMemGetInfo, and cudaStreamDestroy (retiring the
+ * stream first), cudaGetLastError and cudaPeekAtLastError (reporting its failures as the
+ * runtime reports its own).
+ *
+ * In a process forked after memweave was initialized (its pools' streams and threads stay
+ * in the parent), every call that would reach a pool returns MEMWEAVE_ERROR_NOT_SUPPORTED
+ * naming the fork; memweaveOwns says 0 there, and the interposer passes the calls to the
+ * runtime.
  *
  * Streams (cudaStream_t) are written `struct CUstream_st*`, what cuda_runtime_api.h
  * defines cudaStream_t as, so that this header needs no CUDA header. */
@@ -205,7 +212,8 @@ MEMWEAVE_API const char* memweaveGetErrorString(memweave_status status);
 
 /* The message of the last failing call on this thread ("" when none has failed yet).
  * Successful calls leave it as it is; the text stays valid until the next failing call on
- * this thread. */
+ * this thread. Once the thread's storage is destroyed (a call from a global destructor at
+ * exit), failures keep only their code and this says "". */
 MEMWEAVE_API const char* memweaveGetLastErrorMessage(void);
 
 /* "0.1.0". */

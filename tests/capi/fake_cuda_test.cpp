@@ -220,7 +220,20 @@ TEST(fake_cuda, a_failing_call_from_a_global_destructor_fails_cleanly) {
 }
 
 TEST(fake_cuda, a_retired_streams_blocks_wait_for_their_events) {
-  expect_passes(run_probe("retired_stream", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+  const run_result r =
+      run_probe("retired_stream", {k_preload, "MEMWEAVE_POOL_BYTES=8M", "MEMWEAVE_LOG=debug"});
+  expect_passes(r);
+  // The interposed cudaStreamDestroy retired the stream before the runtime destroyed it.
+  const std::size_t destroyed = r.output.find("destroying the stream");
+  ASSERT_NE(destroyed, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 block(s) freed on it now wait for their events", destroyed),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(fake_cuda, a_pytorch_free_on_another_devices_default_stream_leaves_the_thread_as_it_was) {
+  expect_passes(run_probe("torch_free_leaves_the_thread_as_it_was",
+                          {"FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"}));
 }
 
 }  // namespace

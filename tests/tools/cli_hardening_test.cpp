@@ -132,7 +132,7 @@ TEST(cli_hardening_test, plan_exits_1_when_nothing_fits) {
                        {"--net", "resnet:1,1,1,1", "--image-side", "32", "--width", "0.0625",
                         "--batch", "2", search, "--tile", "--budget", "1MiB", "--policy", "all"});
     EXPECT_EQ(t.code, 1) << search << "\n" << t.out;
-    expect_has(t.out, "nothing fits");
+    expect_has(t.out, "nothing fits (budget 1.00 MiB (--budget) is below layer 'fc1000'");
   }
 }
 
@@ -174,6 +174,13 @@ TEST(cli_hardening_test, two_spellings_of_one_new_output_are_one_path) {
     const scoped_env trace("MEMWEAVE_TRACE", "./heap.trace");
     expect_has(error_of(plan_command, with({"--json", "heap.trace", "--policy", "liveness"})),
                "writes in this run");
+  }
+  {
+    // A trace is written in place, through a link: to its target, even one not made yet.
+    fs::create_symlink("report.json", dir / "trace.link");
+    const scoped_env trace("MEMWEAVE_TRACE", "trace.link");
+    expect_has(error_of(plan_command, with({"--json", "report.json", "--policy", "liveness"})),
+               "MEMWEAVE_TRACE='trace.link' is also the path --json writes");
   }
   EXPECT_FALSE(fs::exists(dir / "r.out"));
   fs::current_path(before);

@@ -51,7 +51,7 @@ std::vector<std::string> losses(const std::string& out) {
 TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
   const std::string a = temp("a.ckpt"), b = temp("b.ckpt");
   const std::vector<std::string> schedule = {
-      "--lr", "0.02",       "--lr-schedule", "step:2:0.5",     "--warmup",
+      "--lr", "0.02",       "--lr-schedule", "step:1:0.5",     "--warmup",
       "2",    "--momentum", "0.8",           "--weight-decay", "0.001"};
   auto args = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), schedule.begin(), schedule.end());
@@ -71,9 +71,11 @@ TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
   EXPECT_EQ(resumed, losses(straight.out));
   // The solver's settings from the file, the schedule given again: the file holds the base
   // rate (it held the last iteration's scheduled one, which the schedule then scaled twice).
+  // (step:1: the last iteration saved ran at 0.01, not at the base rate 0.02.)
+  EXPECT_EQ(read_checkpoint(a).state.solver.learning_rate, 0.02f);
   const auto from_file =
       run(train_command, net_args({"--iterations", "3", "--policy", "liveness", "--init-from", a,
-                                   "--lr-schedule", "step:2:0.5", "--warmup", "2"}));
+                                   "--lr-schedule", "step:1:0.5", "--warmup", "2"}));
   std::vector<std::string> resumed_from_file = losses(first.out);
   for (const auto& l : losses(from_file.out)) resumed_from_file.push_back(l);
   EXPECT_EQ(resumed_from_file, losses(straight.out)) << from_file.out;

@@ -59,8 +59,8 @@ class stream_ordered_heap {
   /// `stream` is going away (cudaStreamDestroy): its pending blocks are from now on reused
   /// only once their events complete, by any stream. A destroyed stream's queued work still
   /// runs, and a stream created later may get the same handle value, which would otherwise
-  /// take those blocks at once. Never throws.
-  void retire_stream(std::uintptr_t stream) noexcept;
+  /// take those blocks at once. The number of blocks it concerned. Never throws.
+  std::size_t retire_stream(std::uintptr_t stream) noexcept;
 
   /// Returns to the heap every pending block whose event has completed; the bytes returned.
   std::size_t reclaim() noexcept;

@@ -652,6 +652,46 @@ void retired_stream() {
   CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
   CHECK(cudaFree(b) == cudaSuccess, "cudaFree");
   CHECK(cudaStreamDestroy(s) == cudaSuccess, "cudaStreamDestroy (interposed)");
+  // The interposed cudaStreamDestroy retires by itself (the test reads the debug line): a
+  // block freed on a stream whose reader still runs when it is destroyed.
+  cudaStream_t t = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void* c = nullptr;
+  CHECK(cudaMallocAsync(&c, k_block, t) == cudaSuccess, "cudaMallocAsync");
+  launch_write(t, c, k_block, 0x33);
+  launch_read(t, c, k_block, 0x33, 150);
+  CHECK(cudaFreeAsync(c, t) == cudaSuccess, "cudaFreeAsync");
+  std::printf("destroying the stream\n");
+  CHECK(cudaStreamDestroy(t) == cudaSuccess, "cudaStreamDestroy (interposed)");
+}
+
+// PyTorch frees from any thread, also one that never chose a device: ordering the free on
+// another device's default stream leaves that thread as it was (no context, its default
+// device), where cudaSetDevice left it on the block's device (its next allocation there).
+void torch_free_leaves_the_thread_as_it_was() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++g_failures, void();
+  auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
+  using get_current_fn = int (*)(void**);
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 12000, cudaEnableDefault, &found);
+  const auto get_current = reinterpret_cast<get_current_fn>(f);
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  void* p = tm(k_block, 1, nullptr);
+  std::thread t([&] {
+    tf(p, k_block, 1, nullptr);
+    int d = -1;
+    CHECK(cudaGetDevice(&d) == cudaSuccess && d == 0, "the freeing thread was left on device %d",
+          d);
+    void* ctx = &d;
+    CHECK(get_current != nullptr && get_current(&ctx) == 0 && ctx == nullptr,
+          "the freeing thread was left with a context");
+  });
+  t.join();
+  CHECK(fake_cudart_contexts(0) == 0, "memweave created a context on device 0");
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "sync");
 }
 
 }  // namespace
@@ -701,6 +741,8 @@ int main(int argc, char** argv) {
     error_at_exit();
   } else if (scenario == "retired_stream") {
     retired_stream();
+  } else if (scenario == "torch_free_leaves_the_thread_as_it_was") {
+    torch_free_leaves_the_thread_as_it_was();
   } else {
     std::printf("FAIL: unknown scenario '%s'\n", scenario.c_str());
     return 2;

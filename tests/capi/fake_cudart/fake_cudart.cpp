@@ -14,7 +14,8 @@
 // - The current device per thread, and contexts: a thread has one current after
 //   cudaSetDevice, or after a call that needs a device made without one (device 0, as the
 //   runtime does). fake_cudart_contexts(d) says whether any thread ever had a context on d;
-//   cuCtxGetCurrent (through cudaGetDriverEntryPointByVersion) answers per thread.
+//   cuCtxGetCurrent (through cudaGetDriverEntryPointByVersion) answers per thread, and the
+//   primary context's retain/release and cuCtxPushCurrent/PopCurrent keep a per-thread stack.
 // - cudaFree and cudaDeviceSynchronize wait for every stream of the device, as the runtime.
 // Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
 // tables; stream work runs on the streams' threads).
@@ -29,6 +30,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "device/host/host_device.hpp"
@@ -205,6 +208,43 @@ int fake_cu_ctx_get_current(void** ctx) {
   return 0;
 }
 
+// The driver's context stack, as far as the runtime's current device goes: a pushed primary
+// context makes its device current (with a context) until popped, when the thread's device
+// and context are as before. A device's primary context is the handle device + 2.
+thread_local std::vector<std::pair<int, bool>> t_pushed;  // (t_device, t_context) before
+
+int fake_cu_device_get(int* dev, int ordinal) {
+  if (ordinal < 0 || ordinal >= g().devices) return 101;  // CUDA_ERROR_INVALID_DEVICE
+  *dev = ordinal;
+  return 0;
+}
+
+int fake_cu_primary_ctx_retain(void** ctx, int dev) {
+  if (dev < 0 || dev >= g().devices) return 101;
+  *ctx = reinterpret_cast<void*>(static_cast<std::uintptr_t>(dev + 2));
+  g().context[dev].store(true);
+  return 0;
+}
+
+int fake_cu_primary_ctx_release(int dev) {
+  return dev < 0 || dev >= g().devices ? 101 : 0;
+}
+
+int fake_cu_ctx_push_current(void* ctx) {
+  t_pushed.emplace_back(t_device, t_context);
+  t_device = static_cast<int>(reinterpret_cast<std::uintptr_t>(ctx)) - 2;
+  t_context = true;
+  return 0;
+}
+
+int fake_cu_ctx_pop_current(void** ctx) {
+  if (t_pushed.empty()) return 201;  // CUDA_ERROR_INVALID_CONTEXT
+  if (ctx != nullptr) *ctx = reinterpret_cast<void*>(static_cast<std::uintptr_t>(t_device + 2));
+  std::tie(t_device, t_context) = t_pushed.back();
+  t_pushed.pop_back();
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -265,10 +305,20 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
                                              unsigned long long /*flags*/,
                                              cudaDriverEntryPointQueryResult* status) {
   if (symbol == nullptr || funcPtr == nullptr) return fail(cudaErrorInvalidValue);
-  if (std::strcmp(symbol, "cuCtxGetCurrent") == 0) {
-    *funcPtr = reinterpret_cast<void*>(&fake_cu_ctx_get_current);
-    if (status != nullptr) *status = cudaDriverEntryPointSuccess;
-    return cudaSuccess;
+  static const std::pair<const char*, void*> entries[] = {
+      {"cuCtxGetCurrent", reinterpret_cast<void*>(&fake_cu_ctx_get_current)},
+      {"cuDeviceGet", reinterpret_cast<void*>(&fake_cu_device_get)},
+      {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&fake_cu_primary_ctx_retain)},
+      {"cuDevicePrimaryCtxRelease", reinterpret_cast<void*>(&fake_cu_primary_ctx_release)},
+      {"cuCtxPushCurrent", reinterpret_cast<void*>(&fake_cu_ctx_push_current)},
+      {"cuCtxPopCurrent", reinterpret_cast<void*>(&fake_cu_ctx_pop_current)},
+  };
+  for (const auto& [name, f] : entries) {
+    if (std::strcmp(symbol, name) == 0) {
+      *funcPtr = f;
+      if (status != nullptr) *status = cudaDriverEntryPointSuccess;
+      return cudaSuccess;
+    }
   }
   *funcPtr = nullptr;
   if (status != nullptr) *status = cudaDriverEntryPointSymbolNotFound;
