@@ -629,6 +629,18 @@ void error_at_exit() {
   g_free_at_exit.free_fn = f;  // and once more after main, from a global destructor
 }
 
+// A new stream with a block allocated on it, written, then freed while a reader still runs
+// (150 ms): the block.
+void* freed_while_read(cudaStream_t* s, unsigned char value) {
+  CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void* a = nullptr;
+  CHECK(cudaMallocAsync(&a, k_block, *s) == cudaSuccess, "cudaMallocAsync");
+  launch_write(*s, a, k_block, value);
+  launch_read(*s, a, k_block, value, 150);
+  CHECK(cudaFreeAsync(a, *s) == cudaSuccess, "cudaFreeAsync");
+  return a;
+}
+
 // A stream retired before it is destroyed: the blocks freed on it wait for their events, even
 // for the same handle (a stream created later may get it while the old one's work runs).
 void retired_stream() {
@@ -636,12 +648,7 @@ void retired_stream() {
   CHECK(retire != nullptr, "libmemweave.so is not preloaded");
   if (retire == nullptr) return;
   cudaStream_t s = nullptr;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
-  void* a = nullptr;
-  CHECK(cudaMallocAsync(&a, k_block, s) == cudaSuccess, "cudaMallocAsync");
-  launch_write(s, a, k_block, 0x11);
-  launch_read(s, a, k_block, 0x11, 150);
-  CHECK(cudaFreeAsync(a, s) == cudaSuccess, "cudaFreeAsync");
+  void* a = freed_while_read(&s, 0x11);
   CHECK(retire(s) == MEMWEAVE_SUCCESS, "memweaveRetireStream");
   void* b = nullptr;
   CHECK(cudaMallocAsync(&b, k_block, s) == cudaSuccess, "cudaMallocAsync");
@@ -655,12 +662,7 @@ void retired_stream() {
   // The interposed cudaStreamDestroy retires by itself (the test reads the debug line): a
   // block freed on a stream whose reader still runs when it is destroyed.
   cudaStream_t t = nullptr;
-  CHECK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking) == cudaSuccess, "stream");
-  void* c = nullptr;
-  CHECK(cudaMallocAsync(&c, k_block, t) == cudaSuccess, "cudaMallocAsync");
-  launch_write(t, c, k_block, 0x33);
-  launch_read(t, c, k_block, 0x33, 150);
-  CHECK(cudaFreeAsync(c, t) == cudaSuccess, "cudaFreeAsync");
+  (void)freed_while_read(&t, 0x33);
   std::printf("destroying the stream\n");
   CHECK(cudaStreamDestroy(t) == cudaSuccess, "cudaStreamDestroy (interposed)");
 }
