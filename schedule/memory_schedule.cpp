@@ -1398,6 +1398,59 @@ schedule_options schedule_options::from_environment() {
   return o;
 }
 
+bool memory_schedule_cannot_fit(const schedule_problem& problem, const schedule_options& options,
+                                std::uint32_t* step, std::size_t* floor_bytes) {
+  const std::size_t steps = problem.step_seconds.size();
+  if (steps == 0) return false;
+  // Per step, what stays whatever the greedy does (a difference array over step ranges).
+  std::vector<std::int64_t> delta(steps + 1, 0);
+  auto add = [&](std::size_t from, std::size_t to_inclusive, std::size_t b) {
+    if (from > to_inclusive || to_inclusive >= steps) return;
+    delta[from] += static_cast<std::int64_t>(b);
+    delta[to_inclusive + 1] -= static_cast<std::int64_t>(b);
+  };
+  for (const schedule_tensor& x : problem.tensors) {
+    if (x.bytes == 0) continue;
+    const auto& u = x.uses;
+    // commit_best weighs no action on a tensor below min_bytes, parks or not.
+    const bool movable = x.bytes >= options.min_bytes;
+    if (u.empty()) {
+      if (x.persistent) add(0, steps - 1, x.bytes);
+      continue;
+    }
+    for (const schedule_use& use : u)
+      add(use.step, use.step, use.on_host ? use.slice_bytes : x.bytes);
+    if (x.persistent && !(movable && x.parkable && options.allow_swap)) {
+      if (u.front().step > 0) add(0, u.front().step - 1, x.bytes);
+      add(u.back().step + 1, steps - 1, x.bytes);
+    }
+    for (std::size_t i = 0; i + 1 < u.size(); ++i) {
+      if (u[i].on_host) continue;  // in host memory until its next use
+      // Any action the greedy may take on this gap counts as taking the tensor off every step
+      // inside it (generous: swaps keep it near their ends), so the floor is never too high.
+      const std::uint32_t a = u[i].step, c = u[i + 1].step;
+      const bool swap = options.allow_swap && c - a >= options.min_swap_distance;
+      const bool drop = options.allow_drop && x.rebuildable && !u[i + 1].on_host;
+      if (!movable || x.pinned || (!swap && !drop)) add(a + 1, c - 1, x.bytes);
+    }
+  }
+  std::int64_t run = 0;
+  for (std::size_t s = 0; s < steps; ++s) {
+    run += delta[s];
+    std::size_t extra = s < problem.step_extra_bytes.size() ? problem.step_extra_bytes[s] : 0;
+    if (s < problem.step_options.size()) {
+      for (const step_option& o : problem.step_options[s]) extra = std::min(extra, o.extra_bytes);
+    }
+    const std::size_t floor = static_cast<std::size_t>(run) + extra;
+    if (floor > problem.budget_bytes) {
+      if (step != nullptr) *step = static_cast<std::uint32_t>(s);
+      if (floor_bytes != nullptr) *floor_bytes = floor;
+      return true;
+    }
+  }
+  return false;
+}
+
 memory_schedule plan_memory_schedule(const schedule_problem& problem,
                                      const schedule_options& options) {
   options.validate();

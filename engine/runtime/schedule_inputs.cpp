@@ -254,6 +254,10 @@ bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {
 namespace {
 
 std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_options& options) {
+  // A step whose untouchable bytes exceed the budget (the parameters of a deep network pinned
+  // between their uses, each too small to park) corners the greedy at every attempt below:
+  // none is made (a 2116-layer ResNet at half its peak planned for 7 s to no schedule).
+  if (memory_schedule_cannot_fit(p, options)) return std::nullopt;
   memory_schedule planned = plan_memory_schedule(p, options);
   if (!planned.fits) {
     // The greedy choice can corner itself (a step left with nothing idle): plan again with

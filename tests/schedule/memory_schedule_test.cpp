@@ -613,6 +613,49 @@ TEST(memory_schedule_test, a_persistent_tensor_not_parkable_stays_and_the_schedu
   EXPECT_TRUE(plan_memory_schedule(p, o).gaps.empty());
 }
 
+// What no action can take off a step, seen before any planning: true only where the greedy
+// cannot fit, at every threshold it is given.
+TEST(memory_schedule_test, a_step_nothing_can_relieve_is_seen_before_planning) {
+  schedule_problem p = idle_at_both_ends();
+  const auto cannot = [&](const schedule_options& o) {
+    const bool seen = memory_schedule_cannot_fit(p, o);
+    if (seen) EXPECT_FALSE(plan_memory_schedule(p, o).fits);  // sound: the greedy agrees
+    return seen;
+  };
+  EXPECT_FALSE(cannot(no_headroom()));  // W parks: nothing is sure to stay
+  p.tensors[0].parkable = false;        // W stays at both ends, beside 100 MiB of activations
+  std::uint32_t step = 99;
+  std::size_t floor = 0;
+  EXPECT_TRUE(memory_schedule_cannot_fit(p, no_headroom(), &step, &floor));
+  EXPECT_EQ(step, 0u);
+  EXPECT_EQ(floor, 200 * k_mib);
+  EXPECT_TRUE(cannot(no_headroom()));
+  p.tensors[0].parkable = true;
+  schedule_options o = no_headroom();
+  o.allow_swap = false;  // no park without swaps
+  EXPECT_TRUE(cannot(o));
+  o = no_headroom();
+  o.min_bytes = 200 * k_mib;  // below min_bytes: not weighed at all
+  EXPECT_TRUE(cannot(o));
+  // Pinned between its uses: a tensor A idle at steps 1..8 beside B's 100 MiB (2..7).
+  schedule_problem q = long_gap(10, 10e-3, 2, 7);
+  q.budget_bytes = 150 * k_mib;
+  EXPECT_FALSE(memory_schedule_cannot_fit(q, no_headroom()));
+  q.tensors[0].pinned = true;
+  EXPECT_TRUE(memory_schedule_cannot_fit(q, no_headroom()));
+  EXPECT_FALSE(plan_memory_schedule(q, no_headroom()).fits);
+  // A step's workspace counts at its smallest, options and fixed bytes alike (the executor's
+  // last attempt plans with the fixed bytes alone).
+  schedule_problem w = long_gap(10, 10e-3, 2, 7);
+  w.budget_bytes = 150 * k_mib;
+  w.step_extra_bytes.assign(10, 0);
+  w.step_extra_bytes[4] = 100 * k_mib;
+  EXPECT_TRUE(memory_schedule_cannot_fit(w, no_headroom()));
+  w.step_options.assign(10, {});
+  w.step_options[4] = {{1e-3, 100 * k_mib}, {2e-3, 0}};
+  EXPECT_FALSE(memory_schedule_cannot_fit(w, no_headroom()));
+}
+
 // The prefetch of A (long_gap with B busy over steps 2..6) under the prefetch controls.
 scheduled_gap swap_under(const schedule_options& o) {
   schedule_problem p = long_gap(10, 10e-3, 2, 6);

@@ -308,6 +308,16 @@ schedule_bound bound_memory_schedule(const schedule_problem& problem);
 memory_schedule plan_memory_schedule(const schedule_problem& problem,
                                      const schedule_options& options = {});
 
+/// Whether no schedule plan_memory_schedule could make under `options` fits `problem`'s
+/// whole budget, for a reason that needs no planning to see: some step holds more than the
+/// budget of what no action can take off it (its own uses at its smallest workspace, the
+/// pinned tensors idle there, a persistent one that cannot park outside its uses, those below
+/// min_bytes, what no swap or drop may touch). Sound in one direction only: true means the
+/// greedy cannot fit (at any headroom, with or without its workspace options); false decides
+/// nothing. O(tensors + uses + steps). The step and its bytes in `*step`, `*floor_bytes`.
+bool memory_schedule_cannot_fit(const schedule_problem& problem, const schedule_options& options,
+                                std::uint32_t* step = nullptr, std::size_t* floor_bytes = nullptr);
+
 /// Throws invalid_argument when `options` would make results differ from a run with no
 /// memory technique (FP16 compression is lossy); `context` names who needs exact results
 /// ("the oracle's bit-identity mode"). What an exact mode calls before planning.
