@@ -190,11 +190,12 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     try {
       transfers_ = std::make_unique<transfers>(dev, options.host_pool_bytes, std::move(to));
     } catch (const out_of_memory& e) {
-      // Name the knob: the device's message knows only the mapping that failed.
-      throw out_of_memory(std::string("the pinned host pool (executor_options::host_pool_bytes: "
-                                      "--host-pool, MEMWEAVE_HOST_POOL_BYTES) cannot be had: ") +
-                              e.what() + "; lower it",
-                          e.requested(), e.free_bytes(), e.largest_free_run());
+      // Not "does not fit", as the heap's arena above: a pool that size cannot be had at all
+      // (beyond the address space or memory this process may map). Named by its knob: the
+      // device's message knows only the mapping that failed.
+      throw invalid_argument(std::string("the pinned host pool (executor_options::host_pool_bytes: "
+                                         "--host-pool, MEMWEAVE_HOST_POOL_BYTES) cannot be had: ") +
+                             e.what() + "; lower it");
     }
   }
 
