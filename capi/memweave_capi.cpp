@@ -294,8 +294,8 @@ int release(const char* what_call, void* ptr, CUstream_st* stream, bool stream_o
   if (ptr == nullptr) return MEMWEAVE_SUCCESS;
   busy_scope busy;
   try {
-    context* c = current();
     if (g_forked.load(std::memory_order_relaxed)) return fork_refusal(what_call);
+    context* c = current();
     if (c == nullptr) {
       return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
                   std::string(what_call) + "(" + pointer_text(ptr) +
@@ -618,12 +618,12 @@ memweave_status memweaveRetireStream(struct CUstream_st* stream) {
   using namespace memweave::capi;
   if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveRetireStream");
   context* c = current();
-  if (c == nullptr) return MEMWEAVE_SUCCESS;
+  // A default-stream handle names a device's own stream, which is never destroyed.
+  if (c == nullptr || c->rt->is_default_stream(stream)) return MEMWEAVE_SUCCESS;
   busy_scope busy;
   for (std::size_t d = 0; d < c->pools.size(); ++d) {
     pool* p = c->pools[d].load(std::memory_order_acquire);
-    // A default-stream handle names a device's own stream, which is never destroyed.
-    if (p == nullptr || c->rt->is_default_stream(stream)) continue;
+    if (p == nullptr) continue;
     const std::size_t blocks = p->ordered->retire_stream(c->rt->stream_key(stream, p->ordinal));
     if (blocks != 0 && memweave::log_enabled(memweave::log_level::debug)) {
       memweave::log(memweave::log_level::debug,

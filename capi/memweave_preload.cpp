@@ -183,13 +183,14 @@ bool memweave_unavailable(int rc) noexcept {
   return true;
 }
 
-// An out-of-memory of `call`, logged with memweave's numbers (the request, free bytes, the
-// largest free run): the CUDA runtime prints nothing, and a plain program reads no C API.
+// After an allocation memweave served: an out-of-memory of `call` is logged with memweave's
+// numbers (the request, free bytes, the largest free run), since the CUDA runtime prints
+// nothing and a plain program reads no C API. Once per thread's run of failures: a program
+// that probes for the largest block (or falls back on failure) would otherwise fill stderr. A
+// success ends the run.
 void log_out_of_memory(int rc, const char* call) noexcept {
-  if (rc != MEMWEAVE_ERROR_MEMORY_ALLOCATION) return;
-  // Once per thread and call site's run of failures: a program that probes for the largest
-  // block (or falls back on failure) would otherwise fill stderr. A success re-arms it.
-  if (t_out_of_memory_told) return;
+  if (rc == MEMWEAVE_SUCCESS) t_out_of_memory_told = false;
+  if (rc != MEMWEAVE_ERROR_MEMORY_ALLOCATION || t_out_of_memory_told) return;
   t_out_of_memory_told = true;
   try {
     memweave::log(memweave::log_level::warn,
@@ -218,7 +219,6 @@ cudaError_t malloc_async(std::atomic<malloc_async_fn>& slot, const char* name, v
   if (p == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMallocAsync(p, bytes, s);
   if (memweave_unavailable(rc)) return errors.forwarded(real_malloc_async(slot, name, p, bytes, s));
-  if (rc == MEMWEAVE_SUCCESS) t_out_of_memory_told = false;
   log_out_of_memory(rc, "cudaMallocAsync");
   return errors.served(static_cast<cudaError_t>(rc));
 }
@@ -243,7 +243,6 @@ __attribute__((visibility("default"))) cudaError_t cudaMalloc(void** devPtr, siz
   if (devPtr == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMalloc(devPtr, size);
   if (memweave_unavailable(rc)) return errors.forwarded(real_malloc(devPtr, size));
-  if (rc == MEMWEAVE_SUCCESS) t_out_of_memory_told = false;
   log_out_of_memory(rc, "cudaMalloc");
   return errors.served(static_cast<cudaError_t>(rc));
 }

@@ -63,8 +63,6 @@ struct run_input {
   std::filesystem::path path;
 };
 
-// `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
-// not be a device or a pipe either; a trace is written in place.
 // Where `path` would be written: absolute, without `.` or `..`, its directory's links
 // resolved, so that two spellings of one file not made yet (`x`, `./x`, its absolute path)
 // are one key. A file written beside and renamed over `path` (`replaced`) replaces a link
@@ -84,7 +82,9 @@ std::string output_key(const std::string& path, bool replaced) {
   return ((ec ? p.parent_path() : dir) / p.filename()).lexically_normal().string();
 }
 
-// `seen`: the outputs checked so far, by output_key, and the knob that named each.
+// `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
+// not be a device or a pipe either; a trace is written in place. `seen`: the outputs checked
+// so far, by output_key, and the knob that named each.
 void check_output_path(const std::string& knob, const std::string& path, bool replaced,
                        std::map<std::string, std::string>& seen,
                        const std::vector<run_input>& inputs) {

@@ -105,20 +105,18 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
       } else {
         batch = v;
       }
-      std::optional<network> net;
       try {
-        net.emplace(make_planning_network(probe, batch));
-      } catch (const budget_too_small& e) {
-        // Under --tile, a layer that cannot run tile by tile: it does not fit.
-        if (v == 1) smallest_refused = e.what();
-        return false;
-      } catch (const invalid_argument&) {
-        // The smallest value builds the user's own network: its errors are theirs. A larger
-        // one that does not build has a tensor beyond any address space: it does not fit.
-        if (v == 1) throw;
-        return false;
-      }
-      try {
+        std::optional<network> net;
+        try {
+          net.emplace(make_planning_network(probe, batch));
+        } catch (const budget_too_small&) {
+          throw;  // below
+        } catch (const invalid_argument&) {
+          // The smallest value builds the user's own network: its errors are theirs. A larger
+          // one that does not build has a tensor beyond any address space: it does not fit.
+          if (v == 1) throw;
+          return false;
+        }
         return plan_fits_budget(*net, o, policy, dev);
       } catch (const budget_too_small& e) {
         // A step the budget cannot hold (under --tile, a layer that cannot run tile by tile):

@@ -398,34 +398,16 @@ class cuda_device final : public device {
 
 }  // namespace
 
-bool context_current() noexcept {
-  // cuCtxGetCurrent(CUcontext*) through the runtime, so that memweave needs no link to
-  // libcuda (absent on machines without a driver). 0 = CUDA_SUCCESS.
-  using get_current_fn = int (*)(void**);
-  static const get_current_fn get_current = []() noexcept -> get_current_fn {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 4000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
-    }
-    return reinterpret_cast<get_current_fn>(f);
-  }();
-  if (get_current == nullptr) return true;  // cannot tell: keep the runtime's own answer
-  void* ctx = nullptr;
-  return get_current(&ctx) == 0 && ctx != nullptr;
-}
-
 namespace {
 
-// A driver function through the runtime (no link to libcuda), or nullptr.
+// A driver function through the runtime, as of CUDA `version`, so that memweave needs no link
+// to libcuda (absent on machines without a driver); nullptr where it cannot be had.
 template <class F>
-F driver_entry(const char* name) noexcept {
+F driver_entry(const char* name, unsigned int version) noexcept {
   void* f = nullptr;
   cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &found) !=
+          cudaSuccess ||
       found != cudaDriverEntryPointSuccess) {
     (void)cudaGetLastError();
     return nullptr;
@@ -433,14 +415,28 @@ F driver_entry(const char* name) noexcept {
   return reinterpret_cast<F>(f);
 }
 
+}  // namespace
+
+bool context_current() noexcept {
+  // cuCtxGetCurrent(CUcontext*); 0 = CUDA_SUCCESS.
+  using get_current_fn = int (*)(void**);
+  static const auto get_current = driver_entry<get_current_fn>("cuCtxGetCurrent", 4000);
+  if (get_current == nullptr) return true;  // cannot tell: keep the runtime's own answer
+  void* ctx = nullptr;
+  return get_current(&ctx) == 0 && ctx != nullptr;
+}
+
+namespace {
+
 // The driver calls of push/pop_primary_context (CUresult is an int, CUdevice an int, CUcontext
 // a pointer; 0 = CUDA_SUCCESS).
 struct primary_context_calls {
-  int (*device_get)(int*, int) = driver_entry<int (*)(int*, int)>("cuDeviceGet");
-  int (*retain)(void**, int) = driver_entry<int (*)(void**, int)>("cuDevicePrimaryCtxRetain");
-  int (*release)(int) = driver_entry<int (*)(int)>("cuDevicePrimaryCtxRelease");
-  int (*push)(void*) = driver_entry<int (*)(void*)>("cuCtxPushCurrent");
-  int (*pop)(void**) = driver_entry<int (*)(void**)>("cuCtxPopCurrent");
+  int (*device_get)(int*, int) = driver_entry<int (*)(int*, int)>("cuDeviceGet", 12000);
+  int (*retain)(void**, int) = driver_entry<int (*)(void**, int)>("cuDevicePrimaryCtxRetain",
+                                                                  12000);
+  int (*release)(int) = driver_entry<int (*)(int)>("cuDevicePrimaryCtxRelease", 12000);
+  int (*push)(void*) = driver_entry<int (*)(void*)>("cuCtxPushCurrent", 12000);
+  int (*pop)(void**) = driver_entry<int (*)(void**)>("cuCtxPopCurrent", 12000);
   bool usable() const noexcept {
     return device_get != nullptr && retain != nullptr && release != nullptr && push != nullptr &&
            pop != nullptr;

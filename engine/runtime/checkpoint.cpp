@@ -163,11 +163,10 @@ checkpoint_file read_checkpoint(const std::string& path) {
   f.state.iteration = r.get<std::int64_t>("the iteration");
   // At most 2^53, so that adding a run's iterations to it cannot overflow (INT64_MAX wrapped
   // to a negative iteration).
-  constexpr std::int64_t k_max_iteration = checkpoint_max_iteration;
-  if (f.state.iteration < 0 || f.state.iteration > k_max_iteration) {
+  if (f.state.iteration < 0 || f.state.iteration > checkpoint_max_iteration) {
     throw invalid_argument("checkpoint '" + path + "' is corrupt: iteration " +
                            std::to_string(f.state.iteration) + " is not from 0 to " +
-                           std::to_string(k_max_iteration));
+                           std::to_string(checkpoint_max_iteration));
   }
   f.state.seed = r.get<std::uint64_t>("the seed");
   f.state.solver.learning_rate = r.get<float>("the learning rate");

@@ -23,11 +23,11 @@ namespace memweave {
 /// The file format version this build writes (and the only one it reads).
 inline constexpr std::uint32_t checkpoint_version = 1;
 
-/// What a checkpoint holds besides the tensors.
 /// The largest iteration a checkpoint records (2^53: a double counts it exactly, and adding
 /// a run's iterations to it cannot overflow).
 inline constexpr std::int64_t checkpoint_max_iteration = std::int64_t{1} << 53;
 
+/// What a checkpoint holds besides the tensors.
 struct checkpoint_state {
   std::int64_t iteration = 0;  ///< the next iteration to run (iterations done so far)
   std::uint64_t seed = 1;      ///< executor::seed(): the dropout masks of later iterations
