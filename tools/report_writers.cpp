@@ -119,6 +119,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"transfer_wait_s\": " << json_number(p.transfer_wait_s)
         << ",\n      \"images_per_s\": " << json_number(p.images_per_s)
         << ",\n      \"seconds_per_iteration\": " << json_number(p.seconds_per_iteration)
+        << ",\n      \"timed_iterations\": [" << p.timed_first << ", " << p.timed_last << "]"
         << ",\n      \"bookkeeping_us_per_step\": " << json_number(p.bookkeeping_us_per_step)
         << ",\n      \"ranks\": " << p.ranks
         << ",\n      \"allreduce_bytes\": " << p.allreduce_bytes
@@ -443,6 +444,16 @@ void write_summary(std::ostream& out, const run_report& r) {
             << std::setprecision(4) << 1e3 * p.replan.replanned_iteration_seconds
             << " ms, the model's in " << 1e3 * p.replan.model_iteration_seconds
             << " ms: " << (p.replan.replanned ? "the re-planned" : "the model's") << " runs on\n";
+      }
+      if (r.command == "train" && p.timed_first > 2) {
+        out << "  " << p.policy << ": img/s timed over iterations " << p.timed_first << "-"
+            << p.timed_last << ", after the re-planning and its trial (each switch of schedule "
+            << "re-places the parameters)\n";
+      } else if (r.command == "train" && p.replan.replanned &&
+                 p.replan.model_iteration_seconds == 0 && p.timed_last > 1) {
+        out << "  " << p.policy << ": img/s timed over iterations " << p.timed_first << "-"
+            << p.timed_last << ", all in the trial of the re-planned schedule (each switch of "
+            << "schedule re-places the parameters): more iterations time the speed after it\n";
       }
     }
     if (p.host_drops != 0) {

@@ -648,8 +648,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   begin_iteration();
   // What this iteration records: the caller's timeline, or, for the first iteration of a
   // schedule to re-plan from measured times, the executor's own.
-  const bool measure = schedule_ && options_.replan_from_measured && touches &&
-                       !replan_.replanned && replan_.note.empty();
+  const bool measure = replans_next();
   if (measure && options_.timeline == nullptr) measuring_ = std::make_unique<stream_timeline>(dev_);
   if (recording() != nullptr) recording()->clear();
   if (transfers_) transfers_->engine.set_timeline(recording());

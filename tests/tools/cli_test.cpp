@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "cli_harness.hpp"
 #include "support/static_tls_reexec.hpp"
@@ -84,6 +85,44 @@ TEST(cli_test, trace_timeline_writes_each_policys_streams_as_a_perfetto_trace) {
   }
   std::filesystem::remove(liveness);
   std::filesystem::remove(all);
+}
+
+// all's first iterations re-plan the schedule and try it against the model's, re-placing the
+// parameters at each switch: the summary's img/s is timed after them where the run goes on
+// past them, and says over which iterations, in its text and in --json.
+TEST(cli_test, train_times_its_speed_after_alls_replanning_trial) {
+  const std::string json = temp("timed.json");
+  const auto timed = [&](int iterations) {
+    const auto r = run(train_command, with({"--iterations", std::to_string(iterations), "--policy",
+                                            "all", "--device", "host", "--threads", "2", "--budget",
+                                            "1MiB", "--json", json}));
+    EXPECT_EQ(r.code, 0) << r.out;
+    const std::string j = slurp(json);
+    const auto at = j.find("\"timed_iterations\": [");
+    EXPECT_NE(at, std::string::npos) << j;
+    // Tried only where the re-planned schedule ran on the null device, which the measured
+    // times decide: the model's may stay without a trial. The trial over, both are timed.
+    const bool tried = j.find("\"model_iteration_seconds\": 0,") == std::string::npos;
+    return std::make_tuple(r.out, j.substr(at + 21, j.find(']', at) - at - 21), tried);
+  };
+  const auto [out, range, tried] = timed(7);
+  if (tried) {
+    EXPECT_EQ(range, "6, 7");
+    EXPECT_NE(out.find("all: img/s timed over iterations 6-7, after the re-planning and its trial"),
+              std::string::npos)
+        << out;
+  } else {
+    EXPECT_EQ(range, "2, 7");
+    EXPECT_EQ(out.find("img/s timed over"), std::string::npos) << out;
+  }
+  // A run that ends within the trial times what it has, and says so.
+  const auto [short_out, short_range, short_tried] = timed(3);
+  EXPECT_EQ(short_range, "2, 3");
+  const bool in_trial =
+      short_out.find("all in the trial of the re-planned schedule") != std::string::npos;
+  EXPECT_EQ(in_trial, short_out.find("gaps changed") != std::string::npos) << short_out;
+  (void)short_tried;
+  std::filesystem::remove(json);
 }
 
 TEST(cli_test, the_cost_model_is_chosen_by_name_and_a_bad_name_is_refused) {

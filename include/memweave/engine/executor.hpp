@@ -251,6 +251,12 @@ class executor {
   /// Throws out_of_memory naming the step, the layer and the tensor when the budget cannot
   /// serve an allocation; the executor can then only be destroyed.
   double run_iteration(data_source* data, std::int64_t iteration);
+  /// Whether the next iteration runs the schedule that stays: false while `all` on a device
+  /// that computes still has to re-plan from the next iteration's measured times, or is
+  /// trying the re-planned schedule and the model's in turn. Those iterations carry the
+  /// re-planning and each switch's re-placement of the parameters; a caller that reports
+  /// the steady speed times the iterations after this turns true.
+  bool settled() const noexcept { return !replans_next() && trial_iterations_ < 0; }
 
   /// The solver's settings the next iteration uses (at first executor_options').
   const solver_settings& solver() const noexcept { return solver_; }
@@ -511,6 +517,11 @@ class executor {
   double trial_seconds_[2] = {0.0, 0.0};
   std::unique_ptr<memory_schedule> other_schedule_;  // the one not running during the trial
   void continue_replan_trial(double iteration_seconds);
+  // The next iteration is the one whose measured times the schedule is re-planned from.
+  bool replans_next() const noexcept {
+    return schedule_ && options_.replan_from_measured && dev_.touches_memory() &&
+           !replan_.replanned && replan_.note.empty();
+  }
   struct step_marks {
     int offloads = 0, prefetches = 0, replays = 0;
   } marks_;  // the current step's copies and replays, for its record

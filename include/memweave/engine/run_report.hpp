@@ -138,9 +138,13 @@ struct policy_report {
   double staged_fp16_error = 0.0;
   /// all: values in host memory given back when it ran out, to be rebuilt by replays.
   std::uint64_t host_drops = 0;
-  double max_compression_error = 0.0;     ///< the largest relative fp16 round-trip error
-  double images_per_s = 0.0;              ///< train only
-  double seconds_per_iteration = 0.0;     ///< train: measured; plan: simulated
+  double max_compression_error = 0.0;  ///< the largest relative fp16 round-trip error
+  double images_per_s = 0.0;           ///< train only
+  double seconds_per_iteration = 0.0;  ///< train: measured; plan: simulated
+  /// train: the iterations (1-based, of this run) images_per_s and seconds_per_iteration
+  /// were timed over: after the first, and after all's re-planning trial where the run is
+  /// long enough to have iterations past it; 0 where none was timed.
+  int timed_first = 0, timed_last = 0;
   double bookkeeping_us_per_step = 0.0;   ///< time the engine spends outside kernels per step
   int ranks = 1;                          ///< data-parallel ranks (gradients reduced)
   std::uint64_t allreduce_bytes = 0;      ///< gradient bytes reduced per iteration
