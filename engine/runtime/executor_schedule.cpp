@@ -203,7 +203,7 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
     }
   }
   // Keeping what a replay rebuilt early until its own use saves replays (DenseNet-121 at a
-  // third of its peak: 0.838 -> 0.883 of liveness's speed) but holds memory longer, which
+  // third of its peak: 0.838 -> 0.880 of liveness's speed) but holds memory longer, which
   // can fragment the heap (ResNet-50 there: 457 safety-net evictions at half the headroom):
   // run at the headroom and share chosen, kept if faster.
   o.schedule.conv_mode_workspaces = chosen.schedule.conv_mode_workspaces;

@@ -251,8 +251,9 @@ struct scheduled_gap {
   std::uint32_t prefetch = 0;  ///< swap: the step after which the copy back is issued
   bool compressed = false;     ///< swap: both copies move fp16 (transfer_encoding::fp16)
   /// swap of a persistent tensor across the iteration's end (parked): `after` is its last
-  /// use, `before` its first (so before < after), released before step `release` > after,
-  /// on the host at the iteration boundary, prefetched after step `prefetch` < before.
+  /// use, `before` its first (so before <= after, equal for a momentum: one use), released before
+  /// step `release` > after, on the host at the iteration boundary, prefetched after step
+  /// `prefetch` < before.
   bool wraps = false;
   /// swap closing at a use in host memory (a staged step, schedule_use::on_host): no
   /// prefetch (`prefetch` = before - 1); the staged step takes the host copy.
