@@ -219,6 +219,12 @@ network_run_options read_network_run_options(cli_args& args) {
   }
   o.budget_bytes = args.get_bytes("budget", 1, k_max_tensor_bytes).value_or(0);
   o.executor.heap = heap_options::from_environment();
+  MEMWEAVE_EXPECTS(o.budget_bytes == 0 || o.executor.heap.grow_bytes == 0,
+                   "MEMWEAVE_POOL_GROW=" + option_raw("MEMWEAVE_POOL_GROW").value_or("") +
+                       " with --budget " + *args.get("budget") +
+                       ": the budget is all the device memory the run may use, and a heap that "
+                       "grows would take more; unset MEMWEAVE_POOL_GROW (it is for the drop-in "
+                       "allocator and runs without --budget)");
   if (auto fit = args.get("fit")) {
     MEMWEAVE_EXPECTS(*fit == "best" || *fit == "first",
                      "--fit '" + *fit + "': expected best or first");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/runtime/executor_staging.hpp"
+#include "memweave/comm/communicator.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/engine/split_plan.hpp"
@@ -34,6 +35,12 @@ void check_executor_options(const executor_options& options) {
                    "executor_options.global_batch = " + std::to_string(options.global_batch) +
                        ", first_sample = " + std::to_string(options.first_sample) +
                        ": expected at least 0 each");
+  // A budget is the heap's one arena: grown, the run would take memory past it and still
+  // say it fits (and plan, whose null heap is sized the same, would disagree).
+  MEMWEAVE_EXPECTS(options.budget_bytes == 0 || options.heap.grow_bytes == 0,
+                   "executor_options.heap.grow_bytes = " + std::to_string(options.heap.grow_bytes) +
+                       " with budget_bytes = " + std::to_string(options.budget_bytes) +
+                       ": a budget is the heap's one arena and never grows; set grow_bytes 0");
   MEMWEAVE_EXPECTS(options.split_regions >= 0 && options.split_regions <= 1024,
                    "executor_options.split_regions = " + std::to_string(options.split_regions) +
                        ": expected 0 (whole plans) to 1024 (MEMWEAVE_SPLIT_REGIONS)");
@@ -93,6 +100,16 @@ std::string below_largest_step_hint(const executor_options& options, bool moves_
                                     bool split) {
   const bool any_split = std::any_of(options.split_parts.begin(), options.split_parts.end(),
                                      [](int p) { return p > 1; });
+  // With data parallelism --split is refused (one device only); what lowers the floor there
+  // is smaller gradient buckets: a bucket's gradients all live until it is reduced.
+  const int ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
+  if (ranks > 1) {
+    return std::string(moves_persistent ? ""
+                                        : " (utp and all also move parameters to host memory)") +
+           ", or lower MEMWEAVE_BUCKET_BYTES (" + format_bytes(options.bucket_bytes) + "): with " +
+           std::to_string(ranks) +
+           " ranks each gradient bucket's gradients live until it is reduced";
+  }
   if (!moves_persistent) {
     return " (utp and all also move parameters to host memory" +
            std::string(any_split ? ""

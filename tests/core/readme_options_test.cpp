@@ -1,5 +1,6 @@
 // The README documents every MEMWEAVE_* variable; this test keeps it equal to the table in
-// core/config.cpp (name and default), in both directions.
+// core/config.cpp (name and default), in both directions, and each row as `memweave config
+// --markdown` prints it (a meaning edited in one place only drifted).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -38,6 +39,29 @@ TEST(readme_options_test, readme_table_matches_the_option_table) {
   }
   for (const auto& [name, _] : rows) {
     EXPECT_NE(find_option(name), nullptr) << name << " is in README.md but not in the table";
+  }
+}
+
+TEST(readme_options_test, readme_rows_are_what_config_markdown_prints) {
+  const auto lines = [](std::istream& in) {
+    std::map<std::string, std::string> by_name;
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("| `MEMWEAVE_", 0) != 0) continue;
+      by_name[line.substr(3, line.find('`', 3) - 3)] = line;
+    }
+    return by_name;
+  };
+  const char* src = std::getenv("MEMWEAVE_SOURCE_DIR");
+  std::ifstream readme(std::string(src ? src : ".") + "/README.md");
+  std::istringstream printed(option_table_markdown());
+  const auto documented = lines(readme);
+  const auto table = lines(printed);
+  ASSERT_FALSE(table.empty());
+  for (const auto& [name, row] : table) {
+    const auto it = documented.find(name);
+    ASSERT_NE(it, documented.end()) << name << " is not documented in README.md";
+    EXPECT_EQ(it->second, row) << name << ": README's row differs from config --markdown's";
   }
 }
 

@@ -460,6 +460,26 @@ TEST(cli_hardening_test, a_budget_beyond_the_address_space_names_the_budget) {
       "lower the budget, --budget");
 }
 
+// MEMWEAVE_POOL_GROW let the budget's heap grow: `all` at a 146 KiB budget reported "fits"
+// at a 1.42 MiB peak, and liveness fitted in train where plan said it did not. With a budget
+// it is refused naming both; without one the heap may still grow.
+TEST(cli_hardening_test, a_growing_heap_is_refused_with_a_budget) {
+  scoped_env grow("MEMWEAVE_POOL_GROW", "1MiB");
+  const std::vector<std::string> budget = {"--policy", "liveness", "--budget", "150000"};
+  std::vector<std::string> on_host = budget;
+  on_host.insert(on_host.end(), {"--device", "host"});
+  for (const std::string& e :
+       {error_of(plan_command, with(budget)), error_of(train_command, with(on_host))}) {
+    expect_has(e,
+               "MEMWEAVE_POOL_GROW=1MiB with --budget 150000: the budget is all the device "
+               "memory the run may use");
+  }
+  EXPECT_EQ(run(train_command, with({"--policy", "liveness", "--iterations", "1", "--device",
+                                     "host", "--threads", "2"}))
+                .code,
+            0);
+}
+
 // A variable set for a technique the run does not use is told, not silently ignored.
 TEST(cli_hardening_test, a_compression_variable_the_run_does_not_use_is_warned_about) {
   scoped_env split("MEMWEAVE_SPLIT_COMPRESS", "fp16");

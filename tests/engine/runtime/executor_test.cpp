@@ -203,6 +203,12 @@ TEST(executor_test, options_the_run_would_clamp_or_swallow_are_refused) {
   o = options_for("liveness");
   o.split_regions = 2000;
   refused(o, "executor_options.split_regions = 2000");
+  // A budget's heap that grew would take memory past the budget and still say it fits.
+  o = options_for("liveness", 4u << 20);
+  o.heap.grow_bytes = 1u << 20;
+  refused(o, "executor_options.heap.grow_bytes = 1048576 with budget_bytes = 4194304");
+  o.budget_bytes = 0;  // no budget: the heap may grow
+  EXPECT_NO_THROW(executor(net, *dev, o));
 }
 
 TEST(executor_test, the_null_device_charges_the_options_cost_model) {

@@ -157,6 +157,19 @@ TEST(floor_test, a_budget_below_the_largest_step_is_a_clear_error) {
     // Below max(l_i) TSPLIT runs: the message names the option that fits.
     EXPECT_NE(msg.find("or pass --split"), std::string::npos) << msg;
   }
+  // With data parallelism --split is refused: the message names the gradient buckets instead.
+  executor_options ranked = policy_options("all", largest - (16u << 10), "fixed:direct");
+  ranked.ranks = 2;
+  try {
+    executor ex(net, *dev, ranked);
+    FAIL() << "no error below max(l_i) with two ranks";
+  } catch (const invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find("--split"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("or lower MEMWEAVE_BUCKET_BYTES (25.00 MiB): with 2 ranks"),
+              std::string::npos)
+        << msg;
+  }
 }
 
 // With a split plan in place nothing more is suggested: the floor is its largest micro-step.
