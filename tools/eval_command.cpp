@@ -12,16 +12,19 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
+#include "report_writers.hpp"
 #include "training_options.hpp"
 
 namespace memweave {
 
 namespace {
 
-// One policy's evaluation on a fresh device; false when it does not fit the budget.
-bool evaluate_policy(const network& net, const network_run_options& o, const std::string& policy,
-                     const device_options& dev_opts, data_source* data, std::int64_t first,
-                     std::int64_t batches, std::ostream& out) {
+// One policy's evaluation on a fresh device, printed; its row (fits false where it does not
+// fit the budget).
+policy_report evaluate_policy(const network& net, const network_run_options& o,
+                              const std::string& policy, const device_options& dev_opts,
+                              data_source* data, std::int64_t first, std::int64_t batches,
+                              std::ostream& out) {
   auto dev = make_device(dev_opts);
   executor_options eo = o.executor;
   eo.policy = executor_policy::parse(policy);
@@ -41,7 +44,12 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
       (void)from_knob("--init-from", [&] { return load_checkpoint(ex, *o.init, o.init_path); });
     }
     const evaluation_result r = ex.evaluate(computes ? data : nullptr, first, batches);
-    const policy_report rep = ex.report();
+    policy_report rep = ex.report();
+    rep.eval_loss = r.loss;
+    rep.losses = {r.loss};
+    rep.accuracy = r.accuracy;
+    rep.correct = r.correct;
+    rep.images = r.images;
     if (computes) {
       std::snprintf(line, sizeof line, "%-9s loss %9.5f  accuracy %6.2f%% (%lld/%lld)",
                     policy.c_str(), r.loss, 100.0 * r.accuracy, static_cast<long long>(r.correct),
@@ -69,11 +77,15 @@ bool evaluate_policy(const network& net, const network_run_options& o, const std
       }
       out << "\n";
     }
-    return true;
+    return rep;
   } catch (const error& e) {
     if (!does_not_fit(e)) throw;
     out << policy << ": does not fit: " << e.what() << "\n";
-    return false;
+    policy_report failed;
+    failed.policy = policy;
+    failed.fits = false;
+    failed.failure = e.what();
+    return failed;
   }
 }
 
@@ -110,16 +122,16 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   MEMWEAVE_EXPECTS(!o.lr_given,
                    "--lr: eval trains nothing (its weights are --init-from's, the "
                    "model's or the seed's); leave it out");
-  // Its report is the text it prints: silently accepting these would leave no file behind.
-  for (const auto& [knob, path] : {std::pair{"--json", &o.json},
-                                   {"--csv", &o.csv},
-                                   {"--svg", &o.svg},
-                                   {"--trace-timeline", &o.timeline}}) {
+  // Its report is the text it prints and --json: silently accepting these would leave no
+  // file behind.
+  for (const auto& [knob, path] :
+       {std::pair{"--csv", &o.csv}, {"--svg", &o.svg}, {"--trace-timeline", &o.timeline}}) {
     MEMWEAVE_EXPECTS(path->empty(), std::string(knob) + " " + *path +
-                                        ": eval writes no --json, --csv, --svg or "
-                                        "--trace-timeline (its report is the text it prints); "
-                                        "leave it out, or `memweave train`/`plan` to get one");
+                                        ": eval writes no --csv, --svg or --trace-timeline "
+                                        "(only its text and --json); leave it out, or "
+                                        "`memweave train`/`plan` to get one");
   }
+  check_output_paths(o, data);
   MEMWEAVE_EXPECTS(!o.split || o.budget_bytes != 0,
                    "--split runs the forward steps over the budget in micro-batches: give "
                    "--budget");
@@ -145,9 +157,23 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
       << weights << "\n"
       << "memory: forward-only liveness under every policy (each tensor freed after its last "
          "forward reader)\n";
+  run_report report;
+  report.command = "eval";
+  report.network = o.net;
+  report.batch = net.batch();
+  report.budget_bytes = o.budget_bytes;
+  if (!o.json.empty()) report.device = make_device(dev)->name();
+  report.iterations = static_cast<int>(batches);
+  report.first_batch = first;
   bool any = false;
   for (const std::string& policy : o.policies) {
-    any = evaluate_policy(net, o, policy, dev, source.get(), first, batches, out) || any;
+    report.policies.push_back(
+        evaluate_policy(net, o, policy, dev, source.get(), first, batches, out));
+    any = any || report.policies.back().fits;
+  }
+  if (!o.json.empty()) {
+    from_knob("--json", [&] { write_file(o.json, report, write_json); });
+    out << "wrote " << o.json << "\n";
   }
   return any ? 0 : 1;
 }

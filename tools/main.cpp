@@ -44,6 +44,7 @@ commands:
           accuracy and memory per policy
           --net NAME|PATH.onnx [--init-from FILE] [--batches N (10)] [--first-batch N (0)]
           [--data ...] [--device auto|host|cuda|null] and train's network and memory options
+          [--json PATH (each policy's loss at full precision, accuracy and memory)]
           [--split (TSPLIT: the forward steps over --budget run in micro-batches; under utp
            and all only the running micro-batch's slices are on the device)]
   plan    the same runtime on the null device (no memory touched): per-step memory,

@@ -43,7 +43,10 @@ void write_json(std::ostream& out, const run_report& r) {
       << ",\n  \"network\": " << json_string(r.network) << ",\n  \"batch\": " << r.batch
       << ",\n  \"budget_bytes\": " << r.budget_bytes << ",\n  \"device\": " << json_string(r.device)
       << ",\n  \"iterations\": " << r.iterations << ",\n  \"ranks\": " << r.ranks
-      << ",\n  \"search\": " << json_string(r.search) << ",\n  \"tiled_segments\": [";
+      << ",\n  \"search\": " << json_string(r.search)
+      << (r.command == "eval" ? ",\n  \"first_batch\": " + std::to_string(r.first_batch)
+                              : std::string())
+      << ",\n  \"tiled_segments\": [";
   for (std::size_t i = 0; i < r.tiling.size(); ++i) {
     const tiled_segment_choice& c = r.tiling[i];
     out << (i ? "," : "") << "\n    {\"first\": " << json_string(c.first)
@@ -135,6 +138,11 @@ void write_json(std::ostream& out, const run_report& r) {
           << ", \"allreduce_wait_seconds\": " << json_number(q.allreduce_wait_seconds) << "}";
     }
     out << "]"
+        << (r.command == "eval"
+                ? ",\n      \"evaluation\": {\"loss\": " + json_number(p.eval_loss) +
+                      ", \"accuracy\": " + json_number(p.accuracy) + ", \"correct\": " +
+                      std::to_string(p.correct) + ", \"images\": " + std::to_string(p.images) + "}"
+                : std::string())
         << ",\n      \"losses\": [";
     for (std::size_t k = 0; k < p.losses.size(); ++k) {
       out << (k ? ", " : "") << json_number(p.losses[k]);

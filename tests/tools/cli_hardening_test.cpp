@@ -268,11 +268,21 @@ TEST(cli_hardening_test, momentum_that_rounds_to_1_as_a_float_names_the_option_a
 TEST(cli_hardening_test, eval_refuses_outputs_it_does_not_write) {
   expect_has(error_of(eval_command, with({"--device", "host", "--batches", "1", "--lr", "0.1"})),
              "--lr: eval trains nothing");
-  for (const char* knob : {"--json", "--csv", "--svg", "--trace-timeline"}) {
+  for (const char* knob : {"--csv", "--svg", "--trace-timeline"}) {
     expect_has(error_of(eval_command,
                         with({"--device", "host", "--batches", "1", knob, temp("eval.out")})),
                std::string(knob) + " " + temp("eval.out") + ": eval writes no");
   }
+  // --json it writes: not over a file the run reads.
+  const std::string ckpt = temp("eval_in.ckpt");
+  ASSERT_EQ(run(train_command, with({"--device", "host", "--iterations", "1", "--policy",
+                                     "liveness", "--save", ckpt, "--threads", "2"}))
+                .code,
+            0);
+  expect_has(error_of(eval_command, with({"--device", "host", "--batches", "1", "--init-from", ckpt,
+                                          "--json", ckpt})),
+             "--json");
+  std::filesystem::remove(ckpt);
   // A flag of train and plan that eval lacks, followed by an option: refused by name, with
   // what to use (it said only that --tile needs a value, then that it might not be eval's).
   expect_has(error_of(eval_command, with({"--device", "host", "--tile", "--budget", "1MiB"})),

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <tuple>
 
@@ -122,6 +123,41 @@ TEST(cli_test, train_times_its_speed_after_alls_replanning_trial) {
       short_out.find("all in the trial of the re-planned schedule") != std::string::npos;
   EXPECT_EQ(in_trial, short_out.find("gaps changed") != std::string::npos) << short_out;
   (void)short_tried;
+  std::filesystem::remove(json);
+}
+
+// eval --json: each policy's loss at full precision (the same bits under every policy and
+// budget), accuracy and images, and what memory did; a policy that does not fit is a row too.
+TEST(cli_test, eval_writes_json_with_each_policys_loss_and_memory) {
+  const std::string json = temp("eval.json");
+  const auto r =
+      run(eval_command, with({"--device", "host", "--threads", "2", "--batches", "2",
+                              "--first-batch", "3", "--policy", "baseline,utp,all", "--budget",
+                              "400000", "--conv-ws", "fixed:direct", "--json", json}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("wrote " + json), std::string::npos) << r.out;
+  const std::string j = slurp(json);
+  for (const char* key : {"\"command\": \"eval\"", "\"first_batch\": 3", "\"iterations\": 2",
+                          "\"budget_bytes\": 400000", "\"peak_bytes\"", "\"steps\""}) {
+    EXPECT_NE(j.find(key), std::string::npos) << key << "\n" << j.substr(0, 400);
+  }
+  // baseline does not fit the budget; utp and all evaluate the same 4 images to the same bits
+  // (one CONV algorithm: the dynamic choice follows the memory free, and algorithms round
+  // differently).
+  const std::regex row(
+      "\"evaluation\": \\{\"loss\": ([^,]+), \"accuracy\": [^,]+, "
+      "\"correct\": [0-9]+, \"images\": ([0-9]+)\\}");
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (auto it = std::sregex_iterator(j.begin(), j.end(), row); it != std::sregex_iterator();
+       ++it) {
+    rows.emplace_back((*it)[1], (*it)[2]);
+  }
+  ASSERT_EQ(rows.size(), 3u) << j;
+  EXPECT_EQ(rows[0], std::make_pair(std::string("0"), std::string("0")));
+  EXPECT_EQ(rows[1].second, "4");
+  EXPECT_EQ(rows[1], rows[2]);
+  EXPECT_NE(rows[1].first, "0");
+  EXPECT_NE(j.find("\"fits\": false"), std::string::npos);
   std::filesystem::remove(json);
 }
 

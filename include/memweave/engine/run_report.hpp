@@ -153,13 +153,17 @@ struct policy_report {
   std::vector<rank_report> rank_reports;  ///< every rank's, when ranks > 1 (rank 0's report)
   int tightest_rank = 0;                  ///< the rank with the highest peak
   std::vector<double> losses;             ///< train: loss per iteration (global batch)
-  std::string timeline_path;              ///< where its streams' trace was written ("": none)
-  std::vector<step_record> steps;         ///< one iteration's rows
+  /// eval: its batches' mean loss (losses holds it too), accuracy, and the images counted
+  /// (null device: 0, nothing computed).
+  double eval_loss = 0.0, accuracy = 0.0;
+  std::int64_t correct = 0, images = 0;
+  std::string timeline_path;       ///< where its streams' trace was written ("": none)
+  std::vector<step_record> steps;  ///< one iteration's rows
 };
 
 /// A whole run.
 struct run_report {
-  std::string command;  ///< "train" or "plan"
+  std::string command;  ///< "train", "plan" or "eval"
   std::string network;  ///< zoo name
   std::int64_t batch = 0;
   std::size_t budget_bytes = 0;
@@ -170,6 +174,7 @@ struct run_report {
   /// "max_image_side" when each policy's row is its plan at the largest side that fits
   /// (plan --max-image-side); "" for a run at the given side.
   std::string search;
+  std::int64_t first_batch = 0;  ///< eval: the first batch of the data evaluated
   std::vector<policy_report> policies;
 };
 
