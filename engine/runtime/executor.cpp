@@ -380,6 +380,10 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     std::optional<memory_schedule> planned = choice_.weighed && launcher_->fuses_bn_act()
                                                  ? std::move(choice_.schedule)
                                                  : plan_schedule();
+    // The weighing's runs leave the bound to the plan kept (null_run_options).
+    if (planned && options.schedule.bound && planned->bound_seconds == 0) {
+      planned->bound_seconds = bound_executor_schedule(schedule_inputs_of({}, 0, 0));
+    }
     if (planned) use_schedule(std::move(*planned));
   }
   launcher_->check_ready();

@@ -47,6 +47,9 @@ executor_options null_run_options(const executor_options& options) {
   o.timeline = nullptr;
   o.heap.trace_path.clear();
   o.replan_from_measured = false;
+  // The lower bound only describes the plan kept: the executor that keeps it takes it once
+  // (it was a sixth of planning a 1116-layer ResNet, taken in each of the weighing's runs).
+  o.schedule.bound = false;
   return o;
 }
 
@@ -76,6 +79,12 @@ double null_run_seconds(const network& net, const executor_options& options,
 std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>& measured_seconds,
                                                        double link_bytes_per_s,
                                                        double copy_latency_s) const {
+  return plan_executor_schedule(
+      schedule_inputs_of(measured_seconds, link_bytes_per_s, copy_latency_s), options_.schedule);
+}
+
+schedule_inputs executor::schedule_inputs_of(const std::vector<double>& measured_seconds,
+                                             double link_bytes_per_s, double copy_latency_s) const {
   schedule_inputs in;
   in.net = &net_;
   in.steps = &route_;
@@ -99,7 +108,7 @@ std::optional<memory_schedule> executor::plan_schedule(const std::vector<double>
     l = invalid_layer;
   }
   if (any_staged_) describe_staging(in);
-  return plan_executor_schedule(in, options_.schedule);
+  return in;
 }
 
 executor_options on_cache_alone(executor_options options) {

@@ -375,4 +375,10 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
   return best;
 }
 
+// The widest problem: share 1's (the last one planned above when it opens the same workspaces
+// as share 1, so the same bound).
+double bound_executor_schedule(const schedule_inputs& in) {
+  return bound_memory_schedule(make_problem(in, 1)).seconds;
+}
+
 }  // namespace memweave

@@ -87,4 +87,9 @@ std::vector<layer_id> fused_bn_act_sources(const network& net, const tensor_tabl
 std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
                                                       const schedule_options& options);
 
+/// The lower bound on any exact schedule's iteration (bound_memory_schedule) that
+/// plan_executor_schedule gives its plan (`bound_seconds`, with options.bound): on the problem
+/// whose steps may take every workspace the budget allows.
+double bound_executor_schedule(const schedule_inputs& in);
+
 }  // namespace memweave

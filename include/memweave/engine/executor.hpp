@@ -429,6 +429,9 @@ class executor {
   std::optional<memory_schedule> plan_schedule(const std::vector<double>& measured_seconds = {},
                                                double link_bytes_per_s = 0,
                                                double copy_latency_s = 0) const;
+  // What plan_schedule plans from (and the bound is taken on).
+  schedule_inputs schedule_inputs_of(const std::vector<double>& measured_seconds,
+                                     double link_bytes_per_s, double copy_latency_s) const;
   void use_schedule(memory_schedule planned);
   void replan_from(const std::vector<timeline_span>& spans);
   /// The timeline this iteration records into: the caller's, else the executor's own while
