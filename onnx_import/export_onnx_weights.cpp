@@ -1,5 +1,6 @@
 // export_onnx_weights: the source model with its bound initializers (or Constant nodes)
-// replaced by the engine's values, each binding's transposition and scale undone.
+// replaced by the engine's values, each binding's transposition undone and a Gemm's folded
+// alpha/beta set to 1 (the values stay as trained).
 #include <unordered_map>
 
 #include "memweave/core/error.hpp"
@@ -7,6 +8,21 @@
 #include "onnx_model_file.hpp"
 
 namespace memweave {
+namespace {
+
+void set_scale_to_one(onnx::ModelProto& m, const onnx_weight_binding& b) {
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.output_size() == 0 || n.output(0) != b.node) continue;
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.name() == b.scale_attribute) a.set_f(1.0f);
+    }
+    return;
+  }
+  throw invalid_argument("export_onnx_weights: no node writes '" + b.node + "' (its " +
+                         b.scale_attribute + " scales initializer '" + b.initializer + "')");
+}
+
+}  // namespace
 
 void export_onnx_weights(const imported_model& model,
                          const std::map<std::string, std::vector<float>>& weights,
@@ -36,8 +52,8 @@ void export_onnx_weights(const imported_model& model,
       throw invalid_argument("export_onnx_weights: tensor '" + b.tensor + "' holds " +
                              std::to_string(v.size()) + " values; initializer '" + b.initializer +
                              "' needs " + std::to_string(count));
-    if (b.scale != 1.0f)
-      for (float& x : v) x /= b.scale;
+    // The trained values as they are, the node's scale set to 1: the same function, exactly.
+    if (!b.scale_attribute.empty()) set_scale_to_one(m, b);
     if (b.transposed) {
       // The engine's (N, K) back to the file's (K, N).
       const std::int64_t k = dims.at(0), n = dims.at(1);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <numeric>
 #include <set>
@@ -32,6 +33,13 @@ std::string text(const dims_t& d) {
   std::string s = "[";
   for (std::size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
+}
+
+// A float as the model holds it: enough digits to read back as the same value.
+std::string text(float f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
+  return buf;
 }
 
 std::int64_t product(const dims_t& d, std::size_t from) {
@@ -194,6 +202,19 @@ class converter {
     return it == constants_.end() ? nullptr : it->second;
   }
 
+  // constant(name), or the value of a Constant node that comes later in the graph (an
+  // exporter may write a Linear's bias Constant between its MatMul and its Add), read now.
+  const onnx::TensorProto* constant_from_anywhere(const std::string& name) {
+    if (const auto* t = constant(name)) return t;
+    for (const onnx::NodeProto& m : graph_.node()) {
+      if (m.op_type() == "Constant" && m.output_size() == 1 && m.output(0) == name) {
+        constant_node(m);
+        return constant(name);
+      }
+    }
+    return nullptr;
+  }
+
   const value& input_value(const onnx::NodeProto& n, int k) const {
     if (!has_input(n, k)) fail(n, "input " + std::to_string(k) + " is missing");
     auto it = values_.find(n.input(k));
@@ -305,9 +326,13 @@ class converter {
   // An initializer is one layer's parameter: two layers reading one (tied weights) would be
   // trained as two and exported as whichever was written last.
   void bind(const onnx::NodeProto& n, const std::string& layer, const char* param,
-            const std::string& initializer, std::vector<float> values, bool transposed = false,
-            bool broadcast = false, float scale = 1.0f) {
+            const std::string& input, std::vector<float> values, bool transposed = false,
+            bool broadcast = false, float scale = 1.0f, const char* scale_attribute = "") {
     const std::string tensor = layer + "." + param;
+    std::string initializer = input;
+    for (auto a = alias_.find(initializer); a != alias_.end(); a = alias_.find(initializer)) {
+      initializer = a->second;
+    }
     const auto [it, fresh] = bound_.emplace(initializer, tensor);
     if (!fresh)
       fail(n, "initializer '" + initializer + "' is also " + it->second +
@@ -318,7 +343,9 @@ class converter {
                     " at element " + std::to_string(i) + "; weights must be finite");
     if (!collecting()) return;
     out_.weights[tensor] = std::move(values);
-    out_.bindings.push_back({tensor, initializer, transposed, broadcast, scale});
+    out_.bindings.push_back({tensor, initializer, transposed, broadcast, scale,
+                             scale != 1.0f ? n.output(0) : std::string(),
+                             scale != 1.0f ? scale_attribute : ""});
   }
 
   std::vector<float> vector_of(const onnx::NodeProto& n, int k, const char* what,
@@ -476,9 +503,20 @@ class converter {
     return t;
   }
 
-  static void scale(std::vector<float>& v, float s) {
-    if (s != 1.0f)
-      for (float& x : v) x *= s;
+  // Gemm's alpha (beta) folded into its weights (bias): the engine trains alpha * B. Refused
+  // where the product leaves float's range: a weight scaled to 0 (alpha 1e-45) would train
+  // from zero unsaid, one scaled to infinity cannot train.
+  void scale_checked(const onnx::NodeProto& n, std::vector<float>& v, float s, const char* attr,
+                     const char* what) const {
+    if (s == 1.0f) return;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const float x = v[i] * s;
+      if ((v[i] != 0.0f && x == 0.0f) || !std::isfinite(x))
+        fail(n, std::string(attr) + " = " + text(s) + " times its " + what + " element " +
+                    std::to_string(i) + " (" + text(v[i]) + ") is " + text(x) +
+                    ", outside float's range; fold the scale into the weights instead");
+      v[i] = x;
+    }
   }
 
   // FC bias from a constant of (N), (1, N), or one value spread over N (Gemm's broadcast).
@@ -496,8 +534,8 @@ class converter {
                   " (a bias per image of the batch is not a trainable parameter)");
     std::vector<float> v = float_values(c, where(n) + " bias '" + n.input(k) + "'");
     if (!vector) v.assign(static_cast<std::size_t>(out), v[0]);
-    scale(v, beta);
-    bind(n, name, "bias", n.input(k), std::move(v), false, !vector, beta);
+    scale_checked(n, v, beta, "beta", "bias");
+    bind(n, name, "bias", n.input(k), std::move(v), false, !vector, beta, "beta");
   }
 
   void gemm(const onnx::NodeProto& n) {
@@ -525,8 +563,8 @@ class converter {
     {
       std::vector<float> w = float_values(b, where(n) + " weight '" + n.input(1) + "'");
       if (!trans_b && collecting()) w = transpose(w, k, out);
-      scale(w, alpha);
-      bind(n, name, "weight", n.input(1), std::move(w), !trans_b, false, alpha);
+      scale_checked(n, w, alpha, "alpha", "weight B");
+      bind(n, name, "weight", n.input(1), std::move(w), !trans_b, false, alpha, "alpha");
     }
     if (bias) fc_bias(n, 2, name, out, beta, true);
     define(n, h, {batch_, out});
@@ -552,7 +590,7 @@ class converter {
       const onnx::NodeProto& next = graph_.node(j);
       if (next.op_type() == "Add" && next.input_size() == 2 && next.attribute_size() == 0) {
         bias_k = next.input(0) == y ? 1 : 0;
-        if (next.input(1 - bias_k) == y && constant(next.input(bias_k))) {
+        if (next.input(1 - bias_k) == y && constant_from_anywhere(next.input(bias_k))) {
           bias_add = &next;
           fused_.insert(j);
         }
@@ -805,6 +843,7 @@ class converter {
     check_attributes(n, {});
     if (const auto* t = constant(n.input(0)); t && !values_.count(n.input(0))) {
       constants_[n.output(0)] = t;
+      alias_[n.output(0)] = n.input(0);
       return;
     }
     values_[n.output(0)] = input_value(n, 0);
@@ -875,6 +914,10 @@ class converter {
   std::unordered_map<std::string, std::vector<int>> consumers_;
   std::set<int> fused_;  // Add nodes folded into the MatMul before them
   std::unordered_map<std::string, std::string> bound_;  // initializer -> "layer.param" it is
+  // An Identity's output that passes a constant on -> the constant's own name (an initializer
+  // or a Constant node's output): a weight bound through it is that constant's, for the
+  // tied-weights check and for export.
+  std::unordered_map<std::string, std::string> alias_;
 };
 
 }  // namespace

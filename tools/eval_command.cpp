@@ -3,6 +3,7 @@
 // weights (an ONNX model's, for --net PATH.onnx), over --batches batches, with each policy asked
 // for; prints the loss, the accuracy and what memory did (forward-only liveness). On the null
 // device only memory.
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -18,6 +19,13 @@
 namespace memweave {
 
 namespace {
+
+// Where the weights evaluated come from.
+std::string weights_text(const network_run_options& o) {
+  return o.init                       ? "from " + o.init_path
+         : !o.initial_weights.empty() ? std::string("the model's")
+                                      : std::string("initial (seed)");
+}
 
 // One policy's evaluation on a fresh device, printed; its row (fits false where it does not
 // fit the budget).
@@ -50,6 +58,13 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
     rep.accuracy = r.accuracy;
     rep.correct = r.correct;
     rep.images = r.images;
+    if (computes && !std::isfinite(r.loss)) {
+      // Not a result: weights whose outputs overflow (finite, but as large as 3e38).
+      rep.failed = true;
+      rep.failure = "policy " + policy + ": the evaluation's loss is " + std::to_string(r.loss) +
+                    ": the weights (" + weights_text(o) +
+                    ") give outputs that are not finite; check their values";
+    }
     if (computes) {
       std::snprintf(line, sizeof line, "%-9s loss %9.5f  accuracy %6.2f%% (%lld/%lld)",
                     policy.c_str(), r.loss, 100.0 * r.accuracy, static_cast<long long>(r.correct),
@@ -149,9 +164,7 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
                          ": batches past its end would wrap around and count images again; "
                          "evaluate fewer batches");
   }
-  const std::string weights = o.init                       ? "from " + o.init_path
-                              : !o.initial_weights.empty() ? std::string("the model's")
-                                                           : std::string("initial (seed)");
+  const std::string weights = weights_text(o);
   out << "memweave eval " << o.net << ": " << net.size() << " layers, batch " << net.batch()
       << ", batches " << first << ".." << first + batches - 1 << " of " << data << ", weights "
       << weights << "\n"
@@ -174,6 +187,9 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   if (!o.json.empty()) {
     from_knob("--json", [&] { write_file(o.json, report, write_json); });
     out << "wrote " << o.json << "\n";
+  }
+  for (const policy_report& p : report.policies) {
+    if (p.failed) throw invalid_argument(p.failure);
   }
   return any ? 0 : 1;
 }

@@ -195,3 +195,32 @@ save("err_reshape_overflow", [
     node("Flatten", ["x"], ["f"]), node("Reshape", ["f", "shape"], ["r"])],
      [image()], "r", [ints("shape", [-1, 2**62, 4])])
 save("err_zero_channels", [node("Relu", ["x"], ["y"])], [image(c=0)], "y")
+
+# A second hostile run's (session 32).
+# An Identity passing a weight on: bound as the initializer it passes (tied weights through it
+# are refused; export writes the initializer, which it could not find by the Identity's name).
+save("err_tied_identity", [
+    node("Gemm", ["x", "w"], ["h"], transB=1), node("Relu", ["h"], ["r"]),
+    node("Identity", ["w"], ["w2"]), node("Gemm", ["r", "w2"], ["y"], transB=1),
+], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [init("w", 6, 6)])
+save("gemm_identity_weight", [
+    node("Identity", ["w"], ["w2"]), node("Gemm", ["x", "w2", "c"], ["y"], transB=1),
+], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
+    [init("w", 4, 6), init("c", 4)])
+# Scales that do not divide back exactly (export sets them to 1), and one that leaves float's
+# range once folded into the weights.
+save("gemm_odd_scale", [node("Gemm", ["x", "w", "c"], ["y"], alpha=3.0, beta=0.7)],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
+     [init("w", 6, 4), init("c", 4)])
+save("err_alpha_tiny", [node("Gemm", ["x", "w"], ["y"], transB=1, alpha=1e-45)],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [init("w", 4, 6)])
+# A Linear's bias written as a Constant node between its MatMul and its Add.
+save("matmul_late_bias", [
+    node("MatMul", ["x", "w"], ["m"]),
+    node("Constant", [], ["b"], value=init("b_value", 3)),
+    node("Add", ["m", "b"], ["y"]),
+], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [init("w", 6, 3)])
+# Finite weights whose outputs overflow: eval's loss is NaN, an error (it printed -nan, exit 0).
+save("huge_weights", [node("Gemm", ["x", "w"], ["y"], transB=1)],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
+     [numpy_helper.from_array(np.full((4, 6), 3e38, dtype=np.float32), "w")])

@@ -54,6 +54,17 @@ TEST_F(OnnxCli, EvaluatesAModelWithItsWeights) {
   EXPECT_NE(r.out.find("accuracy"), std::string::npos) << r.out;
 }
 
+// Weights that are finite but overflow the outputs give no loss to report: an error naming
+// where the weights came from (it printed "loss -nan" and exited 0).
+TEST_F(OnnxCli, AnEvaluationWhoseLossIsNotFiniteIsAnError) {
+  const std::string e =
+      error_of(eval_command, {"--net", model_path("huge_weights"), "--batch", "2", "--batches", "1",
+                              "--policy", "liveness", "--device", "host"});
+  EXPECT_NE(e.find("policy liveness: the evaluation's loss is"), std::string::npos) << e;
+  EXPECT_NE(e.find("the weights (the model's) give outputs that are not finite"), std::string::npos)
+      << e;
+}
+
 TEST_F(OnnxCli, ExportsTheTrainedWeights) {
   const std::string out = test::scratch_dir() + "/cli_trained.onnx";
   const auto r = run(train_command,

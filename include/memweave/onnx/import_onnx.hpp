@@ -44,6 +44,11 @@ struct onnx_weight_binding {
   bool transposed = false;  ///< a (K, N) MatMul/Gemm matrix stored as the engine's (N, K)
   bool broadcast = false;   ///< a scalar Gemm bias spread over the N outputs
   float scale = 1.0f;       ///< Gemm's alpha (weight) or beta (bias), folded in
+  /// Where scale != 1: the node (by its first output) and its attribute ("alpha", "beta")
+  /// that export sets to 1, the trained values written as they are (dividing them by the
+  /// scale again was not exact, or not finite: alpha 1e-45).
+  std::string node;
+  std::string scale_attribute;
 };
 
 /// What import_onnx gives: the network, its initial weights and where each came from.
