@@ -18,6 +18,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -30,10 +32,21 @@ namespace memweave {
 
 namespace {
 
+// At most 60 characters, those that would not print (a binary file's NULs) as \xNN.
 std::string quote(std::string_view s) {
   constexpr std::size_t max_shown = 60;
   std::string out = "'";
-  out += s.size() > max_shown ? std::string(s.substr(0, max_shown)) + "..." : std::string(s);
+  for (const char c : s.substr(0, max_shown)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      out += c;
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    }
+  }
+  if (s.size() > max_shown) out += "...";
   return out + "'";
 }
 
@@ -139,9 +152,8 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
       header_seen = true;
       continue;
     }
-    if (line.find_first_not_of(" \t") == std::string_view::npos || line.front() == '#') {
-      continue;
-    }
+    const std::size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos || line[first] == '#') continue;
     if (!unterminated) {
       events.push_back(parse_event(line, line_no, at));
       // The writer stamps events in the order the heap serves them: time going back is two
@@ -184,6 +196,14 @@ std::vector<trace_event> read_trace(const std::string& path) {
                            "': " + (errno != 0 ? std::strerror(errno) : "open failed") +
                            "; check the path (written by MEMWEAVE_TRACE)");
   }
+  // The header first: a file that is not a trace (gigabytes of zeros) is refused before it
+  // is read into memory.
+  std::string head(trace_header.size(), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  if (head != trace_header) return parse_trace(head, path);  // throws: not a trace
+  in.clear();
+  in.seekg(0);
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) {
@@ -235,6 +255,8 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
                                                                                     // (slot, line)
   std::unordered_map<std::uint64_t, std::uint64_t> freed;  // offset -> line of its free,
                                                            // until allocated again
+  // The live allocations' ranges: offset -> (end, line). Two that overlap are not one heap's.
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> ranges;
   std::uint32_t slots = 0;
   std::size_t requested_live = 0, peak_requested = 0, rounded_live = 0, peak_rounded = 0;
   std::size_t peak_at = SIZE_MAX;
@@ -253,6 +275,21 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
             std::to_string(it->second.second) +
             " there is still live; a trace of one heap cannot have this (mixed or edited traces?)");
       }
+      const std::uint64_t end = e.offset + e.bytes;
+      auto next = ranges.lower_bound(e.offset);
+      const auto overlap = [&](std::uint64_t line) {
+        return invalid_argument("trace line " + std::to_string(e.line) + ": allocation of " +
+                                std::to_string(e.bytes) + " bytes at offset " +
+                                std::to_string(e.offset) + " overlaps the allocation of line " +
+                                std::to_string(line) +
+                                ", still live; a trace of one heap cannot have this (mixed or "
+                                "edited traces?)");
+      };
+      if (next != ranges.end() && next->first < end) throw overlap(next->second.second);
+      if (next != ranges.begin() && std::prev(next)->second.first > e.offset) {
+        throw overlap(std::prev(next)->second.second);
+      }
+      ranges.emplace_hint(next, e.offset, std::make_pair(end, e.line));
       slot_of[i] = slots++;
       bytes_of_slot.push_back(e.bytes);
       requested_live += e.bytes;
@@ -285,6 +322,7 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
             " bytes; a free names the size of what it frees (mixed or edited traces?)");
       }
       freed[e.offset] = e.line;
+      ranges.erase(e.offset);
       slot_of[i] = it->second.first;
       requested_live -= bytes_of_slot[it->second.first];
       rounded_live -= heap.round_up(bytes_of_slot[it->second.first]);
