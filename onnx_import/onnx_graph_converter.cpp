@@ -231,6 +231,12 @@ class converter {
     if (!has_input(n, k))
       fail(n, std::string("its ") + what + " (input " + std::to_string(k) + ") is missing");
     if (const auto* t = constant(n.input(k))) return *t;
+    for (const auto& sparse : graph_.sparse_initializer()) {
+      if (sparse.values().name() == n.input(k))
+        fail(n, std::string("its ") + what + " ('" + n.input(k) +
+                    "') is a sparse initializer, which the importer does not read; store it "
+                    "dense");
+    }
     fail(n, std::string("its ") + what + " ('" + n.input(k) +
                 "') is computed by the graph; the engine needs it as an initializer (a "
                 "constant of the model)");
@@ -878,7 +884,10 @@ class converter {
                   ") is not a softmax over each image's features; the engine's loss layer "
                   "computes that one only");
     if (n.output(0) != graph_.output(0).name() || uses(n.output(0)) != 1)
-      fail(n, "Softmax is supported only as the graph's output (the engine's loss layer)");
+      fail(n,
+           "Softmax is supported only as the graph's output (the engine's loss layer), "
+           "read by nothing else; this one writes '" +
+               n.output(0) + "', the graph's output is '" + graph_.output(0).name() + "'");
     out_.softmax_node = layer_name(n);
     out_.logits = x.layer;
     out_.logits_value = n.input(0);

@@ -116,12 +116,14 @@ std::unique_ptr<data_source> make_data_source(const std::string& spec, const sha
     auto source = make_cifar10_source(spec.substr(8));
     const shape4 s = source->image_shape();
     if (image.c != s.c || image.h != s.h || image.w != s.w || classes != 10) {
-      throw invalid_argument("--data " + spec +
-                             " gives 3x32x32 images of 10 classes, but the "
-                             "network takes " +
-                             std::to_string(image.c) + "x" + std::to_string(image.h) + "x" +
-                             std::to_string(image.w) + " and " + std::to_string(classes) +
-                             " classes; use --image-side 32 --classes 10 (or synthetic data)");
+      throw invalid_argument(
+          "--data " + spec +
+          " gives 3x32x32 images of 10 classes, but the "
+          "network takes " +
+          std::to_string(image.c) + "x" + std::to_string(image.h) + "x" + std::to_string(image.w) +
+          " and " + std::to_string(classes) +
+          " classes; use --image-side 32 --classes 10 with a zoo network, a model whose input is "
+          "3x32x32 and whose logits are 10 (--net PATH.onnx), or synthetic data");
     }
     return source;
   }

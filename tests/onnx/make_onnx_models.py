@@ -224,3 +224,14 @@ save("matmul_late_bias", [
 save("huge_weights", [node("Gemm", ["x", "w"], ["y"], transB=1)],
      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
      [numpy_helper.from_array(np.full((4, 6), 3e38, dtype=np.float32), "w")])
+# A weight stored as a sparse initializer (not read: it was said to be computed by the graph).
+sparse = helper.make_sparse_tensor(
+    numpy_helper.from_array(np.array([1.0, 2.0], dtype=np.float32), "w"),
+    numpy_helper.from_array(np.array([0, 5], dtype=np.int64), "w_indices"), [4, 6])
+graph = helper.make_graph(
+    [node("Gemm", ["x", "w"], ["y"], transB=1)], "err_sparse_weight",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], sparse_initializer=[sparse])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+onnx.checker.check_model(model)
+onnx.save(model, os.path.join(OUT, "err_sparse_weight.onnx"))

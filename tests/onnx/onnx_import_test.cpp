@@ -206,7 +206,7 @@ TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
       {"err_asymmetric_pads", {"node 'c' (Conv)", "pads [0, 0, 1, 1]", "begin == end"}},
       {"err_count_exclude_pad", {"node 'p' (AveragePool)", "count_include_pad = 0"}},
       {"err_ceil_mode", {"node 'p' (MaxPool)", "ceil_mode = 1"}},
-      {"err_softmax_inside", {"node 's' (Softmax)", "only as the graph's output"}},
+      {"err_softmax_inside", {"node 's' (Softmax)", "only as the graph's output", "writes 's'"}},
       {"err_add_constant", {"node 'a' (Add)", "constant 'k'", "MatMul"}},
       {"err_concat_axis", {"node 'k' (Concat)", "axis = 2", "channel"}},
       {"err_lrn_even", {"node 'l' (LRN)", "size = 4", "odd"}},
@@ -230,6 +230,7 @@ TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
       {"err_reshape_overflow", {"node 'r' (Reshape)", "is not a shape of the input's 384"}},
       {"err_zero_channels", {"dimension 1 is 0; expected a size >= 1"}},
       {"err_tied_identity", {"node 'y' (Gemm)", "initializer 'w' is also h.weight", "tied"}},
+      {"err_sparse_weight", {"node 'y' (Gemm)", "('w') is a sparse initializer"}},
       {"err_alpha_tiny", {"node 'y' (Gemm)", "alpha = 1.40129846e-45", "outside float's range"}},
   };
   for (const auto& [model, parts] : cases) {
