@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -32,13 +33,14 @@ namespace memweave {
 
 namespace {
 
-// At most 60 characters, those that would not print (a binary file's NULs) as \xNN.
+// At most 60 characters, control characters (a binary file's NULs) as \xNN; other bytes as
+// they are (a UTF-8 path reads as itself).
 std::string quote(std::string_view s) {
   constexpr std::size_t max_shown = 60;
   std::string out = "'";
   for (const char c : s.substr(0, max_shown)) {
     const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
+    if (u >= 0x20 && u != 0x7f) {
       out += c;
     } else {
       char hex[5];
@@ -198,10 +200,11 @@ std::vector<trace_event> read_trace(const std::string& path) {
   }
   // The header first: a file that is not a trace (gigabytes of zeros) is refused before it
   // is read into memory.
-  std::string head(trace_header.size(), '\0');
+  // (256 bytes: the message quotes up to 60 of its first line and marks a longer one.)
+  std::string head(256, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<std::size_t>(in.gcount()));
-  if (head != trace_header) return parse_trace(head, path);  // throws: not a trace
+  if (!head.starts_with(trace_header)) return parse_trace(head, path);  // throws: not a trace
   in.clear();
   in.seekg(0);
   std::ostringstream text;
@@ -274,6 +277,12 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
             std::to_string(e.offset) + " while the allocation of line " +
             std::to_string(it->second.second) +
             " there is still live; a trace of one heap cannot have this (mixed or edited traces?)");
+      }
+      if (e.offset > UINT64_MAX - e.bytes) {
+        throw invalid_argument("trace line " + std::to_string(e.line) + ": allocation of " +
+                               std::to_string(e.bytes) + " bytes at offset " +
+                               std::to_string(e.offset) +
+                               " ends past 2^64; no heap has this (an edited trace?)");
       }
       const std::uint64_t end = e.offset + e.bytes;
       auto next = ranges.lower_bound(e.offset);

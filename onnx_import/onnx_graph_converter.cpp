@@ -204,13 +204,21 @@ class converter {
 
   // constant(name), or the value of a Constant node that comes later in the graph (an
   // exporter may write a Linear's bias Constant between its MatMul and its Add), read now.
+  // (an Identity of such a constant too).
   const onnx::TensorProto* constant_from_anywhere(const std::string& name) {
     if (const auto* t = constant(name)) return t;
     for (const onnx::NodeProto& m : graph_.node()) {
-      if (m.op_type() == "Constant" && m.output_size() == 1 && m.output(0) == name) {
+      if (m.output_size() != 1 || m.output(0) != name) continue;
+      if (m.op_type() == "Constant") {
         constant_node(m);
         return constant(name);
       }
+      if (m.op_type() == "Identity" && m.input_size() == 1 && !values_.count(m.input(0)) &&
+          constant_from_anywhere(m.input(0)) != nullptr) {
+        identity(m);
+        return constant(name);
+      }
+      return nullptr;
     }
     return nullptr;
   }
@@ -517,10 +525,12 @@ class converter {
     if (s == 1.0f) return;
     for (std::size_t i = 0; i < v.size(); ++i) {
       const float x = v[i] * s;
-      if ((v[i] != 0.0f && x == 0.0f) || !std::isfinite(x))
+      // A value not finite already is bind's to name (weights must be finite).
+      if (std::isfinite(v[i]) && ((v[i] != 0.0f && x == 0.0f) || !std::isfinite(x)))
         fail(n, std::string(attr) + " = " + text(s) + " times its " + what + " element " +
                     std::to_string(i) + " (" + text(v[i]) + ") is " + text(x) +
-                    ", outside float's range; fold the scale into the weights instead");
+                    ": the engine trains that product in float32, where it is out of range; "
+                    "this model cannot train as it is");
       v[i] = x;
     }
   }
@@ -883,11 +893,16 @@ class converter {
                   " (opset " + std::to_string(out_.opset) +
                   ") is not a softmax over each image's features; the engine's loss layer "
                   "computes that one only");
-    if (n.output(0) != graph_.output(0).name() || uses(n.output(0)) != 1)
+    if (n.output(0) != graph_.output(0).name())
       fail(n,
-           "Softmax is supported only as the graph's output (the engine's loss layer), "
-           "read by nothing else; this one writes '" +
+           "Softmax is supported only as the graph's output (the engine's loss layer); this "
+           "one writes '" +
                n.output(0) + "', the graph's output is '" + graph_.output(0).name() + "'");
+    if (uses(n.output(0)) != 1)
+      fail(n,
+           "Softmax is supported only as the graph's output (the engine's loss layer), read "
+           "by nothing else; another node reads '" +
+               n.output(0) + "' too");
     out_.softmax_node = layer_name(n);
     out_.logits = x.layer;
     out_.logits_value = n.input(0);

@@ -563,6 +563,14 @@ class planner {
     return scratch_.schedule;
   }
 
+  bool checking_trials() const noexcept {
+#ifndef NDEBUG
+    return true;
+#else
+    return o_.check_trials;
+#endif
+  }
+
   // refine's trials of one dropped gap differ only in where its prefetch is issued: the
   // schedule is emitted whole for the first, and for each next one the tensor's prefetch
   // moves to its new step (at the place emit_into gives it: the gaps' prefetches come in
@@ -586,14 +594,22 @@ class planner {
       e.prefetch = g.prefetch;
       e.chain = chain_[c];
       e.gap = 0;
-      while (!(s.gaps[e.gap].tensor == t && s.gaps[e.gap].after == after && !s.gaps[e.gap].wraps)) {
+      while (e.gap < s.gaps.size() &&
+             !(s.gaps[e.gap].tensor == t && s.gaps[e.gap].after == after && !s.gaps[e.gap].wraps)) {
         ++e.gap;
+      }
+      if (e.gap == s.gaps.size()) {
+        throw std::logic_error("schedule: refine's trial emitted no gap of its tensor");
       }
       return s;
     }
     if (g.prefetch != e.prefetch) {
       auto& from = s.steps[e.prefetch].prefetch;
-      from.erase(std::find(from.begin(), from.end(), t));
+      const auto listed = std::find(from.begin(), from.end(), t);
+      if (listed == from.end()) {
+        throw std::logic_error("schedule: refine's trial tensor is not where its prefetch was");
+      }
+      from.erase(listed);
       auto& to = s.steps[g.prefetch].prefetch;
       const auto parked_here = [&](std::uint32_t u) {
         return park_[u].action == gap_action::swap && park_[u].prefetch == g.prefetch;
@@ -605,23 +621,26 @@ class planner {
       e.prefetch = g.prefetch;
     }
     s.bytes_per_step = bytes;
-#ifndef NDEBUG
-    memory_schedule whole;
-    emit_into(whole, bytes);
-    bool same = whole.gaps.size() == s.gaps.size();
-    for (std::size_t k = 0; same && k < s.gaps.size(); ++k) {
-      same = whole.gaps[k].tensor == s.gaps[k].tensor &&
-             whole.gaps[k].prefetch == s.gaps[k].prefetch &&
-             whole.gaps[k].release == s.gaps[k].release && whole.gaps[k].after == s.gaps[k].after;
+    s.predicted_peak_bytes = bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
+    if (checking_trials()) {
+      memory_schedule whole;
+      emit_into(whole, bytes);
+      bool same = whole.gaps.size() == s.gaps.size();
+      for (std::size_t k = 0; same && k < s.gaps.size(); ++k) {
+        const scheduled_gap &x = whole.gaps[k], &y = s.gaps[k];
+        same = x.tensor == y.tensor && x.action == y.action && x.after == y.after &&
+               x.before == y.before && x.release == y.release && x.prefetch == y.prefetch &&
+               x.compressed == y.compressed && x.wraps == y.wraps && x.to_host == y.to_host;
+      }
+      for (std::size_t st = 0; same && st < s.steps.size(); ++st) {
+        const scheduled_step &x = whole.steps[st], &y = s.steps[st];
+        same = x.prefetch == y.prefetch && x.offload == y.offload && x.release == y.release &&
+               x.rebuild == y.rebuild && x.drop == y.drop && x.whole == y.whole && x.hold == y.hold;
+      }
+      same = same && whole.predicted_peak_bytes == s.predicted_peak_bytes &&
+             whole.bytes_swapped == s.bytes_swapped && whole.rebuilds == s.rebuilds;
+      if (!same) throw std::logic_error("schedule: refine's moved prefetch differs from emit_into");
     }
-    for (std::size_t st = 0; same && st < s.steps.size(); ++st) {
-      same = whole.steps[st].prefetch == s.steps[st].prefetch &&
-             whole.steps[st].offload == s.steps[st].offload &&
-             whole.steps[st].release == s.steps[st].release &&
-             whole.steps[st].rebuild == s.steps[st].rebuild;
-    }
-    if (!same) throw std::logic_error("schedule: refine's moved prefetch differs from emit_into");
-#endif
     return s;
   }
 
@@ -945,11 +964,11 @@ class planner {
     }
     for (std::uint32_t y : chain_before) out[c] -= p_.tensors[y].bytes;
     for (std::uint32_t y : chain_[c]) out[c] += p_.tensors[y].bytes;
-#ifndef NDEBUG
-    if (out != memory_curve()) {
-      throw std::logic_error("schedule: refine's trial curve differs from memory_curve()");
+    if (checking_trials()) {
+      if (out != memory_curve()) {
+        throw std::logic_error("schedule: refine's trial curve differs from memory_curve()");
+      }
     }
-#endif
   }
 
   // Per step, the bytes of what it uses (slices for uses in host memory), its extra bytes and

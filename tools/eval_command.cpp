@@ -32,9 +32,12 @@ std::string weights_text(const network_run_options& o) {
 policy_report evaluate_policy(const network& net, const network_run_options& o,
                               const std::string& policy, const device_options& dev_opts,
                               data_source* data, std::int64_t first, std::int64_t batches,
-                              std::ostream& out) {
+                              std::ostream& out, std::string& device_name) {
   auto dev = make_device(dev_opts);
+  device_name = dev->name();
   executor_options eo = o.executor;
+  // Each policy's heap to its own trace file, as train's (the last policy's overwrote them).
+  eo.heap.trace_path = trace_path_of(o, policy);
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
   eo.evaluation_only = true;  // the budget need not hold a backward pass
@@ -57,9 +60,10 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
     rep.losses = {r.loss};
     rep.accuracy = r.accuracy;
     rep.correct = r.correct;
-    rep.images = r.images;
+    rep.images = computes ? r.images : 0;  // the null device evaluates nothing
     if (computes && !std::isfinite(r.loss)) {
       // Not a result: weights whose outputs overflow (finite, but as large as 3e38).
+      rep.fits = false;
       rep.failed = true;
       rep.failure = "policy " + policy + ": the evaluation's loss is " + std::to_string(r.loss) +
                     ": the weights (" + weights_text(o) +
@@ -175,13 +179,12 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   report.network = o.net;
   report.batch = net.batch();
   report.budget_bytes = o.budget_bytes;
-  if (!o.json.empty()) report.device = make_device(dev)->name();
   report.iterations = static_cast<int>(batches);
   report.first_batch = first;
   bool any = false;
   for (const std::string& policy : o.policies) {
     report.policies.push_back(
-        evaluate_policy(net, o, policy, dev, source.get(), first, batches, out));
+        evaluate_policy(net, o, policy, dev, source.get(), first, batches, out, report.device));
     any = any || report.policies.back().fits;
   }
   if (!o.json.empty()) {

@@ -138,11 +138,14 @@ void write_json(std::ostream& out, const run_report& r) {
           << ", \"allreduce_wait_seconds\": " << json_number(q.allreduce_wait_seconds) << "}";
     }
     out << "]"
-        << (r.command == "eval"
-                ? ",\n      \"evaluation\": {\"loss\": " + json_number(p.eval_loss) +
+        << (r.command != "eval" ? std::string()
+            // Nothing evaluated (it did not fit, its loss was not finite, the null device):
+            // no numbers that read as a loss of 0.
+            : !p.fits || p.images == 0
+                ? std::string(",\n      \"evaluation\": null")
+                : ",\n      \"evaluation\": {\"loss\": " + json_number(p.eval_loss) +
                       ", \"accuracy\": " + json_number(p.accuracy) + ", \"correct\": " +
-                      std::to_string(p.correct) + ", \"images\": " + std::to_string(p.images) + "}"
-                : std::string())
+                      std::to_string(p.correct) + ", \"images\": " + std::to_string(p.images) + "}")
         << ",\n      \"losses\": [";
     for (std::size_t k = 0; k < p.losses.size(); ++k) {
       out << (k ? ", " : "") << json_number(p.losses[k]);

@@ -97,18 +97,21 @@ namespace {
 // and with --split (TSPLIT) run a step over the budget micro-batch by micro-batch, its
 // micro-tensors in host memory, so a user below max(l_i) learns the option that fits.
 std::string below_largest_step_hint(const executor_options& options, bool moves_persistent,
-                                    bool split) {
+                                    bool split, bool bucket_step) {
   const bool any_split = std::any_of(options.split_parts.begin(), options.split_parts.end(),
                                      [](int p) { return p > 1; });
-  // With data parallelism --split is refused (one device only); what lowers the floor there
-  // is smaller gradient buckets: a bucket's gradients all live until it is reduced.
+  // With data parallelism --split is refused (one device only); where the floor is a step
+  // that reads a whole gradient bucket (its close or update step), smaller buckets lower it.
   const int ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
   if (ranks > 1) {
     return std::string(moves_persistent ? ""
                                         : " (utp and all also move parameters to host memory)") +
-           ", or lower MEMWEAVE_BUCKET_BYTES (" + format_bytes(options.bucket_bytes) + "): with " +
-           std::to_string(ranks) +
-           " ranks each gradient bucket's gradients live until it is reduced";
+           (bucket_step
+                ? ", or lower MEMWEAVE_BUCKET_BYTES (" + format_bytes(options.bucket_bytes) +
+                      "): with " + std::to_string(ranks) +
+                      " ranks that step holds a gradient bucket's gradients until it is "
+                      "reduced"
+                : std::string());
   }
   if (!moves_persistent) {
     return " (utp and all also move parameters to host memory" +
@@ -184,7 +187,12 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
                                   format_bytes(worst_step) + " = " + minimum_text) +
           "; raise --budget to at least that, or lower --batch or --image-side" +
-          below_largest_step_hint(options, moves_persistent, split));
+          below_largest_step_hint(options, moves_persistent, split,
+                                  std::any_of(table.buckets().begin(), table.buckets().end(),
+                                              [&](const gradient_bucket& b) {
+                                                return b.close_step == worst_index ||
+                                                       b.update_step == worst_index;
+                                              })));
     }
   }
 }

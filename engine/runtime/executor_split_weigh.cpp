@@ -134,7 +134,8 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
   const double whole_s = choice.chosen_s(best);
   // The trials run at the configuration the weighing chose for the whole plan (its headroom,
   // workspace share, policy). Where that planned a schedule, a trial plans it at the link
-  // charge and prefetch margin it took, unbounded: one plan instead of five and a bound.
+  // charge and prefetch margin it took: one plan instead of five (null runs take no bound:
+  // null_run_options).
   // Where none fitted (the cache alone ran), a trial runs on the cache alone without trying:
   // a failing greedy is the costliest plan of all (Inception v4 b32 at 0.95 of its max(l_i):
   // about 1 s a trial, 0.2 without). The mix kept is then planned in full below.
@@ -143,7 +144,7 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
   if (whole.policy.planned && !choice.reactive && choice.schedule) {
     so.link_charge = choice.schedule->link_charge;
     so.slack_copy_share = choice.schedule->slack_copy_share;
-    so.link_charge_auto = so.slack_auto = so.bound = false;
+    so.link_charge_auto = so.slack_auto = false;
   } else if (whole.policy.planned && !choice.reactive) {
     so.allow_swap = so.allow_drop = false;
   }
@@ -180,8 +181,8 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
     mix_regions(regions);
     if (regions == finest) break;
   }
-  // The mix, planned as the whole plan was (every link charge and margin, bounded): kept where
-  // it still runs faster. What the executor then runs is what this run ran: its schedule (none
+  // The mix, planned as the whole plan was (every link charge and margin): kept where it
+  // still runs faster; the executor that keeps its schedule bounds it. What the executor then runs is what this run ran: its schedule (none
   // on the cache alone, as weigh_policy leaves it), and its time where the report reads the
   // choice's.
   if (best_s >= whole_s) return;

@@ -137,6 +137,7 @@ TEST(trace_test, a_file_that_is_not_a_trace_is_refused_at_its_header_in_printabl
     const std::string m = e.what();
     EXPECT_NE(m.find("line 1: expected the header"), std::string::npos) << m;
     EXPECT_NE(m.find("found '\\x00\\x00"), std::string::npos) << m;
+    EXPECT_NE(m.find("\\x00...'"), std::string::npos) << m;  // 100 NULs: 60 shown, marked
     EXPECT_EQ(m.find('\0'), std::string::npos);
   }
   std::remove(path.c_str());
@@ -258,6 +259,13 @@ TEST(trace_test, overlapping_live_allocations_are_rejected_naming_both_lines) {
       EXPECT_NE(m.find("trace line 3: allocation of"), std::string::npos) << m;
       EXPECT_NE(m.find("overlaps the allocation of line 2, still live"), std::string::npos) << m;
     }
+  }
+  // An allocation whose end is past 2^64 (its range wrapped, and no overlap was seen).
+  try {
+    replay_events(parse_trace(header() + "0 a 18446744073709551000 4096 0\n1 a 0 10 0\n", "t"), h);
+    FAIL() << "expected invalid_argument for a range past 2^64";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ends past 2^64"), std::string::npos) << e.what();
   }
   // Freed first, the same bytes may be allocated again; adjacent ranges do not overlap.
   EXPECT_EQ(replay_events(parse_trace(header() + "0 a 1024 4096 0\n1 f 1024 4096 0\n2 a 2048 10 0\n"

@@ -235,3 +235,10 @@ graph = helper.make_graph(
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 onnx.checker.check_model(model)
 onnx.save(model, os.path.join(OUT, "err_sparse_weight.onnx"))
+# A Linear's bias passed on by an Identity written between its MatMul and its Add.
+save("matmul_late_identity_bias", [
+    node("MatMul", ["x", "w"], ["m"]),
+    node("Identity", ["b"], ["b2"]),
+    node("Add", ["m", "b2"], ["y"]),
+], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
+    [init("w", 6, 3), init("b", 3)])

@@ -231,7 +231,7 @@ TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
       {"err_zero_channels", {"dimension 1 is 0; expected a size >= 1"}},
       {"err_tied_identity", {"node 'y' (Gemm)", "initializer 'w' is also h.weight", "tied"}},
       {"err_sparse_weight", {"node 'y' (Gemm)", "('w') is a sparse initializer"}},
-      {"err_alpha_tiny", {"node 'y' (Gemm)", "alpha = 1.40129846e-45", "outside float's range"}},
+      {"err_alpha_tiny", {"node 'y' (Gemm)", "alpha = 1.40129846e-45", "out of range"}},
   };
   for (const auto& [model, parts] : cases) {
     const std::string path = model_path(model);
@@ -321,6 +321,12 @@ TEST_F(OnnxImport, AMatMulsBiasMayBeAConstantNodeWrittenAfterIt) {
   const imported_model m = import_onnx(path, 2);
   EXPECT_EQ(m.weights.at("m.bias").size(), 3u);
   EXPECT_TRUE(params<fc_params>(m.net, "m").bias);
+  // Passed on by an Identity there: bound as the initializer it passes.
+  const imported_model via = import_onnx(model_path("matmul_late_identity_bias"), 2);
+  EXPECT_EQ(via.weights.at("m.bias"), initializer(model_path("matmul_late_identity_bias"), "b"));
+  for (const auto& b : via.bindings) {
+    if (b.tensor == "m.bias") EXPECT_EQ(b.initializer, "b");
+  }
 }
 
 // The project's oracle holds for an imported network: under the memory techniques, and a

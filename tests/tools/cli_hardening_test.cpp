@@ -281,7 +281,7 @@ TEST(cli_hardening_test, eval_refuses_outputs_it_does_not_write) {
             0);
   expect_has(error_of(eval_command, with({"--device", "host", "--batches", "1", "--init-from", ckpt,
                                           "--json", ckpt})),
-             "--json");
+             "--json '" + ckpt + "' is the file --init-from reads");
   std::filesystem::remove(ckpt);
   // A flag of train and plan that eval lacks, followed by an option: refused by name, with
   // what to use (it said only that --tile needs a value, then that it might not be eval's).

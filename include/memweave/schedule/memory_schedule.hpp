@@ -212,9 +212,14 @@ struct schedule_options {
   /// time, so more of them hide. Lossy, never the default (MEMWEAVE_SCHEDULE_COMPRESS=fp16);
   /// refused where results must be bit-identical (require_exact).
   bool compress = false;
-  /// The executor bounds each plan (memory_schedule::bound_seconds); off for trials that
-  /// compare iteration times only (executor::mix_split_plans).
+  /// The executor bounds the plan it keeps (memory_schedule::bound_seconds); off in the
+  /// null runs that only compare iteration times (null_run_options: the weighing's, the
+  /// split plans' mixing).
   bool bound = true;
+  /// For tests: each of refine's trials, taken as a change to the last (its memory curve, its
+  /// schedule with one prefetch moved), is also computed whole and compared; a difference is
+  /// a std::logic_error. Always on in builds without NDEBUG.
+  bool check_trials = false;
   /// Throws invalid_argument naming the field when a value is out of range.
   void validate() const;
   /// The MEMWEAVE_SCHEDULE* variables (defaults as above); invalid_argument naming the

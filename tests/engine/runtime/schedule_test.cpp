@@ -157,6 +157,32 @@ TEST(schedule_test, planned_with_the_modes_workspaces_all_runs_as_planned_bit_id
 
 // The weighing's run on the cache alone (neither swaps nor drops allowed) plans no schedule:
 // there is nothing it could do, and on a deep network planning is the run's largest cost.
+// refine's shortcuts (each trial's memory curve and schedule taken as a change to the last)
+// computed whole beside each trial and compared (schedule_options::check_trials, on only in
+// debug builds otherwise, which CI does not build): a difference throws. The plans are the
+// same with the check off.
+TEST(schedule_test, refines_shortcuts_agree_with_the_whole_computation) {
+  int scheduled = 0;
+  for (const std::string name : {"densenet121", "resnet50", "inception_v4"}) {
+    const network net = activation_heavy(name);
+    const std::size_t peak =
+        plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
+    for (const std::size_t budget : {peak / 2, peak / 3}) {
+      SCOPED_TRACE(name + " at " + std::to_string(budget));
+      executor_options o = scheduled_options("all", budget, "fixed:direct");
+      o.schedule.check_trials = true;
+      const planned_run checked = plan_run(net, o);
+      scheduled += checked.scheduled;
+      o.schedule.check_trials = false;
+      const planned_run plain = plan_run(net, o);
+      EXPECT_EQ(checked.schedule.predicted_seconds, plain.schedule.predicted_seconds);
+      EXPECT_EQ(checked.schedule.gaps.size(), plain.schedule.gaps.size());
+      EXPECT_EQ(checked.report.seconds_per_iteration, plain.report.seconds_per_iteration);
+    }
+  }
+  EXPECT_GE(scheduled, 4) << "too few of the six problems planned a schedule to check";
+}
+
 TEST(schedule_test, the_cache_alone_plans_no_schedule) {
   const network net = activation_heavy("resnet50");
   const std::size_t peak = liveness_peak(net);
