@@ -162,6 +162,21 @@ TEST(cli_test, eval_writes_json_with_each_policys_loss_and_memory) {
   std::filesystem::remove(json);
 }
 
+// eval's policies each trace their heap to their own file, as train's (one file, the last
+// policy's, was left).
+TEST(cli_test, eval_traces_each_policys_heap_to_its_own_file) {
+  const std::string trace = temp("eval_heap.trace");
+  const scoped_env env("MEMWEAVE_TRACE", trace.c_str());
+  const auto r = run(eval_command, with({"--device", "host", "--threads", "2", "--batches", "1",
+                                         "--policy", "liveness,utp"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const std::string policy : {"liveness", "utp"}) {
+    EXPECT_NE(slurp(trace + "." + policy).find("memweave-trace"), std::string::npos) << policy;
+    std::filesystem::remove(trace + "." + policy);
+  }
+  EXPECT_FALSE(std::filesystem::exists(trace));
+}
+
 TEST(cli_test, the_cost_model_is_chosen_by_name_and_a_bad_name_is_refused) {
   const auto titan = run(plan_command, with({"--policy", "liveness"}));
   const auto h100 = run(plan_command, with({"--policy", "liveness", "--cost-model", "h100_pcie5"}));
