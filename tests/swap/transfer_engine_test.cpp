@@ -406,10 +406,25 @@ TEST(transfer_engine, wait_any_offload_returns_when_the_oldest_completes) {
   r.d2h.wait(g2.ev());
   r.engine->offload(2, b.get(), b.size(), *ready);
   EXPECT_EQ(r.engine->pending_offloads(), 2u);
-  g1.open();
+  // g1 opens 100 ms after the call, so the call takes offload 1 as the oldest. Opened before
+  // it, the watcher could handle offload 1 first, and the call then waited for offload 2, held
+  // until g2 opened after it: an ASan run hung here for ctest's 300 s. Should the call still
+  // not return (waiting for both, or not called within the 100 ms), g2 opens after 30 s and the
+  // checks below fail instead of hanging.
+  std::atomic<bool> returned{false};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    g1.open();
+    for (int i = 0; i < 300 && !returned; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!returned) g2.open();
+  });
   r.engine->wait_any_offload();
+  returned = true;
+  opener.join();
   EXPECT_TRUE(r.engine->has_host_copy(1));
-  EXPECT_FALSE(r.engine->has_host_copy(2));
+  EXPECT_FALSE(r.engine->has_host_copy(2)) << "the call waited for more than the oldest";
   EXPECT_EQ(r.engine->pending_offloads(), 1u);
   g2.open();
   r.engine->wait_any_offload();
