@@ -920,8 +920,16 @@ class converter {
       out_.logits_per_image = product(it->second.dims, 1);
     }
     if (classes_ > 0) {
-      out_.builder->softmax_loss(out_.logits,
-                                 out_.softmax_node.empty() ? output + "_loss" : out_.softmax_node);
+      // The loss layer memweave appends takes a name no node of the model has (a node named
+      // '<output>_loss' made a clash naming a layer the user never wrote).
+      std::string name = out_.softmax_node;
+      if (name.empty()) {
+        name = output + "_loss";
+        for (int k = 2; out_.builder->has_layer(name); ++k) {
+          name = output + "_loss" + std::to_string(k);
+        }
+      }
+      out_.builder->softmax_loss(out_.logits, name);
     }
   }
 

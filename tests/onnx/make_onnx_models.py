@@ -242,3 +242,9 @@ save("matmul_late_identity_bias", [
     node("Add", ["m", "b2"], ["y"]),
 ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
     [init("w", 6, 3), init("b", 3)])
+# A node named as the loss layer memweave appends would be: the appended one takes another name.
+save("node_named_loss", [
+    node("Gemm", ["x", "w"], ["h"], transB=1), node("Relu", ["h"], ["r"], name="y_loss"),
+    node("Gemm", ["r", "w2"], ["y"], transB=1),
+], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
+    [init("w", 6, 6), init("w2", 4, 6)])

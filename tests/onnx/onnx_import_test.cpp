@@ -144,6 +144,13 @@ TEST_F(OnnxImport, WeightsComeByEngineNameInTheEngineLayout) {
   for (const auto& b : m.bindings) EXPECT_EQ(b.transposed, b.tensor == "mm.weight") << b.tensor;
 }
 
+// The loss layer appended takes a name no node has.
+TEST_F(OnnxImport, TheAppendedLossTakesANameNoNodeHas) {
+  const imported_model m = import_onnx(model_path("node_named_loss"), 2);
+  EXPECT_EQ(m.net[m.net.loss_layer()].name, "y_loss2");
+  EXPECT_EQ(find(m.net, "y_loss").type, layer_type::act);
+}
+
 TEST_F(OnnxImport, GemmFoldsAlphaBetaAndAScalarBiasAndGetsALossAppended) {
   const std::string path = model_path("gemm");
   const imported_model m = import_onnx(path, 3);

@@ -82,6 +82,8 @@ class network_builder {
   const std::string& name_of(layer_handle h) const;
   /// Number of layers added so far.
   std::size_t size() const noexcept { return layers_.size(); }
+  /// Whether a layer of that name was added (names are unique).
+  bool has_layer(const std::string& name) const { return by_name_.count(name) != 0; }
 
   /// Checks the whole and returns the network: throws when there is no DATA layer, no loss
   /// layer, or a layer (other than the loss) that no layer consumes.
