@@ -203,8 +203,8 @@ class converter {
   }
 
   // constant(name), or the value of a Constant node that comes later in the graph (an
-  // exporter may write a Linear's bias Constant between its MatMul and its Add), read now.
-  // (an Identity of such a constant too).
+  // exporter may write a Linear's bias Constant, or an Identity of a constant, between its
+  // MatMul and its Add), read now.
   const onnx::TensorProto* constant_from_anywhere(const std::string& name) {
     if (const auto* t = constant(name)) return t;
     for (const onnx::NodeProto& m : graph_.node()) {
@@ -343,10 +343,8 @@ class converter {
             const std::string& input, std::vector<float> values, bool transposed = false,
             bool broadcast = false, float scale = 1.0f, const char* scale_attribute = "") {
     const std::string tensor = layer + "." + param;
-    std::string initializer = input;
-    for (auto a = alias_.find(initializer); a != alias_.end(); a = alias_.find(initializer)) {
-      initializer = a->second;
-    }
+    const auto a = alias_.find(input);
+    const std::string& initializer = a == alias_.end() ? input : a->second;
     const auto [it, fresh] = bound_.emplace(initializer, tensor);
     if (!fresh)
       fail(n, "initializer '" + initializer + "' is also " + it->second +
@@ -859,7 +857,9 @@ class converter {
     check_attributes(n, {});
     if (const auto* t = constant(n.input(0)); t && !values_.count(n.input(0))) {
       constants_[n.output(0)] = t;
-      alias_[n.output(0)] = n.input(0);
+      // The constant it passes on, through any Identity before it.
+      const auto a = alias_.find(n.input(0));
+      alias_[n.output(0)] = a == alias_.end() ? n.input(0) : a->second;
       return;
     }
     values_[n.output(0)] = input_value(n, 0);

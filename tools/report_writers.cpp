@@ -456,15 +456,16 @@ void write_summary(std::ostream& out, const run_report& r) {
             << " ms, the model's in " << 1e3 * p.replan.model_iteration_seconds
             << " ms: " << (p.replan.replanned ? "the re-planned" : "the model's") << " runs on\n";
       }
-      if (r.command == "train" && p.timed_first > 2) {
+      // Which iterations train's img/s is timed over, where the trial is in the reckoning.
+      const bool after_trial = p.timed_first > 2;
+      const bool in_trial = p.replan.replanned && p.replan.model_iteration_seconds == 0;
+      if (r.command == "train" && (after_trial || (in_trial && p.timed_last > 1))) {
         out << "  " << p.policy << ": img/s timed over iterations " << p.timed_first << "-"
-            << p.timed_last << ", after the re-planning and its trial (each switch of schedule "
-            << "re-places the parameters)\n";
-      } else if (r.command == "train" && p.replan.replanned &&
-                 p.replan.model_iteration_seconds == 0 && p.timed_last > 1) {
-        out << "  " << p.policy << ": img/s timed over iterations " << p.timed_first << "-"
-            << p.timed_last << ", all in the trial of the re-planned schedule (each switch of "
-            << "schedule re-places the parameters): more iterations time the speed after it\n";
+            << p.timed_last
+            << (after_trial ? ", after the re-planning and its trial"
+                            : ", all in the trial of the re-planned schedule")
+            << " (each switch of schedule re-places the parameters)"
+            << (after_trial ? "" : ": more iterations time the speed after it") << "\n";
       }
     }
     if (p.host_drops != 0) {

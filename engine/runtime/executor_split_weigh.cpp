@@ -182,9 +182,9 @@ void executor::mix_split_plans(const network& net, std::span<const split_choice>
     if (regions == finest) break;
   }
   // The mix, planned as the whole plan was (every link charge and margin): kept where it
-  // still runs faster; the executor that keeps its schedule bounds it. What the executor then runs is what this run ran: its schedule (none
-  // on the cache alone, as weigh_policy leaves it), and its time where the report reads the
-  // choice's.
+  // still runs faster; the executor that keeps its schedule bounds it. What the executor then
+  // runs is what this run ran: its schedule (none on the cache alone, as weigh_policy leaves
+  // it), and its time where the report reads the choice's.
   if (best_s >= whole_s) return;
   executor_options mix = whole;
   mix.split_parts = parts;

@@ -365,18 +365,12 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
       best = std::move(planned);
     }
   }
-  // How far the plan is from the best possible: bounded on the last problem planned, whose
-  // steps may take every workspace the budget allows (the whole budget's share, or one that
-  // opens the same workspaces).
-  if (best && previous && options.bound) {
-    const bool widest = options.workspace_share == 0 || options.workspace_share == 1;
-    best->bound_seconds = bound_memory_schedule(widest ? *previous : make_problem(in, 1)).seconds;
-  }
+  // How far the plan is from the best possible.
+  if (best && options.bound) best->bound_seconds = bound_executor_schedule(in);
   return best;
 }
 
-// The widest problem: share 1's (the last one planned above when it opens the same workspaces
-// as share 1, so the same bound).
+// On share 1's problem, whose steps may take every workspace the budget allows.
 double bound_executor_schedule(const schedule_inputs& in) {
   return bound_memory_schedule(make_problem(in, 1)).seconds;
 }

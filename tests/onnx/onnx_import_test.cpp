@@ -332,7 +332,9 @@ TEST_F(OnnxImport, AMatMulsBiasMayBeAConstantNodeWrittenAfterIt) {
   const imported_model via = import_onnx(model_path("matmul_late_identity_bias"), 2);
   EXPECT_EQ(via.weights.at("m.bias"), initializer(model_path("matmul_late_identity_bias"), "b"));
   for (const auto& b : via.bindings) {
-    if (b.tensor == "m.bias") EXPECT_EQ(b.initializer, "b");
+    if (b.tensor == "m.bias") {
+      EXPECT_EQ(b.initializer, "b");
+    }
   }
 }
 

@@ -619,7 +619,9 @@ TEST(memory_schedule_test, a_step_nothing_can_relieve_is_seen_before_planning) {
   schedule_problem p = idle_at_both_ends();
   const auto cannot = [&](const schedule_options& o) {
     const bool seen = memory_schedule_cannot_fit(p, o);
-    if (seen) EXPECT_FALSE(plan_memory_schedule(p, o).fits);  // sound: the greedy agrees
+    if (seen) {
+      EXPECT_FALSE(plan_memory_schedule(p, o).fits);  // sound: the greedy agrees
+    }
     return seen;
   };
   EXPECT_FALSE(cannot(no_headroom()));  // W parks: nothing is sure to stay

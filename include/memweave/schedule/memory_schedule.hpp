@@ -244,6 +244,8 @@ struct scheduled_step {
   /// read again at later steps: kept on the device until the step given (freed before its
   /// kernel), instead of rebuilt again at each (one replay for several).
   std::vector<std::pair<std::uint32_t, std::uint32_t>> hold;
+
+  bool operator==(const scheduled_step&) const = default;
 };
 
 /// One planned gap with an action other than keep.
@@ -256,13 +258,15 @@ struct scheduled_gap {
   std::uint32_t prefetch = 0;  ///< swap: the step after which the copy back is issued
   bool compressed = false;     ///< swap: both copies move fp16 (transfer_encoding::fp16)
   /// swap of a persistent tensor across the iteration's end (parked): `after` is its last
-  /// use, `before` its first (so before <= after, equal for a momentum: one use), released before
-  /// step `release` > after, on the host at the iteration boundary, prefetched after step
-  /// `prefetch` < before.
+  /// use, `before` its first (so before <= after, equal for a momentum: one use), released
+  /// before step `release` > after, on the host at the iteration boundary, prefetched after
+  /// step `prefetch` < before.
   bool wraps = false;
   /// swap closing at a use in host memory (a staged step, schedule_use::on_host): no
   /// prefetch (`prefetch` = before - 1); the staged step takes the host copy.
   bool to_host = false;
+
+  bool operator==(const scheduled_gap&) const = default;
 };
 
 /// The plan for one iteration.
