@@ -152,9 +152,6 @@ class cuda_kernel_launcher final : public kernel_launcher {
       : kernel_launcher(c), ordinal_(stream_device(compute_handle())) {
     const current_device scope(ordinal_);
     context_ = std::make_unique<kc::cuda_kernel_context>(compute_handle());
-    // cuBLAS's workspace comes out of the budget like everything else (the heap outlives
-    // this launcher: the executor declares it first).
-    context_->take_cublas_workspace(*ctx_.heap);
   }
   // The kernels' context is destroyed with its device current.
   ~cuda_kernel_launcher() override {

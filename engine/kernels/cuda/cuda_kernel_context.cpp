@@ -4,8 +4,8 @@
 // Invariants: after construction both handles are bound to stream_, which never changes
 // (cublasSetStream would reset the workspace to cuBLAS's own pool, and one stream per
 // handle is what keeps cuBLAS deterministic); loss_ and label_error_ point into one
-// cudaMalloc'd block; cublas_workspace_, when set, is a live block of its heap that the
-// cuBLAS handle uses, and it goes back only after the handle is destroyed. A constructor
+// cudaMalloc'd block; the cuBLAS handle has no workspace (set after its stream, which
+// would reset it to cuBLAS's own pool). A constructor
 // that fails part way releases what it made. Thread safety: see the header (one thread at
 // a time).
 #include "engine/kernels/cuda/cuda_kernel_context.hpp"
@@ -14,10 +14,8 @@
 
 #include "engine/kernels/cuda/conv_algo_cache.hpp"
 #include "engine/kernels/cuda/cuda_library_check.hpp"
-#include "memweave/alloc/device_heap.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
-#include "memweave/core/units.hpp"
 
 namespace memweave::kernels::cuda {
 
@@ -25,18 +23,6 @@ cuda_kernel_options cuda_kernel_options::from_environment() {
   cuda_kernel_options o;
   o.deterministic = option_bool("MEMWEAVE_CUDNN_DETERMINISTIC");
   return o;
-}
-
-std::size_t recommended_cublas_workspace_bytes(int ordinal) {
-  // cuBLAS's guide (cublasSetWorkspace) recommends 32 MiB on Hopper and 4 MiB on the
-  // architectures before it; later ones get Hopper's size, as they run its larger kernels.
-  int major = 0;
-  MEMWEAVE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal));
-  return major >= 9 ? std::size_t{32} << 20 : std::size_t{4} << 20;
-}
-
-void detail::heap_return::operator()(void* p) const noexcept {
-  if (heap != nullptr) (void)heap->deallocate(p);
 }
 
 cuda_kernel_context::cuda_kernel_context(cudaStream_t stream, const cuda_kernel_options& options)
@@ -47,6 +33,11 @@ cuda_kernel_context::cuda_kernel_context(cudaStream_t stream, const cuda_kernel_
     MEMWEAVE_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
     MEMWEAVE_CUBLAS_CHECK(cublasCreate(&cublas_));
     MEMWEAVE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // No workspace: cuBLAS then allocates none and picks kernels that need none. A workspace
+    // from the heap (NVIDIA recommends 32 MiB on Hopper) would be memory `plan` does not
+    // model, so a budget `plan` found enough would not hold on a GPU; cuBLAS's own pool would
+    // sit outside the budget. The GEMMs are the FC layers', a small share of a CNN's time.
+    MEMWEAVE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, nullptr, 0));
     MEMWEAVE_CUBLAS_CHECK(cublasSetMathMode(cublas_, cublas_math));
     // Device pointers for alpha/beta would need device scalars; every call passes host ones.
     MEMWEAVE_CUBLAS_CHECK(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST));
@@ -58,27 +49,6 @@ cuda_kernel_context::cuda_kernel_context(cudaStream_t stream, const cuda_kernel_
     release();
     throw;
   }
-}
-
-void cuda_kernel_context::take_cublas_workspace(device_heap& heap) {
-  MEMWEAVE_EXPECTS(cublas_workspace_ == nullptr,
-                   "cuda_kernel_context::take_cublas_workspace: the context already has a "
-                   "cuBLAS workspace from a heap; take it once, when the context is made");
-  const std::size_t bytes = recommended_cublas_workspace_bytes(ordinal_);
-  // Heap blocks are whole blocks from a cudaMalloc'd arena, at least 256-byte aligned as
-  // cublasSetWorkspace requires (the heap's block size is a power of two of 256 or more).
-  std::unique_ptr<void, detail::heap_return> block(heap.try_allocate(bytes),
-                                                   detail::heap_return{&heap});
-  if (block == nullptr) {
-    throw out_of_memory("cuBLAS workspace of " + format_bytes(bytes) +
-                            " (NVIDIA's recommended size for this GPU) does not fit in the "
-                            "device heap: " +
-                            heap.describe_failure(bytes),
-                        bytes, heap.stats().free_bytes, heap.largest_free_run());
-  }
-  MEMWEAVE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, block.get(), bytes));
-  cublas_workspace_ = std::move(block);
-  cublas_workspace_bytes_ = bytes;
 }
 
 cuda_kernel_context::~cuda_kernel_context() {
@@ -96,10 +66,6 @@ void cuda_kernel_context::release() noexcept {
     (void)cublasDestroy(cublas_);
     cublas_ = nullptr;
   }
-  // Only now that no handle can use it: kernels still queued on the stream may, which is
-  // why the caller synchronizes the stream before destroying the context.
-  cublas_workspace_.reset();
-  cublas_workspace_bytes_ = 0;
   if (cudnn_ != nullptr) {
     (void)cudnnDestroy(cudnn_);
     cudnn_ = nullptr;

@@ -24,20 +24,11 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-namespace memweave {
-class device_heap;
-}  // namespace memweave
-
 namespace memweave::kernels::cuda {
 
 namespace detail {
 class conv_algo_cache;
 
-// Gives a block back to the heap it came from (the cuBLAS workspace's deleter).
-struct heap_return {
-  device_heap* heap = nullptr;
-  void operator()(void* p) const noexcept;
-};
 }  // namespace detail
 
 /// How a context chooses among cuDNN's algorithms. Settings made in code override the
@@ -48,11 +39,6 @@ struct cuda_kernel_options {
   /// Reads MEMWEAVE_CUDNN_DETERMINISTIC; throws invalid_argument naming it when malformed.
   static cuda_kernel_options from_environment();
 };
-
-/// The cuBLAS workspace NVIDIA recommends for device `ordinal` (cublasSetWorkspace): 32 MiB
-/// on Hopper (compute capability 9) and later, 4 MiB before. Throws device_error when the
-/// device cannot be queried.
-std::size_t recommended_cublas_workspace_bytes(int ordinal);
 
 /// cuDNN and cuBLAS handles bound to one stream. Every kernel of this library enqueues its
 /// work on stream() from the calling thread and returns without waiting (the softmax loss
@@ -66,19 +52,13 @@ class cuda_kernel_context {
   static constexpr cublasMath_t cublas_math = CUBLAS_DEFAULT_MATH;
 
   /// Creates the handles and binds them to `stream` (cudaStream_t; may be the legacy
-  /// default stream 0). cuBLAS keeps its own workspace (outside any memweave heap) until
-  /// take_cublas_workspace. Allocates 16 bytes of device scratch (cudaMalloc). Throws
+  /// default stream 0). The cuBLAS handle runs without a workspace (cublasSetWorkspace with
+  /// 0 bytes): every device byte a step's kernels use is then a tensor or a convolution
+  /// workspace that `plan` models too. Allocates 16 bytes of device scratch (cudaMalloc). Throws
   /// device_error when a handle cannot be made (no device, driver too old, out of memory),
   /// invalid_argument when MEMWEAVE_CUDNN_DETERMINISTIC is malformed (default options).
   explicit cuda_kernel_context(cudaStream_t stream, const cuda_kernel_options& options =
                                                         cuda_kernel_options::from_environment());
-
-  /// Takes cuBLAS's workspace (recommended_cublas_workspace_bytes of the context's device)
-  /// from `heap` and gives it to the handle, so that the heap's budget holds cuBLAS's
-  /// scratch too; the block goes back to `heap` when the context is destroyed, so `heap`
-  /// must outlive the context. At most once per context (invalid_argument after). Throws
-  /// out_of_memory naming cuBLAS when the heap cannot give the block.
-  void take_cublas_workspace(device_heap& heap);
 
   /// Destroys the handles and frees the scratch; waits for nothing (the caller synchronizes
   /// the stream first if work may still run). Never throws.
@@ -97,10 +77,6 @@ class cuda_kernel_context {
   bool deterministic() const noexcept { return options_.deterministic; }
   /// The device the context was made on.
   int ordinal() const noexcept { return ordinal_; }
-  /// The cuBLAS workspace taken from a heap (take_cublas_workspace), or null.
-  const void* cublas_workspace() const noexcept { return cublas_workspace_.get(); }
-  /// Its size in bytes (what cuBLAS was told), or 0.
-  std::size_t cublas_workspace_bytes() const noexcept { return cublas_workspace_bytes_; }
 
   /// Device scratch: the softmax loss of the latest forward (one double).
   double* loss_scratch() const noexcept { return loss_; }
@@ -122,8 +98,6 @@ class cuda_kernel_context {
   double* loss_ = nullptr;      // into scratch_
   int* label_error_ = nullptr;  // into scratch_
   std::unique_ptr<detail::conv_algo_cache> conv_cache_;
-  std::unique_ptr<void, detail::heap_return> cublas_workspace_;  // from take_cublas_workspace
-  std::size_t cublas_workspace_bytes_ = 0;
 };
 
 }  // namespace memweave::kernels::cuda
