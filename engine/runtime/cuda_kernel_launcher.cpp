@@ -79,9 +79,11 @@ class heap_scratch {
 // cuDNN's candidates for one pass: the algorithms its heuristics list for the shape (cuDNN's
 // names and workspace sizes), timed with cudnnFind*Ex on scratch buffers from the heap. The
 // scratch is free heap memory: the measurement runs on the compute stream (the context's),
-// after every kernel that used it before, and Find waits for it before it goes back. When
-// the heap cannot give the scratch, the heuristics' order stands in for time (seconds =
-// rank).
+// after every kernel that used it before, and Find waits for it before it goes back. The
+// executor has every whole-batch shape measured before it places anything
+// (measure_conv_candidates), so that the scratch leaves the heap as it found it; a shape
+// first met in a step (a micro-batch's) is measured there. When the heap cannot give the
+// scratch, the heuristics' order stands in for time (seconds = rank).
 std::vector<conv_candidate> cuda_conv_candidates(kc::cuda_kernel_context& ctx, device_heap& heap,
                                                  kc::conv_pass pass, const shape4& in,
                                                  const conv_params& p) {
@@ -175,6 +177,11 @@ class cuda_kernel_launcher final : public kernel_launcher {
   }
   std::function<std::unique_ptr<fp16_codec>(device&)> fp16_codec_factory() const override {
     return [](device& d) { return make_cuda_fp16_codec(d); };
+  }
+
+  void measure_conv_candidates(conv_workspace_selector& selector) override {
+    const current_device scope(ordinal_);
+    fill_conv_candidates(selector);
   }
 
   // A no-workspace algorithm always runs: the fastest of cuDNN's.

@@ -176,6 +176,9 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   // Timings are valid for one backend and device or thread count; the null device uses its
   // model.
   selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, launcher_->fingerprint());
+  // Before anything is placed: measured in a step, the measurement's heap scratch would
+  // change where later tensors go (kernel_launcher::measure_conv_candidates).
+  launcher_->measure_conv_candidates(*selector_);
   auto name_of = [this](tensor_key t) { return table_[t].name; };
   tensor_cache::eviction_callback evict_fn;
   if (options.policy.evict_to_host) {

@@ -45,6 +45,21 @@ conv_step kernel_launcher::choose_conv(conv_workspace_selector& selector, const 
   return c;
 }
 
+void kernel_launcher::fill_conv_candidates(conv_workspace_selector& selector) {
+  const std::string backend = conv_backend();
+  for (const layer& l : ctx_.net->layers()) {
+    if (l.type != layer_type::conv) continue;
+    const auto& p = std::get<conv_params>(l.params);
+    const shape4& in = (*ctx_.net)[l.inputs[0]].output_shape;
+    std::vector<k::conv_pass> passes{k::conv_pass::forward, k::conv_pass::backward_filter};
+    if (first_input_has_grad(*ctx_.table, l)) passes.push_back(k::conv_pass::backward_data);
+    for (k::conv_pass pass : passes) {
+      (void)selector.candidates(conv_key(backend, pass, in, p),
+                                [&] { return conv_candidates(pass, in, p); });
+    }
+  }
+}
+
 conv_step kernel_launcher::no_workspace_conv(conv_workspace_selector&, const layer&, bool forward,
                                              bool) {
   conv_step c;

@@ -119,6 +119,14 @@ class kernel_launcher {
     return {};
   }
 
+  /// Called once, before anything is placed in the heap: a backend whose CONV candidates
+  /// are measured on heap scratch (cuda) measures every whole-batch CONV pass of the
+  /// network now, into `selector`. Measured inside a step, the scratch's allocation and
+  /// free would reorder the heap's equal free runs (best-fit prefers the most recently
+  /// freed) and later tensors would land elsewhere than `plan` put them. Other backends
+  /// measure nothing here.
+  virtual void measure_conv_candidates(conv_workspace_selector&) {}
+
   /// The algorithms of a CONV step when `available` bytes can be handed out for its
   /// workspace, chosen by `selector` among this backend's candidates.
   conv_step choose_conv(conv_workspace_selector& selector, const layer& l, bool forward,
@@ -153,6 +161,10 @@ class kernel_launcher {
 
   /// The backend's name in conv cache keys: "host", "model" or "cuda".
   virtual std::string conv_backend() const = 0;
+  /// Fills `selector` with the candidates of every whole-batch CONV pass the network's
+  /// steps choose among (choose_conv's keys): forward, backward filter, and backward data
+  /// where the input has a gradient.
+  void fill_conv_candidates(conv_workspace_selector& selector);
   /// This backend's candidates for one pass of a CONV.
   virtual std::vector<conv_candidate> conv_candidates(kernels::host::conv_pass pass,
                                                       const shape4& in, const conv_params& p) = 0;
