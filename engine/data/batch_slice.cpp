@@ -1,12 +1,18 @@
 // A data-parallel rank's share of the global batch, and the defaults of a source that
 // cannot produce one image (or a region of one, or labels) alone.
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "memweave/core/error.hpp"
 #include "memweave/engine/data_source.hpp"
 
 namespace memweave {
+
+std::uint64_t data_source::next_identity() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 void data_source::fill_slice(std::int64_t iteration, std::int64_t batch, std::int64_t first,
                              std::int64_t n, float* images, float* labels) {

@@ -154,6 +154,7 @@ class cuda_kernel_launcher final : public kernel_launcher {
       : kernel_launcher(c), ordinal_(stream_device(compute_handle())) {
     const current_device scope(ordinal_);
     context_ = std::make_unique<kc::cuda_kernel_context>(compute_handle());
+    pin_batches();
   }
   // The kernels' context is destroyed with its device current.
   ~cuda_kernel_launcher() override {

@@ -648,6 +648,7 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   MEMWEAVE_EXPECTS(iteration >= 0, "run_iteration: iteration = " + std::to_string(iteration) +
                                        ": expected at least 0 (it numbers the batch)");
   if (data != nullptr) check_data_source(*data, net_, "run_iteration");
+  const settled_batches settled(*launcher_);
   const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();

@@ -28,6 +28,7 @@ evaluation_result executor::evaluate(data_source* data, std::int64_t first_batch
   MEMWEAVE_EXPECTS(!touches || data != nullptr,
                    "evaluate needs a data source on a device that computes");
   if (data != nullptr) check_data_source(*data, net_, "evaluate");
+  const settled_batches settled(*launcher_);
   const std::size_t layers = route_.layer_count();
   if (eval_free_after_.empty()) {
     // Each tensor a forward step touches dies after the last forward step touching it

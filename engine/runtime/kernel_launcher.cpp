@@ -93,12 +93,12 @@ void kernel_launcher::copy_batch(const layer_launch& step) {
                        static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
     return;
   }
-  staging_.resize(static_cast<std::size_t>(img.count() + img.n));
-  step.data->fill(step.iteration, img.n, staging_.data(), staging_.data() + img.count());
-  compute.copy_async(ctx_.device_ptr(lt.output), staging_.data(), img.bytes(),
-                     copy_kind::host_to_device);
-  compute.copy_async(ctx_.device_ptr(lt.labels), staging_.data() + img.count(),
+  const auto floats = static_cast<std::size_t>(img.count());
+  const float* batch = batches_.take(*step.data, step.iteration, img.n, floats);
+  compute.copy_async(ctx_.device_ptr(lt.output), batch, img.bytes(), copy_kind::host_to_device);
+  compute.copy_async(ctx_.device_ptr(lt.labels), batch + floats,
                      static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
+  batches_.start_next(*step.data, step.iteration + 1, img.n, floats);
 }
 
 kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& step) const {

@@ -18,6 +18,7 @@
 
 #include "engine/layers/layer_step.hpp"
 #include "engine/layers/split_step.hpp"
+#include "engine/runtime/batch_prefetcher.hpp"
 #include "engine/runtime/conv_selection.hpp"
 #include "engine/solver/sgd.hpp"
 #include "memweave/alloc/device_heap.hpp"
@@ -141,6 +142,11 @@ class kernel_launcher {
   void set_sgd(const sgd_options& o) noexcept { ctx_.sgd = o; }
   /// The seed of the dropout masks of the steps enqueued from now on.
   void set_seed(std::uint64_t seed) noexcept { ctx_.seed = seed; }
+  /// Waits for the batch being made ahead (batch_prefetcher): its source may go once the
+  /// iteration or evaluation that used it returns. Never throws.
+  void settle_batches() noexcept { batches_.settle(); }
+  /// Batches the DATA step found made ahead.
+  std::int64_t batches_made_ahead() const noexcept { return batches_.hits(); }
 
   /// Enqueues the step's kernel (and, in backward, the solver's updates) on the compute
   /// stream; on `null`, only its modelled time.
@@ -176,6 +182,8 @@ class kernel_launcher {
   /// DATA: makes the batch on the host and copies it in on the compute stream. The staging
   /// buffer stays untouched until the iteration's final synchronize.
   void copy_batch(const layer_launch& step);
+  /// The batches copied to the device live in the device's page-locked memory (cuda).
+  void pin_batches() noexcept { batches_.pin_on(*ctx_.dev); }
   /// The step's device pointers and the solver's updates (backward; none when the table
   /// defers them to gradient buckets).
   step_kernel_args marshal(const layer_launch& step) const;
@@ -189,7 +197,21 @@ class kernel_launcher {
   launcher_context ctx_;
 
  private:
-  std::vector<float> staging_;  // host images + labels of the current batch
+  std::vector<float> staging_;  // labels of a batch kept in host memory (tiled segments)
+  batch_prefetcher batches_;    // the batches copied to the device, the next made ahead
+};
+
+/// Settles `launcher`'s batch made ahead when it goes: held by run_iteration and evaluate,
+/// whose data source the caller may destroy once they return (or throw).
+class settled_batches {
+ public:
+  explicit settled_batches(kernel_launcher& launcher) noexcept : launcher_(launcher) {}
+  ~settled_batches() { launcher_.settle_batches(); }
+  settled_batches(const settled_batches&) = delete;
+  settled_batches& operator=(const settled_batches&) = delete;
+
+ private:
+  kernel_launcher& launcher_;
 };
 
 /// The launcher for `context.dev`'s kind. Throws invalid_argument for a cuda device when

@@ -47,6 +47,14 @@ class data_source {
   /// images: what fill_slice writes. The default fills the images too, one at a time.
   virtual void fill_labels(std::int64_t iteration, std::int64_t batch, std::int64_t first,
                            std::int64_t n, float* labels);
+  /// A number no other source object of this process was given (a copy keeps it): what a
+  /// batch made ahead is kept for (the DATA step's input pipeline), since another source
+  /// may be made where a destroyed one was.
+  std::uint64_t identity() const noexcept { return identity_; }
+
+ private:
+  static std::uint64_t next_identity() noexcept;
+  std::uint64_t identity_ = next_identity();
 };
 
 /// Checks that `image` is in a batch of `batch` and region `r` inside `source`'s image

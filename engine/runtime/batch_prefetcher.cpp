@@ -1,0 +1,87 @@
+#include "engine/runtime/batch_prefetcher.hpp"
+
+#include <system_error>
+
+#include "memweave/core/error.hpp"
+#include "memweave/device/device.hpp"
+#include "memweave/engine/data_source.hpp"
+
+namespace memweave {
+
+float* batch_buffer::ensure(std::size_t floats, device* pinned) {
+  if (floats == floats_ && (data_ != nullptr || floats == 0)) return data_;
+  release();
+  if (pinned != nullptr && floats != 0) {
+    try {
+      data_ = static_cast<float*>(pinned->allocate_pinned(floats * sizeof(float)));
+      pinned_from_ = pinned;
+    } catch (const out_of_memory&) {
+      data_ = nullptr;  // no page-locked memory to be had: ordinary memory copies slower
+    }
+  }
+  if (data_ == nullptr) {
+    plain_.resize(floats);
+    data_ = plain_.data();
+  }
+  floats_ = floats;
+  return data_;
+}
+
+void batch_buffer::release() noexcept {
+  if (pinned_from_ != nullptr) pinned_from_->deallocate_pinned(data_, floats_ * sizeof(float));
+  pinned_from_ = nullptr;
+  plain_ = {};
+  data_ = nullptr;
+  floats_ = 0;
+}
+
+const float* batch_prefetcher::take(data_source& source, std::int64_t iteration, std::int64_t n,
+                                    std::size_t image_floats) {
+  const int other = 1 - handed_;
+  if (ahead_.done.valid()) {
+    const bool wanted = ahead_.source == source.identity() && ahead_.iteration == iteration &&
+                        ahead_.n == n &&
+                        buffers_[other].size() == image_floats + static_cast<std::size_t>(n);
+    std::future<void> done = std::move(ahead_.done);
+    ahead_ = {};
+    if (wanted) {
+      done.get();  // the source's failure, as making the batch now would have thrown it
+      handed_ = other;
+      ++hits_;
+      return buffers_[handed_].data();
+    }
+    try {
+      done.get();
+    } catch (...) {
+      // A batch nobody asked for: its failure is nobody's.
+    }
+  }
+  float* b = buffers_[other].ensure(image_floats + static_cast<std::size_t>(n), pinned_);
+  source.fill(iteration, n, b, b + image_floats);
+  handed_ = other;
+  return b;
+}
+
+void batch_prefetcher::start_next(data_source& source, std::int64_t iteration, std::int64_t n,
+                                  std::size_t image_floats) {
+  settle();
+  ahead_ = {};
+  float* b = buffers_[1 - handed_].ensure(image_floats + static_cast<std::size_t>(n), pinned_);
+  ahead_.source = source.identity();
+  ahead_.iteration = iteration;
+  ahead_.n = n;
+  try {
+    ahead_.done = std::async(std::launch::async,
+                             [&source, iteration, n, images = b, labels = b + image_floats] {
+                               source.fill(iteration, n, images, labels);
+                             });
+  } catch (const std::system_error&) {
+    ahead_ = {};  // no thread to be had: the batch is made when it is asked for
+  }
+}
+
+void batch_prefetcher::settle() noexcept {
+  if (ahead_.done.valid()) ahead_.done.wait();
+}
+
+}  // namespace memweave
