@@ -639,6 +639,12 @@ void executor::finish_iteration() {
   }
 }
 
+bool executor::replans_this_iteration() const noexcept {
+  // trained_iterations_ counts the one begun.
+  return replan_pending() &&
+         trained_iterations_ > static_cast<std::uint64_t>(launcher_->cold_iterations());
+}
+
 double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const bool touches = dev_.touches_memory();
   MEMWEAVE_EXPECTS(!touches || data != nullptr,
@@ -654,9 +660,10 @@ double executor::run_iteration(data_source* data, std::int64_t iteration) {
   const double sim_start = compute.simulated_time_s();
   const auto wall_start = std::chrono::steady_clock::now();
   begin_iteration();
-  // What this iteration records: the caller's timeline, or, for the first iteration of a
-  // schedule to re-plan from measured times, the executor's own.
-  const bool measure = replans_next();
+  ++trained_iterations_;
+  // What this iteration records: the caller's timeline, or, for the iteration a schedule is
+  // re-planned from (the first warm one), the executor's own.
+  const bool measure = replans_this_iteration();
   if (measure && options_.timeline == nullptr) measuring_ = std::make_unique<stream_timeline>(dev_);
   if (recording() != nullptr) recording()->clear();
   if (transfers_) transfers_->engine.set_timeline(recording());

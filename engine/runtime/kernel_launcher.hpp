@@ -111,6 +111,9 @@ class kernel_launcher {
   /// Whether launch() runs fused replays (layer_launch::fused_act): host and null do; cuda
   /// replays BN and ACT as cuDNN ran them, one after the other.
   virtual bool fuses_bn_act() const { return false; }
+  /// Iterations whose step times are not yet the steady ones (loading kernels, building
+  /// library plans): the schedule is re-planned from the times of the iteration after them.
+  virtual int cold_iterations() const { return 0; }
   /// Held by the caller while it runs an iteration; nullptr when nothing is needed.
   virtual std::unique_ptr<launch_scope> enter_iteration() { return nullptr; }
   /// The fp16 codec of compressed swaps on this backend's device, for the transfer engine

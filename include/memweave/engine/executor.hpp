@@ -138,11 +138,13 @@ struct executor_options {
   /// MEMWEAVE_COST_MODEL names a preset).
   cost_model model = {};
   /// all, on a device that computes (host, cuda): the first iteration's measured step and
-  /// copy times replace the model's and the schedule is planned again from them, once
+  /// copy times (on cuda the second's: the first loads kernels and builds cuDNN's plans)
+  /// replace the model's and the schedule is planned again from them, once
   /// (Capuchin; MEMWEAVE_SCHEDULE_REPLAN). The new schedule is used only when it runs one
   /// iteration in the budget on the null device; else the model's stays (replan_report::note).
   /// It is then on trial: it and the model's run in turn, two iterations each (the second
-  /// to the fifth), timed, and the faster in total runs from the sixth on: the measured times
+  /// to the fifth on host, one later on cuda), timed, and the faster in total runs on after
+  /// them: the measured times
   /// do not see all that the device does (on the host backend, copies take the cores the
   /// kernels run on).
   bool replan_from_measured = true;
@@ -256,7 +258,7 @@ class executor {
   /// trying the re-planned schedule and the model's in turn. Those iterations carry the
   /// re-planning and each switch's re-placement of the parameters; a caller that reports
   /// the steady speed times the iterations after this turns true.
-  bool settled() const noexcept { return !replans_next() && trial_iterations_ < 0; }
+  bool settled() const noexcept { return !replan_pending() && trial_iterations_ < 0; }
 
   /// The solver's settings the next iteration uses (at first executor_options').
   const solver_settings& solver() const noexcept { return solver_; }
@@ -435,7 +437,7 @@ class executor {
   void use_schedule(memory_schedule planned);
   void replan_from(const std::vector<timeline_span>& spans);
   /// The timeline this iteration records into: the caller's, else the executor's own while
-  /// it measures a first iteration to re-plan from; nullptr when none.
+  /// it measures the iteration to re-plan from; nullptr when none.
   stream_timeline* recording() const noexcept {
     return options_.timeline != nullptr ? options_.timeline : measuring_.get();
   }
@@ -512,7 +514,7 @@ class executor {
   std::vector<conv_step> forward_conv_;         // all: per forward CONV step, what it ran
   std::vector<bool> compressed_;                // all: per tensor, its swaps travel as fp16
   replan_report replan_;                        // all: what re-planning from measured times did
-  std::unique_ptr<stream_timeline> measuring_;  // the first iteration's, when re-planning
+  std::unique_ptr<stream_timeline> measuring_;  // the measured iteration's, when re-planning
   // The re-planned schedule and the model's, run in turn and timed before one is kept: the
   // trial's iterations so far (even: the re-planned one's), each one's seconds in total.
   static constexpr int k_trial_iterations = 4;
@@ -520,11 +522,14 @@ class executor {
   double trial_seconds_[2] = {0.0, 0.0};
   std::unique_ptr<memory_schedule> other_schedule_;  // the one not running during the trial
   void continue_replan_trial(double iteration_seconds);
-  // The next iteration is the one whose measured times the schedule is re-planned from.
-  bool replans_next() const noexcept {
+  // The schedule is still to be re-planned from an iteration's measured times.
+  bool replan_pending() const noexcept {
     return schedule_ && options_.replan_from_measured && dev_.touches_memory() &&
            !replan_.replanned && replan_.note.empty();
   }
+  // The training iteration begun is the one measured: the first after the launcher's cold
+  // ones (kernel_launcher::cold_iterations).
+  bool replans_this_iteration() const noexcept;
   struct step_marks {
     int offloads = 0, prefetches = 0, replays = 0;
   } marks_;  // the current step's copies and replays, for its record
@@ -565,6 +570,7 @@ class executor {
   std::vector<std::unique_ptr<event>> step_done_;   // per step: recorded after its kernel
   std::vector<std::uint64_t> step_done_iteration_;  // per step: the iteration it was recorded in
   std::uint64_t iterations_run_ = 0;                // iterations started (tags step_done_ records)
+  std::uint64_t trained_iterations_ = 0;            // run_iteration calls begun
   std::size_t current_step_ = 0;                    // the step being run
   std::size_t watermark_ = 0;            // utp/all: write back below this many free bytes
   std::uint64_t recomputations_ = 0;     // layer forwards re-run in the last iteration

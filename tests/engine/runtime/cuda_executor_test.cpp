@@ -304,5 +304,31 @@ TEST(cuda_executor_test, compressed_swaps_run_as_planned_within_fp16_rounding) {
   }
 }
 
+// On cuda the first iteration is cold (modules loaded at first launch, cuDNN's plans built):
+// `all` re-plans from the second iteration's measured times, not the first's.
+TEST(cuda_executor_test, the_schedule_is_replanned_from_the_second_iteration_not_the_cold_first) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to measure");
+  const network net = test::zoo_net("resnet50", 8, 64, 0.0625);
+  const std::size_t peak = plan_on_null(net, policy_options("liveness", 0, "none")).peak_bytes;
+  executor_options o = policy_options("all", peak / 2, "none");
+  o.replan_from_measured = true;
+  device_options d;
+  d.kind = "cuda";
+  auto dev = make_device(d);
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  executor ex(net, *dev, o);
+  ASSERT_NE(ex.schedule(), nullptr) << "no schedule at half the peak";
+  EXPECT_FALSE(ex.settled());
+  ex.run_iteration(data.get(), 0);
+  const replan_report after_first = ex.report().replan;
+  EXPECT_EQ(after_first.measured_seconds, 0.0) << "measured the cold first iteration";
+  EXPECT_TRUE(after_first.note.empty()) << after_first.note;
+  EXPECT_FALSE(ex.settled());
+  ex.run_iteration(data.get(), 1);
+  const replan_report after_second = ex.report().replan;
+  EXPECT_GT(after_second.measured_seconds, 0.0);
+  EXPECT_GT(after_second.model_seconds, 0.0);
+}
+
 }  // namespace
 }  // namespace memweave
