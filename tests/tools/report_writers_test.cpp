@@ -58,6 +58,27 @@ TEST(report_writers_test, a_fewest_split_plan_that_did_not_fit_is_said_so) {
   }
 }
 
+// Seen on an H200: a loss of 5.3e11 (VGG-16 going wrong at lr 0.01), printed fixed, ran
+// into the img/s column ("620.9530524747263.97974"). The columns stay apart at any loss.
+TEST(report_writers_test, the_summary_keeps_img_s_and_a_huge_loss_apart) {
+  run_report r = sample();
+  r.command = "train";
+  policy_report& p = r.policies[0];
+  p.images_per_s = 620.95;
+  for (const double loss : {6.94034, 530524747263.97974, -2.5e9}) {
+    p.losses = {loss};
+    std::ostringstream out;
+    write_summary(out, r);
+    const std::string s = out.str();
+    EXPECT_NE(s.find("     621.0 "), std::string::npos) << s;
+    EXPECT_NE(s.find(loss == 6.94034 ? "     6.94034"
+                     : loss > 0      ? "  5.3052e+11"
+                                     : " -2.5000e+09"),
+              std::string::npos)
+        << s;
+  }
+}
+
 TEST(report_writers_test, csv_has_one_row_per_policy_and_step) {
   std::ostringstream out;
   write_csv(out, sample());
