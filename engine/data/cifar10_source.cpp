@@ -85,6 +85,9 @@ class cifar10_source final : public data_source {
     fill_slice(iteration, n, 0, n, images, labels);
   }
 
+  // fill_slice only converts bytes read at construction: thread-safe.
+  bool fills_concurrently() const override { return true; }
+
   void fill_slice(std::int64_t iteration, std::int64_t batch, std::int64_t first, std::int64_t n,
                   float* images, float* labels) override {
     const std::size_t count = records_.size() / k_record;

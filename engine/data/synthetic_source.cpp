@@ -4,8 +4,6 @@
 // on which batches were asked for before, and a region of an image is made without the
 // rest of it. The waves are separable (a row term plus a column term per channel): an image
 // or region of h x w costs O(h + w) for them plus two hashes per pixel (texture, noise).
-#include <tbb/parallel_for.h>
-
 #include <cmath>
 #include <vector>
 
@@ -66,20 +64,20 @@ class synthetic_source final : public data_source {
     fill_slice(iteration, n, 0, n, images, labels);
   }
 
-  // Image i of a batch depends on (iteration, i) only, not on the batch size. The images
-  // are made in parallel (each writes its own floats: the same bytes for any thread count).
-  // A batch of 64 224-px images costs about 70 ms on one core: on a GPU that is most of an
-  // iteration, with the device idle while the host makes the next batch.
+  // Image i of a batch depends on (iteration, i) only, not on the batch size.
   void fill_slice(std::int64_t iteration, std::int64_t, std::int64_t first, std::int64_t n,
                   float* images, float* labels) override {
     const std::int64_t per = image_.per_image();
     const image_region whole{0, image_.c, 0, image_.h, 0, image_.w};
-    tbb::parallel_for(std::int64_t{0}, n, [&](std::int64_t i) {
+    for (std::int64_t i = 0; i < n; ++i) {
       const std::uint64_t key = image_key(iteration, first + i);
       labels[i] = static_cast<float>(label_of(key));
       write(key, whole, images + i * per);
-    });
+    }
   }
+
+  // Stateless: slices of one batch may be made on several threads at once.
+  bool fills_concurrently() const override { return true; }
 
   void fill_region(std::int64_t iteration, std::int64_t batch, std::int64_t image,
                    const image_region& r, float* out) override {

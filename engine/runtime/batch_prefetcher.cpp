@@ -1,7 +1,11 @@
 #include "engine/runtime/batch_prefetcher.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <system_error>
 
+#include "engine/kernels/host/kernel_context.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
 #include "memweave/engine/data_source.hpp"
@@ -35,8 +39,35 @@ void batch_buffer::release() noexcept {
   floats_ = 0;
 }
 
+batch_prefetcher::batch_prefetcher() = default;
+
+batch_prefetcher::~batch_prefetcher() {
+  settle();
+}
+
+void batch_prefetcher::make_arena() {
+  if (arena_ == nullptr) arena_ = std::make_unique<kernels::host::kernel_context>(threads_);
+}
+
+void batch_prefetcher::fill(data_source& source, std::int64_t iteration, std::int64_t n,
+                            std::size_t image_floats, float* images, float* labels) {
+  arena_->execute([&] {
+    if (!source.fills_concurrently() || n < 2) {
+      source.fill(iteration, n, images, labels);
+      return;
+    }
+    // Slices of the batch, one task each: fill_slice writes exactly what fill puts there.
+    const std::size_t per = image_floats / static_cast<std::size_t>(n);
+    tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n), [&](const auto& r) {
+      source.fill_slice(iteration, n, r.begin(), r.end() - r.begin(),
+                        images + static_cast<std::size_t>(r.begin()) * per, labels + r.begin());
+    });
+  });
+}
+
 const float* batch_prefetcher::take(data_source& source, std::int64_t iteration, std::int64_t n,
                                     std::size_t image_floats) {
+  make_arena();
   const int other = 1 - handed_;
   if (ahead_.done.valid()) {
     const bool wanted = ahead_.source == source.identity() && ahead_.iteration == iteration &&
@@ -57,7 +88,7 @@ const float* batch_prefetcher::take(data_source& source, std::int64_t iteration,
     }
   }
   float* b = buffers_[other].ensure(image_floats + static_cast<std::size_t>(n), pinned_);
-  source.fill(iteration, n, b, b + image_floats);
+  fill(source, iteration, n, image_floats, b, b + image_floats);
   handed_ = other;
   return b;
 }
@@ -66,6 +97,7 @@ void batch_prefetcher::start_next(data_source& source, std::int64_t iteration, s
                                   std::size_t image_floats) {
   settle();
   ahead_ = {};
+  make_arena();
   float* b = buffers_[1 - handed_].ensure(image_floats + static_cast<std::size_t>(n), pinned_);
   ahead_.source = source.identity();
   ahead_.iteration = iteration;

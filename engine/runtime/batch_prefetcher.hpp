@@ -1,7 +1,9 @@
 // The input pipeline of the DATA step: batch k + 1 is made on a thread of its own while the
-// device runs iteration k, as a framework's data loader does. Making a batch is host work
-// (the synthetic images cost about 70 ms for 64 of 224 px on one core, 9 ms on 16): done in
-// the DATA step itself, it left a GPU idle for that long at the start of every iteration.
+// device runs iteration k, as a framework's data loader does, its images in parallel where
+// the source allows it (data_source::fills_concurrently), on the run's host threads. Making a
+// batch is host work (the synthetic images cost about 70 ms for 64 of 224 px on one core,
+// 9 ms on 16): done in the DATA step itself, it left a GPU idle for that long at the start of
+// every iteration.
 //
 // What is made ahead is a guess (the next iteration of the same source and batch size); a
 // batch asked for that is not the one guessed is made there and then, so the bytes a step
@@ -20,12 +22,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <vector>
 
 namespace memweave {
 
 class data_source;
 class device;
+namespace kernels::host {
+class kernel_context;
+}  // namespace kernels::host
 
 /// One batch's host memory: page-locked from a device, or ordinary.
 class batch_buffer {
@@ -50,10 +56,14 @@ class batch_buffer {
 
 class batch_prefetcher {
  public:
-  batch_prefetcher() = default;
-  ~batch_prefetcher() { settle(); }
+  batch_prefetcher();
+  ~batch_prefetcher();
   /// Batches from now on live in page-locked memory of `dev` (which must outlive this).
   void pin_on(device& dev) noexcept { pinned_ = &dev; }
+  /// A source's fill runs in an arena of `threads` workers (0 = every core), as the host
+  /// kernels do (executor_options::threads, --threads): a run told to use one thread makes
+  /// its batches on one. Call before the first take().
+  void use_threads(int threads) noexcept { threads_ = threads; }
   batch_prefetcher(const batch_prefetcher&) = delete;
   batch_prefetcher& operator=(const batch_prefetcher&) = delete;
 
@@ -85,6 +95,13 @@ class batch_prefetcher {
   };
   batch_buffer buffers_[2];
   device* pinned_ = nullptr;
+  int threads_ = 0;
+  std::unique_ptr<kernels::host::kernel_context> arena_;  // made at the first fill
+  void make_arena();
+  // Batch `iteration` into images/labels, in arena_: in slices on its workers where the
+  // source allows it (data_source::fills_concurrently).
+  void fill(data_source& source, std::int64_t iteration, std::int64_t n, std::size_t image_floats,
+            float* images, float* labels);
   int handed_ = 1;  // the buffer take() handed out last
   ahead ahead_;
   std::int64_t hits_ = 0;

@@ -97,7 +97,9 @@ class launch_scope {
 
 class kernel_launcher {
  public:
-  explicit kernel_launcher(launcher_context context) : ctx_(std::move(context)) {}
+  explicit kernel_launcher(launcher_context context) : ctx_(std::move(context)) {
+    batches_.use_threads(ctx_.threads);
+  }
   virtual ~kernel_launcher() = default;
   kernel_launcher(const kernel_launcher&) = delete;
   kernel_launcher& operator=(const kernel_launcher&) = delete;

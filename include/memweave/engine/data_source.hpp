@@ -47,6 +47,10 @@ class data_source {
   /// images: what fill_slice writes. The default fills the images too, one at a time.
   virtual void fill_labels(std::int64_t iteration, std::int64_t batch, std::int64_t first,
                            std::int64_t n, float* labels);
+  /// Whether fill_slice may run on several threads at once for disjoint positions of one
+  /// batch: the DATA step's input pipeline then makes a batch's images in parallel. False
+  /// unless a source says so (synthetic and CIFAR-10 do).
+  virtual bool fills_concurrently() const { return false; }
   /// A number no other source object of this process was given (a copy keeps it): what a
   /// batch made ahead is kept for (the DATA step's input pipeline), since another source
   /// may be made where a destroyed one was.

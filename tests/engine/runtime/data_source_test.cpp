@@ -6,6 +6,7 @@
 #include <fstream>
 #include <vector>
 
+#include "engine/runtime/batch_prefetcher.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/engine/data_source.hpp"
 
@@ -36,6 +37,28 @@ TEST(data_source_test, synthetic_batches_depend_only_on_seed_and_iteration) {
   for (float l : la) EXPECT_TRUE(l >= 0 && l < 5 && l == std::floor(l));
   a->fill(4, 4, ib.data(), lb.data());
   EXPECT_NE(ia, ib);
+}
+
+// The DATA step's input pipeline makes a batch of a source that allows it in slices on
+// several threads: the same bytes as one fill (here, not under ThreadSanitizer: TBB's
+// workers are not instrumented).
+TEST(data_source_test, a_batch_made_in_slices_on_several_threads_is_what_fill_gives) {
+  const shape4 s{1, 3, 7, 5};
+  auto synthetic = make_synthetic_source(s, 4, 9);
+  ASSERT_TRUE(synthetic->fills_concurrently());
+  constexpr std::int64_t n = 13;
+  const auto floats = static_cast<std::size_t>(n * s.per_image());
+  std::vector<float> expected(floats + n);
+  synthetic->fill(5, n, expected.data(), expected.data() + floats);
+  batch_prefetcher p;
+  p.use_threads(2);
+  const float* made = p.take(*synthetic, 5, n, floats);
+  EXPECT_EQ(std::vector<float>(made, made + floats + n), expected);
+  p.start_next(*synthetic, 6, n, floats);
+  synthetic->fill(6, n, expected.data(), expected.data() + floats);
+  made = p.take(*synthetic, 6, n, floats);
+  EXPECT_EQ(std::vector<float>(made, made + floats + n), expected) << "made ahead";
+  EXPECT_EQ(p.hits(), 1);
 }
 
 // The CHW region r of image i of a whole batch `all` of images of `s`.
