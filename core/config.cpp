@@ -146,8 +146,8 @@ constexpr std::array<option_info, 42> k_options{{
      {0, 100, true}},
     {"MEMWEAVE_SCHEDULE_REPLAN", "1", f::boolean, "",
      "all, on host and cuda: re-plan the memory schedule once from the first iteration's "
-     "measured step and copy times (Capuchin), then run it and the model's in turn "
-     "(iterations 2-5) and keep the faster"},
+     "measured step and copy times (on cuda the second's: the first is cold) (Capuchin), then "
+     "run it and the model's in turn (iterations 2-5, on cuda 3-6) and keep the faster"},
     {"MEMWEAVE_COST_MODEL", "titan_xp", f::choice, "titan_xp|k40|h100_pcie5",
      "the device the plan's model stands for (null device, schedule): TITAN Xp (the paper's), "
      "Tesla K40, or H100 on PCIe 5"},

@@ -104,6 +104,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
+        << ", \"measured_iteration\": " << p.replan.measured_iteration
         << ", \"link_gbps\": " << json_number(p.replan.link_gbps)
         << ", \"copy_latency_us\": " << json_number(p.replan.copy_latency_us)
         << ", \"gaps_changed\": " << p.replan.gaps_changed << ", \"replanned_iteration_seconds\": "
@@ -443,8 +444,8 @@ void write_summary(std::ostream& out, const run_report& r) {
       }
     }
     if (p.replan.replanned || !p.replan.note.empty()) {
-      out << "  " << p.policy << ": re-planned from the first iteration's measured times (its "
-          << "steps " << std::setprecision(4) << 1e3 * p.replan.measured_seconds
+      out << "  " << p.policy << ": re-planned from iteration " << p.replan.measured_iteration
+          << "'s measured times (its steps " << std::setprecision(4) << 1e3 * p.replan.measured_seconds
           << " ms, the link ";
       if (p.replan.link_gbps > 0) {
         out << std::setprecision(3) << p.replan.link_gbps << " GB/s + " << p.replan.copy_latency_us

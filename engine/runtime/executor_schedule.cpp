@@ -338,6 +338,7 @@ void executor::replan_from(const std::vector<timeline_span>& spans) {
   }
   replan_.model_seconds = schedule_->predicted_seconds;
   replan_.measured_seconds = 0;
+  replan_.measured_iteration = static_cast<int>(trained_iterations_);
   for (double m : measured) replan_.measured_seconds += std::max(0.0, m);
   double link = 0, latency = 0;
   const double spread = n * sxx - sx * sx;

@@ -34,7 +34,8 @@ struct step_record {
 struct replan_report {
   bool replanned = false;          ///< a new schedule replaced the model's
   double model_seconds = 0.0;      ///< the model's schedule: its predicted iteration
-  double measured_seconds = 0.0;   ///< the first iteration's steps as measured (their sum)
+  double measured_seconds = 0.0;   ///< the measured iteration's steps (their sum)
+  int measured_iteration = 0;      ///< which (1-based): the first, on cuda the second
   double link_gbps = 0.0;          ///< the host link as its copies measured it (0: none ran)
   double copy_latency_us = 0.0;    ///< each copy's cost besides its bytes, as measured
   std::uint64_t gaps_changed = 0;  ///< gaps whose action or timing differs from the model's

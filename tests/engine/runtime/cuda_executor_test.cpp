@@ -327,6 +327,7 @@ TEST(cuda_executor_test, the_schedule_is_replanned_from_the_second_iteration_not
   ex.run_iteration(data.get(), 1);
   const replan_report after_second = ex.report().replan;
   EXPECT_GT(after_second.measured_seconds, 0.0);
+  EXPECT_EQ(after_second.measured_iteration, 2);
   EXPECT_GT(after_second.model_seconds, 0.0);
 }
 

@@ -723,6 +723,7 @@ TEST(schedule_test, the_first_iteration_measured_on_host_replans_the_schedule_on
   // them (then the model's schedule stays, as the executor promises).
   EXPECT_TRUE(first.replanned || !first.note.empty());
   EXPECT_GT(first.measured_seconds, 0.0);
+  EXPECT_EQ(first.measured_iteration, 1) << "the host's first iteration is not cold";
   EXPECT_GT(first.model_seconds, 0.0);
   // Host kernels are far slower than the modelled GPU's. (The copies' fit, latency + bytes /
   // link over the throttled 2 GB/s, varies with the machine's load: only its sign is sure.)
