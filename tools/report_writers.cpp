@@ -445,8 +445,8 @@ void write_summary(std::ostream& out, const run_report& r) {
     }
     if (p.replan.replanned || !p.replan.note.empty()) {
       out << "  " << p.policy << ": re-planned from iteration " << p.replan.measured_iteration
-          << "'s measured times (its steps " << std::setprecision(4) << 1e3 * p.replan.measured_seconds
-          << " ms, the link ";
+          << "'s measured times (its steps " << std::setprecision(4)
+          << 1e3 * p.replan.measured_seconds << " ms, the link ";
       if (p.replan.link_gbps > 0) {
         out << std::setprecision(3) << p.replan.link_gbps << " GB/s + " << p.replan.copy_latency_us
             << " us per copy";
