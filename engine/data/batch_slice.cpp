@@ -77,6 +77,19 @@ class batch_slice final : public data_source {
                          std::to_string(global_batch_));
     whole_.fill_slice(iteration, global_batch_, first_, n, images, labels);
   }
+  // Positions [first, first + count) of the rank's batch are [first_ + first, ...) of the
+  // global one: as safe on several threads as the whole source's.
+  void fill_slice(std::int64_t iteration, std::int64_t n, std::int64_t first, std::int64_t count,
+                  float* images, float* labels) override {
+    MEMWEAVE_EXPECTS(first >= 0 && count >= 0 && first + count <= n && first_ + n <= global_batch_,
+                     "images " + std::to_string(first) + "+" + std::to_string(count) +
+                         " of a slice of " + std::to_string(n) + " images from position " +
+                         std::to_string(first_) + " overrun it or the global batch of " +
+                         std::to_string(global_batch_));
+    whole_.fill_slice(iteration, global_batch_, first_ + first, count, images, labels);
+  }
+  bool fills_concurrently() const override { return whole_.fills_concurrently(); }
+
   // Image i of the rank's batch is image first + i of the global one.
   void fill_region(std::int64_t iteration, std::int64_t n, std::int64_t image,
                    const image_region& r, float* out) override {

@@ -3,8 +3,6 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
-#include <system_error>
-
 #include "engine/kernels/host/kernel_context.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/device/device.hpp"
@@ -51,11 +49,14 @@ void batch_prefetcher::make_arena() {
 
 void batch_prefetcher::fill(data_source& source, std::int64_t iteration, std::int64_t n,
                             std::size_t image_floats, float* images, float* labels) {
+  // One thread, or a source that must be filled whole: no arena is entered (from the thread
+  // making a batch ahead, beside the kernels' own, ThreadSanitizer takes TBB's reuse of its
+  // uninstrumented memory for races).
+  if (arena_->threads() == 1 || !source.fills_concurrently() || n < 2) {
+    source.fill(iteration, n, images, labels);
+    return;
+  }
   arena_->execute([&] {
-    if (!source.fills_concurrently() || n < 2) {
-      source.fill(iteration, n, images, labels);
-      return;
-    }
     // Slices of the batch, one task each: fill_slice writes exactly what fill puts there.
     const std::size_t per = image_floats / static_cast<std::size_t>(n);
     tbb::parallel_for(tbb::blocked_range<std::int64_t>(0, n), [&](const auto& r) {
@@ -103,12 +104,12 @@ void batch_prefetcher::start_next(data_source& source, std::int64_t iteration, s
   ahead_.iteration = iteration;
   ahead_.n = n;
   try {
-    ahead_.done = std::async(std::launch::async,
-                             [&source, iteration, n, images = b, labels = b + image_floats] {
-                               source.fill(iteration, n, images, labels);
-                             });
-  } catch (const std::system_error&) {
-    ahead_ = {};  // no thread to be had: the batch is made when it is asked for
+    ahead_.done = std::async(std::launch::async, [this, &source, iteration, n, image_floats, b] {
+      fill(source, iteration, n, image_floats, b, b + image_floats);
+    });
+  } catch (...) {
+    // No thread (or no memory for one) to be had: the batch is made when it is asked for.
+    ahead_ = {};
   }
 }
 

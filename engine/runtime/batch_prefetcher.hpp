@@ -8,9 +8,9 @@
 // What is made ahead is a guess (the next iteration of the same source and batch size); a
 // batch asked for that is not the one guessed is made there and then, so the bytes a step
 // sees never depend on the guess. A source is known by its identity(), not its address. One batch
-// is made at a time, so a source is never called from two threads at once; settle() waits for the
-// one ahead, and the executor calls it before an iteration returns, since the caller may destroy
-// the source after that.
+// is made at a time (a source runs fill_slice on several threads at once only where
+// fills_concurrently says it may); settle() waits for the one ahead, and the executor calls it
+// before an iteration returns, since the caller may destroy the source after that.
 //
 // Buffers: two, handed out in turn. The one handed out for iteration k is read by that
 // iteration's copy to the device (on `host` a stream worker reads it later, on `cuda` the

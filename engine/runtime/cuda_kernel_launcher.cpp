@@ -185,9 +185,9 @@ class cuda_kernel_launcher final : public kernel_launcher {
     return [](device& d) { return make_cuda_fp16_codec(d); };
   }
 
-  void measure_conv_candidates(conv_workspace_selector& selector) override {
+  void measure_conv_candidates(conv_workspace_selector& selector, bool forward_only) override {
     const current_device scope(ordinal_);
-    fill_conv_candidates(selector);
+    fill_conv_candidates(selector, forward_only);
   }
 
   // A no-workspace algorithm always runs: the fastest of cuDNN's.

@@ -178,7 +178,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, launcher_->fingerprint());
   // Before anything is placed: measured in a step, the measurement's heap scratch would
   // change where later tensors go (kernel_launcher::measure_conv_candidates).
-  launcher_->measure_conv_candidates(*selector_);
+  launcher_->measure_conv_candidates(*selector_, options.evaluation_only);
   auto name_of = [this](tensor_key t) { return table_[t].name; };
   tensor_cache::eviction_callback evict_fn;
   if (options.policy.evict_to_host) {

@@ -3,6 +3,7 @@
 #include "engine/runtime/kernel_launcher.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/random.hpp"
 #include "engine/runtime/executor_staging.hpp"
@@ -45,14 +46,17 @@ conv_step kernel_launcher::choose_conv(conv_workspace_selector& selector, const 
   return c;
 }
 
-void kernel_launcher::fill_conv_candidates(conv_workspace_selector& selector) {
+void kernel_launcher::fill_conv_candidates(conv_workspace_selector& selector, bool forward_only) {
   const std::string backend = conv_backend();
   for (const layer& l : ctx_.net->layers()) {
     if (l.type != layer_type::conv) continue;
     const auto& p = std::get<conv_params>(l.params);
     const shape4& in = (*ctx_.net)[l.inputs[0]].output_shape;
-    std::vector<k::conv_pass> passes{k::conv_pass::forward, k::conv_pass::backward_filter};
-    if (first_input_has_grad(*ctx_.table, l)) passes.push_back(k::conv_pass::backward_data);
+    std::vector<k::conv_pass> passes{k::conv_pass::forward};
+    if (!forward_only) {
+      passes.push_back(k::conv_pass::backward_filter);
+      if (first_input_has_grad(*ctx_.table, l)) passes.push_back(k::conv_pass::backward_data);
+    }
     for (k::conv_pass pass : passes) {
       (void)selector.candidates(conv_key(backend, pass, in, p),
                                 [&] { return conv_candidates(pass, in, p); });
@@ -98,7 +102,10 @@ void kernel_launcher::copy_batch(const layer_launch& step) {
   compute.copy_async(ctx_.device_ptr(lt.output), batch, img.bytes(), copy_kind::host_to_device);
   compute.copy_async(ctx_.device_ptr(lt.labels), batch + floats,
                      static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
-  batches_.start_next(*step.data, step.iteration + 1, img.n, floats);
+  // The last batch number has no next (and iteration + 1 would overflow).
+  if (step.iteration < std::numeric_limits<std::int64_t>::max()) {
+    batches_.start_next(*step.data, step.iteration + 1, img.n, floats);
+  }
 }
 
 kernel_launcher::step_kernel_args kernel_launcher::marshal(const layer_launch& step) const {

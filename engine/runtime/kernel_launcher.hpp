@@ -130,8 +130,9 @@ class kernel_launcher {
   /// network now, into `selector`. Measured inside a step, the scratch's allocation and
   /// free would reorder the heap's equal free runs (best-fit prefers the most recently
   /// freed) and later tensors would land elsewhere than `plan` put them. Other backends
-  /// measure nothing here.
-  virtual void measure_conv_candidates(conv_workspace_selector&) {}
+  /// measure nothing here. `forward_only`: an executor that only evaluates (its backward
+  /// passes never run, and a fixed algorithm named for the forward pass is not theirs).
+  virtual void measure_conv_candidates(conv_workspace_selector&, bool /*forward_only*/) {}
 
   /// The algorithms of a CONV step when `available` bytes can be handed out for its
   /// workspace, chosen by `selector` among this backend's candidates.
@@ -174,8 +175,8 @@ class kernel_launcher {
   virtual std::string conv_backend() const = 0;
   /// Fills `selector` with the candidates of every whole-batch CONV pass the network's
   /// steps choose among (choose_conv's keys): forward, backward filter, and backward data
-  /// where the input has a gradient.
-  void fill_conv_candidates(conv_workspace_selector& selector);
+  /// where the input has a gradient (the forward pass alone with `forward_only`).
+  void fill_conv_candidates(conv_workspace_selector& selector, bool forward_only);
   /// This backend's candidates for one pass of a CONV.
   virtual std::vector<conv_candidate> conv_candidates(kernels::host::conv_pass pass,
                                                       const shape4& in, const conv_params& p) = 0;
@@ -184,8 +185,9 @@ class kernel_launcher {
   virtual void take_conv(kernels::host::conv_pass pass, const std::string& algorithm,
                          host_conv_choice& host, int& cuda_algo) const;
 
-  /// DATA: makes the batch on the host and copies it in on the compute stream. The staging
-  /// buffer stays untouched until the iteration's final synchronize.
+  /// DATA: copies the batch (made ahead by batches_, or made now) in on the compute stream,
+  /// and starts making the next one; the buffer copied from stays untouched until the
+  /// iteration's final synchronize.
   void copy_batch(const layer_launch& step);
   /// The batches copied to the device live in the device's page-locked memory (cuda).
   void pin_batches() noexcept { batches_.pin_on(*ctx_.dev); }

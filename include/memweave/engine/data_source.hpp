@@ -19,6 +19,10 @@ struct image_region {
 
 class data_source {
  public:
+  data_source() = default;
+  /// A copy is another source: it gets an identity of its own (it may be changed apart).
+  data_source(const data_source&) noexcept {}
+  data_source& operator=(const data_source&) noexcept { return *this; }
   virtual ~data_source() = default;
   /// "synthetic", "cifar10:<path>".
   virtual std::string name() const = 0;
@@ -51,7 +55,7 @@ class data_source {
   /// batch: the DATA step's input pipeline then makes a batch's images in parallel. False
   /// unless a source says so (synthetic and CIFAR-10 do).
   virtual bool fills_concurrently() const { return false; }
-  /// A number no other source object of this process was given (a copy keeps it): what a
+  /// A number no other source object of this process was given (a copy gets its own): what a
   /// batch made ahead is kept for (the DATA step's input pipeline), since another source
   /// may be made where a destroyed one was.
   std::uint64_t identity() const noexcept { return identity_; }

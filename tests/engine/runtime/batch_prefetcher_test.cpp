@@ -24,8 +24,8 @@ const std::size_t k_floats = static_cast<std::size_t>(k_n * k_image.per_image())
 // The synthetic source, counting the batches made and failing for one iteration.
 class counted final : public data_source {
  public:
-  explicit counted(std::int64_t failing = -1)
-      : inner_(make_synthetic_source(k_image, 5, 3)), failing_(failing) {}
+  explicit counted(std::int64_t failing = -1, bool concurrent = false)
+      : inner_(make_synthetic_source(k_image, 5, 3)), failing_(failing), concurrent_(concurrent) {}
   std::string name() const override { return "counted"; }
   shape4 image_shape() const override { return k_image; }
   std::int64_t classes() const override { return 5; }
@@ -34,11 +34,18 @@ class counted final : public data_source {
     if (iteration == failing_) throw std::runtime_error("batch " + std::to_string(iteration));
     inner_->fill(iteration, n, images, labels);
   }
-  std::atomic<int> made{0};
+  void fill_slice(std::int64_t iteration, std::int64_t batch, std::int64_t first, std::int64_t n,
+                  float* images, float* labels) override {
+    ++sliced;
+    inner_->fill_slice(iteration, batch, first, n, images, labels);
+  }
+  bool fills_concurrently() const override { return concurrent_; }
+  std::atomic<int> made{0}, sliced{0};
 
  private:
   std::unique_ptr<data_source> inner_;
   std::int64_t failing_;
+  bool concurrent_;
 };
 
 std::vector<float> direct(std::int64_t iteration) {
@@ -63,6 +70,20 @@ TEST(batch_prefetcher_test, batches_made_ahead_are_the_bytes_a_fill_then_gives) 
   p.settle();
   EXPECT_EQ(p.hits(), 3);
   EXPECT_EQ(source.made.load(), 5);  // batches 0..3 and 4, made ahead for nobody
+}
+
+// With one thread a source is filled whole even where it could be sliced: no TBB arena is
+// entered (data_source_test checks the slices, on two threads, outside ThreadSanitizer).
+TEST(batch_prefetcher_test, one_thread_fills_a_source_whole) {
+  counted source(/*failing=*/-1, /*concurrent=*/true);
+  batch_prefetcher p;
+  p.use_threads(1);
+  EXPECT_EQ(copy(p.take(source, 0, k_n, k_floats)), direct(0));
+  p.start_next(source, 1, k_n, k_floats);
+  EXPECT_EQ(copy(p.take(source, 1, k_n, k_floats)), direct(1));
+  EXPECT_EQ(p.hits(), 1);
+  EXPECT_EQ(source.made.load(), 2);
+  EXPECT_EQ(source.sliced.load(), 0);
 }
 
 TEST(batch_prefetcher_test, a_batch_other_than_the_one_made_ahead_is_made_when_asked_for) {

@@ -304,6 +304,22 @@ TEST(cuda_executor_test, compressed_swaps_run_as_planned_within_fp16_rounding) {
   }
 }
 
+// An executor that only evaluates measures only the forward passes: a fixed algorithm named
+// for the forward pass (whose name the backward passes do not have) runs its evaluation.
+TEST(cuda_executor_test, an_evaluation_only_executor_takes_a_fixed_forward_algorithm) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to evaluate on");
+  const network net = test::tiny_trainable_net();
+  executor_options o = policy_options("liveness", k_ample, "fixed:IMPLICIT_GEMM");
+  o.evaluation_only = true;
+  device_options d;
+  d.kind = "cuda";
+  auto dev = make_device(d);
+  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  executor ex(net, *dev, o);
+  const evaluation_result got = ex.evaluate(data.get(), 0, 2);
+  EXPECT_TRUE(std::isfinite(got.loss));
+}
+
 // On cuda the first iteration is cold (modules loaded at first launch, cuDNN's plans built):
 // `all` re-plans from the second iteration's measured times, not the first's.
 TEST(cuda_executor_test, the_schedule_is_replanned_from_the_second_iteration_not_the_cold_first) {

@@ -1,9 +1,11 @@
 // The data sources: determinism, and the CIFAR-10 reader on files the test writes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "engine/runtime/batch_prefetcher.hpp"
@@ -40,25 +42,52 @@ TEST(data_source_test, synthetic_batches_depend_only_on_seed_and_iteration) {
 }
 
 // The DATA step's input pipeline makes a batch of a source that allows it in slices on
-// several threads: the same bytes as one fill (here, not under ThreadSanitizer: TBB's
-// workers are not instrumented).
+// several threads, the one made ahead too: the same bytes as one fill (here, not under
+// ThreadSanitizer: TBB's workers are not instrumented).
+class slice_counting final : public data_source {
+ public:
+  explicit slice_counting(data_source& inner) : inner_(inner) {}
+  std::string name() const override { return "slice_counting"; }
+  shape4 image_shape() const override { return inner_.image_shape(); }
+  std::int64_t classes() const override { return inner_.classes(); }
+  void fill(std::int64_t iteration, std::int64_t n, float* images, float* labels) override {
+    ++whole;
+    inner_.fill(iteration, n, images, labels);
+  }
+  void fill_slice(std::int64_t iteration, std::int64_t batch, std::int64_t first, std::int64_t n,
+                  float* images, float* labels) override {
+    ++sliced;
+    inner_.fill_slice(iteration, batch, first, n, images, labels);
+  }
+  bool fills_concurrently() const override { return true; }
+  std::atomic<int> whole{0}, sliced{0};
+
+ private:
+  data_source& inner_;
+};
+
 TEST(data_source_test, a_batch_made_in_slices_on_several_threads_is_what_fill_gives) {
   const shape4 s{1, 3, 7, 5};
   auto synthetic = make_synthetic_source(s, 4, 9);
   ASSERT_TRUE(synthetic->fills_concurrently());
+  slice_counting source(*synthetic);
   constexpr std::int64_t n = 13;
   const auto floats = static_cast<std::size_t>(n * s.per_image());
   std::vector<float> expected(floats + n);
   synthetic->fill(5, n, expected.data(), expected.data() + floats);
   batch_prefetcher p;
   p.use_threads(2);
-  const float* made = p.take(*synthetic, 5, n, floats);
+  const float* made = p.take(source, 5, n, floats);
   EXPECT_EQ(std::vector<float>(made, made + floats + n), expected);
-  p.start_next(*synthetic, 6, n, floats);
+  p.start_next(source, 6, n, floats);
   synthetic->fill(6, n, expected.data(), expected.data() + floats);
-  made = p.take(*synthetic, 6, n, floats);
+  made = p.take(source, 6, n, floats);
   EXPECT_EQ(std::vector<float>(made, made + floats + n), expected) << "made ahead";
   EXPECT_EQ(p.hits(), 1);
+  if (std::thread::hardware_concurrency() >= 2) {  // one core: an arena of one, filled whole
+    EXPECT_EQ(source.whole.load(), 0) << "both batches in slices";
+    EXPECT_GE(source.sliced.load(), 2);
+  }
 }
 
 // The CHW region r of image i of a whole batch `all` of images of `s`.
@@ -122,6 +151,23 @@ TEST(data_source_test, a_region_or_the_labels_are_exactly_what_fill_writes_there
   EXPECT_EQ(out, cut(images, s, 3, r));
   rank->fill_labels(2, 3, 1, 1, label.data());
   EXPECT_EQ(label[0], labels[3]);
+  // Its slices too, as safe on several threads as the whole source (train always makes one).
+  EXPECT_TRUE(rank->fills_concurrently());
+  std::vector<float> two(static_cast<std::size_t>(2 * s.per_image())), two_labels(2);
+  rank->fill_slice(2, 3, 1, 2, two.data(), two_labels.data());
+  EXPECT_EQ(two, std::vector<float>(images.begin() + 3 * s.per_image(), images.end()));
+  EXPECT_EQ(two_labels, std::vector<float>(labels.begin() + 3, labels.end()));
+  EXPECT_THROW(rank->fill_slice(2, 3, 2, 2, two.data(), two_labels.data()), invalid_argument);
+}
+
+// A copy of a source is another source: a batch made ahead for one is not the other's.
+TEST(data_source_test, a_copy_of_a_source_has_an_identity_of_its_own) {
+  auto synthetic = make_synthetic_source({1, 3, 4, 4}, 5, 11);
+  fill_only a(*synthetic);
+  const fill_only b(a);
+  EXPECT_NE(a.identity(), b.identity());
+  EXPECT_NE(a.identity(), synthetic->identity());
+  EXPECT_FALSE(a.fills_concurrently()) << "a source says so itself";
 }
 
 TEST(data_source_test, a_tile_of_a_32768_image_costs_only_the_tile) {
