@@ -34,11 +34,20 @@ struct cuda_run {
   policy_report report;  ///< of the last iteration
 };
 
-cuda_run train_on_cuda(const network& net, const executor_options& o, int iterations) {
+std::unique_ptr<device> cuda_device() {
   device_options d;
   d.kind = "cuda";
-  auto dev = make_device(d);
-  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  return make_device(d);
+}
+
+// The synthetic batches every test here trains on (seed 7, as test::train's).
+std::unique_ptr<data_source> data_for(const network& net) {
+  return make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+}
+
+cuda_run train_on_cuda(const network& net, const executor_options& o, int iterations) {
+  auto dev = cuda_device();
+  auto data = data_for(net);
   executor ex(net, *dev, o);
   cuda_run r;
   for (int i = 0; i < iterations; ++i) r.losses.push_back(ex.run_iteration(data.get(), i));
@@ -104,13 +113,11 @@ TEST(cuda_executor_test, evaluation_from_the_host_weights_is_close_to_the_host) 
   const network net = test::tiny_trainable_net();
   const executor_options o = policy_options("liveness", k_ample, "none");
   auto host_dev = test::make_test_device("host");
-  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  auto data = data_for(net);
   executor host(net, *host_dev, o);
   for (int i = 0; i < 5; ++i) host.run_iteration(data.get(), i);
   const evaluation_result expected = host.evaluate(data.get(), 100, 4);
-  device_options d;
-  d.kind = "cuda";
-  auto dev = make_device(d);
+  auto dev = cuda_device();
   executor ex(net, *dev, o);
   const std::vector<std::string> names = host.persistent_names();
   const auto values = host.read_persistent();
@@ -228,9 +235,7 @@ std::vector<float> fp16_cases(bool out_of_range) {
 // for bit, over more than one staging chunk.
 TEST(cuda_executor_test, the_fp16_codec_gives_the_host_codecs_bits_and_largest_error) {
   MEMWEAVE_GPU_OR_SKIP("nothing to convert on");
-  device_options d;
-  d.kind = "cuda";
-  auto dev = make_device(d);
+  auto dev = cuda_device();
   auto codec = make_cuda_fp16_codec(*dev);
   stream& out = dev->get_stream(stream_role::device_to_host);
   stream& in = dev->get_stream(stream_role::host_to_device);
@@ -311,10 +316,8 @@ TEST(cuda_executor_test, an_evaluation_only_executor_takes_a_fixed_forward_algor
   const network net = test::tiny_trainable_net();
   executor_options o = policy_options("liveness", k_ample, "fixed:IMPLICIT_GEMM");
   o.evaluation_only = true;
-  device_options d;
-  d.kind = "cuda";
-  auto dev = make_device(d);
-  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  auto dev = cuda_device();
+  auto data = data_for(net);
   executor ex(net, *dev, o);
   const evaluation_result got = ex.evaluate(data.get(), 0, 2);
   EXPECT_TRUE(std::isfinite(got.loss));
@@ -328,10 +331,8 @@ TEST(cuda_executor_test, the_schedule_is_replanned_from_the_second_iteration_not
   const std::size_t peak = plan_on_null(net, policy_options("liveness", 0, "none")).peak_bytes;
   executor_options o = policy_options("all", peak / 2, "none");
   o.replan_from_measured = true;
-  device_options d;
-  d.kind = "cuda";
-  auto dev = make_device(d);
-  auto data = make_synthetic_source(net[net.data_layer()].output_shape, net.classes(), 7);
+  auto dev = cuda_device();
+  auto data = data_for(net);
   executor ex(net, *dev, o);
   ASSERT_NE(ex.schedule(), nullptr) << "no schedule at half the peak";
   EXPECT_FALSE(ex.settled());
