@@ -1,6 +1,8 @@
 // Split execution of a layer step; see split_step.hpp.
 #include "engine/layers/split_step.hpp"
 
+#include "engine/layers/micro_steps.hpp"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
@@ -28,93 +30,10 @@ std::vector<std::int64_t> micro_batch_bounds(std::int64_t batch, int parts) {
 
 namespace {
 
-// The step_io of images [b, e): every batch-shaped pointer moved to image b, every shape's
-// n set to e - b; parameters, their gradients and per-channel aux tensors unchanged.
-step_io slice(const step_io& io, std::int64_t b, std::int64_t e, bool forward) {
-  step_io s = io;
-  const auto at = [b](const float* p, const shape4& shape) {
-    return p == nullptr ? p : p + b * shape.per_image();
-  };
-  for (std::size_t i = 0; i < s.input_shapes.size(); ++i) {
-    if (i < s.inputs.size()) s.inputs[i] = at(io.inputs[i], io.input_shapes[i]);
-    if (i < s.input_grads.size()) {
-      s.input_grads[i].data = const_cast<float*>(at(io.input_grads[i].data, io.input_shapes[i]));
-    }
-    s.input_shapes[i].n = e - b;
-  }
-  const shape4& out = io.l->output_shape;
-  s.output = const_cast<float*>(at(io.output, out));
-  s.output_grad = at(io.output_grad, out);
-  if (io.labels != nullptr) s.labels = io.labels + b;
-  if (io.l->type == layer_type::dropout) s.aux[0] = const_cast<float*>(at(io.aux[0], out));
-  s.first_image = b;
-  // A micro-batch after the first adds to what the earlier ones left (and the first adds too
-  // where the whole step would).
-  s.accumulate_param_grads = io.accumulate_param_grads || (!forward && b > 0);
-  return s;
-}
-
-// Visits the pointers of `s` that may name a staged tensor (batch-shaped ones): the inputs
-// and their gradients, the aux tensors (DROPOUT's mask), the output and its gradient, the
-// labels.
-template <class F>
-void each_batch_pointer(step_io& s, F&& f) {
-  for (const float*& p : s.inputs) f(p);
-  for (auto& g : s.input_grads) f(g.data);
-  for (float*& p : s.aux) f(p);
-  f(s.output);
-  f(s.output_grad);
-  f(s.labels);
-}
-
-// The link bytes of `images` images of staged tensor `t`: fp16 ones cross as half.
-std::size_t slice_link_bytes(const staged_tensor& t, std::int64_t images) {
-  return static_cast<std::size_t>(images * t.per_image) *
-         (t.fp16 ? sizeof(std::uint16_t) : sizeof(float));
-}
-
-constexpr std::size_t k_none = static_cast<std::size_t>(-1);
-
-// Which micro-batch's slice each staged tensor's micro buffer holds, pass by pass: what
-// micro_steps copies and what staged_copy_bytes charges, from one rule. A pass before the
-// last reads only what the step does not write (BN's statistics: x, dy), so only those are
-// copied in for it; a buffer that already holds the micro-batch's slice (the turn of a
-// pass, or a slice handed over by the step before: staged_tensor::held) is not copied again.
-class held_slices {
- public:
-  explicit held_slices(std::span<const staged_tensor> staged) {
-    for (const staged_tensor& t : staged) {
-      at_.push_back(t.held >= 0 ? static_cast<std::size_t>(t.held) : k_none);
-    }
-  }
-  static bool wanted(const staged_tensor& t, bool last_pass) {
-    return t.read && (!t.written || last_pass);
-  }
-  bool copy_in(std::size_t ti, const staged_tensor& t, std::size_t i, bool last_pass) const {
-    return wanted(t, last_pass) && at_[ti] != i;
-  }
-  // After the last pass's micro-batch (`final`: its last), what it wrote goes out, but the
-  // final slice of a tensor that keeps it for the next step.
-  static bool copy_out(const staged_tensor& t, bool last_pass, bool final) {
-    return last_pass && t.written && !(final && t.keeps_last);
-  }
-  // After micro-batch i ran (and, in the last pass, what it wrote went out).
-  void ran(std::size_t ti, const staged_tensor& t, std::size_t i, bool last_pass) {
-    at_[ti] = wanted(t, last_pass) || (t.written && last_pass) ? i : k_none;
-  }
-
- private:
-  std::vector<std::size_t> at_;
-};
-
-// Whether a split step's passes start at its last micro-batch: where the step before handed
-// over that micro-batch's slices (staged_tensor::held).
-bool starts_reversed(std::span<const staged_tensor> staged, std::size_t micro_batches) {
-  if (micro_batches < 2) return false;
-  return std::any_of(staged.begin(), staged.end(), [&](const staged_tensor& t) {
-    return t.channels == 0 && t.held == static_cast<std::int64_t>(micro_batches) - 1;
-  });
-}
+using detail::held_slices;
+using detail::k_none;
+using detail::slice_link_bytes;
+using detail::starts_reversed;
 
 // The copies of one micro-step as micro_steps runs them and staged_copy_bytes /
 // staged_critical_bytes charge them: before micro-batch i runs, the copies out of the one
@@ -204,97 +123,14 @@ class side_thread {
   std::thread thread_;
 };
 
-// The micro-steps of one split step: each micro-batch's step_io, its staged tensors' slices
-// copied into their micro buffers before it runs and, after the step's last pass, back out
-// (each micro-batch's copies out overlapping the next one's copies in: micro_copies).
-// Consecutive passes run the micro-batches in alternating directions, so each turn starts at
-// the micro-batch whose slices are still in the buffers; the first pass starts at the last
-// micro-batch where that is the one handed over. The step's math must allow it: every pass
-// but a first one in order is element-wise or sums exactly (BN's statistics), and a step
-// handed a slice must allow any order in its first pass (any_order_first_pass).
-class micro_steps {
+// The host's copies of a staged tensor's slices: a memcpy (an fp16 one converted on the
+// way); a micro-batch's copies out on a side thread beside the next one's copies in, where
+// the kernels have more than one thread.
+class host_copier final : public slice_copier {
  public:
-  micro_steps(const k::kernel_context& ctx, const step_io& io, bool forward, int parts,
-              std::span<const staged_tensor> staged)
-      : ctx_(ctx),
-        io_(io),
-        forward_(forward),
-        staged_(staged),
-        bounds_(micro_batch_bounds(io.input_shapes[0].n, parts)),
-        held_(staged),
-        reverse_(starts_reversed(staged, bounds_.size() - 1)),
-        out_(staged.size(), 0) {
-    // io's pointer to a staged tensor is its whole value's (staged_tensor::whole): each
-    // micro-step gets the micro buffer instead, and the slicing never moves along the whole
-    // value (which an fp16 one holds in half the bytes).
-    base_ = io;
-    std::size_t field = 0;
-    each_batch_pointer(base_, [&](auto& p) {
-      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-        if (p == nullptr || p != staged_[ti].whole) continue;
-        links_.emplace_back(field, ti);
-        p = nullptr;
-        break;
-      }
-      ++field;
-    });
-  }
+  explicit host_copier(const k::kernel_context& ctx) : ctx_(ctx) {}
 
-  // Runs f(micro-batch io) for each micro-batch, in this pass's direction; `last_pass`: the
-  // step is done with them afterwards (what it wrote is copied out: each micro-batch's while
-  // the next one's slices come in, the last one's at the end).
-  template <class F>
-  void each(F&& f, bool last_pass = true) const {
-    const std::size_t n = bounds_.size() - 1;
-    const bool reverse = reverse_;
-    reverse_ = !reverse_;
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t i = reverse ? n - 1 - k : k;
-      const std::int64_t b = bounds_[i], e = bounds_[i + 1];
-      if (staged_.empty()) {
-        f(slice(io_, b, e, forward_));
-        continue;
-      }
-      step_io s = slice(base_, b, e, forward_);
-      copy_around(i, last_pass);
-      link_micro_buffers(s);
-      f(s);
-      out_from_ = b;
-      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-        const staged_tensor& t = staged_[ti];
-        out_[ti] = held_slices::copy_out(t, last_pass, k + 1 == n) ? e - b : 0;
-        held_.ran(ti, t, i, last_pass);
-      }
-    }
-    if (!staged_.empty()) copy_around(k_none, last_pass);
-  }
-
-  bool reversed_start() const noexcept { return reverse_; }
-
-  /// Bytes copied between the staged tensors' whole values and their micro buffers so far
-  /// (an fp16 one's at two bytes a value).
-  std::size_t copied() const noexcept { return copied_; }
-
-  /// The largest relative error of the values rounded to fp16 on their way out so far.
-  double fp16_error() const noexcept { return fp16_error_; }
-
- private:
-  // A micro-step's pointers to the staged tensors (nulled in base_) become their micro
-  // buffers, which hold the running micro-batch's slices from their first image.
-  void link_micro_buffers(step_io& s) const {
-    std::size_t field = 0, next = 0;
-    each_batch_pointer(s, [&](auto& p) {
-      if (next < links_.size() && links_[next].first == field) {
-        p = staged_[links_[next].second].micro;
-        ++next;
-      }
-      ++field;
-    });
-  }
-
-  // Images [from, from + images) of `t` into (out of) its micro buffer: an fp16 one expanded
-  // (rounded, its error kept in `error`), an fp32 one copied.
-  static void slice_in(const staged_tensor& t, std::int64_t from, std::int64_t images) {
+  void copy_in(const staged_tensor& t, std::int64_t from, std::int64_t images) override {
     const auto count = static_cast<std::size_t>(images * t.per_image);
     if (t.fp16) {
       fp16_decode(t.micro, reinterpret_cast<const std::uint16_t*>(t.whole) + from * t.per_image,
@@ -303,72 +139,31 @@ class micro_steps {
     }
     std::memcpy(t.micro, t.whole + from * t.per_image, count * sizeof(float));
   }
-  static void slice_out(const staged_tensor& t, std::int64_t from, std::int64_t images,
-                        double& error) {
+  // On the side thread where both runs them there: the error is its own until the
+  // handshake joins it.
+  void copy_out(const staged_tensor& t, std::int64_t from, std::int64_t images) override {
     const auto count = static_cast<std::size_t>(images * t.per_image);
     if (t.fp16) {
-      error = std::max(error,
-                       fp16_encode(reinterpret_cast<std::uint16_t*>(t.whole) + from * t.per_image,
-                                   t.micro, count));
+      error_ = std::max(error_,
+                        fp16_encode(reinterpret_cast<std::uint16_t*>(t.whole) + from * t.per_image,
+                                    t.micro, count));
       return;
     }
     std::memcpy(t.whole + from * t.per_image, t.micro, count * sizeof(float));
   }
-
-  // The copies out of the micro-batch that ran last (out_, from image out_from_) and the
-  // copies in of micro-batch i (k_none: none), as micro_copies says: the outs and the other
-  // tensors' ins at once, then the ins of tensors whose slice went out. Each side touches
-  // only its own tensors' buffers, so the two never race.
-  void copy_around(std::size_t i, bool last_pass) const {
-    const auto in_images = [&](std::size_t ti) -> std::int64_t {
-      if (i == k_none || !held_.copy_in(ti, staged_[ti], i, last_pass)) return 0;
-      return bounds_[i + 1] - bounds_[i];
-    };
-    const auto copy_in = [&](bool after_out) {
-      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-        const std::int64_t n = in_images(ti);
-        if (n == 0 || (out_[ti] != 0) != after_out) continue;
-        slice_in(staged_[ti], bounds_[i], n);
-      }
-    };
-    // On the side thread: its error is its own until the handshake joins it.
-    double out_error = 0;
-    const auto copy_out = [&] {
-      for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-        if (out_[ti] != 0) slice_out(staged_[ti], out_from_, out_[ti], out_error);
-      }
-    };
-    std::size_t outs = 0, ins = 0;
-    for (std::size_t ti = 0; ti < staged_.size(); ++ti) {
-      outs += slice_link_bytes(staged_[ti], out_[ti]);
-      ins += slice_link_bytes(staged_[ti], in_images(ti));
-    }
-    if (outs != 0 && ins != 0 && ctx_.threads() > 1) {
-      side_.run(copy_out, [&] { copy_in(false); });
+  void both(const std::function<void()>& outs, const std::function<void()>& ins) override {
+    if (ctx_.threads() > 1) {
+      side_.run(outs, ins);
     } else {
-      copy_out();
-      copy_in(false);
+      slice_copier::both(outs, ins);
     }
-    copy_in(true);
-    copied_ += outs + ins;
-    fp16_error_ = std::max(fp16_error_, out_error);
-    std::fill(out_.begin(), out_.end(), 0);
   }
+  double fp16_error() const noexcept override { return error_; }
 
+ private:
   const k::kernel_context& ctx_;
-  const step_io& io_;
-  step_io base_;  // io_ with its pointers to staged tensors nulled (links_ names them)
-  std::vector<std::pair<std::size_t, std::size_t>> links_;  // (each_batch_pointer's field, tensor)
-  bool forward_;
-  std::span<const staged_tensor> staged_;
-  std::vector<std::int64_t> bounds_;
-  mutable held_slices held_;
-  mutable bool reverse_;                   // the next pass's direction
-  mutable std::vector<std::int64_t> out_;  // per staged tensor: images to copy out, from out_from_
-  mutable std::int64_t out_from_ = 0;      // the first image of the micro-batch that ran last
-  mutable std::size_t copied_ = 0;
-  mutable double fp16_error_ = 0;
-  mutable side_thread side_;  // the copies out, where ctx_ has more than one thread
+  double error_ = 0;
+  side_thread side_;  // the copies out, where ctx_ has more than one thread
 };
 
 void bn_forward(const k::kernel_context& ctx, const step_io& io, const micro_steps& steps) {
@@ -479,7 +274,8 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
     if (fn != nullptr) fn(ctx, io);
     return 0;
   }
-  const micro_steps micro(ctx, io, forward, parts, staged);
+  host_copier copier(ctx);
+  const micro_steps micro(io, forward, parts, staged, &copier);
   if (micro.reversed_start() && !any_order_first_pass(io.l->type, forward)) {
     throw std::logic_error("split step of " + io.l->name +
                            ": handed a micro-batch's slices, but its first pass runs in order");
@@ -493,7 +289,7 @@ std::size_t run_split_step(const k::kernel_context& ctx, const step_io& io, bool
   } else if (fn != nullptr) {
     micro.each([&](const step_io& s) { fn(ctx, s); });
   }
-  if (fp16_error != nullptr) *fp16_error = micro.fp16_error();
+  if (fp16_error != nullptr) *fp16_error = copier.fp16_error();
   return micro.copied();
 }
 
@@ -798,7 +594,8 @@ void run_channel_split_step(const k::kernel_context& ctx, const step_io& io, boo
   for (const staged_tensor& t : staged) (t.channels > 0 ? channel_cut : slices).push_back(t);
   const std::int64_t batch = io.input_shapes[0].n;
   channel_groups run(*io.l, channel_cut, batch);
-  const micro_steps micro(ctx, io, forward, parts, slices);
+  host_copier copier(ctx);
+  const micro_steps micro(io, forward, parts, slices, &copier);
   micro.each([&](const step_io& s) {
     const bool last = s.first_image + s.input_shapes[0].n == batch;
     run.run(ctx, s, forward, groups, last ? updates : std::span<const param_update>{}, update);
