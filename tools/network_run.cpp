@@ -317,13 +317,16 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
   const std::size_t block = heap_block_of(o);
   // An evaluation runs the forward steps alone.
   const bool evaluation = eo.evaluation_only;
-  // The workspaces are the host's candidates': on cuda (no staged step runs there) none.
-  const split_plan plan = plan_splits(
-      net, table, memory, o.executor.model, o.budget_bytes, block, "--budget", true, evaluation,
-      host_algorithms ? promised_workspace_bytes(table, o.executor.conv_ws)
-                      : std::vector<std::size_t>{});
+  // The workspaces are the host's candidates': on cuda, whose CONV algorithms are cuDNN's
+  // and chosen where the step runs, none. cuda runs micro-batches only (no channel groups).
+  const split_plan plan =
+      plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget",
+                  host_algorithms, evaluation,
+                  host_algorithms ? promised_workspace_bytes(table, o.executor.conv_ws)
+                                  : std::vector<std::size_t>{});
   eo.split_parts = plan.parts(table.step_count());
   eo.channel_parts = plan.channel_parts(table.step_count());
+  eo.split_channel_groups = host_algorithms;
   eo.split_weighed = o.split_weighed && option_bool("MEMWEAVE_SPLIT_WEIGH");
   eo.split_regions = static_cast<int>(*option_int("MEMWEAVE_SPLIT_REGIONS"));
   eo.split_compress = option_string("MEMWEAVE_SPLIT_COMPRESS") == "fp16";

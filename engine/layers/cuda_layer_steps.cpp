@@ -64,7 +64,8 @@ void conv_backward(context& ctx, const step_io& io) {
   const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(
       kc::choose_conv_algorithm(ctx, kc::conv_pass::backward_filter, in, p, bytes));
   kc::conv_backward_filter(ctx, algo, io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
-                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
+                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr,
+                           io.accumulate_param_grads);
 }
 
 // ---- FC
@@ -81,7 +82,8 @@ void fc_backward(context& ctx, const step_io& io) {
                          io.input_grads[0].data, io.input_grads[0].accumulate);
   }
   kc::fc_backward_weights(ctx, io.input_shapes[0], p, io.inputs[0], io.output_grad,
-                          io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
+                          io.param_grads[0], p.bias ? io.param_grads[1] : nullptr,
+                          io.accumulate_param_grads);
 }
 
 // ---- POOL (average pooling's backward reads neither x nor y: they may be null)
@@ -148,8 +150,10 @@ void dropout_forward(context& ctx, const step_io& io) {
   // Evaluation drops nothing: ratio 0 keeps every value with scale exactly 1 (y = x).
   const dropout_params p =
       io.inference ? dropout_params{.ratio = 0.0f} : std::get<dropout_params>(io.l->params);
+  // As the host's: an image's mask at its place in the global batch (the rank's first
+  // sample, then a micro-batch's first image).
   kc::dropout_forward(ctx, io.input_shapes[0], p, io.seed, io.inputs[0], io.output, io.aux[0],
-                      io.first_sample * io.input_shapes[0].per_image());
+                      (io.first_sample + io.first_image) * io.input_shapes[0].per_image());
 }
 
 void dropout_backward(context& ctx, const step_io& io) {

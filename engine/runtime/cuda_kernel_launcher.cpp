@@ -16,6 +16,7 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "engine/kernels/cuda/cuda_kernels.hpp"
+#include "engine/layers/cuda_split_step.hpp"
 #include "engine/runtime/cuda_current_device.hpp"
 #include "engine/runtime/cuda_fp16_codec.hpp"
 #include "engine/runtime/kernel_launcher.hpp"
@@ -145,7 +146,8 @@ void cuda_conv(kc::cuda_kernel_context& ctx, const layers::step_io& io, bool for
   }
   kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo),
                            io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
-                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr);
+                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr,
+                           io.accumulate_param_grads);
 }
 
 class cuda_kernel_launcher final : public kernel_launcher {
@@ -177,6 +179,10 @@ class cuda_kernel_launcher final : public kernel_launcher {
   // b32, 180 ms) the time of the later ones, and a schedule re-planned from them counted
   // on compute that is not there to hide the copies.
   int cold_iterations() const override { return 1; }
+  // The micro-steps' copies are cudaMemcpyAsync in stream order: from page-locked memory.
+  bool pins_staging() const override { return true; }
+  bool runs_channel_groups() const override { return false; }
+  bool runs_fp16_micro_tensors() const override { return false; }
   // The kernels are enqueued from the calling thread: their device is current meanwhile.
   std::unique_ptr<launch_scope> enter_iteration() override {
     return std::make_unique<current_device>(ordinal_);
@@ -210,7 +216,18 @@ class cuda_kernel_launcher final : public kernel_launcher {
     // Enqueued from this thread, in the stream's order (the loss read back by SOFTMAX).
     const step_kernel_args a = marshal(step);
     kc::cuda_kernel_context& ctx = *context_;
-    if (l.type == layer_type::conv) {
+    if (step.channel_parts > 1) {
+      throw std::logic_error("cuda launcher: " + l.name +
+                             " asked to run in output-channel groups, which this backend does "
+                             "not (runs_channel_groups)");
+    }
+    if (step.parts > 1 || !step.staged.empty()) {
+      layers::cuda_conv_choice choice;
+      if (l.type == layer_type::conv) {
+        choice = {step.conv->cuda_forward, step.conv->cuda_data, step.conv->cuda_filter};
+      }
+      layers::run_cuda_split_step(ctx, a.io, step.forward, step.parts, step.staged, choice);
+    } else if (l.type == layer_type::conv) {
       const conv_step& c = *step.conv;
       cuda_conv(ctx, a.io, step.forward, c.cuda_forward, c.cuda_data, c.cuda_filter);
     } else {

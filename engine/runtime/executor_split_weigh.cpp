@@ -73,7 +73,7 @@ executor_options executor::weigh_split_plans(const network& net, const executor_
       }
       try {
         const split_plan p = plan_splits(net, table, memory, options.model, budget, block,
-                                         "--budget", true, false, beyond);
+                                         "--budget", options.split_channel_groups, false, beyond);
         const std::vector<int> parts = p.parts(table.step_count());
         const std::vector<int> groups = p.channel_parts(table.step_count());
         if (parts == candidate.split_parts && groups == candidate.channel_parts) continue;

@@ -128,10 +128,19 @@ float* executor::new_staging(tensor_id t) {
   const std::size_t bytes = staging_bytes(t);
   const std::size_t pool = transfers_->pool.capacity();
   auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->held; };
+  const bool pinned = dev_.touches_memory() && launcher_->pins_staging();
+  // Pinned buffers given back this iteration stay in the pool until the stream is done with
+  // them: where room is short, the stream is waited for and they go.
+  const auto release_retired = [&] {
+    if (!pinned || staging_->retired.empty()) return false;
+    dev_.get_stream(stream_role::compute).synchronize();
+    staging_->retired.clear();
+    return true;
+  };
   // Full: first what copies in flight still hold of buffers given back is waited for (as
   // offload_with_room), then host values that can be rebuilt make room.
   while (used() + bytes > pool &&
-         (transfers_->engine.reclaim_host() > 0 || drop_one_host_value())) {
+         (transfers_->engine.reclaim_host() > 0 || release_retired() || drop_one_host_value())) {
   }
   const std::size_t swapped = transfers_->pool.bytes_in_use();
   if (used() + bytes > pool) {
@@ -143,12 +152,28 @@ float* executor::new_staging(tensor_id t) {
             " of staged ones (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
         bytes, used() < pool ? pool - used() : 0, used() < pool ? pool - used() : 0);
   }
+  auto& b = staging_->buffer[t];
+  if (pinned) {
+    // Counted by the pool itself.
+    void* p = transfers_->pool.allocate(bytes);
+    if (p == nullptr) {
+      host_exhausted_ = true;
+      throw out_of_memory(
+          "page-locked host memory for the split steps' micro-tensors: " + table_[t].name +
+              " needs " + format_bytes(bytes) + "; the host pool of " + format_bytes(pool) +
+              " has " + format_bytes(pool - used()) +
+              " free, not in one piece (raise --host-pool or "
+              "MEMWEAVE_HOST_POOL_BYTES)",
+          bytes, pool - used(), 0);
+    }
+    b = staging_buffer(static_cast<float*>(p), staging_free{&transfers_->pool});
+    return b.get();
+  }
   staging_->held += bytes;
   staging_->holds[t] = true;
   transfers_->engine.set_host_held_elsewhere(staging_->held);
-  auto& b = staging_->buffer[t];
   if (dev_.touches_memory()) {
-    b = std::make_unique_for_overwrite<float[]>((bytes + sizeof(float) - 1) / sizeof(float));
+    b = staging_buffer(new float[(bytes + sizeof(float) - 1) / sizeof(float)]);
   }
   return b.get();
 }

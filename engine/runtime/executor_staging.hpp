@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/layers/split_step.hpp"
+#include "memweave/alloc/pinned_host_pool.hpp"
 #include "memweave/engine/executor.hpp"
 #include "memweave/swap/fp16_codec.hpp"
 
@@ -48,9 +49,24 @@ bool first_input_has_grad(const tensor_table& table, const layer& l) noexcept;
 /// step in channel groups also stages what channel_cut names, persistent ones too).
 bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept;
 
+// A staged tensor's whole value in host memory: plain memory, or on a backend that copies
+// slices with cudaMemcpyAsync (kernel_launcher::pins_staging) page-locked memory from the
+// transfers' pinned pool, which then counts it (not staging::held).
+struct staging_free {
+  pinned_host_pool* pool = nullptr;
+  void operator()(float* p) const noexcept {
+    if (pool != nullptr) {
+      (void)pool->deallocate(p);
+    } else {
+      delete[] p;
+    }
+  }
+};
+using staging_buffer = std::unique_ptr<float[], staging_free>;
+
 struct executor::staging {
-  std::vector<bool> step;                        // per route step: staged
-  std::vector<std::unique_ptr<float[]>> buffer;  // per tensor: its whole value (host)
+  std::vector<bool> step;              // per route step: staged
+  std::vector<staging_buffer> buffer;  // per tensor: its whole value (host)
   // Per tensor: its whole value held as fp16 (executor_options::split_compress), `buffer`
   // then holding bytes / 2; its copies to and from the device convert on the way (`codec`
   // for the whole tensor's, the kernel for its slices).
@@ -66,7 +82,7 @@ struct executor::staging {
   std::uint64_t bytes_fp16 = 0;  // this iteration: of bytes_staged, those that crossed as fp16
   std::vector<bool> holds;       // per tensor: counted in `held`
   std::size_t held = 0;  // bytes staged now: with the swapped tensors', within the host pool
-  std::vector<std::unique_ptr<float[]>> retired;  // buffers the stream may still read
+  std::vector<staging_buffer> retired;  // buffers the stream may still read
   // The running staged step's: what goes to the device whole, the micro-tensors, and the
   // buffer holding their slices.
   std::vector<tensor_access> whole;

@@ -113,6 +113,15 @@ class kernel_launcher {
   /// Whether launch() runs fused replays (layer_launch::fused_act): host and null do; cuda
   /// replays BN and ACT as cuDNN ran them, one after the other.
   virtual bool fuses_bn_act() const { return false; }
+  /// Whether staged tensors' whole values (TSPLIT's micro-tensors) live in the device's
+  /// page-locked memory: cuda's micro-steps copy them with cudaMemcpyAsync, which from
+  /// pageable memory may read the source when enqueued, before the copy out that wrote it.
+  virtual bool pins_staging() const { return false; }
+  /// Whether launch() runs a CONV/FC step in output-channel groups (layer_launch::
+  /// channel_parts) and stages fp16 micro-tensors (executor_options::split_compress): the
+  /// host and null backends do; cuda runs micro-batches of fp32 micro-tensors only.
+  virtual bool runs_channel_groups() const { return true; }
+  virtual bool runs_fp16_micro_tensors() const { return true; }
   /// Iterations whose step times are not yet the steady ones (loading kernels, building
   /// library plans): the schedule is re-planned from the times of the iteration after them.
   virtual int cold_iterations() const { return 0; }

@@ -404,7 +404,7 @@ void conv_backward_data(cuda_kernel_context& ctx, cudnnConvolutionBwdDataAlgo_t 
 void conv_backward_filter(cuda_kernel_context& ctx, cudnnConvolutionBwdFilterAlgo_t algo,
                           void* workspace, std::size_t workspace_bytes, const shape4& in,
                           const conv_params& p, const float* x, const float* dy, float* dw,
-                          float* db) {
+                          float* db, bool accumulate) {
   const char* kernel = "conv_backward_filter";
   const conv_descs d(kernel, in, p);
   detail::check_pointer(kernel, "x", x);
@@ -414,23 +414,23 @@ void conv_backward_filter(cuda_kernel_context& ctx, cudnnConvolutionBwdFilterAlg
   check_workspace(kernel, conv_pass::backward_filter, a,
                   needed_workspace(ctx, d, conv_pass::backward_filter, a, in, p, kernel), workspace,
                   workspace_bytes);
-  MEMWEAVE_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn(), &k_one, d.x.get(), x, d.y.get(),
-                                                      dy, d.conv.get(), algo, workspace,
-                                                      workspace_bytes, &k_zero, d.w.get(), dw));
+  MEMWEAVE_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      ctx.cudnn(), &k_one, d.x.get(), x, d.y.get(), dy, d.conv.get(), algo, workspace,
+      workspace_bytes, detail::beta_for(accumulate), d.w.get(), dw));
   if (db != nullptr) {
-    MEMWEAVE_CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx.cudnn(), &k_one, d.y.get(), dy, &k_zero,
-                                                      d.bias.get(), db));
+    MEMWEAVE_CUDNN_CHECK(cudnnConvolutionBackwardBias(
+        ctx.cudnn(), &k_one, d.y.get(), dy, detail::beta_for(accumulate), d.bias.get(), db));
   }
 }
 
 void conv_backward_bias(cuda_kernel_context& ctx, const shape4& in, const conv_params& p,
-                        const float* dy, float* db) {
+                        const float* dy, float* db, bool accumulate) {
   const char* kernel = "conv_backward_bias";
   const conv_descs d(kernel, in, p);
   detail::check_pointer(kernel, "dy", dy);
   detail::check_pointer(kernel, "db", db);
-  MEMWEAVE_CUDNN_CHECK(
-      cudnnConvolutionBackwardBias(ctx.cudnn(), &k_one, d.y.get(), dy, &k_zero, d.bias.get(), db));
+  MEMWEAVE_CUDNN_CHECK(cudnnConvolutionBackwardBias(
+      ctx.cudnn(), &k_one, d.y.get(), dy, detail::beta_for(accumulate), d.bias.get(), db));
 }
 
 }  // namespace memweave::kernels::cuda

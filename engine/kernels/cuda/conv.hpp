@@ -115,16 +115,17 @@ void conv_backward_data(cuda_kernel_context& ctx, cudnnConvolutionBwdDataAlgo_t 
                         const conv_params& p, const float* w, const float* dy, float* dx,
                         bool accumulate);
 
-/// dw = d(loss)/dw from x and dy (overwritten); when `db` is non-null also the bias
-/// gradient (overwritten, conv_backward_bias).
+/// dw = d(loss)/dw from x and dy (overwritten; accumulate: dw += it, cuDNN's beta = 1, as
+/// a split step's micro-batches after the first); when `db` is non-null also the bias
+/// gradient (conv_backward_bias, likewise).
 void conv_backward_filter(cuda_kernel_context& ctx, cudnnConvolutionBwdFilterAlgo_t algo,
                           void* workspace, std::size_t workspace_bytes, const shape4& in,
                           const conv_params& p, const float* x, const float* dy, float* dw,
-                          float* db);
+                          float* db, bool accumulate = false);
 
 /// db[k] = sum over images and positions of dy[., k, ., .] (overwritten;
-/// cudnnConvolutionBackwardBias). `in` is the convolution's input shape.
+/// cudnnConvolutionBackwardBias; accumulate: db += it). `in` is the convolution's input shape.
 void conv_backward_bias(cuda_kernel_context& ctx, const shape4& in, const conv_params& p,
-                        const float* dy, float* db);
+                        const float* dy, float* db, bool accumulate = false);
 
 }  // namespace memweave::kernels::cuda

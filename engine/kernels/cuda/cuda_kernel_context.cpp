@@ -51,6 +51,16 @@ cuda_kernel_context::cuda_kernel_context(cudaStream_t stream, const cuda_kernel_
   }
 }
 
+double* cuda_kernel_context::sums_scratch(std::size_t doubles) {
+  if (doubles <= sums_doubles_) return sums_;
+  void* grown = nullptr;
+  MEMWEAVE_CUDA_CHECK(cudaMalloc(&grown, doubles * sizeof(double)));
+  if (sums_ != nullptr) (void)cudaFree(sums_);  // waits for the work that used it
+  sums_ = static_cast<double*>(grown);
+  sums_doubles_ = doubles;
+  return sums_;
+}
+
 cuda_kernel_context::~cuda_kernel_context() {
   release();
 }
@@ -61,6 +71,11 @@ void cuda_kernel_context::release() noexcept {
   if (scratch_ != nullptr) {
     (void)cudaFree(scratch_);
     scratch_ = nullptr;
+  }
+  if (sums_ != nullptr) {
+    (void)cudaFree(sums_);
+    sums_ = nullptr;
+    sums_doubles_ = 0;
   }
   if (cublas_ != nullptr) {
     (void)cublasDestroy(cublas_);

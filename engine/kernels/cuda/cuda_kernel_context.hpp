@@ -83,6 +83,12 @@ class cuda_kernel_context {
   /// Device scratch: non-zero when a softmax kernel met a label out of range (one int).
   int* label_error_scratch() const noexcept { return label_error_; }
 
+  /// Device scratch of at least `doubles` doubles, for the sums that cross a split step's
+  /// micro-batches (BN's, micro_batch.hpp): 32 bytes per channel of the widest BN split so
+  /// far, cudaMalloc'd outside the heap as the loss scratch is. Grow-only; growing frees the
+  /// old buffer (cudaFree waits for the device), so the pointer holds until the next call.
+  double* sums_scratch(std::size_t doubles);
+
   /// The cuDNN convolution heuristics met so far, by shape (see conv.hpp).
   detail::conv_algo_cache& conv_cache() noexcept { return *conv_cache_; }
 
@@ -97,6 +103,8 @@ class cuda_kernel_context {
   void* scratch_ = nullptr;     // cudaMalloc'd: [double loss][int label error]
   double* loss_ = nullptr;      // into scratch_
   int* label_error_ = nullptr;  // into scratch_
+  double* sums_ = nullptr;      // cudaMalloc'd: sums_doubles_ of them
+  std::size_t sums_doubles_ = 0;
   std::unique_ptr<detail::conv_algo_cache> conv_cache_;
 };
 

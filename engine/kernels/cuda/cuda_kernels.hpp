@@ -7,7 +7,8 @@
 //     excepted); pointers are device pointers valid until that work has run;
 //   - a backward producing an input gradient takes `accumulate`: true adds the gradient into
 //     dx (cuDNN's or cuBLAS's beta = 1, or a custom add), false overwrites; parameter
-//     gradients always overwrite;
+//     gradients overwrite, except where a split step's micro-batches after the first add
+//     to them (CONV's and FC's `accumulate`; micro_batch.hpp for BN's and the loss's sums);
 //   - bad shapes, parameters or null tensors throw memweave::invalid_argument before
 //     anything is enqueued; a failing CUDA, cuDNN or cuBLAS call throws device_error;
 //   - FP32 without TF32 (cuda_kernel_context.hpp). Results agree with the host kernels to
@@ -23,6 +24,7 @@
 #include "engine/kernels/cuda/dropout.hpp"
 #include "engine/kernels/cuda/fc.hpp"
 #include "engine/kernels/cuda/lrn.hpp"
+#include "engine/kernels/cuda/micro_batch.hpp"
 #include "engine/kernels/cuda/pool.hpp"
 #include "engine/kernels/cuda/sgd.hpp"
 #include "engine/kernels/cuda/softmax_loss.hpp"

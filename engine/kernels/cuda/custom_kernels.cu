@@ -15,28 +15,14 @@
 
 #include <cstdint>
 
-#include "device/cuda/cuda_check.hpp"
 #include "engine/kernels/cuda/custom_kernels.hpp"
+#include "engine/kernels/cuda/kernel_launch.cuh"
 
 namespace memweave::kernels::cuda::detail {
 
 namespace {
 
 using std::int64_t;
-
-constexpr unsigned k_threads = 256;
-
-unsigned grid_for(int64_t count) {
-  const int64_t b = (count + k_threads - 1) / k_threads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
-}
-
-// A failed launch (bad configuration, no device) is reported here, naming the kernel,
-// rather than at some later synchronization.
-void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) ::memweave::cuda_backend::throw_cuda_error(e, kernel, __FILE__, __LINE__);
-}
 
 // The host's mix64 (splitmix64's finalizer after the golden-ratio increment).
 __device__ __host__ inline std::uint64_t mix64(std::uint64_t z) {
@@ -112,7 +98,7 @@ __device__ inline bool label_ok(float l, int64_t classes) {
 // One block of k_threads: thread t takes images t, t + k_threads, ...
 __global__ void softmax_loss_kernel(int64_t n, int64_t classes, const float* __restrict__ x,
                                     const float* __restrict__ labels, double* loss,
-                                    int* label_error) {
+                                    int* label_error, int64_t divisor, bool accumulate) {
   __shared__ double partial[k_threads];
   __shared__ int bad[k_threads];
   double sum = 0.0;
@@ -142,16 +128,17 @@ __global__ void softmax_loss_kernel(int64_t n, int64_t classes, const float* __r
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    *loss = partial[0] / static_cast<double>(n);
-    *label_error = bad[0];
+    const double share = partial[0] / static_cast<double>(divisor);
+    *loss = accumulate ? *loss + share : share;
+    *label_error = accumulate ? (*label_error | bad[0]) : bad[0];
   }
 }
 
 __global__ void softmax_loss_grad_kernel(int64_t n, int64_t classes, const float* __restrict__ y,
                                          const float* __restrict__ labels, float* dx,
-                                         bool accumulate, int* label_error) {
+                                         bool accumulate, int* label_error, int64_t divisor) {
   const int64_t count = n * classes;
-  const float nf = static_cast<float>(n);
+  const float nf = static_cast<float>(divisor);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
@@ -370,17 +357,20 @@ void launch_accumulate(cudaStream_t stream, int64_t rows, int64_t row_length, co
 }
 
 void launch_softmax_loss(cudaStream_t stream, int64_t n, int64_t classes, const float* x,
-                         const float* labels, double* loss, int* label_error) {
+                         const float* labels, double* loss, int* label_error, int64_t divisor,
+                         bool accumulate) {
   if (n <= 0 || classes <= 0) return;
-  softmax_loss_kernel<<<1, k_threads, 0, stream>>>(n, classes, x, labels, loss, label_error);
+  softmax_loss_kernel<<<1, k_threads, 0, stream>>>(n, classes, x, labels, loss, label_error,
+                                                   divisor > 0 ? divisor : n, accumulate);
   check_launch("softmax_loss_kernel");
 }
 
 void launch_softmax_loss_grad(cudaStream_t stream, int64_t n, int64_t classes, const float* y,
-                              const float* labels, float* dx, bool accumulate, int* label_error) {
+                              const float* labels, float* dx, bool accumulate, int* label_error,
+                              int64_t divisor) {
   if (n <= 0 || classes <= 0) return;
   softmax_loss_grad_kernel<<<grid_for(n * classes), k_threads, 0, stream>>>(
-      n, classes, y, labels, dx, accumulate, label_error);
+      n, classes, y, labels, dx, accumulate, label_error, divisor > 0 ? divisor : n);
   check_launch("softmax_loss_grad_kernel");
 }
 

@@ -38,17 +38,21 @@ void launch_accumulate(cudaStream_t stream, std::int64_t rows, std::int64_t row_
                        const float* src, std::int64_t src_pitch, float* dst,
                        std::int64_t dst_pitch);
 
-/// The mean over n images of lse(x_i) - x_i[label_i] (classes values per image, sums in
-/// double), written to *loss by one block in a fixed order. *label_error = 1 when a label
-/// is not a whole number in [0, classes) (that image then counts 0), else 0.
+/// The sum over n images of lse(x_i) - x_i[label_i] (classes values per image, sums in
+/// double) divided by `divisor` (0: n, the mean), written to *loss by one block in a fixed
+/// order (accumulate: added to it, a split step's micro-batches after the first).
+/// *label_error = 1 when a label is not a whole number in [0, classes) (that image then
+/// counts 0), else 0 (accumulate: or'd into it).
 void launch_softmax_loss(cudaStream_t stream, std::int64_t n, std::int64_t classes, const float* x,
-                         const float* labels, double* loss, int* label_error);
+                         const float* labels, double* loss, int* label_error,
+                         std::int64_t divisor = 0, bool accumulate = false);
 
-/// dx = (y - onehot(label)) / n (accumulate: dx + that). A label out of range sets
-/// *label_error = 1 and subtracts nothing.
+/// dx = (y - onehot(label)) / divisor (0: n; a split step's micro-batch divides by the whole
+/// batch) (accumulate: dx + that). A label out of range sets *label_error = 1 and subtracts
+/// nothing.
 void launch_softmax_loss_grad(cudaStream_t stream, std::int64_t n, std::int64_t classes,
                               const float* y, const float* labels, float* dx, bool accumulate,
-                              int* label_error);
+                              int* label_error, std::int64_t divisor = 0);
 
 /// Per channel c: dbeta[c] = sum dy, dgamma[c] = sum dy * (x - mean[c]) * invstd[c] over
 /// (n, hw), in double, one block per channel (BN's parameter gradients when no dx is
@@ -56,6 +60,34 @@ void launch_softmax_loss_grad(cudaStream_t stream, std::int64_t n, std::int64_t 
 void launch_bn_param_grads(cudaStream_t stream, std::int64_t n, std::int64_t c, std::int64_t hw,
                            const float* x, const float* mean, const float* invstd, const float* dy,
                            float* dgamma, float* dbeta);
+
+// ---- BN micro-batch by micro-batch (micro_batch.cu; micro_batch.hpp's contracts). Sums:
+// one block per channel over (n, hw), in double, set (`first`) or added to the running sum.
+
+/// sum[ch] and squares[ch]: the sums of x and x^2 over the micro-batch.
+void launch_bn_moments(cudaStream_t stream, std::int64_t n, std::int64_t c, std::int64_t hw,
+                       const float* x, double* sum, double* squares, bool first);
+/// mean = sum / m, invstd = 1 / sqrt(max(squares / m - mean^2, 0) + epsilon); the running
+/// statistics (when non-null) as the host's bn_update_running.
+void launch_bn_finish(cudaStream_t stream, std::int64_t channels, double m, double epsilon,
+                      double momentum, const double* sum, const double* squares, float* mean,
+                      float* invstd, float* running_mean, float* running_var);
+/// y = gamma * ((x - mean) * invstd) + beta.
+void launch_bn_normalize(cudaStream_t stream, std::int64_t n, std::int64_t c, std::int64_t hw,
+                         const float* x, const float* gamma, const float* beta, const float* mean,
+                         const float* invstd, float* y);
+/// sdy[ch] and sdy_xhat[ch]: the sums of dy and dy * (x - mean) * invstd.
+void launch_bn_backward_sums(cudaStream_t stream, std::int64_t n, std::int64_t c, std::int64_t hw,
+                             const float* x, const float* mean, const float* invstd,
+                             const float* dy, double* sdy, double* sdy_xhat, bool first);
+/// dbeta = sdy, dgamma = sdy_xhat, rounded to float.
+void launch_bn_grads_from_sums(cudaStream_t stream, std::int64_t channels, const double* sdy,
+                               const double* sdy_xhat, float* dgamma, float* dbeta);
+/// dx = gamma * invstd / m * (m * dy - sdy - x_hat * sdy_xhat) (accumulate: dx + that).
+void launch_bn_backward_data(cudaStream_t stream, std::int64_t n, std::int64_t c, std::int64_t hw,
+                             double m, const float* x, const float* mean, const float* invstd,
+                             const float* gamma, const double* sdy, const double* sdy_xhat,
+                             const float* dy, float* dx, bool accumulate);
 
 /// v = momentum * v + lr * (g + weight_decay * w); w = w - v (the host solver's order).
 void launch_sgd(cudaStream_t stream, std::int64_t count, float learning_rate, float momentum,

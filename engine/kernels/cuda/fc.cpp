@@ -56,17 +56,18 @@ void fc_backward_data(cuda_kernel_context& ctx, const shape4& in, const fc_param
 }
 
 void fc_backward_weights(cuda_kernel_context& ctx, const shape4& in, const fc_params& p,
-                         const float* x, const float* dy, float* dw, float* db) {
+                         const float* x, const float* dy, float* dw, float* db, bool accumulate) {
   const char* kernel = "fc_backward_weights";
   const fc_dims d = dims(kernel, in, p, {{"x", x}, {"dy", dy}, {"dw", dw}});
   // dW^T (in x out, ld in) = x^T (in x n, ld in) * op_T(dy^T: col-major out x n, ld out).
   MEMWEAVE_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, d.in, d.out, d.n,
-                                    &k_one, x, d.in, dy, d.out, &k_zero, dw, d.in));
+                                    &k_one, x, d.in, dy, d.out, detail::beta_for(accumulate), dw,
+                                    d.in));
   if (db != nullptr) {
     const detail::tensor_descriptor grad(shape4{in.n, p.out_features, 1, 1});
     const detail::tensor_descriptor bias(shape4{1, p.out_features, 1, 1});
-    MEMWEAVE_CUDNN_CHECK(
-        cudnnConvolutionBackwardBias(ctx.cudnn(), &k_one, grad.get(), dy, &k_zero, bias.get(), db));
+    MEMWEAVE_CUDNN_CHECK(cudnnConvolutionBackwardBias(
+        ctx.cudnn(), &k_one, grad.get(), dy, detail::beta_for(accumulate), bias.get(), db));
   }
 }
 

@@ -26,7 +26,10 @@ void fc_backward_data(cuda_kernel_context& ctx, const shape4& in, const fc_param
                       const float* w, const float* dy, float* dx, bool accumulate);
 
 /// dW = dy^T * x (overwritten); db = column sums of dy (overwritten) when `db` is non-null.
+/// accumulate: both add to what they hold (SGEMM's and cuDNN's beta = 1), as a split step's
+/// micro-batches after the first.
 void fc_backward_weights(cuda_kernel_context& ctx, const shape4& in, const fc_params& p,
-                         const float* x, const float* dy, float* dw, float* db);
+                         const float* x, const float* dy, float* dw, float* db,
+                         bool accumulate = false);
 
 }  // namespace memweave::kernels::cuda

@@ -18,9 +18,10 @@ namespace memweave::kernels::cuda {
 void softmax_loss_forward(cuda_kernel_context& ctx, const shape4& in, const float* x,
                           const float* labels, float* y, double* loss = nullptr);
 
-/// dx = (y - onehot(label)) / n (accumulate: dx += it). A bad label subtracts nothing (and
-/// is reported by the next softmax_loss_forward that reads its loss back).
+/// dx = (y - onehot(label)) / batch (accumulate: dx += it); `batch` 0 is in.n (a split
+/// step's micro-batch passes the whole batch's). A bad label subtracts nothing (and is
+/// reported by the next softmax_loss_forward that reads its loss back).
 void softmax_loss_backward(cuda_kernel_context& ctx, const shape4& in, const float* y,
-                           const float* labels, float* dx, bool accumulate);
+                           const float* labels, float* dx, bool accumulate, std::int64_t batch = 0);
 
 }  // namespace memweave::kernels::cuda

@@ -180,7 +180,9 @@ struct executor_options {
   /// Under utp/all a split step (but DATA's) is staged: its batch-shaped tensors stay in host
   /// memory and only the running micro-batch's slices are on the device, so the budget
   /// needs each step's micro-step (split_plan.hpp's micro_step_bytes), not l_i
-  /// (engine/runtime/executor_staging.hpp). Host and null only: cuda refuses it.
+  /// (engine/runtime/executor_staging.hpp). On cuda the micro-steps are the cuda kernels on
+  /// the slices, the whole values in page-locked host memory; the results agree with the
+  /// unsplit step to float rounding there (cuDNN and cuBLAS sum in their own orders).
   std::vector<int> split_parts;
   /// TSPLIT: per route step (shorter: the rest 1), the output-channel groups a CONV (groups
   /// 1) or FC step runs each micro-batch in (split_plan.hpp's channel_parts), where the batch
@@ -189,8 +191,13 @@ struct executor_options {
   /// stay in host memory and one group's rows are on the device at a time; a persistent
   /// tensor so cut lives in host memory from the start. Bit-identical for FC and CONV
   /// `direct` (CONV's im2col algorithms round differently: ARCHITECTURE.md, TSPLIT). Not
-  /// with data parallelism (its gradient buckets reduce whole tensors).
+  /// with data parallelism (its gradient buckets reduce whole tensors). Host and null only:
+  /// cuda refuses it.
   std::vector<int> channel_parts;
+  /// TSPLIT: whether the split plans `all`'s weighing makes (split_weighed) may cut CONV/FC
+  /// steps into output-channel groups (plan_splits' channel_splits). `train` and `eval` set
+  /// it false on cuda, whose kernels run micro-batches only.
+  bool split_channel_groups = true;
   /// TSPLIT: split_parts and channel_parts are plan_splits' fewest for budget_bytes (what
   /// `--split` gives): under `all` the weighing (weigh_alternatives) also runs the plans whose
   /// micro-steps fit a smaller share of the budget (split_plan_shares), each leaving the memory

@@ -16,20 +16,6 @@ namespace {
 
 using cuda_layer_steps_test = cuda_test;
 
-// The host tensors of one step and their device mirrors; io() gives the step_io of either.
-struct step_tensors {
-  std::vector<std::vector<float>> host;
-  std::vector<std::unique_ptr<device_buffer>> device;
-
-  std::size_t add(std::vector<float> v) {
-    device.push_back(std::make_unique<device_buffer>(v));
-    host.push_back(std::move(v));
-    return host.size() - 1;
-  }
-  float* h(std::size_t i) { return host[i].data(); }
-  float* d(std::size_t i) { return device[i]->get(); }
-};
-
 TEST_F(cuda_layer_steps_test, every_layer_type_has_cuda_steps) {
   for (layer_type t : {layer_type::data, layer_type::conv, layer_type::fc, layer_type::pool,
                        layer_type::act, layer_type::bn, layer_type::lrn, layer_type::dropout,

@@ -66,6 +66,21 @@ class device_buffer {
   std::size_t count_ = 0;
 };
 
+/// The host tensors of one step and their device mirrors: a test builds the step_io of
+/// either from h() or d().
+struct step_tensors {
+  std::vector<std::vector<float>> host;
+  std::vector<std::unique_ptr<device_buffer>> device;
+
+  std::size_t add(std::vector<float> v) {
+    device.push_back(std::make_unique<device_buffer>(v));
+    host.push_back(std::move(v));
+    return host.size() - 1;
+  }
+  float* h(std::size_t i) { return host[i].data(); }
+  float* d(std::size_t i) { return device[i]->get(); }
+};
+
 /// Raw device bytes (a workspace); null for 0 bytes.
 class device_bytes {
  public:

@@ -3,6 +3,7 @@
 // step by step, tensors move under utp, and workspace selection chooses among cuDNN's
 // algorithms; compressed swaps (FP16, LDFG) convert with the host codec's bits and run as
 // planned. Label gpu: every test skips without a CUDA device.
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -16,6 +17,9 @@
 #include "engine/runtime/cuda_fp16_codec.hpp"
 #include "engine_test_util.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/split_plan.hpp"
 #include "memweave/swap/fp16.hpp"
 #include "support/gpu_or_skip.hpp"
 #include "support/static_tls_reexec.hpp"
@@ -72,6 +76,18 @@ bool is_cudnn_algorithm(const std::string& name) {
   return false;
 }
 
+// Every loss finite, and the first `compared` within 2e-3 (relative, above 1) of `ref`'s:
+// FP32 in other summation orders, close but not bit-identical.
+void expect_losses_close(const std::vector<double>& got, const std::vector<double>& ref,
+                         int compared) {
+  ASSERT_EQ(got.size(), ref.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got[i])) << "iteration " << i;
+    if (static_cast<int>(i) >= compared) continue;
+    EXPECT_NEAR(got[i], ref[i], 2e-3 * std::max(1.0, std::abs(ref[i]))) << "iteration " << i;
+  }
+}
+
 // The smallest budget utp runs `net` in without workspaces (planned on null).
 std::size_t tight_utp_budget(const network& net) {
   return test::smallest_budget(net, policy_options("utp", 0, "none"));
@@ -94,14 +110,7 @@ TEST(cuda_executor_test, trains_under_liveness_and_tight_utp_with_losses_close_t
              {"liveness", k_ample}, {"utp", tight_utp_budget(net)}}) {
       SCOPED_TRACE(name + " " + policy + " budget " + std::to_string(budget));
       const cuda_run got = train_on_cuda(net, policy_options(policy, budget, "none"), iterations);
-      ASSERT_EQ(got.losses.size(), host.losses.size());
-      for (std::size_t i = 0; i < got.losses.size(); ++i) {
-        EXPECT_TRUE(std::isfinite(got.losses[i])) << "iteration " << i;
-        if (name == "resnet50" && i > 0) continue;
-        // FP32 in other summation orders: close, not bit-identical.
-        EXPECT_NEAR(got.losses[i], host.losses[i], 2e-3 * std::max(1.0, std::abs(host.losses[i])))
-            << "iteration " << i;
-      }
+      expect_losses_close(got.losses, host.losses, name == "resnet50" ? 1 : iterations);
     }
   }
 }
@@ -346,6 +355,88 @@ TEST(cuda_executor_test, the_schedule_is_replanned_from_the_second_iteration_not
   EXPECT_GT(after_second.measured_seconds, 0.0);
   EXPECT_EQ(after_second.measured_iteration, 2);
   EXPECT_GT(after_second.model_seconds, 0.0);
+}
+
+// TSPLIT on cuda: at 0.6 x max(l_i) the steps over the budget run micro-batch by micro-batch
+// with the cuda kernels, their micro-tensors in page-locked host memory. The heap stays
+// within the budget, below max(l_i), and step by step where `plan` (null) puts it (utp); the
+// losses follow the unsplit cuda run: VGG-16's three iterations, ResNet-50's first (its BN
+// statistics summed over the micro-batches; its later losses are chaotic, as above).
+TEST(cuda_executor_test, trains_below_the_largest_layer_in_micro_batches) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to split on");
+  for (const std::string name : {"vgg16", "resnet50"}) {
+    const network net = test::small_zoo(name, 8);
+    const route r(net);
+    const tensor_table table(net, r);
+    const layer_memory memory(table);
+    const split_plan ample =
+        plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40, 1024, "test", false);
+    const std::size_t budget =
+        std::max(static_cast<std::size_t>(0.6 * static_cast<double>(ample.max_layer_bytes)),
+                 ample.floor_bytes);
+    const split_plan plan =
+        plan_splits(net, table, memory, cost_model{}, budget, 1024, "test", false);
+    ASSERT_GT(plan.split_count(), 0u) << name;
+    const int iterations = name == "vgg16" ? 3 : 2;
+    const cuda_run whole =
+        train_on_cuda(net, policy_options("liveness", k_ample, "none"), iterations);
+    for (const std::string policy : {"utp", "all"}) {
+      SCOPED_TRACE(name + " " + policy + " budget " + std::to_string(budget));
+      executor_options o = policy_options(policy, budget, "none");
+      o.split_parts = plan.parts(table.step_count());
+      o.split_channel_groups = false;
+      const cuda_run got = train_on_cuda(net, o, iterations);
+      EXPECT_GT(got.report.staged_steps, 0u);
+      EXPECT_GT(got.report.bytes_staged, 0u);
+      std::size_t peak = 0;
+      for (const step_record& st : got.report.steps) peak = std::max(peak, st.heap_bytes);
+      EXPECT_LE(peak, budget);
+      EXPECT_LT(peak, ample.max_layer_bytes);
+      expect_losses_close(got.losses, whole.losses, name == "resnet50" ? 1 : iterations);
+      if (policy != "utp") continue;
+      const policy_report planned = plan_on_null(net, o);
+      const policy_report first = train_on_cuda(net, o, 1).report;
+      ASSERT_EQ(first.steps.size(), planned.steps.size());
+      for (std::size_t st = 0; st < first.steps.size(); ++st) {
+        EXPECT_EQ(first.steps[st].heap_bytes, planned.steps[st].heap_bytes) << "step " << st;
+        EXPECT_EQ(first.steps[st].tensors_live, planned.steps[st].tensors_live) << "step " << st;
+      }
+      EXPECT_EQ(first.bytes_staged, planned.bytes_staged);
+    }
+  }
+}
+
+// What cuda does not run is refused before anything is placed, naming it: CONV/FC steps in
+// output-channel groups, fp16 micro-tensors.
+TEST(cuda_executor_test, channel_groups_and_fp16_micro_tensors_are_refused_naming_them) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to refuse on");
+  const network net = test::small_zoo("vgg16", 8);
+  const route r(net);
+  const tensor_table table(net, r);
+  executor_options o = policy_options("utp", k_ample, "none");
+  o.channel_parts.assign(table.step_count(), 1);
+  for (std::size_t st = 0; st < table.step_count(); ++st) {
+    if (net[r.at(st).layer].type == layer_type::fc) o.channel_parts[st] = 2;
+  }
+  auto dev = cuda_device();
+  try {
+    executor ex(net, *dev, o);
+    ADD_FAILURE() << "channel groups accepted on cuda";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("output-channel groups (channel_parts)"),
+              std::string::npos)
+        << e.what();
+  }
+  executor_options h = policy_options("utp", k_ample, "none");
+  h.split_parts.assign(table.step_count(), 2);
+  h.split_compress = true;
+  try {
+    executor ex(net, *dev, h);
+    ADD_FAILURE() << "fp16 micro-tensors accepted on cuda";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("MEMWEAVE_SPLIT_COMPRESS=fp16"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

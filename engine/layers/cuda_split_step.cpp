@@ -1,0 +1,191 @@
+// Split execution of a layer step on the GPU; see cuda_split_step.hpp.
+//
+// Invariants: everything is enqueued on ctx's stream from this thread, in the order
+// micro_steps decides (copies in, the micro-step's kernels, copies out), so a micro buffer
+// is reused only after the work that read it; the sums that cross micro-batches live in
+// ctx.sums_scratch() for the step's duration (one stream: the next step's sums come after).
+#include "engine/layers/cuda_split_step.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "device/cuda/cuda_check.hpp"
+#include "engine/kernels/cuda/cuda_kernels.hpp"
+#include "engine/layers/micro_steps.hpp"
+#include "memweave/core/error.hpp"
+
+namespace memweave::layers {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+// A staged tensor's slices cross as cudaMemcpyAsync on the step's stream: from and to
+// page-locked host memory they run in stream order, after the kernels before them.
+class cuda_copier final : public slice_copier {
+ public:
+  explicit cuda_copier(cudaStream_t stream) : stream_(stream) {}
+
+  void copy_in(const staged_tensor& t, std::int64_t from, std::int64_t images) override {
+    check(t);
+    MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(t.micro, t.whole + from * t.per_image, bytes(t, images),
+                                        cudaMemcpyHostToDevice, stream_));
+  }
+  void copy_out(const staged_tensor& t, std::int64_t from, std::int64_t images) override {
+    check(t);
+    MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(t.whole + from * t.per_image, t.micro, bytes(t, images),
+                                        cudaMemcpyDeviceToHost, stream_));
+  }
+
+ private:
+  static std::size_t bytes(const staged_tensor& t, std::int64_t images) {
+    return static_cast<std::size_t>(images * t.per_image) * sizeof(float);
+  }
+  static void check(const staged_tensor& t) {
+    if (t.fp16 || t.channels != 0) {
+      throw std::logic_error(
+          "cuda split step: an fp16 or channel-cut micro-tensor, which only the host backend "
+          "stages (the executor refuses them on cuda)");
+    }
+  }
+
+  cudaStream_t stream_;
+};
+
+// `algo` for a micro-batch of shape `in` where its workspace still fits `bytes` (it was
+// chosen for the whole batch), else the fastest of cuDNN's that fits.
+int fitting(kc::cuda_kernel_context& ctx, kc::conv_pass pass, int algo, const shape4& in,
+            const conv_params& p, std::size_t bytes) {
+  try {
+    if (kc::conv_workspace_bytes(ctx, pass, algo, in, p) <= bytes) return algo;
+  } catch (const device_error&) {
+    // cuDNN does not run it at this batch: another one does.
+  }
+  return kc::choose_conv_algorithm(ctx, pass, in, p, bytes);
+}
+
+void conv_micro_step(kc::cuda_kernel_context& ctx, const step_io& s, bool forward,
+                     const cuda_conv_choice& c) {
+  const auto& p = std::get<conv_params>(s.l->params);
+  const shape4& in = s.input_shapes[0];
+  const std::size_t bytes = s.workspace == nullptr ? 0 : s.workspace_bytes;
+  if (forward) {
+    const int a = fitting(ctx, kc::conv_pass::forward, c.forward, in, p, bytes);
+    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(a), s.workspace, bytes, in, p,
+                     s.inputs[0], s.params[0], p.bias ? s.params[1] : nullptr, s.output);
+    return;
+  }
+  if (s.input_grads[0].data != nullptr) {
+    const int a = fitting(ctx, kc::conv_pass::backward_data, c.data, in, p, bytes);
+    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(a), s.workspace, bytes,
+                           in, p, s.params[0], s.output_grad, s.input_grads[0].data,
+                           s.input_grads[0].accumulate);
+  }
+  const int a = fitting(ctx, kc::conv_pass::backward_filter, c.filter, in, p, bytes);
+  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), s.workspace, bytes,
+                           in, p, s.inputs[0], s.output_grad, s.param_grads[0],
+                           p.bias ? s.param_grads[1] : nullptr, s.accumulate_param_grads);
+}
+
+// BN's forward: the sums of x and x^2 over every micro-batch, the statistics from them, then
+// each micro-batch normalized (the other way round: the turn finds the last slices in place).
+void split_bn_forward(kc::cuda_kernel_context& ctx, const step_io& io, const micro_steps& steps) {
+  const auto& p = std::get<bn_params>(io.l->params);
+  const shape4& in = io.input_shapes[0];
+  double* sums = ctx.sums_scratch(2 * static_cast<std::size_t>(in.c));
+  bool first = true;
+  steps.each(
+      [&](const step_io& s) {
+        kc::bn_add_moments(ctx, s.input_shapes[0], s.inputs[0], sums, sums + in.c, first);
+        first = false;
+      },
+      false);
+  kc::bn_finish_moments(ctx, in.c, in.n * in.h * in.w, p, sums, sums + in.c, io.aux[0], io.aux[1],
+                        io.update_running_stats ? io.params[2] : nullptr,
+                        io.update_running_stats ? io.params[3] : nullptr);
+  steps.each([&](const step_io& s) {
+    kc::bn_normalize(ctx, s.input_shapes[0], s.inputs[0], io.params[0], io.params[1], io.aux[0],
+                     io.aux[1], s.output);
+  });
+}
+
+// BN's backward: the sums of dy and dy * x_hat over every micro-batch (dgamma and dbeta from
+// them), then each micro-batch's dx where its input has a gradient.
+void split_bn_backward(kc::cuda_kernel_context& ctx, const step_io& io, const micro_steps& steps) {
+  const shape4& in = io.input_shapes[0];
+  double* sums = ctx.sums_scratch(2 * static_cast<std::size_t>(in.c));
+  double *sdy = sums, *sdy_xhat = sums + in.c;
+  const bool dx = io.input_grads[0].data != nullptr;
+  bool first = true;
+  steps.each(
+      [&](const step_io& s) {
+        kc::bn_add_backward_sums(ctx, s.input_shapes[0], s.inputs[0], io.aux[0], io.aux[1],
+                                 s.output_grad, sdy, sdy_xhat, first);
+        first = false;
+      },
+      !dx);
+  kc::bn_param_grads_from_sums(ctx, in.c, sdy, sdy_xhat, io.param_grads[0], io.param_grads[1]);
+  if (!dx) return;
+  steps.each([&](const step_io& s) {
+    kc::bn_backward_data(ctx, s.input_shapes[0], in.n * in.h * in.w, s.inputs[0], io.aux[0],
+                         io.aux[1], io.params[0], sdy, sdy_xhat, s.output_grad,
+                         s.input_grads[0].data, s.input_grads[0].accumulate);
+  });
+}
+
+// The loss: each micro-batch's images' share of the whole batch's mean, added up on the
+// device and read back once.
+void split_loss_forward(kc::cuda_kernel_context& ctx, const step_io& io, const micro_steps& steps) {
+  const std::int64_t batch = io.input_shapes[0].n;
+  bool first = true;
+  steps.each([&](const step_io& s) {
+    kc::softmax_loss_forward_part(ctx, s.input_shapes[0], s.inputs[0], s.labels, s.output, batch,
+                                  first);
+    first = false;
+  });
+  if (io.loss != nullptr) kc::read_loss(ctx, batch, io.input_shapes[0].per_image(), io.loss);
+}
+
+void split_loss_backward(kc::cuda_kernel_context& ctx, const step_io& io,
+                         const micro_steps& steps) {
+  if (io.input_grads[0].data == nullptr) return;
+  steps.each([&](const step_io& s) {
+    kc::softmax_loss_backward(ctx, s.input_shapes[0], s.output, s.labels, s.input_grads[0].data,
+                              s.input_grads[0].accumulate, io.input_shapes[0].n);
+  });
+}
+
+}  // namespace
+
+std::size_t run_cuda_split_step(kc::cuda_kernel_context& ctx, const step_io& io, bool forward,
+                                int parts, std::span<const staged_tensor> staged,
+                                const cuda_conv_choice& conv) {
+  const layer& l = *io.l;
+  if (l.type == layer_type::tiled || l.type == layer_type::data) {
+    throw std::logic_error("cuda split step of " + l.name + ": a " +
+                           std::string(l.type == layer_type::data ? "DATA" : "tiled") +
+                           " step does not split");
+  }
+  cuda_copier copier(ctx.stream());
+  const micro_steps micro(io, forward, parts, staged, &copier);
+  if (micro.reversed_start() && !any_order_first_pass(l.type, forward)) {
+    throw std::logic_error("cuda split step of " + l.name +
+                           ": handed a micro-batch's slices, but its first pass runs in order");
+  }
+  if (l.type == layer_type::conv) {
+    micro.each([&](const step_io& s) { conv_micro_step(ctx, s, forward, conv); });
+  } else if (l.type == layer_type::bn && !io.inference) {
+    forward ? split_bn_forward(ctx, io, micro) : split_bn_backward(ctx, io, micro);
+  } else if (l.type == layer_type::softmax_loss) {
+    forward ? split_loss_forward(ctx, io, micro) : split_loss_backward(ctx, io, micro);
+  } else {
+    const cuda_layer_steps& steps = cuda_layer_steps_for(l.type);
+    const auto fn = forward ? steps.forward : steps.backward;
+    if (fn != nullptr) micro.each([&](const step_io& s) { fn(ctx, s); });
+  }
+  return micro.copied();
+}
+
+}  // namespace memweave::layers

@@ -1,0 +1,282 @@
+// Split steps on the GPU (engine/layers/cuda_split_step.cpp) against the host's whole step:
+// every layer type whose math crosses images (BN's statistics and backward sums, the loss's
+// mean, CONV's and FC's weight gradients) and DROPOUT's mask (drawn by each image's place in
+// the batch), run in micro-batches of 3, 2 and 2 images, with and without their
+// micro-tensors in page-locked host memory. Every test skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/layers/cuda_split_step.hpp"
+#include "engine/layers/layer_step.hpp"
+#include "engine/layers/split_step.hpp"
+#include "tests/engine/kernels_cuda/cuda_test_util.hpp"
+
+namespace memweave::kernels::cuda::test {
+namespace {
+
+using cuda_split_step_test = cuda_test;
+
+constexpr int k_parts = 3;  // of 7 images: 3, 2, 2
+
+// Page-locked host memory (cudaHostAlloc), as the executor stages micro-tensors on cuda.
+class pinned_floats {
+ public:
+  explicit pinned_floats(const std::vector<float>& v) : count_(v.size()) {
+    check(cudaHostAlloc(&data_, count_ * sizeof(float), cudaHostAllocDefault), "cudaHostAlloc");
+    std::copy(v.begin(), v.end(), get());
+  }
+  ~pinned_floats() { (void)cudaFreeHost(data_); }
+  pinned_floats(const pinned_floats&) = delete;
+  pinned_floats& operator=(const pinned_floats&) = delete;
+  float* get() const noexcept { return static_cast<float*>(data_); }
+  std::vector<float> values() const { return {get(), get() + count_}; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+TEST_F(cuda_split_step_test, bn_in_micro_batches_matches_the_whole_step) {
+  layer l;
+  l.type = layer_type::bn;
+  l.params = bn_params{};
+  const shape4 in{7, 5, 3, 4};
+  l.output_shape = in;  // micro-batches slice the output by it
+  step_tensors t;
+  const auto x = t.add(random_vector(count_of(in), 1, -1.0f, 3.0f));
+  const auto y = t.add(std::vector<float>(count_of(in)));
+  const auto gamma = t.add(random_vector(5, 2, 0.5f, 1.5f));
+  const auto beta = t.add(random_vector(5, 3));
+  const auto rm = t.add(random_vector(5, 4));
+  const auto rv = t.add(random_vector(5, 5, 0.5f, 2.0f));
+  const auto mean = t.add(std::vector<float>(5));
+  const auto invstd = t.add(std::vector<float>(5));
+  const auto dy = t.add(random_vector(count_of(in), 6));
+  const auto dx = t.add(random_vector(count_of(in), 7));  // added to: accumulate
+  const auto dgamma = t.add(std::vector<float>(5));
+  const auto dbeta = t.add(std::vector<float>(5));
+  const auto io_of = [&](bool dev) {
+    auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
+    layers::step_io io;
+    io.l = &l;
+    io.input_shapes = {in};
+    io.inputs = {f(x)};
+    io.output = f(y);
+    io.output_grad = f(dy);
+    io.input_grads = {{f(dx), true}};
+    io.params = {f(gamma), f(beta), f(rm), f(rv)};
+    io.param_grads = {f(dgamma), f(dbeta)};
+    io.aux = {f(mean), f(invstd)};
+    return io;
+  };
+  const layers::layer_steps& host = layers::layer_steps_for(layer_type::bn);
+  host.forward(host_ctx(), io_of(false));
+  host.backward(host_ctx(), io_of(false));
+  layers::run_cuda_split_step(ctx(), io_of(true), true, k_parts, {}, {});
+  layers::run_cuda_split_step(ctx(), io_of(true), false, k_parts, {}, {});
+  expect_near(t.host[mean], read(*t.device[mean]), 1e-6, 1e-5, "saved mean");
+  expect_near(t.host[invstd], read(*t.device[invstd]), 1e-6, 1e-5, "saved invstd");
+  expect_near(t.host[rm], read(*t.device[rm]), 1e-6, 1e-5, "running mean");
+  expect_near(t.host[rv], read(*t.device[rv]), 1e-6, 1e-5, "running variance");
+  expect_near(t.host[y], read(*t.device[y]), 1e-5, 1e-5, "output");
+  expect_near(t.host[dgamma], read(*t.device[dgamma]), 1e-4, 1e-4, "gamma gradient");
+  expect_near(t.host[dbeta], read(*t.device[dbeta]), 1e-4, 1e-4, "beta gradient");
+  expect_near(t.host[dx], read(*t.device[dx]), 1e-4, 1e-4, "input gradient");
+}
+
+// BN's forward with x read from and y written to page-locked host memory through one
+// micro-batch buffer each: the statistics pass copies x's slices in, the normalization pass
+// (the other way round) finds the last one in place, and y's slices go out.
+TEST_F(cuda_split_step_test, staged_micro_tensors_cross_through_their_micro_buffers) {
+  layer l;
+  l.type = layer_type::bn;
+  l.params = bn_params{};
+  const shape4 in{7, 4, 5, 5};
+  l.output_shape = in;
+  const std::int64_t per_image = in.per_image();
+  const std::vector<float> x0 = random_vector(count_of(in), 11, -2.0f, 2.0f);
+  step_tensors t;
+  const auto x = t.add(x0);
+  const auto y = t.add(std::vector<float>(count_of(in)));
+  const auto gamma = t.add(random_vector(4, 12, 0.5f, 1.5f));
+  const auto beta = t.add(random_vector(4, 13));
+  const auto rm = t.add(random_vector(4, 14));
+  const auto rv = t.add(random_vector(4, 15, 0.5f, 2.0f));
+  const auto mean = t.add(std::vector<float>(4));
+  const auto invstd = t.add(std::vector<float>(4));
+  pinned_floats x_host(x0), y_host(std::vector<float>(count_of(in), -7.0f));
+  device_buffer x_micro(3 * per_image), y_micro(3 * per_image);  // the largest micro-batch
+  const auto io_of = [&](bool dev) {
+    auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
+    layers::step_io io;
+    io.l = &l;
+    io.input_shapes = {in};
+    io.inputs = {dev ? x_host.get() : t.h(x)};
+    io.output = dev ? y_host.get() : t.h(y);
+    io.params = {f(gamma), f(beta), f(rm), f(rv)};
+    io.aux = {f(mean), f(invstd)};
+    return io;
+  };
+  layers::layer_steps_for(layer_type::bn).forward(host_ctx(), io_of(false));
+  std::vector<layers::staged_tensor> staged(2);
+  staged[0] = {x_host.get(), x_micro.get(), per_image, in.n, true, false};
+  staged[1] = {y_host.get(), y_micro.get(), per_image, in.n, false, true};
+  const std::size_t copied =
+      layers::run_cuda_split_step(ctx(), io_of(true), true, k_parts, staged, {});
+  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::bn, true, staged, k_parts));
+  expect_near(t.host[y], y_host.values(), 1e-5, 1e-5, "output in host memory");
+  expect_bitwise(x0, x_host.values(), "input, read only");
+  expect_near(t.host[mean], read(*t.device[mean]), 1e-6, 1e-5, "saved mean");
+}
+
+TEST_F(cuda_split_step_test, the_loss_and_its_gradient_are_over_the_whole_batch) {
+  layer l;
+  l.type = layer_type::softmax_loss;
+  l.params = softmax_loss_params{};
+  const shape4 in{7, 6, 1, 1};
+  l.output_shape = in;
+  step_tensors t;
+  const auto x = t.add(random_vector(count_of(in), 21, -3.0f, 3.0f));
+  const auto labels = t.add(std::vector<float>{5, 0, 2, 2, 4, 1, 3});
+  const auto y = t.add(std::vector<float>(count_of(in)));
+  const auto dx = t.add(std::vector<float>(count_of(in)));
+  double host_loss = -1.0, cuda_loss = -1.0;
+  const auto io_of = [&](bool dev) {
+    auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
+    layers::step_io io;
+    io.l = &l;
+    io.input_shapes = {in};
+    io.inputs = {f(x)};
+    io.labels = f(labels);
+    io.output = f(y);
+    io.input_grads = {{f(dx), false}};
+    io.loss = dev ? &cuda_loss : &host_loss;
+    return io;
+  };
+  const layers::layer_steps& host = layers::layer_steps_for(layer_type::softmax_loss);
+  host.forward(host_ctx(), io_of(false));
+  host.backward(host_ctx(), io_of(false));
+  layers::run_cuda_split_step(ctx(), io_of(true), true, k_parts, {}, {});
+  EXPECT_NEAR(cuda_loss, host_loss, 1e-6 * (1.0 + host_loss));
+  layers::run_cuda_split_step(ctx(), io_of(true), false, k_parts, {}, {});
+  expect_near(t.host[y], read(*t.device[y]), 1e-6, 1e-5, "softmax");
+  expect_near(t.host[dx], read(*t.device[dx]), 1e-6, 1e-5, "input gradient (over 7 images)");
+}
+
+TEST_F(cuda_split_step_test, conv_and_fc_add_the_micro_batches_weight_gradients) {
+  layer conv;
+  conv.type = layer_type::conv;
+  conv_params p;
+  p.out_channels = 6, p.kernel_h = p.kernel_w = 3, p.pad_h = p.pad_w = 1;
+  conv.params = p;
+  const shape4 in{7, 3, 6, 6};
+  const shape4 out{7, 6, 6, 6};
+  conv.output_shape = out;
+  layer fc;
+  fc.type = layer_type::fc;
+  fc_params q;
+  q.out_features = 4;
+  fc.params = q;
+  const shape4 fc_out{7, 4, 1, 1};
+  fc.output_shape = fc_out;
+  step_tensors t;
+  const auto x = t.add(random_vector(count_of(in), 31));
+  const auto w = t.add(random_vector(6 * 3 * 9, 32));
+  const auto b = t.add(random_vector(6, 33));
+  const auto y = t.add(std::vector<float>(count_of(out)));
+  const auto dy = t.add(random_vector(count_of(out), 34));
+  const auto dx = t.add(std::vector<float>(count_of(in)));
+  const auto dw = t.add(std::vector<float>(6 * 3 * 9));
+  const auto db = t.add(std::vector<float>(6));
+  const auto fw = t.add(random_vector(4 * out.per_image(), 35));
+  const auto fb = t.add(random_vector(4, 36));
+  const auto fy = t.add(std::vector<float>(count_of(fc_out)));
+  const auto fdy = t.add(random_vector(count_of(fc_out), 37));
+  const auto fdx = t.add(random_vector(count_of(out), 38));  // added to: accumulate
+  const auto fdw = t.add(std::vector<float>(4 * out.per_image()));
+  const auto fdb = t.add(std::vector<float>(4));
+  const auto conv_io = [&](bool dev) {
+    auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
+    layers::step_io io;
+    io.l = &conv;
+    io.input_shapes = {in};
+    io.inputs = {f(x)};
+    io.output = f(y);
+    io.output_grad = f(dy);
+    io.input_grads = {{f(dx), false}};
+    io.params = {f(w), f(b)};
+    io.param_grads = {f(dw), f(db)};
+    return io;
+  };
+  const auto fc_io = [&](bool dev) {
+    auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
+    layers::step_io io;
+    io.l = &fc;
+    io.input_shapes = {out};
+    io.inputs = {f(y)};
+    io.output = f(fy);
+    io.output_grad = f(fdy);
+    io.input_grads = {{f(fdx), true}};
+    io.params = {f(fw), f(fb)};
+    io.param_grads = {f(fdw), f(fdb)};
+    return io;
+  };
+  const layers::layer_steps& host_conv = layers::layer_steps_for(layer_type::conv);
+  const layers::layer_steps& host_fc = layers::layer_steps_for(layer_type::fc);
+  host_conv.forward(host_ctx(), conv_io(false));
+  host_fc.forward(host_ctx(), fc_io(false));
+  host_fc.backward(host_ctx(), fc_io(false));
+  host_conv.backward(host_ctx(), conv_io(false));
+  // No workspace: each micro-batch takes cuDNN's fastest without one.
+  const layers::cuda_conv_choice none{conv_fallback_algorithm(conv_pass::forward, false),
+                                      conv_fallback_algorithm(conv_pass::backward_data, false),
+                                      conv_fallback_algorithm(conv_pass::backward_filter, false)};
+  layers::run_cuda_split_step(ctx(), conv_io(true), true, k_parts, {}, none);
+  layers::run_cuda_split_step(ctx(), fc_io(true), true, k_parts, {}, {});
+  layers::run_cuda_split_step(ctx(), fc_io(true), false, k_parts, {}, {});
+  layers::run_cuda_split_step(ctx(), conv_io(true), false, k_parts, {}, none);
+  expect_near(t.host[y], read(*t.device[y]), 2e-3, 1e-3, "conv output");
+  expect_near(t.host[fy], read(*t.device[fy]), 2e-3, 1e-3, "fc output");
+  expect_near(t.host[fdw], read(*t.device[fdw]), 2e-3, 1e-3, "fc weight gradient");
+  expect_near(t.host[fdb], read(*t.device[fdb]), 1e-4, 1e-4, "fc bias gradient");
+  expect_near(t.host[fdx], read(*t.device[fdx]), 2e-3, 1e-3, "fc input gradient");
+  expect_near(t.host[dw], read(*t.device[dw]), 2e-3, 1e-3, "conv weight gradient");
+  expect_near(t.host[db], read(*t.device[db]), 1e-4, 1e-4, "conv bias gradient");
+  expect_near(t.host[dx], read(*t.device[dx]), 2e-3, 1e-3, "conv input gradient");
+}
+
+TEST_F(cuda_split_step_test, dropout_masks_are_drawn_by_each_images_place_in_the_batch) {
+  layer l;
+  l.type = layer_type::dropout;
+  l.params = dropout_params{0.4f};
+  const shape4 in{7, 3, 4, 4};
+  l.output_shape = in;
+  step_tensors t;
+  const auto x = t.add(random_vector(count_of(in), 41));
+  const auto y = t.add(std::vector<float>(count_of(in)));
+  const auto mask = t.add(std::vector<float>(count_of(in)));
+  const auto io_of = [&](bool dev) {
+    auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
+    layers::step_io io;
+    io.l = &l;
+    io.input_shapes = {in};
+    io.inputs = {f(x)};
+    io.output = f(y);
+    io.aux = {f(mask)};
+    io.seed = 9;
+    io.first_sample = 14;  // a data-parallel rank's slice: its images from 14 on
+    return io;
+  };
+  layers::layer_steps_for(layer_type::dropout).forward(host_ctx(), io_of(false));
+  layers::run_cuda_split_step(ctx(), io_of(true), true, k_parts, {}, {});
+  expect_bitwise(t.host[mask], read(*t.device[mask]), "mask");
+  expect_bitwise(t.host[y], read(*t.device[y]), "output");
+}
+
+}  // namespace
+}  // namespace memweave::kernels::cuda::test
