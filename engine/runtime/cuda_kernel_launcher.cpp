@@ -157,6 +157,14 @@ class cuda_kernel_launcher final : public kernel_launcher {
     const current_device scope(ordinal_);
     context_ = std::make_unique<kc::cuda_kernel_context>(compute_handle());
     pin_batches();
+    // A split BN step's sums over its micro-batches, for the widest BN: taken now, not in
+    // the middle of an iteration, where a device the heap has filled would fail it.
+    std::size_t widest = 0;
+    for (const layer& l : ctx_.net->layers()) {
+      if (l.type == layer_type::bn)
+        widest = std::max(widest, static_cast<std::size_t>(l.output_shape.c));
+    }
+    if (widest != 0) (void)context_->sums_scratch(2 * widest);
   }
   // The kernels' context is destroyed with its device current.
   ~cuda_kernel_launcher() override {

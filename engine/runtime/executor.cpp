@@ -171,6 +171,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   lc.seed = options.seed;
   lc.first_sample = options.first_sample;
   lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
+  lc.staged = [this](tensor_id t) { return residency_->state(t) == residency::staged; };
   lc.loss = &loss_;
   launcher_ = make_kernel_launcher(lc);
   // Timings are valid for one backend and device or thread count; the null device uses its
@@ -336,9 +337,10 @@ executor::executor(const network& net, device& dev, const executor_options& requ
                    "the cuda backend splits steps into micro-batches; plan the split without "
                    "channel groups (split_channel_groups false), or run on --device host");
   MEMWEAVE_EXPECTS(launcher_->runs_fp16_micro_tensors() || !options.split_compress || !any_staged,
-                   "fp16 micro-tensors (MEMWEAVE_SPLIT_COMPRESS=fp16) are held on the host and "
-                   "null devices only: the cuda backend stages fp32 slices; unset "
-                   "MEMWEAVE_SPLIT_COMPRESS, or run on --device host");
+                   "fp16 micro-tensors (executor_options::split_compress, "
+                   "MEMWEAVE_SPLIT_COMPRESS=fp16) are held on the host and null devices only: "
+                   "the cuda backend stages fp32 slices; unset MEMWEAVE_SPLIT_COMPRESS, or run "
+                   "on --device host");
   last_write_.assign(n, 0);
   // Write-back starts below twice the most any step allocates anew.
   for (std::size_t st = 0; st < route_.step_count(); ++st) {
@@ -418,6 +420,9 @@ executor::~executor() {
     if (residency_->aside(t) != nullptr) (void)heap_->deallocate(residency_->aside(t));
     if (persistent_ptr_[t] != nullptr) (void)heap_->deallocate(persistent_ptr_[t]);
   }
+  // Staging buffers from the pinned pool (cuda) go back to it before it goes: a failed
+  // iteration leaves them held (and retired ones unreleased).
+  staging_.reset();
   transfers_.reset();
   cache_.reset();  // frees every resident tensor
 }

@@ -193,7 +193,8 @@ void executor::offload_with_room(tensor_id t, const void* ptr, transfer_encoding
   try {
     engine.offload(t, ptr, bytes, written(t), encoding);
   } catch (const out_of_memory&) {
-    if (engine.reclaim_host() == 0) throw;
+    // ... and pinned staging buffers given back this iteration (cuda), the stream waited for.
+    if (engine.reclaim_host() == 0 && !release_retired_staging()) throw;
     engine.offload(t, ptr, bytes, written(t), encoding);
   }
 }

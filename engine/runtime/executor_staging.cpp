@@ -123,48 +123,54 @@ void executor::copy_from_staging(tensor_id t, void* device_dst) {
   staging_->bytes_fp16 += count * 2;
 }
 
+// Pinned staging buffers given back this iteration (cuda) stay in the pool until the stream is
+// done with them: where room is short, the stream is waited for and they go. False when
+// there were none (plain memory's, on the host, do not count in the pool: left alone).
+bool executor::release_retired_staging() {
+  if (!launcher_->pins_staging() || staging_->retired.empty()) return false;
+  dev_.get_stream(stream_role::compute).synchronize();
+  staging_->retired.clear();
+  return true;
+}
+
 float* executor::new_staging(tensor_id t) {
   retire_staging(t);
   const std::size_t bytes = staging_bytes(t);
   const std::size_t pool = transfers_->pool.capacity();
   auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->held; };
   const bool pinned = dev_.touches_memory() && launcher_->pins_staging();
-  // Pinned buffers given back this iteration stay in the pool until the stream is done with
-  // them: where room is short, the stream is waited for and they go.
-  const auto release_retired = [&] {
-    if (!pinned || staging_->retired.empty()) return false;
-    dev_.get_stream(stream_role::compute).synchronize();
-    staging_->retired.clear();
-    return true;
-  };
+  const auto release_retired = [&] { return pinned && release_retired_staging(); };
   // Full: first what copies in flight still hold of buffers given back is waited for (as
   // offload_with_room), then host values that can be rebuilt make room.
   while (used() + bytes > pool &&
          (transfers_->engine.reclaim_host() > 0 || release_retired() || drop_one_host_value())) {
   }
-  const std::size_t swapped = transfers_->pool.bytes_in_use();
-  if (used() + bytes > pool) {
+  const auto full = [&](const std::string& how) {
     host_exhausted_ = true;  // not a matter of packing device memory: no repack
-    throw out_of_memory(
-        "host memory for the split steps' micro-tensors: " + table_[t].name + " needs " +
-            format_bytes(bytes) + "; the host pool of " + format_bytes(pool) + " holds " +
-            format_bytes(swapped) + " of swapped tensors and " + format_bytes(staging_->held) +
-            " of staged ones (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
-        bytes, used() < pool ? pool - used() : 0, used() < pool ? pool - used() : 0);
+    const std::size_t free = used() < pool ? pool - used() : 0;
+    return out_of_memory("host memory for the split steps' micro-tensors: " + table_[t].name +
+                             " needs " + format_bytes(bytes) + "; the host pool of " +
+                             format_bytes(pool) + how +
+                             " (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
+                         bytes, free, how.find("one piece") != std::string::npos ? 0 : free);
+  };
+  if (used() + bytes > pool) {
+    // With pinned staging the pool counts the staged buffers itself (held stays 0).
+    throw full(
+        " holds " + format_bytes(transfers_->pool.bytes_in_use()) +
+        (pinned ? " of swapped and staged tensors"
+                : " of swapped tensors and " + format_bytes(staging_->held) + " of staged ones"));
   }
   auto& b = staging_->buffer[t];
   if (pinned) {
-    // Counted by the pool itself.
+    // Counted by the pool itself. Where it has the bytes but not in one piece, what retired
+    // buffers and copies in flight hold goes first.
     void* p = transfers_->pool.allocate(bytes);
+    while (p == nullptr && (release_retired() || transfers_->engine.reclaim_host() > 0)) {
+      p = transfers_->pool.allocate(bytes);
+    }
     if (p == nullptr) {
-      host_exhausted_ = true;
-      throw out_of_memory(
-          "page-locked host memory for the split steps' micro-tensors: " + table_[t].name +
-              " needs " + format_bytes(bytes) + "; the host pool of " + format_bytes(pool) +
-              " has " + format_bytes(pool - used()) +
-              " free, not in one piece (raise --host-pool or "
-              "MEMWEAVE_HOST_POOL_BYTES)",
-          bytes, pool - used(), 0);
+      throw full(" has " + format_bytes(pool - used()) + " free, not in one piece");
     }
     b = staging_buffer(static_cast<float*>(p), staging_free{&transfers_->pool});
     return b.get();

@@ -84,7 +84,7 @@ class cuda_kernel_context {
   int* label_error_scratch() const noexcept { return label_error_; }
 
   /// Device scratch of at least `doubles` doubles, for the sums that cross a split step's
-  /// micro-batches (BN's, micro_batch.hpp): 32 bytes per channel of the widest BN split so
+  /// micro-batches (BN's, micro_batch.hpp): 16 bytes per channel of the widest BN split so
   /// far, cudaMalloc'd outside the heap as the loss scratch is. Grow-only; growing frees the
   /// old buffer (cudaFree waits for the device), so the pointer holds until the next call.
   double* sums_scratch(std::size_t doubles);

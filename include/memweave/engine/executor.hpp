@@ -374,6 +374,7 @@ class executor {
   void copy_from_staging(tensor_id t, void* device_dst);
   float* new_staging(tensor_id t);
   void retire_staging(tensor_id t) noexcept;
+  bool release_retired_staging();
   void stage(tensor_id t, access_mode mode, std::size_t step);
   void fetch_staged(tensor_id t, std::size_t step);
   void stage_step(std::size_t s, std::span<const tensor_access> accesses, bool keep,

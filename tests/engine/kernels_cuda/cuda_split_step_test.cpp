@@ -57,8 +57,8 @@ TEST_F(cuda_split_step_test, bn_in_micro_batches_matches_the_whole_step) {
   const auto invstd = t.add(std::vector<float>(5));
   const auto dy = t.add(random_vector(count_of(in), 6));
   const auto dx = t.add(random_vector(count_of(in), 7));  // added to: accumulate
-  const auto dgamma = t.add(std::vector<float>(5));
-  const auto dbeta = t.add(std::vector<float>(5));
+  const auto dgamma = t.add(random_vector(5, 8));         // overwritten: a first micro-batch that
+  const auto dbeta = t.add(random_vector(5, 9));          // added to them would show
   const auto io_of = [&](bool dev) {
     auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
     layers::step_io io;
@@ -90,7 +90,8 @@ TEST_F(cuda_split_step_test, bn_in_micro_batches_matches_the_whole_step) {
 
 // BN's forward with x read from and y written to page-locked host memory through one
 // micro-batch buffer each: the statistics pass copies x's slices in, the normalization pass
-// (the other way round) finds the last one in place, and y's slices go out.
+// (the other way round) finds the last one in place, and y's slices go out. Then its
+// backward, x and dy read and dx written so: the sums' pass, then dx's.
 TEST_F(cuda_split_step_test, staged_micro_tensors_cross_through_their_micro_buffers) {
   layer l;
   l.type = layer_type::bn;
@@ -108,8 +109,16 @@ TEST_F(cuda_split_step_test, staged_micro_tensors_cross_through_their_micro_buff
   const auto rv = t.add(random_vector(4, 15, 0.5f, 2.0f));
   const auto mean = t.add(std::vector<float>(4));
   const auto invstd = t.add(std::vector<float>(4));
-  pinned_floats x_host(x0), y_host(std::vector<float>(count_of(in), -7.0f));
-  device_buffer x_micro(3 * per_image), y_micro(3 * per_image);  // the largest micro-batch
+  const std::vector<float> dy0 = random_vector(count_of(in), 16);
+  const auto dy = t.add(dy0);
+  const auto dx = t.add(std::vector<float>(count_of(in)));
+  const auto dgamma = t.add(random_vector(4, 17));  // overwritten
+  const auto dbeta = t.add(random_vector(4, 18));
+  pinned_floats x_host(x0), y_host(std::vector<float>(count_of(in), -7.0f)), dy_host(dy0),
+      dx_host(std::vector<float>(count_of(in), 5.0f));
+  // The largest micro-batch's slices.
+  device_buffer x_micro(3 * per_image), y_micro(3 * per_image), dy_micro(3 * per_image),
+      dx_micro(3 * per_image);
   const auto io_of = [&](bool dev) {
     auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
     layers::step_io io;
@@ -117,11 +126,15 @@ TEST_F(cuda_split_step_test, staged_micro_tensors_cross_through_their_micro_buff
     io.input_shapes = {in};
     io.inputs = {dev ? x_host.get() : t.h(x)};
     io.output = dev ? y_host.get() : t.h(y);
+    io.output_grad = dev ? dy_host.get() : t.h(dy);
+    io.input_grads = {{dev ? dx_host.get() : t.h(dx), false}};
     io.params = {f(gamma), f(beta), f(rm), f(rv)};
+    io.param_grads = {f(dgamma), f(dbeta)};
     io.aux = {f(mean), f(invstd)};
     return io;
   };
   layers::layer_steps_for(layer_type::bn).forward(host_ctx(), io_of(false));
+  layers::layer_steps_for(layer_type::bn).backward(host_ctx(), io_of(false));
   std::vector<layers::staged_tensor> staged(2);
   staged[0] = {x_host.get(), x_micro.get(), per_image, in.n, true, false};
   staged[1] = {y_host.get(), y_micro.get(), per_image, in.n, false, true};
@@ -132,6 +145,18 @@ TEST_F(cuda_split_step_test, staged_micro_tensors_cross_through_their_micro_buff
   expect_near(t.host[y], y_host.values(), 1e-5, 1e-5, "output in host memory");
   expect_bitwise(x0, x_host.values(), "input, read only");
   expect_near(t.host[mean], read(*t.device[mean]), 1e-6, 1e-5, "saved mean");
+
+  std::vector<layers::staged_tensor> back(3);
+  back[0] = {x_host.get(), x_micro.get(), per_image, in.n, true, false};
+  back[1] = {dy_host.get(), dy_micro.get(), per_image, in.n, true, false};
+  back[2] = {dx_host.get(), dx_micro.get(), per_image, in.n, false, true};
+  const std::size_t back_copied =
+      layers::run_cuda_split_step(ctx(), io_of(true), false, k_parts, back, {});
+  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  EXPECT_EQ(back_copied, layers::staged_copy_bytes(layer_type::bn, false, back, k_parts));
+  expect_near(t.host[dx], dx_host.values(), 1e-4, 1e-4, "input gradient in host memory");
+  expect_near(t.host[dgamma], read(*t.device[dgamma]), 1e-4, 1e-4, "gamma gradient");
+  expect_near(t.host[dbeta], read(*t.device[dbeta]), 1e-4, 1e-4, "beta gradient");
 }
 
 TEST_F(cuda_split_step_test, the_loss_and_its_gradient_are_over_the_whole_batch) {
@@ -144,7 +169,7 @@ TEST_F(cuda_split_step_test, the_loss_and_its_gradient_are_over_the_whole_batch)
   const auto x = t.add(random_vector(count_of(in), 21, -3.0f, 3.0f));
   const auto labels = t.add(std::vector<float>{5, 0, 2, 2, 4, 1, 3});
   const auto y = t.add(std::vector<float>(count_of(in)));
-  const auto dx = t.add(std::vector<float>(count_of(in)));
+  const auto dx = t.add(random_vector(count_of(in), 22));  // overwritten
   double host_loss = -1.0, cuda_loss = -1.0;
   const auto io_of = [&](bool dev) {
     auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
@@ -190,16 +215,17 @@ TEST_F(cuda_split_step_test, conv_and_fc_add_the_micro_batches_weight_gradients)
   const auto b = t.add(random_vector(6, 33));
   const auto y = t.add(std::vector<float>(count_of(out)));
   const auto dy = t.add(random_vector(count_of(out), 34));
-  const auto dx = t.add(std::vector<float>(count_of(in)));
-  const auto dw = t.add(std::vector<float>(6 * 3 * 9));
-  const auto db = t.add(std::vector<float>(6));
+  // Gradients overwritten by the step: a first micro-batch that added to them would show.
+  const auto dx = t.add(random_vector(count_of(in), 39));
+  const auto dw = t.add(random_vector(6 * 3 * 9, 40));
+  const auto db = t.add(random_vector(6, 41));
   const auto fw = t.add(random_vector(4 * out.per_image(), 35));
   const auto fb = t.add(random_vector(4, 36));
   const auto fy = t.add(std::vector<float>(count_of(fc_out)));
   const auto fdy = t.add(random_vector(count_of(fc_out), 37));
   const auto fdx = t.add(random_vector(count_of(out), 38));  // added to: accumulate
-  const auto fdw = t.add(std::vector<float>(4 * out.per_image()));
-  const auto fdb = t.add(std::vector<float>(4));
+  const auto fdw = t.add(random_vector(4 * out.per_image(), 42));
+  const auto fdb = t.add(random_vector(4, 43));
   const auto conv_io = [&](bool dev) {
     auto f = [&](std::size_t i) { return dev ? t.d(i) : t.h(i); };
     layers::step_io io;
