@@ -240,7 +240,7 @@ void executor::stage(tensor_id t, access_mode mode, std::size_t step) {
               staging_->host_error,
               fp16_encode(reinterpret_cast<std::uint16_t*>(h), from, info.bytes / sizeof(float)));
         } else {
-          std::memcpy(h, from, info.bytes);
+          launcher_->copy_host_memory(h, from, info.bytes);
         }
       }
       forget_host(t);
