@@ -23,10 +23,12 @@ namespace kc = kernels::cuda;
 namespace {
 
 // A staged tensor's slices cross as cudaMemcpyAsync on the step's stream: from and to
-// page-locked host memory they run in stream order, after the kernels before them.
+// page-locked host memory they run in stream order, after the kernels before them. A
+// micro-batch's copies out and the next one's copies in (of other tensors) run at once on the
+// context's two link streams, forked from the step's stream and joined back to it.
 class cuda_copier final : public slice_copier {
  public:
-  explicit cuda_copier(cudaStream_t stream) : stream_(stream) {}
+  explicit cuda_copier(kc::cuda_kernel_context& ctx) : ctx_(ctx), stream_(ctx.stream()) {}
 
   void copy_in(const staged_tensor& t, std::int64_t from, std::int64_t images) override {
     check(t);
@@ -37,6 +39,28 @@ class cuda_copier final : public slice_copier {
     check(t);
     MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(t.whole + from * t.per_image, t.micro, bytes(t, images),
                                         cudaMemcpyDeviceToHost, stream_));
+  }
+  void both(const std::function<void()>& outs, const std::function<void()>& ins) override {
+    const kc::cuda_kernel_context::link_streams& l = ctx_.side_links();
+    const cudaStream_t main = ctx_.stream();
+    MEMWEAVE_CUDA_CHECK(cudaEventRecord(l.forked, main));
+    MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(l.out, l.forked, 0));
+    MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(l.in, l.forked, 0));
+    // Back on the step's stream whatever happens (a failed enqueue throws from here).
+    struct on_main {
+      cudaStream_t& s;
+      cudaStream_t main;
+      ~on_main() { s = main; }
+    } restore{stream_, main};
+    stream_ = l.out;
+    outs();
+    stream_ = l.in;
+    ins();
+    stream_ = main;
+    MEMWEAVE_CUDA_CHECK(cudaEventRecord(l.out_done, l.out));
+    MEMWEAVE_CUDA_CHECK(cudaEventRecord(l.in_done, l.in));
+    MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(main, l.out_done, 0));
+    MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(main, l.in_done, 0));
   }
 
  private:
@@ -51,7 +75,8 @@ class cuda_copier final : public slice_copier {
     }
   }
 
-  cudaStream_t stream_;
+  kc::cuda_kernel_context& ctx_;
+  cudaStream_t stream_;  // where copy_in / copy_out enqueue now
 };
 
 // `algo` for a micro-batch of shape `in` where its workspace still fits `bytes` (it was
@@ -168,7 +193,7 @@ std::size_t run_cuda_split_step(kc::cuda_kernel_context& ctx, const step_io& io,
                            std::string(l.type == layer_type::data ? "DATA" : "tiled") +
                            " step does not split");
   }
-  cuda_copier copier(ctx.stream());
+  cuda_copier copier(ctx);
   const micro_steps micro(io, forward, parts, staged, &copier);
   if (micro.reversed_start() && !any_order_first_pass(l.type, forward)) {
     throw std::logic_error("cuda split step of " + l.name +

@@ -61,6 +61,33 @@ double* cuda_kernel_context::sums_scratch(std::size_t doubles) {
   return sums_;
 }
 
+const cuda_kernel_context::link_streams& cuda_kernel_context::side_links() {
+  if (links_.out != nullptr) return links_;
+  link_streams made;
+  try {
+    MEMWEAVE_CUDA_CHECK(cudaStreamCreateWithFlags(&made.out, cudaStreamNonBlocking));
+    MEMWEAVE_CUDA_CHECK(cudaStreamCreateWithFlags(&made.in, cudaStreamNonBlocking));
+    for (cudaEvent_t* e : {&made.forked, &made.out_done, &made.in_done}) {
+      MEMWEAVE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    }
+  } catch (...) {
+    destroy(made);
+    throw;
+  }
+  links_ = made;
+  return links_;
+}
+
+void cuda_kernel_context::destroy(link_streams& l) noexcept {
+  for (cudaEvent_t e : {l.forked, l.out_done, l.in_done}) {
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  }
+  for (cudaStream_t s : {l.out, l.in}) {
+    if (s != nullptr) (void)cudaStreamDestroy(s);
+  }
+  l = link_streams{};
+}
+
 cuda_kernel_context::~cuda_kernel_context() {
   release();
 }
@@ -77,6 +104,7 @@ void cuda_kernel_context::release() noexcept {
     sums_ = nullptr;
     sums_doubles_ = 0;
   }
+  destroy(links_);
   if (cublas_ != nullptr) {
     (void)cublasDestroy(cublas_);
     cublas_ = nullptr;

@@ -89,11 +89,25 @@ class cuda_kernel_context {
   /// old buffer (cudaFree waits for the device), so the pointer holds until the next call.
   double* sums_scratch(std::size_t doubles);
 
+  /// Two more streams (non-blocking, made at first use with the device current) for a split
+  /// step's copies out and in at once, the link's two directions, and the events that fork
+  /// them from stream() and join them back (link_streams::fork / join). Destroyed with the
+  /// context.
+  struct link_streams {
+    cudaStream_t out = nullptr;
+    cudaStream_t in = nullptr;
+    cudaEvent_t forked = nullptr;
+    cudaEvent_t out_done = nullptr;
+    cudaEvent_t in_done = nullptr;
+  };
+  const link_streams& side_links();
+
   /// The cuDNN convolution heuristics met so far, by shape (see conv.hpp).
   detail::conv_algo_cache& conv_cache() noexcept { return *conv_cache_; }
 
  private:
   void release() noexcept;
+  static void destroy(link_streams& l) noexcept;
 
   cuda_kernel_options options_;
   int ordinal_ = 0;
@@ -105,6 +119,7 @@ class cuda_kernel_context {
   int* label_error_ = nullptr;  // into scratch_
   double* sums_ = nullptr;      // cudaMalloc'd: sums_doubles_ of them
   std::size_t sums_doubles_ = 0;
+  link_streams links_;  // made by side_links()
   std::unique_ptr<detail::conv_algo_cache> conv_cache_;
 };
 
