@@ -3,11 +3,15 @@
 // micro-step as "does not fit" naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli_harness.hpp"
+#include "memweave/core/error.hpp"
+#include "tools/cli_args.hpp"
+#include "tools/network_run.hpp"
 
 namespace memweave {
 namespace {
@@ -125,6 +129,54 @@ TEST(split_cli_test, below_the_smallest_micro_step_does_not_fit_and_names_it) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("raise --budget to at least 9.20 MiB"), std::string::npos) << r.out;
+}
+
+// What train and eval plan for a cuda device (split_parts_if_asked without the host's
+// algorithms): micro-batches only, and all's weighing told so; where one image does not fit
+// without output-channel groups (VGG16 at batch 1, fc6's 1.15 GiB), too small a budget, named.
+// The host's plan of the same run cuts fc6 into channel groups.
+TEST(split_cli_test, the_split_planned_for_cuda_has_no_channel_groups) {
+  const auto options_of = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {"memweave", "train", "--split", "--policy", "all"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    std::vector<const char*> raw;
+    for (const std::string& a : argv) raw.push_back(a.c_str());
+    cli_args args(static_cast<int>(raw.size()), raw.data(), 2, {"tile", "split"});  // train's
+    network_run_options o = read_network_run_options(args);
+    o.split = args.flag("split");  // as train_command reads it
+    return o;
+  };
+  network_run_options o = options_of({"--net", "vgg16", "--batch", "1", "--budget", "1GiB"});
+  const network net = make_run_network(o, false);
+  executor_options host;
+  split_parts_if_asked(net, o, host, true);
+  EXPECT_TRUE(host.split_channel_groups);
+  EXPECT_NE(std::count_if(host.channel_parts.begin(), host.channel_parts.end(),
+                          [](int c) { return c > 1; }),
+            0);
+  executor_options cuda;
+  try {
+    split_parts_if_asked(net, o, cuda, false);
+    ADD_FAILURE() << "fc6 at one image planned within 1 GiB without channel groups";
+  } catch (const budget_too_small& e) {
+    EXPECT_NE(std::string(e.what()).find("fc6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--budget"), std::string::npos) << e.what();
+  }
+  // Where micro-batches do (below its max(l_i), 137 KiB, above its floor of micro-batches,
+  // 111 KiB): split, no groups, and the weighing kept from them too.
+  network_run_options b8 =
+      options_of({"--net", "resnet:1,1,1,1", "--width", "0.0625", "--image-side", "32", "--classes",
+                  "5", "--batch", "8", "--budget", "120KiB"});
+  const network small = make_run_network(b8, false);
+  executor_options split;
+  split_parts_if_asked(small, b8, split, false);
+  EXPECT_FALSE(split.split_channel_groups);
+  EXPECT_NE(std::count_if(split.split_parts.begin(), split.split_parts.end(),
+                          [](int p) { return p > 1; }),
+            0);
+  EXPECT_EQ(std::count_if(split.channel_parts.begin(), split.channel_parts.end(),
+                          [](int c) { return c > 1; }),
+            0);
 }
 
 // Batch 1: VGG16's fc6 backward (its weights, their gradient and momentum: 1.15 GiB) cannot
