@@ -139,38 +139,38 @@ float* executor::new_staging(tensor_id t) {
   const std::size_t pool = transfers_->pool.capacity();
   auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->held; };
   const bool pinned = dev_.touches_memory() && launcher_->pins_staging();
-  const auto release_retired = [&] { return pinned && release_retired_staging(); };
   // Full: first what copies in flight still hold of buffers given back is waited for (as
   // offload_with_room), then host values that can be rebuilt make room.
-  while (used() + bytes > pool &&
-         (transfers_->engine.reclaim_host() > 0 || release_retired() || drop_one_host_value())) {
+  while (used() + bytes > pool && (transfers_->engine.reclaim_host() > 0 ||
+                                   release_retired_staging() || drop_one_host_value())) {
   }
-  const auto full = [&](const std::string& how) {
+  // `largest`: the pool's largest free piece, where known.
+  const auto full = [&](const std::string& how, std::size_t largest) {
     host_exhausted_ = true;  // not a matter of packing device memory: no repack
-    const std::size_t free = used() < pool ? pool - used() : 0;
     return out_of_memory("host memory for the split steps' micro-tensors: " + table_[t].name +
                              " needs " + format_bytes(bytes) + "; the host pool of " +
                              format_bytes(pool) + how +
                              " (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
-                         bytes, free, how.find("one piece") != std::string::npos ? 0 : free);
+                         bytes, used() < pool ? pool - used() : 0, largest);
   };
   if (used() + bytes > pool) {
     // With pinned staging the pool counts the staged buffers itself (held stays 0).
-    throw full(
-        " holds " + format_bytes(transfers_->pool.bytes_in_use()) +
-        (pinned ? " of swapped and staged tensors"
-                : " of swapped tensors and " + format_bytes(staging_->held) + " of staged ones"));
+    throw full(" holds " + format_bytes(transfers_->pool.bytes_in_use()) +
+                   (pinned ? " of swapped and staged tensors"
+                           : " of swapped tensors and " + format_bytes(staging_->held) +
+                                 " of staged ones"),
+               used() < pool ? pool - used() : 0);
   }
   auto& b = staging_->buffer[t];
   if (pinned) {
     // Counted by the pool itself. Where it has the bytes but not in one piece, what retired
     // buffers and copies in flight hold goes first.
     void* p = transfers_->pool.allocate(bytes);
-    while (p == nullptr && (release_retired() || transfers_->engine.reclaim_host() > 0)) {
+    while (p == nullptr && (release_retired_staging() || transfers_->engine.reclaim_host() > 0)) {
       p = transfers_->pool.allocate(bytes);
     }
     if (p == nullptr) {
-      throw full(" has " + format_bytes(pool - used()) + " free, not in one piece");
+      throw full(" has " + format_bytes(pool - used()) + " free, not in one piece", 0);
     }
     b = staging_buffer(static_cast<float*>(p), staging_free{&transfers_->pool});
     return b.get();
