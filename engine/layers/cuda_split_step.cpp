@@ -91,27 +91,22 @@ int fitting(kc::cuda_kernel_context& ctx, kc::conv_pass pass, int algo, const sh
   return kc::choose_conv_algorithm(ctx, pass, in, p, bytes);
 }
 
+// A CONV micro-step: each pass's algorithm fitted to the micro-batch's shape.
 void conv_micro_step(kc::cuda_kernel_context& ctx, const step_io& s, bool forward,
                      const cuda_conv_choice& c) {
   const auto& p = std::get<conv_params>(s.l->params);
   const shape4& in = s.input_shapes[0];
   const std::size_t bytes = s.workspace == nullptr ? 0 : s.workspace_bytes;
+  cuda_conv_choice fit = c;
   if (forward) {
-    const int a = fitting(ctx, kc::conv_pass::forward, c.forward, in, p, bytes);
-    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(a), s.workspace, bytes, in, p,
-                     s.inputs[0], s.params[0], p.bias ? s.params[1] : nullptr, s.output);
-    return;
+    fit.forward = fitting(ctx, kc::conv_pass::forward, c.forward, in, p, bytes);
+  } else {
+    if (s.input_grads[0].data != nullptr) {
+      fit.data = fitting(ctx, kc::conv_pass::backward_data, c.data, in, p, bytes);
+    }
+    fit.filter = fitting(ctx, kc::conv_pass::backward_filter, c.filter, in, p, bytes);
   }
-  if (s.input_grads[0].data != nullptr) {
-    const int a = fitting(ctx, kc::conv_pass::backward_data, c.data, in, p, bytes);
-    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(a), s.workspace, bytes,
-                           in, p, s.params[0], s.output_grad, s.input_grads[0].data,
-                           s.input_grads[0].accumulate);
-  }
-  const int a = fitting(ctx, kc::conv_pass::backward_filter, c.filter, in, p, bytes);
-  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), s.workspace, bytes,
-                           in, p, s.inputs[0], s.output_grad, s.param_grads[0],
-                           p.bias ? s.param_grads[1] : nullptr, s.accumulate_param_grads);
+  run_cuda_conv(ctx, s, forward, fit);
 }
 
 // BN's forward: the sums of x and x^2 over every micro-batch, the statistics from them, then
@@ -183,6 +178,27 @@ void split_loss_backward(kc::cuda_kernel_context& ctx, const step_io& io,
 }
 
 }  // namespace
+
+void run_cuda_conv(kc::cuda_kernel_context& ctx, const step_io& io, bool forward,
+                   const cuda_conv_choice& c) {
+  const auto& p = std::get<conv_params>(io.l->params);
+  const shape4& in = io.input_shapes[0];
+  const std::size_t bytes = io.workspace == nullptr ? 0 : io.workspace_bytes;
+  if (forward) {
+    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(c.forward), io.workspace, bytes,
+                     in, p, io.inputs[0], io.params[0], p.bias ? io.params[1] : nullptr, io.output);
+    return;
+  }
+  if (io.input_grads[0].data != nullptr) {
+    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.data), io.workspace,
+                           bytes, in, p, io.params[0], io.output_grad, io.input_grads[0].data,
+                           io.input_grads[0].accumulate);
+  }
+  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.filter),
+                           io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
+                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr,
+                           io.accumulate_param_grads);
+}
 
 std::size_t run_cuda_split_step(kc::cuda_kernel_context& ctx, const step_io& io, bool forward,
                                 int parts, std::span<const staged_tensor> staged,

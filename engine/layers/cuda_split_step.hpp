@@ -25,6 +25,13 @@ struct cuda_conv_choice {
   int filter = 0;
 };
 
+/// io's CONV step with the cuDNN algorithms `c` names and io's
+/// workspace: what the cuda launcher runs for a whole step, and each micro-step with the
+/// algorithms fitted to its shape. The cuda layer step would choose its own from cuDNN's
+/// heuristics instead.
+void run_cuda_conv(kernels::cuda::cuda_kernel_context& ctx, const step_io& io, bool forward,
+                   const cuda_conv_choice& c);
+
 /// Runs the forward (or backward) of io's layer in `parts` micro-batches with the cuda
 /// kernels, enqueued on ctx's stream from this thread; with `staged`, through their micro
 /// buffers (whole values in page-locked host memory: the copies are cudaMemcpyAsync in

@@ -130,29 +130,6 @@ std::vector<conv_candidate> cuda_conv_candidates(kc::cuda_kernel_context& ctx, d
   return has_zero ? timed : ranked;
 }
 
-// CONV on cuda with the algorithms workspace selection chose (the cuda layer step would
-// choose its own from cuDNN's heuristics); the same step_io fields as the conv steps.
-void cuda_conv(kc::cuda_kernel_context& ctx, const layers::step_io& io, bool forward,
-               int forward_algo, int data_algo, int filter_algo) {
-  const auto& p = std::get<conv_params>(io.l->params);
-  const shape4& in = io.input_shapes[0];
-  const std::size_t bytes = io.workspace == nullptr ? 0 : io.workspace_bytes;
-  if (forward) {
-    kc::conv_forward(ctx, static_cast<cudnnConvolutionFwdAlgo_t>(forward_algo), io.workspace, bytes,
-                     in, p, io.inputs[0], io.params[0], p.bias ? io.params[1] : nullptr, io.output);
-    return;
-  }
-  if (io.input_grads[0].data != nullptr) {
-    kc::conv_backward_data(ctx, static_cast<cudnnConvolutionBwdDataAlgo_t>(data_algo), io.workspace,
-                           bytes, in, p, io.params[0], io.output_grad, io.input_grads[0].data,
-                           io.input_grads[0].accumulate);
-  }
-  kc::conv_backward_filter(ctx, static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter_algo),
-                           io.workspace, bytes, in, p, io.inputs[0], io.output_grad,
-                           io.param_grads[0], p.bias ? io.param_grads[1] : nullptr,
-                           io.accumulate_param_grads);
-}
-
 class cuda_kernel_launcher final : public kernel_launcher {
  public:
   explicit cuda_kernel_launcher(const launcher_context& c)
@@ -255,7 +232,7 @@ class cuda_kernel_launcher final : public kernel_launcher {
       layers::run_cuda_split_step(ctx, a.io, step.forward, step.parts, step.staged, choice);
     } else if (l.type == layer_type::conv) {
       const conv_step& c = *step.conv;
-      cuda_conv(ctx, a.io, step.forward, c.cuda_forward, c.cuda_data, c.cuda_filter);
+      layers::run_cuda_conv(ctx, a.io, step.forward, {c.cuda_forward, c.cuda_data, c.cuda_filter});
     } else {
       const layers::cuda_layer_steps& steps = layers::cuda_layer_steps_for(l.type);
       (step.forward ? steps.forward : steps.backward)(ctx, a.io);

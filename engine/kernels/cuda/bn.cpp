@@ -6,7 +6,7 @@
 #include <string>
 
 #include "engine/kernels/cuda/cudnn_descriptors.hpp"
-#include "engine/kernels/cuda/custom_kernels.hpp"
+#include "engine/kernels/cuda/micro_batch.hpp"
 #include "engine/kernels/kernel_checks.hpp"
 
 namespace memweave::kernels::cuda {
@@ -53,9 +53,11 @@ void bn_backward(cuda_kernel_context& ctx, const shape4& in, const bn_params& p,
   checks::check_bn_backward(kernel, in, p, x, saved_mean, saved_invstd, gamma, dy, dgamma, dbeta,
                             detail::check_shape);
   if (dx == nullptr) {
-    // cuDNN always writes dx; without one, only the parameter gradients are computed.
-    detail::launch_bn_param_grads(ctx.stream(), in.n, in.c, in.h * in.w, x, saved_mean,
-                                  saved_invstd, dy, dgamma, dbeta);
+    // cuDNN always writes dx; without one, only the parameter gradients are computed: the
+    // sums of a split step's backward over one micro-batch, the whole batch.
+    double* sums = ctx.sums_scratch(2 * static_cast<std::size_t>(in.c));
+    bn_add_backward_sums(ctx, in, x, saved_mean, saved_invstd, dy, sums, sums + in.c, true);
+    bn_param_grads_from_sums(ctx, in.c, sums, sums + in.c, dgamma, dbeta);
     return;
   }
   const detail::tensor_descriptor t(in);

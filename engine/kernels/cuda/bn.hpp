@@ -31,8 +31,9 @@ void bn_forward_inference(cuda_kernel_context& ctx, const shape4& in, const bn_p
                           const float* running_mean, const float* running_var, float* y);
 
 /// dx (accumulate: dx += it, cuDNN's beta = 1), dgamma and dbeta (overwritten) from x, the
-/// saved statistics, gamma and dy. dx may be null (no input gradient wanted): a custom
-/// per-channel reduction then computes dgamma and dbeta alone.
+/// saved statistics, gamma and dy. dx may be null (no input gradient wanted): the custom
+/// per-channel sums of micro_batch.hpp then compute dgamma and dbeta alone (in the context's
+/// sums_scratch).
 void bn_backward(cuda_kernel_context& ctx, const shape4& in, const bn_params& p, const float* x,
                  const float* saved_mean, const float* saved_invstd, const float* gamma,
                  const float* dy, float* dx, float* dgamma, float* dbeta, bool accumulate);

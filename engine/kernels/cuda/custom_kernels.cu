@@ -8,7 +8,8 @@
 //   - the dropout hash is the host's (engine/kernels/host/dropout.cpp): two rounds of the
 //     splitmix64 finalizer, the mask bit-identical to the host mask for a seed;
 //   - reductions have one fixed order: a thread's elements in index order, then a shared
-//     memory tree; one block for the loss, one block per channel for BN. Deterministic.
+//     memory tree; one block for the loss (BN's sums, a block per channel, are in
+//     micro_batch.cu). Deterministic.
 // Thread safety: launchers are free functions over caller memory; none has state.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -152,40 +153,6 @@ __global__ void softmax_loss_grad_kernel(int64_t n, int64_t classes, const float
     }
     const float g = __fdiv_rn(__fsub_rn(y[i], target), nf);
     dx[i] = accumulate ? __fadd_rn(dx[i], g) : g;
-  }
-}
-
-// One block per channel.
-__global__ void bn_param_grads_kernel(int64_t n, int64_t c, int64_t hw, const float* __restrict__ x,
-                                      const float* __restrict__ mean,
-                                      const float* __restrict__ invstd,
-                                      const float* __restrict__ dy, float* dgamma, float* dbeta) {
-  __shared__ double s_dy[k_threads];
-  __shared__ double s_dyx[k_threads];
-  const int64_t ch = blockIdx.x;
-  const float m = mean[ch], is = invstd[ch];
-  const int64_t count = n * hw;
-  double a = 0.0, b = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
-    const int64_t img = i / hw, pos = i - img * hw;
-    const int64_t at = (img * c + ch) * hw + pos;
-    const float xhat = __fmul_rn(__fsub_rn(x[at], m), is);
-    a += static_cast<double>(dy[at]);
-    b += static_cast<double>(dy[at]) * static_cast<double>(xhat);
-  }
-  s_dy[threadIdx.x] = a;
-  s_dyx[threadIdx.x] = b;
-  __syncthreads();
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) {
-      s_dy[threadIdx.x] += s_dy[threadIdx.x + half];
-      s_dyx[threadIdx.x] += s_dyx[threadIdx.x + half];
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    dbeta[ch] = static_cast<float>(s_dy[0]);
-    dgamma[ch] = static_cast<float>(s_dyx[0]);
   }
 }
 
@@ -372,15 +339,6 @@ void launch_softmax_loss_grad(cudaStream_t stream, int64_t n, int64_t classes, c
   softmax_loss_grad_kernel<<<grid_for(n * classes), k_threads, 0, stream>>>(
       n, classes, y, labels, dx, accumulate, label_error, divisor > 0 ? divisor : n);
   check_launch("softmax_loss_grad_kernel");
-}
-
-void launch_bn_param_grads(cudaStream_t stream, int64_t n, int64_t c, int64_t hw, const float* x,
-                           const float* mean, const float* invstd, const float* dy, float* dgamma,
-                           float* dbeta) {
-  if (n <= 0 || c <= 0 || hw <= 0) return;
-  bn_param_grads_kernel<<<static_cast<unsigned>(c), k_threads, 0, stream>>>(
-      n, c, hw, x, mean, invstd, dy, dgamma, dbeta);
-  check_launch("bn_param_grads_kernel");
 }
 
 void launch_sgd(cudaStream_t stream, int64_t count, float learning_rate, float momentum,

@@ -54,13 +54,6 @@ void launch_softmax_loss_grad(cudaStream_t stream, std::int64_t n, std::int64_t 
                               const float* y, const float* labels, float* dx, bool accumulate,
                               int* label_error, std::int64_t divisor = 0);
 
-/// Per channel c: dbeta[c] = sum dy, dgamma[c] = sum dy * (x - mean[c]) * invstd[c] over
-/// (n, hw), in double, one block per channel (BN's parameter gradients when no dx is
-/// wanted).
-void launch_bn_param_grads(cudaStream_t stream, std::int64_t n, std::int64_t c, std::int64_t hw,
-                           const float* x, const float* mean, const float* invstd, const float* dy,
-                           float* dgamma, float* dbeta);
-
 // ---- BN micro-batch by micro-batch (micro_batch.cu; micro_batch.hpp's contracts). Sums:
 // one block per channel over (n, hw), in double, set (`first`) or added to the running sum.
 
