@@ -192,20 +192,6 @@ cuda_event& as_cuda(event& e, const char* what) {
   return *ce;
 }
 
-cudaMemcpyKind to_cuda(copy_kind kind) noexcept {
-  switch (kind) {
-    case copy_kind::host_to_device:
-      return cudaMemcpyHostToDevice;
-    case copy_kind::device_to_host:
-      return cudaMemcpyDeviceToHost;
-    case copy_kind::device_to_device:
-      return cudaMemcpyDeviceToDevice;
-    case copy_kind::host_to_host:
-      return cudaMemcpyHostToHost;
-  }
-  return cudaMemcpyDefault;
-}
-
 class cuda_stream final : public stream {
  public:
   cuda_stream(int ordinal, stream_role role)
@@ -246,7 +232,11 @@ class cuda_stream final : public stream {
   void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) override {
     if (bytes == 0) return;
     device_scope scope(ordinal_);
-    MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_cuda(kind), stream_));
+    // The direction is the pointers' (unified addressing): `kind` is what the copy is
+    // for (the host and null devices charge their link by it), and a staged tensor's
+    // memory, which a step may name as device memory, is page-locked host memory.
+    (void)kind;
+    MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
 
   void record(event& e) override {

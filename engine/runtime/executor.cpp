@@ -171,7 +171,6 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   lc.seed = options.seed;
   lc.first_sample = options.first_sample;
   lc.device_ptr = [this](tensor_id t) { return device_ptr(t); };
-  lc.staged = [this](tensor_id t) { return residency_->state(t) == residency::staged; };
   lc.loss = &loss_;
   launcher_ = make_kernel_launcher(lc);
   // Timings are valid for one backend and device or thread count; the null device uses its

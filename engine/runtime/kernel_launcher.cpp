@@ -99,17 +99,12 @@ void kernel_launcher::copy_batch(const layer_launch& step) {
   }
   const auto floats = static_cast<std::size_t>(img.count());
   const float* batch = batches_.take(*step.data, step.iteration, img.n, floats);
-  // A split DATA step's batch goes straight into its staging memory. On cuda that is a host
-  // copy (cudaMemcpyAsync's kind must match its pointers; host to host runs when enqueued,
-  // into a buffer staged for this step that nothing queued reads); the host and null devices
-  // charge it to the link as the batch's crossing.
-  const auto kind = [&](tensor_id t) {
-    return pins_staging() && ctx_.staged && ctx_.staged(t) ? copy_kind::host_to_host
-                                                           : copy_kind::host_to_device;
-  };
-  compute.copy_async(ctx_.device_ptr(lt.output), batch, img.bytes(), kind(lt.output));
+  // A split DATA step's batch goes straight into its staging memory (the host and null
+  // devices charge it to the link as the batch's crossing; on cuda, whose copies go by their
+  // pointers, a host copy into page-locked memory staged for this step).
+  compute.copy_async(ctx_.device_ptr(lt.output), batch, img.bytes(), copy_kind::host_to_device);
   compute.copy_async(ctx_.device_ptr(lt.labels), batch + floats,
-                     static_cast<std::size_t>(img.n) * sizeof(float), kind(lt.labels));
+                     static_cast<std::size_t>(img.n) * sizeof(float), copy_kind::host_to_device);
   // The last batch number has no next (and iteration + 1 would overflow).
   if (step.iteration < std::numeric_limits<std::int64_t>::max()) {
     batches_.start_next(*step.data, step.iteration + 1, img.n, floats);

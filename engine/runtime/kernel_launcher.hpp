@@ -86,9 +86,7 @@ struct launcher_context {
   std::uint64_t seed = 1;         ///< dropout masks
   std::int64_t first_sample = 0;  ///< dropout masks: this rank's first image in the batch
   std::function<void*(tensor_id)> device_ptr;  ///< a resident tensor's device memory
-  /// Whether device_ptr(t) is host staging memory (a staged DATA step's batch, TSPLIT).
-  std::function<bool(tensor_id)> staged;
-  double* loss = nullptr;  ///< written by the SOFTMAX forward
+  double* loss = nullptr;                      ///< written by the SOFTMAX forward
 };
 
 /// Held for an iteration: what its kernels need of the calling thread (cuda: the device

@@ -78,7 +78,9 @@ class stream {
   /// at least bytes / host_link_gbps when a link speed is set, after the copies in the same
   /// direction from any stream reserved before them; on `null` nothing is copied
   /// and the clock advances by bytes / rate (host_link_gbps or 16 GB/s for host<->device,
-  /// 450 GB/s device-to-device, 10 GB/s host-to-host).
+  /// 450 GB/s device-to-device, 10 GB/s host-to-host). On `cuda` the direction is taken from
+  /// the pointers (cudaMemcpyDefault): a copy into page-locked host memory (a staged tensor's,
+  /// TSPLIT) is a host copy whatever `kind` says.
   virtual void copy_async(void* dst, const void* src, std::size_t bytes, copy_kind kind) = 0;
   /// Enqueues work, as launch, that itself moves `to_device_bytes` and `to_host_bytes` over
   /// the host<->device link while it runs (a split step copying its micro-tensors between
