@@ -22,6 +22,10 @@
 #              host values runs under ASan in split_staging_test's and utp_test's
 #              host-memory cases) and tile_cli_test's training (49 s; tiled training runs
 #              under ASan in zoo_tiling_test's ResNet-50 case).
+#            The host kernels (engine/kernels/host) are compiled without the sanitizers'
+#            checks for every program but the kernels' own tests, which link a copy with them
+#            (engine/kernels/host/CMakeLists.txt says why: 2026-11-30, their loops ran 14-22x
+#            their release time and were most of this suite's).
 #            Planning at full size runs under ASan since planning on the null device no longer
 #            waits for a thread at every eviction (2026-11-29): `all` within 2 % of max(l_i) on
 #            every zoo network (9 s under ASan), ResNet-152 filling the host pool under
