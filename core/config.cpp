@@ -148,9 +148,10 @@ constexpr std::array<option_info, 42> k_options{{
      "all, on host and cuda: re-plan the memory schedule once from the first iteration's "
      "measured step and copy times (on cuda the second's: the first is cold) (Capuchin), then "
      "run it and the model's in turn (iterations 2-5, on cuda 3-6) and keep the faster"},
-    {"MEMWEAVE_COST_MODEL", "titan_xp", f::choice, "titan_xp|k40|h100_pcie5",
-     "the device the plan's model stands for (null device, schedule): TITAN Xp (the paper's), "
-     "Tesla K40, or H100 on PCIe 5"},
+    {"MEMWEAVE_COST_MODEL", "auto", f::choice, "auto|titan_xp|k40|h100_pcie5",
+     "the device the schedule's model stands for: auto is a GPU's own figures on cuda (its "
+     "attributes' fp32 and memory peaks, its host link timed) and TITAN Xp (the paper's) on the "
+     "host and null devices; or TITAN Xp, Tesla K40, H100 on PCIe 5"},
     {"MEMWEAVE_SCHEDULE_SLACK_MS",
      "",
      f::number,

@@ -30,7 +30,8 @@ commands:
           [--lr-schedule constant|step:EVERY:GAMMA|cosine:T_MAX] [--warmup N]
           [--init-from FILE (resume from a checkpoint: weights, iteration, seed, solver)]
           [--save FILE (a checkpoint after the last iteration; one --policy)]
-          [--cost-model titan_xp|k40|h100_pcie5 (the device plan's model stands for)]
+          [--cost-model auto|titan_xp|k40|h100_pcie5 (the device the schedule's model stands
+           for; auto: a GPU's own figures on cuda, titan_xp on host and null)]
           [--json PATH] [--csv PATH] [--svg PATH]
           [--trace-timeline PATH (the last iteration's compute and copy streams as a
            Chrome/Perfetto trace: which copies hid under compute)]

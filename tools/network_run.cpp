@@ -249,8 +249,9 @@ network_run_options read_network_run_options(cli_args& args) {
   o.executor.schedule = schedule_options::from_environment();
   o.executor.replan_from_measured = option_bool("MEMWEAVE_SCHEDULE_REPLAN");
   const auto model = args.get("cost-model");
-  o.executor.model = cost_model::preset(model ? *model : option_string("MEMWEAVE_COST_MODEL"),
-                                        model ? "--cost-model" : "MEMWEAVE_COST_MODEL");
+  const std::string model_name = model ? *model : option_string("MEMWEAVE_COST_MODEL");
+  o.executor.model = cost_model::preset(model_name, model ? "--cost-model" : "MEMWEAVE_COST_MODEL");
+  o.model_from_device = model_name == "auto";
   const auto seed = args.get_int("seed", 0, std::numeric_limits<std::int64_t>::max());
   o.executor.seed = static_cast<std::uint64_t>(seed.value_or(1));
   o.seed_given = seed.has_value();
@@ -535,6 +536,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
+  if (o.model_from_device) eo.model = cost_model::for_device("auto", *dev);
   // A heap trace that could not be written whole (a full disk): told when the heap closes it,
   // so it lives longer than the executor.
   std::string trace_error;

@@ -46,6 +46,9 @@ struct network_run_options {
   /// Called on each policy's report before the summary (plan --ranks adds the network).
   std::function<void(policy_report&)> amend;
   bool lr_given = false, seed_given = false;  ///< --lr, --seed on the command line
+  /// --cost-model / MEMWEAVE_COST_MODEL was auto: each run's device is asked for its own
+  /// figures (cost_model::for_device); executor.model is the default until then.
+  bool model_from_device = false;
   // train/eval (training_options.hpp): the learning rate of iteration i is
   // schedule.rate(executor.learning_rate, i); --init-from's checkpoint (null: none) is
   // loaded into every policy's executor, which then starts at first_iteration; --save

@@ -101,6 +101,9 @@ void write_json(std::ostream& out, const run_report& r) {
         << ", \"fewest_split_seconds\": " << json_number(p.weighed_fewest_split_seconds)
         << ", \"mixed_split_steps\": " << p.mixed_split_steps
         << ", \"whole_split_seconds\": " << json_number(p.weighed_whole_split_seconds) << "}"
+        << ",\n      \"cost_model\": {\"flops\": " << json_number(p.model.flops)
+        << ", \"memory_bytes_per_s\": " << json_number(p.model.memory_bytes_per_s)
+        << ", \"link_bytes_per_s\": " << json_number(p.model.link_bytes_per_s) << "}"
         << ",\n      \"replan\": {\"replanned\": " << (p.replan.replanned ? "true" : "false")
         << ", \"model_seconds\": " << json_number(p.replan.model_seconds)
         << ", \"measured_seconds\": " << json_number(p.replan.measured_seconds)
@@ -507,6 +510,18 @@ void write_summary(std::ostream& out, const run_report& r) {
           << format_bytes(p.bytes_compressed) << " offloaded as fp16, largest relative "
           << "round-trip error " << std::setprecision(3) << p.max_compression_error << "\n";
     }
+  }
+  // The model the runs planned with (every policy's alike), once: under auto on a GPU its own
+  // figures, which no option names.
+  for (const auto& p : r.policies) {
+    if (!p.fits) continue;
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "cost model: %.1f TFLOP/s fp32, %.0f GB/s device memory, link %.1f GB/s\n",
+                  p.model.flops / 1e12, p.model.memory_bytes_per_s / 1e9,
+                  p.model.link_bytes_per_s / 1e9);
+    out << line;
+    break;
   }
 }
 

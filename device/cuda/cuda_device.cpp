@@ -28,8 +28,10 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
 
 #include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_throughput.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
@@ -368,6 +370,14 @@ class cuda_device final : public device {
     return std::make_unique<cuda_event>(ordinal_, options);
   }
 
+  std::optional<device_throughput> throughput() override {
+    std::call_once(throughput_once_, [this] {
+      device_scope scope(ordinal_);
+      throughput_ = measure_throughput(ordinal_);
+    });
+    return throughput_;
+  }
+
   void synchronize() override {
     std::exception_ptr first;
     for (auto& s : streams_) {
@@ -384,6 +394,8 @@ class cuda_device final : public device {
   const int ordinal_;
   std::string name_;
   std::array<std::unique_ptr<cuda_stream>, 3> streams_;  // by stream_role
+  std::once_flag throughput_once_;
+  std::optional<device_throughput> throughput_;  // set once, under throughput_once_
 };
 
 }  // namespace

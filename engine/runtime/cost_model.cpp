@@ -4,6 +4,7 @@
 #include "memweave/engine/cost_model.hpp"
 
 #include "memweave/core/error.hpp"
+#include "memweave/device/device.hpp"
 
 namespace memweave {
 namespace {
@@ -22,12 +23,13 @@ const named_model k_presets[] = {
 }  // namespace
 
 cost_model cost_model::preset(const std::string& name, const std::string& knob) {
+  if (name == "auto") return cost_model{};  // no device to ask here (for_device asks it)
   std::string known;
   for (const named_model& p : k_presets) {
     if (name == p.name) return p.model;
     known += known.empty() ? p.name : std::string(", ") + p.name;
   }
-  throw invalid_argument(knob + " '" + name + "' is not a known device model: expected one of " +
+  throw invalid_argument(knob + " '" + name + "' is not a known device model: expected auto or " +
                          known);
 }
 
@@ -38,6 +40,20 @@ const std::vector<std::string>& cost_model::preset_names() {
     return n;
   }();
   return names;
+}
+
+cost_model cost_model::of(const device_throughput& t) noexcept {
+  cost_model m;
+  m.flops = t.fp32_flops;
+  m.memory_bytes_per_s = t.memory_bytes_per_s;
+  if (t.link_bytes_per_s > 0) m.link_bytes_per_s = t.link_bytes_per_s;
+  return m;
+}
+
+cost_model cost_model::for_device(const std::string& name, device& dev, const std::string& knob) {
+  if (name != "auto") return preset(name, knob);
+  const std::optional<device_throughput> t = dev.throughput();
+  return t ? of(*t) : cost_model{};
 }
 
 }  // namespace memweave

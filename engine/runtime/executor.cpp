@@ -1056,6 +1056,7 @@ policy_report executor::report() const {
   r.persistent_bytes = plan_.persistent_bytes;
   r.tensors_allocated = tensors_allocated_;
   r.recomputations = recomputations_;
+  r.model = options_.model;
   r.bytes_staged = staging_->bytes_staged;
   r.bytes_handed = staging_->bytes_handed;
   r.bytes_staged_fp16 = staging_->bytes_fp16;

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -40,6 +41,30 @@ TEST(cuda_device, reports_kind_name_memory_and_streams) {
     EXPECT_EQ(dev->get_stream(role).role(), role);
     EXPECT_NE(dev->get_stream(role).native_handle(), nullptr);
   }
+}
+
+TEST(cuda_device, its_throughput_is_a_gpus_and_is_measured_once) {
+  MEMWEAVE_NEED_GPU();
+  auto dev = make_cuda();
+  const std::size_t free_before = dev->memory().free_bytes;
+  const auto t = dev->throughput();
+  ASSERT_TRUE(t.has_value()) << dev->name();
+  // Between a K40 and ten times an H100: a GPU's, in its units (a kHz taken for MHz or bits
+  // for bytes is off by 1000 or 8).
+  EXPECT_GT(t->fp32_flops, 4e12);
+  EXPECT_LT(t->fp32_flops, 700e12);
+  EXPECT_GT(t->memory_bytes_per_s, 250e9);
+  EXPECT_LT(t->memory_bytes_per_s, 50e12);
+  // Timed: PCIe 3 x8 at least, below NVLink-C2C's 450 GB/s each way.
+  EXPECT_GT(t->link_bytes_per_s, 4e9);
+  EXPECT_LT(t->link_bytes_per_s, 450e9);
+  // The probe's memory is given back, and the figures are kept (not timed again).
+  EXPECT_GE(dev->memory().free_bytes + (std::size_t{8} << 20), free_before);
+  const auto again = dev->throughput();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->link_bytes_per_s, t->link_bytes_per_s);
+  std::printf("%s: %.1f TFLOP/s fp32, %.0f GB/s, link %.1f GB/s (timed)\n", dev->name().c_str(),
+              t->fp32_flops / 1e12, t->memory_bytes_per_s / 1e9, t->link_bytes_per_s / 1e9);
 }
 
 TEST(cuda_device, allocation_takes_device_memory_and_gives_it_back) {

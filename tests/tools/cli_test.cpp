@@ -51,10 +51,12 @@ TEST(cli_test, plan_writes_json_with_stable_names_and_an_svg) {
                                          svg, "--budget", "1GiB"}));
   EXPECT_EQ(r.code, 0);
   const std::string j = slurp(json);
-  for (const char* key : {"\"peak_bytes\"", "\"max_layer_bytes\"", "\"tensors_allocated\"",
-                          "\"bytes_offloaded\"", "\"bytes_prefetched\"", "\"recomputations\"",
-                          "\"images_per_s\"", "\"steps\"", "\"bytes_live\"", "\"tensors_live\"",
-                          "\"layer\"", "\"pass\"", "\"policy\": \"liveness\""}) {
+  for (const char* key :
+       {"\"peak_bytes\"", "\"max_layer_bytes\"", "\"tensors_allocated\"", "\"bytes_offloaded\"",
+        "\"bytes_prefetched\"", "\"recomputations\"", "\"images_per_s\"", "\"steps\"",
+        "\"bytes_live\"", "\"tensors_live\"", "\"layer\"", "\"pass\"", "\"policy\": \"liveness\"",
+        "\"cost_model\": {\"flops\": 12000000000000, \"memory_bytes_per_s\": "
+        "500000000000, \"link_bytes_per_s\": 16000000000}"}) {
     EXPECT_NE(j.find(key), std::string::npos) << key;
   }
   const std::string s = slurp(svg);
@@ -182,8 +184,18 @@ TEST(cli_test, the_cost_model_is_chosen_by_name_and_a_bad_name_is_refused) {
   const auto h100 = run(plan_command, with({"--policy", "liveness", "--cost-model", "h100_pcie5"}));
   EXPECT_NE(titan.out.find("link 16 GB/s"), std::string::npos) << titan.out;
   EXPECT_NE(h100.out.find("link 64 GB/s"), std::string::npos) << h100.out;
+  // The summary says which figures planned: auto, the default, is titan_xp on a device that
+  // stands for no GPU of its own.
+  EXPECT_NE(titan.out.find("cost model: 12.0 TFLOP/s fp32, 500 GB/s device memory, link 16.0 GB/s"),
+            std::string::npos)
+      << titan.out;
+  EXPECT_NE(h100.out.find("cost model: 51.0 TFLOP/s fp32, 2000 GB/s device memory, link 64.0 GB/s"),
+            std::string::npos)
+      << h100.out;
+  const auto named_auto = run(plan_command, with({"--policy", "liveness", "--cost-model", "auto"}));
+  EXPECT_NE(named_auto.out.find("cost model: 12.0 TFLOP/s"), std::string::npos) << named_auto.out;
   EXPECT_NE(error_of(plan_command, with({"--cost-model", "v100"}))
-                .find("--cost-model 'v100' is not a known device model: expected one of titan_xp, "
+                .find("--cost-model 'v100' is not a known device model: expected auto or titan_xp, "
                       "k40, h100_pcie5"),
             std::string::npos);
   const scoped_env env("MEMWEAVE_COST_MODEL", "v100");

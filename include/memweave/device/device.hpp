@@ -11,7 +11,10 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "memweave/device/device_throughput.hpp"
 
 namespace memweave {
 
@@ -137,6 +140,11 @@ class device {
   virtual void synchronize() = 0;
   /// False on `null`: memory has addresses but must never be read or written.
   virtual bool touches_memory() const noexcept { return true; }
+  /// The device's own peak rates and host link for a cost model: on `cuda` from its
+  /// attributes and copies timed at the first call (a few milliseconds; memory it needs for
+  /// them is taken and given back then), cached after; nullopt on the simulated devices
+  /// (`host`, `null`), whose model is a preset, and where a GPU's attributes are incomplete.
+  virtual std::optional<device_throughput> throughput() { return std::nullopt; }
 
  protected:
   /// create_event's backend part (one virtual, so that no override hides an overload).

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "memweave/engine/cost_model.hpp"
 #include "memweave/engine/tiling_plan.hpp"
 
 namespace memweave {
@@ -123,6 +124,7 @@ struct policy_report {
   /// (0: none did).
   std::size_t mixed_split_steps = 0;
   double weighed_whole_split_seconds = 0.0;
+  cost_model model;                     ///< the timing model it planned with
   replan_report replan;                 ///< all: re-planning from measured times
   std::uint64_t bytes_compressed = 0;   ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
   std::size_t staged_steps = 0;         ///< TSPLIT: split steps run on micro-tensors

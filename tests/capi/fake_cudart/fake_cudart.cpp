@@ -300,6 +300,35 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
+// What cost_model's "auto" reads (device/cuda/cuda_throughput.cpp): an H100 SXM's attributes.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr) return fail(cudaErrorInvalidValue);
+  if (device < 0 || device >= g().devices) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      break;
+    case cudaDevAttrMultiProcessorCount:
+      *value = 132;
+      break;
+    case cudaDevAttrClockRate:
+      *value = 1980000;
+      break;
+    case cudaDevAttrMemoryClockRate:
+      *value = 2619000;
+      break;
+    case cudaDevAttrGlobalMemoryBusWidth:
+      *value = 5120;
+      break;
+    default:
+      return fail(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr,
                                              unsigned int /*cudaVersion*/,
                                              unsigned long long /*flags*/,
@@ -514,6 +543,14 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   } catch (...) {
     return fail(cudaErrorUnknown);
   }
+}
+
+// Host events keep no time: a fixed millisecond between any two (a 64 MiB timed copy then
+// reads as 67 GB/s).
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr || start == nullptr || end == nullptr) return fail(cudaErrorInvalidValue);
+  *ms = 1.0f;
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {

@@ -246,9 +246,34 @@ TEST(executor_test, cost_model_presets_name_the_paper_s_gpu_a_k40_and_an_h100) {
   EXPECT_EQ(cost_model::preset_names(),
             (std::vector<std::string>{"titan_xp", "k40", "h100_pcie5"}));
   EXPECT_NE(error_text([] { (void)cost_model::preset("a100", "--cost-model"); })
-                .find("--cost-model 'a100' is not a known device model: expected one of "
+                .find("--cost-model 'a100' is not a known device model: expected auto or "
                       "titan_xp, k40, h100_pcie5"),
             std::string::npos);
+}
+
+TEST(executor_test, auto_is_the_devices_own_model_where_it_has_one_and_the_default_elsewhere) {
+  // A GPU's figures (device_throughput_test reads them off its attributes) make its model;
+  // a link it did not time stays the default's.
+  const cost_model timed = cost_model::of(device_throughput{66.9e12, 4.8e12, 53e9});
+  EXPECT_EQ(timed.flops, 66.9e12);
+  EXPECT_EQ(timed.memory_bytes_per_s, 4.8e12);
+  EXPECT_EQ(timed.link_bytes_per_s, 53e9);
+  EXPECT_EQ(cost_model::of(device_throughput{66.9e12, 4.8e12, 0}).link_bytes_per_s,
+            cost_model{}.link_bytes_per_s);
+  // The simulated devices stand for no GPU: auto is the default there, as without a device.
+  for (const char* kind : {"host", "null"}) {
+    auto dev = test::make_test_device(kind);
+    EXPECT_FALSE(dev->throughput().has_value()) << kind;
+    const cost_model m = cost_model::for_device("auto", *dev);
+    EXPECT_EQ(m.flops, cost_model{}.flops) << kind;
+    EXPECT_EQ(m.link_bytes_per_s, cost_model{}.link_bytes_per_s) << kind;
+    EXPECT_EQ(cost_model::for_device("k40", *dev).flops, cost_model::preset("k40").flops);
+    EXPECT_NE(error_text([&] {
+                (void)cost_model::for_device("v100", *dev, "--cost-model");
+              }).find("--cost-model 'v100'"),
+              std::string::npos);
+  }
+  EXPECT_EQ(cost_model::preset("auto").flops, cost_model{}.flops);
 }
 
 TEST(executor_test, budget_below_any_policy_is_a_clear_error) {
