@@ -36,7 +36,7 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
   auto dev = make_device(dev_opts);
   device_name = dev->name();
   executor_options eo = o.executor;
-  if (o.model_from_device) eo.model = cost_model::for_device("auto", *dev);
+  if (o.model_from_device) eo.model = cost_model::for_device(*dev);
   // Each policy's heap to its own trace file, as train's (the last policy's overwrote them).
   eo.heap.trace_path = trace_path_of(o, policy);
   eo.policy = executor_policy::parse(policy);

@@ -536,7 +536,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
-  if (o.model_from_device) eo.model = cost_model::for_device("auto", *dev);
+  if (o.model_from_device) eo.model = cost_model::for_device(*dev);
   // A heap trace that could not be written whole (a full disk): told when the heap closes it,
   // so it lives longer than the executor.
   std::string trace_error;

@@ -57,22 +57,20 @@ double fastest_copy_s(void* dst, const void* src, std::size_t bytes, cudaMemcpyK
 }
 
 double link_bytes_per_s(int ordinal) {
+  // 0, said why: the cost model keeps the default link.
+  const auto untimed = [ordinal](const char* memory) {
+    (void)cudaGetLastError();
+    log(log_level::info, "cuda:" + std::to_string(ordinal) + ": no " + memory +
+                             " memory to time the host link; the cost model keeps the default "
+                             "link");
+    return 0.0;
+  };
   void* d = nullptr;
   void* h = nullptr;
-  if (cudaMalloc(&d, k_probe_bytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    log(log_level::info, "cuda:" + std::to_string(ordinal) +
-                             ": no device memory to time the host link; the cost model "
-                             "keeps the default link");
-    return 0;
-  }
+  if (cudaMalloc(&d, k_probe_bytes) != cudaSuccess) return untimed("device");
   const std::unique_ptr<void, device_buffer_free> dev(d);
   if (cudaHostAlloc(&h, k_probe_bytes, cudaHostAllocDefault) != cudaSuccess) {
-    (void)cudaGetLastError();
-    log(log_level::info, "cuda:" + std::to_string(ordinal) +
-                             ": no page-locked memory to time the host link; the cost model "
-                             "keeps the default link");
-    return 0;
+    return untimed("page-locked");
   }
   const std::unique_ptr<void, host_buffer_free> host(h);
   cudaStream_t s = nullptr;
@@ -104,8 +102,9 @@ std::optional<device_throughput> measure_throughput(int ordinal) {
   a.clock_khz = attribute(cudaDevAttrClockRate, ordinal);
   a.memory_clock_khz = attribute(cudaDevAttrMemoryClockRate, ordinal);
   a.memory_bus_bits = attribute(cudaDevAttrGlobalMemoryBusWidth, ordinal);
-  if (!throughput_of(a, 0)) return std::nullopt;  // nothing timed for a model not made
-  return throughput_of(a, link_bytes_per_s(ordinal));
+  std::optional<device_throughput> t = throughput_of(a, 0);
+  if (t) t->link_bytes_per_s = link_bytes_per_s(ordinal);  // nothing timed for no model
+  return t;
 }
 
 }  // namespace memweave::cuda_backend

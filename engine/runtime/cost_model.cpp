@@ -50,8 +50,7 @@ cost_model cost_model::of(const device_throughput& t) noexcept {
   return m;
 }
 
-cost_model cost_model::for_device(const std::string& name, device& dev, const std::string& knob) {
-  if (name != "auto") return preset(name, knob);
+cost_model cost_model::for_device(device& dev) {
   const std::optional<device_throughput> t = dev.throughput();
   return t ? of(*t) : cost_model{};
 }

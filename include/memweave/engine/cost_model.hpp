@@ -34,11 +34,10 @@ struct cost_model {
   /// A device's own figures (device::throughput); a link it did not time (0) is the
   /// default's, PCIe 3.0 x16.
   static cost_model of(const device_throughput& t) noexcept;
-  /// The model `dev` plans with under `name`: "auto" is the device's own figures where it has
-  /// them (a GPU: of(*dev.throughput())) and the default above elsewhere (the simulated
-  /// devices, which stand for no GPU of their own); any other name is preset(name, knob).
-  static cost_model for_device(const std::string& name, device& dev,
-                               const std::string& knob = "cost model");
+  /// "auto" with a device to ask: its own figures where it has them (a GPU:
+  /// of(*dev.throughput())), the default above elsewhere (the simulated devices, which stand
+  /// for no GPU of their own).
+  static cost_model for_device(device& dev);
 };
 
 }  // namespace memweave
