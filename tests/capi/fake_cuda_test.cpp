@@ -31,8 +31,9 @@ struct run_result {
 
 // Runs the probe's `scenario` with this environment less MEMWEAVE_*, FAKE_CUDART_* and
 // LD_PRELOAD, plus the stand-in runtime's directory first in LD_LIBRARY_PATH and `extra`.
+// `probe`: the program (the C API probe unless said).
 run_result run_probe(const std::string& scenario, const std::vector<std::string>& extra,
-                     int timeout_s = 60) {
+                     int timeout_s = 60, const char* probe = MEMWEAVE_FAKE_CUDA_PROBE_PATH) {
   std::vector<std::string> env;
   std::string library_path = std::string("LD_LIBRARY_PATH=") + MEMWEAVE_FAKE_CUDART_DIR;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -61,7 +62,7 @@ run_result run_probe(const std::string& scenario, const std::vector<std::string>
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::string path = MEMWEAVE_FAKE_CUDA_PROBE_PATH;
+  std::string path = probe;
   std::string arg = scenario;
   char* argv[] = {path.data(), arg.data(), nullptr};
   pid_t pid = 0;
@@ -229,6 +230,23 @@ TEST(fake_cuda, a_retired_streams_blocks_wait_for_their_events) {
   EXPECT_NE(r.output.find("1 block(s) freed on it now wait for their events", destroyed),
             std::string::npos)
       << r.output;
+}
+
+// The cost model's `auto` on a GPU: the attributes' peaks and the slower way of the link,
+// timed once per device; the C++ library's cuda backend, not the C API.
+TEST(fake_cuda, a_gpus_throughput_is_its_attributes_and_the_slower_way_of_a_timed_copy) {
+  expect_passes(run_probe("timed_link", {"FAKE_CUDART_H2D_GBPS=25", "FAKE_CUDART_D2H_GBPS=12.34"},
+                          60, MEMWEAVE_FAKE_CUDA_DEVICE_PROBE_PATH));
+}
+
+TEST(fake_cuda, without_page_locked_memory_the_link_is_untimed_and_the_error_cleared) {
+  expect_passes(run_probe("untimed_link", {"FAKE_CUDART_HOST_ALLOC_FAILS=1"}, 60,
+                          MEMWEAVE_FAKE_CUDA_DEVICE_PROBE_PATH));
+}
+
+TEST(fake_cuda, without_device_memory_for_the_probe_the_link_is_untimed) {
+  expect_passes(run_probe("untimed_link", {"FAKE_CUDART_BYTES=32M"}, 60,
+                          MEMWEAVE_FAKE_CUDA_DEVICE_PROBE_PATH));
 }
 
 TEST(fake_cuda, a_pytorch_free_on_another_devices_default_stream_leaves_the_thread_as_it_was) {

@@ -26,23 +26,12 @@
 
 #include "memweave/memweave.h"
 #include "memweave/memweave_torch.h"
+#include "probe_check.hpp"
 
 extern "C" int fake_cudart_contexts(int device);
 extern "C" int fake_cudart_device_of(const void* p);
 
 namespace {
-
-int g_failures = 0;
-
-#define CHECK(cond, ...)                                           \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::printf("FAIL: %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      std::printf(__VA_ARGS__);                                    \
-      std::printf("\n");                                           \
-      ++g_failures;                                                \
-    }                                                              \
-  } while (0)
 
 std::atomic<long> g_mismatches{0};
 
@@ -175,7 +164,7 @@ using torch_free_fn = decltype(&memweave_torch_free);
 // PyTorch's entry points with two streams, as PyTorch calls them.
 void torch_streams() {
   void* h = open_memweave();
-  if (h == nullptr) return ++g_failures, void();
+  if (h == nullptr) return ++probe_failures(), void();
   auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
   auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
   cudaStream_t s1 = nullptr, s2 = nullptr;
@@ -205,7 +194,7 @@ void torch_streams() {
 // for, and a request that still cannot be served throws an out-of-memory error (never NULL).
 void torch_oom() {
   void* h = open_memweave();
-  if (h == nullptr) return ++g_failures, void();
+  if (h == nullptr) return ++probe_failures(), void();
   auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
   auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
   cudaStream_t s1 = nullptr, s2 = nullptr;
@@ -357,7 +346,7 @@ void auto_no_device() {
 // appear on device 0 (restoring the "previous" device 0 would create one).
 void no_context_restore() {
   void* h = open_memweave();
-  if (h == nullptr) return ++g_failures, void();
+  if (h == nullptr) return ++probe_failures(), void();
   auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
   auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
   cudaSetDevice(1);
@@ -449,7 +438,7 @@ void traces_two_devices() {
 // PyTorch's device index names a device the runtime lists, or -1 for the current one.
 void torch_bad_device() {
   void* h = open_memweave();
-  if (h == nullptr) return ++g_failures, void();
+  if (h == nullptr) return ++probe_failures(), void();
   auto tmalloc = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
   for (const int device : {5, -7}) {
     try {
@@ -500,7 +489,7 @@ void default_streams_of_two_devices() {
 // 0's (idle): another stream of cuda:1 may not take it before.
 void torch_default_stream_of_another_device() {
   void* h = open_memweave();
-  if (h == nullptr) return ++g_failures, void();
+  if (h == nullptr) return ++probe_failures(), void();
   auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
   auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
   CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
@@ -672,7 +661,7 @@ void retired_stream() {
 // device), where cudaSetDevice left it on the block's device (its next allocation there).
 void torch_free_leaves_the_thread_as_it_was() {
   void* h = open_memweave();
-  if (h == nullptr) return ++g_failures, void();
+  if (h == nullptr) return ++probe_failures(), void();
   auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
   auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
   using get_current_fn = int (*)(void**);
@@ -749,6 +738,6 @@ int main(int argc, char** argv) {
     std::printf("FAIL: unknown scenario '%s'\n", scenario.c_str());
     return 2;
   }
-  std::printf("failures=%d\n", g_failures);
-  return g_failures == 0 ? 0 : 1;
+  std::printf("failures=%d\n", probe_failures());
+  return probe_failures() == 0 ? 0 : 1;
 }

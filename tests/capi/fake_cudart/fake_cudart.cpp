@@ -17,10 +17,15 @@
 //   cuCtxGetCurrent (through cudaGetDriverEntryPointByVersion) answers per thread, and the
 //   primary context's retain/release and cuCtxPushCurrent/PopCurrent keep a per-thread stack.
 // - cudaFree and cudaDeviceSynchronize wait for every stream of the device, as the runtime.
+// - A link for timed copies: events measure the time the host-to-device and device-to-host
+//   copies enqueued between them would take at FAKE_CUDART_H2D_GBPS / FAKE_CUDART_D2H_GBPS
+//   (default 25 each); the copies themselves run at memcpy speed. GPU attributes are an
+//   H100 SXM's. FAKE_CUDART_HOST_ALLOC_FAILS=1 makes cudaHostAlloc fail.
 // Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
 // tables; stream work runs on the streams' threads).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -46,11 +51,16 @@ using memweave::host_backend::host_stream;
 struct fake_stream {
   int device = 0;
   host_stream s{stream_role::compute, nullptr};  // no simulated link: copies at memcpy speed
+  // The milliseconds the copies enqueued so far would take over the simulated link
+  // (FAKE_CUDART_H2D_GBPS, FAKE_CUDART_D2H_GBPS): what events recorded here measure.
+  // Guarded by state::mu.
+  double copy_ms = 0;
 };
 
 struct fake_event {
   int device = 0;
   host_event e;
+  double copy_ms = 0;  // its stream's copy_ms when recorded (guarded by state::mu)
 };
 
 struct allocation {
@@ -70,11 +80,20 @@ struct state {
   std::set<fake_stream*> streams;
   std::vector<std::unique_ptr<fake_stream>> default_streams;  // by device, made on use
   std::atomic<bool> context[k_max_devices] = {};
+  double h2d_bytes_per_ms = 25e6;  // FAKE_CUDART_H2D_GBPS, default 25
+  double d2h_bytes_per_ms = 25e6;  // FAKE_CUDART_D2H_GBPS, default 25
+  bool host_alloc_fails = false;   // FAKE_CUDART_HOST_ALLOC_FAILS=1: no page-locked memory
+  std::atomic<long> copies{0};     // cudaMemcpyAsync calls
 
   state() {
     if (const char* d = std::getenv("FAKE_CUDART_DEVICES")) devices = std::atoi(d);
     if (devices < 0) devices = 0;
     if (devices > k_max_devices) devices = k_max_devices;
+    if (const char* r = std::getenv("FAKE_CUDART_H2D_GBPS")) h2d_bytes_per_ms = std::atof(r) * 1e6;
+    if (const char* r = std::getenv("FAKE_CUDART_D2H_GBPS")) d2h_bytes_per_ms = std::atof(r) * 1e6;
+    if (const char* f = std::getenv("FAKE_CUDART_HOST_ALLOC_FAILS")) {
+      host_alloc_fails = std::strcmp(f, "1") == 0;
+    }
     std::vector<std::size_t> sizes;
     if (const char* b = std::getenv("FAKE_CUDART_BYTES")) {
       std::string text = b;
@@ -257,6 +276,11 @@ int fake_cudart_contexts(int device) {
   return g().context[device].load() ? 1 : 0;
 }
 
+/// How many cudaMemcpyAsync calls were made.
+long fake_cudart_copies() {
+  return g().copies.load();
+}
+
 /// The device whose memory holds `p` (inside an allocation), or -1.
 int fake_cudart_device_of(const void* p) {
   state& s = g();
@@ -416,6 +440,10 @@ cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
 }
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
+  if (g().host_alloc_fails) {
+    if (pHost != nullptr) *pHost = nullptr;
+    return fail(cudaErrorMemoryAllocation);
+  }
   return do_malloc(pHost, size, true);
 }
 
@@ -505,11 +533,19 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind /*kind*/,
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   int d = 0;
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
-  stream_of(stream, d)->s.copy_async(dst, src, count, copy_kind::host_to_host);
+  fake_stream* f = stream_of(stream, d);
+  state& s = g();
+  ++s.copies;
+  if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost) {
+    std::lock_guard lock(s.mu);
+    f->copy_ms += static_cast<double>(count) /
+                  (kind == cudaMemcpyHostToDevice ? s.h2d_bytes_per_ms : s.d2h_bytes_per_ms);
+  }
+  f->s.copy_async(dst, src, count, copy_kind::host_to_host);
   return cudaSuccess;
 }
 
@@ -533,6 +569,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (f == nullptr) return fail(cudaErrorInvalidValue);
   fake_stream* s = stream_of(stream, f->device);
   if (s->device != f->device) return fail(cudaErrorInvalidResourceHandle);
+  {
+    std::lock_guard lock(g().mu);
+    f->copy_ms = s->copy_ms;
+  }
   s->s.record(f->e);
   return cudaSuccess;
 }
@@ -545,11 +585,15 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   }
 }
 
-// Host events keep no time: a fixed millisecond between any two (a 64 MiB timed copy then
-// reads as 67 GB/s).
+// Host events keep no time of their own: between two events, the time the host-to-device
+// and device-to-host copies enqueued between them would take on the simulated link (what a
+// timed copy measures), never below the runtime's resolution of about half a microsecond.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr || start == nullptr || end == nullptr) return fail(cudaErrorInvalidValue);
-  *ms = 1.0f;
+  std::lock_guard lock(g().mu);
+  const double elapsed =
+      reinterpret_cast<fake_event*>(end)->copy_ms - reinterpret_cast<fake_event*>(start)->copy_ms;
+  *ms = static_cast<float>(std::max(elapsed, 0.0005));
   return cudaSuccess;
 }
 
