@@ -11,14 +11,18 @@
 //            once, at least at the step's fastest time; one layer rebuilds one tensor.
 // A tensor in host memory at s (a staged step's, schedule_use::on_host) is away already: its
 // copies are in the steps' times.
-// Every second E the iteration is made longer (stalls and replays) lengthens both windows
-// by E (a stall right before s, or right after it, widens every copy's window). Each link is
-// one machine serving copies with release times (out) or deadlines (in), so what it can carry
-// is bounded by its cuts (min over θ: the bytes released before θ, plus L·(the window left
-// after θ); mirrored for deadlines): a tensor written just before s cannot leave in time
-// however idle the link was earlier. Drops within E seconds of replays are at most the
-// fractional knapsack of the cheapest-per-byte ones. The least E at which the two reach the
-// overflow bounds s; the largest over the steps bounds the iteration.
+// The iteration is made E seconds longer (stalls, replays, slower steps): B of them before s
+// starts, A = E - B after. The B seconds widen the windows of the copies out (between a
+// write before s and s), the A seconds those of the copies back (between s and a use after
+// it); a persistent tensor written in the iteration before leaves in a window that spans
+// the iteration's end, which all E may widen. Each link is one machine serving copies with
+// release times (out) or deadlines (in), so what it can carry is bounded by its cuts (min
+// over θ: the bytes released before θ, plus L·(the window left after θ); mirrored for
+// deadlines): a tensor written just before s cannot leave in time however idle the link was
+// earlier. A tensor dropped across s is rebuilt after s, before its next use: drops within
+// the A seconds are at most the fractional knapsack of the cheapest-per-byte ones. So a
+// replay's second does not also widen the copies out before s. The least E at which some
+// split of it covers the overflow bounds s; the largest over the steps bounds the iteration.
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -31,39 +35,54 @@
 namespace memweave {
 namespace {
 
+// How closely (and in how many trials at most) the extra time's split into before and after
+// a step is searched, and the least extra time a step needs (relative to it): where the
+// searches stop short, the bound is a little lower than it could be, never higher.
+constexpr double k_split_precision = 1e-5;
+constexpr int k_split_trials = 400;
+constexpr double k_extra_precision = 1e-6;
+
 struct drop_item {
   double bytes = 0, seconds = 0;
 };
 
 // Copies one link must carry for a step, each within a window that one end of fixes: its
 // release (the tensor's last write, for the way out) or its deadline (its next use, for the
-// way back), the other end being the step's start, which E seconds of stalls move away.
+// way back), the other end being the step's start, which extra seconds move away.
 struct link_jobs {
   // (seconds from the step's start to the fixed end, bytes): for the way out, how long
   // before the step the tensor was last written; for the way back, how long after the step's
-  // start it is next used. Sorted nearest first by prepare().
-  std::vector<std::pair<double, double>> jobs;
-  std::vector<double> farther;  // per job: the bytes of the jobs sorted after it
+  // start it is next used. `near`: windows on the step's side of the iteration, widened by
+  // the extra seconds on that side; `spanning`: windows across the iteration's end, widened
+  // by all of them. Each sorted nearest first by prepare().
+  std::vector<std::pair<double, double>> near, spanning;
+  double bytes = 0;
 
-  void add(double window, double bytes) { jobs.emplace_back(window, bytes); }
-
-  void prepare() {
-    std::sort(jobs.begin(), jobs.end());
-    farther.assign(jobs.size(), 0);
-    double sum = 0;
-    for (std::size_t i = jobs.size(); i-- > 0;) {
-      farther[i] = sum;
-      sum += jobs[i].second;
-    }
+  void add(double window, double b, bool spans = false) {
+    (spans ? spanning : near).emplace_back(std::max(0.0, window), b);
+    bytes += b;
   }
 
-  // The most bytes the link can carry at `link` bytes/s with every window `extra` seconds
-  // wider: the least cut, min over each job j of (the bytes of jobs with wider windows, which
-  // may all fit, plus what the link carries in j's window), and all the bytes.
-  double most(double extra, double link) const {
-    double m = jobs.empty() ? 0 : farther.front() + jobs.front().second;
-    for (std::size_t i = 0; i < jobs.size(); ++i) {
-      m = std::min(m, farther[i] + link * (std::max(0.0, jobs[i].first) + extra));
+  void prepare() {
+    std::sort(near.begin(), near.end());
+    std::sort(spanning.begin(), spanning.end());
+  }
+
+  // The most bytes the link can carry at `link` bytes/s with the near windows `side` seconds
+  // wider and the spanning ones `whole`: the least cut, min over each job j of (the bytes of
+  // the jobs after it in order of widened window, which may all fit, plus what the link
+  // carries in j's window), and all the bytes. The two lists merge in that order.
+  double most(double side, double whole, double link) const {
+    double m = bytes, before = 0;
+    std::size_t i = 0, j = 0;
+    while (i < near.size() || j < spanning.size()) {
+      const bool take_near = j == spanning.size() ||
+                             (i < near.size() && near[i].first + side <= spanning[j].first + whole);
+      const auto& [window, b] = take_near ? near[i++] : spanning[j++];
+      before += b;
+      // Clamped: `before` adds the same bytes in another order, and may pass `bytes` by
+      // a rounding.
+      m = std::min(m, std::max(0.0, bytes - before) + link * (window + (take_near ? side : whole)));
     }
     return m;
   }
@@ -76,27 +95,48 @@ struct removable {
   double out_only = 0;           // persistent after its last use: out before the step
   double free_bytes = 0;         // persistent and never used: may stay on the host
   link_jobs out, in;             // out: both and out_only; in: both and in_only
-  std::vector<drop_item> drops;  // cheapest per byte first
+  std::vector<drop_item> drops;  // cheapest per byte first, after prepare()
+  // The seconds and bytes of the drops before each (drops.size() + 1 entries): the fractional
+  // knapsack of `after` seconds in a binary search, not a walk, for each of enough's trials.
+  std::vector<double> drop_seconds_before, drop_bytes_before;
 
   double total() const { return both + in_only + out_only + free_bytes; }
 
-  // The most bytes away at the step if the iteration is `extra` seconds longer than its
-  // fastest: what each link carries in its windows widened by `extra`, replays within it.
-  double most_away(double extra, double link) const {
-    const double o = out.most(extra, link), i = in.most(extra, link);
+  void prepare() {
+    std::sort(drops.begin(), drops.end(), [](const drop_item& x, const drop_item& y) {
+      return x.seconds * y.bytes < y.seconds * x.bytes;
+    });
+    drop_seconds_before.assign(1, 0.0);
+    drop_bytes_before.assign(1, 0.0);
+    for (const drop_item& d : drops) {
+      drop_seconds_before.push_back(drop_seconds_before.back() + d.seconds);
+      drop_bytes_before.push_back(drop_bytes_before.back() + d.bytes);
+    }
+    out.prepare();
+    in.prepare();
+  }
+
+  // The most bytes replays of `seconds` can drop: the cheapest whole, then part of the next.
+  double dropped_within(double seconds) const {
+    const auto whole = static_cast<std::size_t>(
+        std::upper_bound(drop_seconds_before.begin(), drop_seconds_before.end(), seconds) -
+        drop_seconds_before.begin() - 1);
+    double dropped = drop_bytes_before[whole];
+    if (whole < drops.size()) {
+      dropped += drops[whole].bytes * (seconds - drop_seconds_before[whole]) / drops[whole].seconds;
+    }
+    return dropped;
+  }
+
+  // The most bytes away at the step if the iteration is `extra` seconds longer, at most
+  // `before` of them up to the step's start and at most `after` from there: what each link
+  // carries in its windows so widened, replays within `after`.
+  double most_away(double before, double after, double extra, double link) const {
+    const double o = out.most(before, extra, link);
+    const double i = in.most(after, extra, link);
     const double swapped =
         std::min({both + in_only + out_only, i + out_only, o + in_only, i + o}) + free_bytes;
-    double dropped = 0, left = extra;
-    for (const drop_item& d : drops) {
-      if (d.seconds <= left) {
-        dropped += d.bytes;
-        left -= d.seconds;
-      } else {
-        dropped += d.bytes * left / d.seconds;
-        break;
-      }
-    }
-    return std::min(swapped + dropped, total());
+    return std::min(swapped + dropped_within(after), total());
   }
 };
 
@@ -143,6 +183,8 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
   for (std::size_t s = 0; s < steps; ++s) start[s + 1] = start[s] + fastest[s];
   b.baseline_seconds = start[steps];
   double worst_extra = 0;
+  double best_share = 0.5;  // enough's: the share before the step of the split that covered last
+  std::vector<std::pair<double, double>> open;  // enough's: ranges of B not yet ruled out
   for (std::uint32_t s = 0; s < steps; ++s) {
     const double before = start[s];
     std::size_t fixed = least_extra[s];
@@ -164,7 +206,7 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
         const std::uint32_t previous = last_write(t, &t.uses.back());
         r.out.add(previous == k_unwritten ? std::numeric_limits<double>::infinity()
                                           : before + b.baseline_seconds - start[previous + 1],
-                  bytes);
+                  bytes, /*spans=*/true);
       };
       auto in_before = [&](std::uint32_t next) { r.in.add(start[next] - before, bytes); };
       if (s < first || s > last) {
@@ -200,20 +242,54 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
     const double over =
         r.total() + static_cast<double>(fixed) - static_cast<double>(p.budget_bytes);
     if (over <= 0) continue;
-    std::sort(r.drops.begin(), r.drops.end(), [](const drop_item& x, const drop_item& y) {
-      return x.seconds * y.bytes < y.seconds * x.bytes;
-    });
-    r.out.prepare();
-    r.in.prepare();
-    auto enough = [&](double extra) { return r.most_away(extra, p.link_bytes_per_s) >= over; };
+    r.prepare();
+    // Whether some split of `extra` seconds into B before the step and A = extra - B after it
+    // covers the overflow. most_away grows with B and with A, so over a range [lo, hi] of B
+    // it is at most most_away(hi, extra - lo): a range whose most falls short is out, one
+    // whose middle covers answers yes, the others are halved (what a link carries is not
+    // concave in B, a spanning window's order among the near ones moving with it, so no
+    // search that assumes one best would be sound). A range narrower than k_split_precision
+    // of `extra` still open, or k_split_trials spent, counts as covering: the bound can only
+    // come out lower for it, never higher.
+    auto enough = [&](double extra) {
+      const auto away = [&](double before) {
+        return r.most_away(before, extra - before, extra, p.link_bytes_per_s);
+      };
+      const auto most = [&](double lo, double hi) {
+        return r.most_away(hi, extra - lo, extra, p.link_bytes_per_s);
+      };
+      if (most(0, extra) < over) return false;
+      // The share before the step that covered last, at this step or one before, first:
+      // neighbouring steps and the bisection's trials mostly split alike.
+      if (away(best_share * extra) >= over) return true;
+      open.assign(1, {0.0, extra});
+      for (int trials = 0; !open.empty(); ++trials) {
+        const auto [lo, hi] = open.back();
+        open.pop_back();
+        const double mid = (lo + hi) / 2;
+        if (away(mid) >= over) {
+          best_share = mid / extra;
+          return true;
+        }
+        if (hi - lo <= k_split_precision * extra || trials >= k_split_trials) return true;
+        // The more promising half last, so it is tried first.
+        const bool left_first = most(lo, mid) > most(mid, hi);
+        for (const bool left : {!left_first, left_first}) {
+          const double a = left ? lo : mid, z = left ? mid : hi;
+          if (most(a, z) >= over) open.emplace_back(a, z);
+        }
+      }
+      return false;
+    };
     // Where the extra time the worst step so far needs is enough here too, this step cannot
     // raise the bound (enough is monotonic in the extra time): no bisection. The bisection
     // below would have ended under worst_extra, so the bound is the same to the bit.
     if (enough(worst_extra)) continue;
-    // The links' windows grow with the extra time, so enough time always suffices.
-    double lo = 0, hi = std::max(1e-6, b.baseline_seconds);
+    // The links' windows grow with the extra time, so enough time always suffices. Not
+    // enough at worst_extra: this step's least extra time is above it.
+    double lo = worst_extra, hi = std::max({1e-6, b.baseline_seconds, 2 * worst_extra});
     while (!enough(hi)) hi *= 2;
-    for (int i = 0; i < 60; ++i) {
+    while (hi - lo > k_extra_precision * hi) {
       const double mid = (lo + hi) / 2;
       (enough(mid) ? hi : lo) = mid;
     }

@@ -1067,44 +1067,54 @@ schedule_problem tiny_overflow() {
   return p;
 }
 
-TEST(schedule_bound_test, swapping_out_before_step_1_takes_50_more_seconds_of_link) {
-  // Step 0 writes the tensor and ends as step 1 starts: the link carries E bytes between the
-  // write and step 1 (the second it idled before the write does not count), so 50 need E >= 50.
+TEST(schedule_bound_test, the_way_out_before_a_step_and_the_way_back_after_it_add_up) {
+  // 50 of the tensor's bytes must be away at steps 1 and 2. At step 2 they leave between step
+  // 0's end and step 2's start (1 s of link, the second it idled before the write does not
+  // count) and come back between step 2's start and step 3's (1 s): 49 s more on each side,
+  // E = 98. A stall cannot widen both: the way out is over when step 2 starts, the way back
+  // not begun (step 1 likewise: 50 s before it, 48 after). A bound that let every second of E
+  // widen both windows said 54 s. (The bound's searches stop within 1e-5 of the extra time,
+  // on the low side.)
   const schedule_bound b = bound_memory_schedule(tiny_overflow());
   EXPECT_TRUE(b.feasible);
   EXPECT_DOUBLE_EQ(b.baseline_seconds, 4.0);
-  EXPECT_NEAR(b.seconds, 54.0, 1e-9);
-  EXPECT_EQ(b.step, 1u);
+  EXPECT_LE(b.seconds, 4.0 + 98.0 + 1e-9);
+  EXPECT_GE(b.seconds, 4.0 + 98.0 * (1 - 1e-5));
   EXPECT_EQ(b.overflow_bytes, 50u);
 }
 
 TEST(schedule_bound_test, a_cheap_rebuild_lowers_the_bound_by_what_it_drops_per_second) {
-  // Rebuilding the 100 bytes costs 10 s: E seconds drop 10·E bytes besides the E swapped,
-  // so 11·E >= 50.
+  // Rebuilding the 100 bytes costs 10 s: A seconds after step 1 starts drop 10·A bytes, and
+  // B seconds before it let B bytes out: B + 10·A >= 50 is cheapest at A = 5, B = 0. The
+  // replay runs after step 1 (the tensor is away there), so its seconds do not also widen
+  // the way out, as a bound that lengthened both windows by all of E (11·E >= 50) let them.
+  // The split of E is searched in pieces, each counted at its most: a little under 5.
   schedule_problem p = tiny_overflow();
   p.tensors[0].rebuildable = true;
   p.tensors[0].rebuild_seconds = 10.0;
-  EXPECT_NEAR(bound_memory_schedule(p).seconds, 4.0 + 50.0 / 11.0, 1e-9);
+  const double e = bound_memory_schedule(p).seconds - 4.0;
+  EXPECT_GT(e, 4.95);
+  EXPECT_LE(e, 5.0 + 1e-9);
 }
 
 TEST(schedule_bound_test, a_copy_waits_for_the_write_before_it_and_lands_before_the_next_use) {
   // Six steps of 1 s, a link of 10 bytes/s, budget 100. A (100 bytes) is written at step 0,
   // read at 2 and 5; B (50 bytes) is used at steps 3 and 4, where 50 bytes of A must be away.
-  // At step 4 they come back in the 1 s before step 5 starts (10 bytes) plus E: E >= 4 (the
-  // old bound let them use the link until the iteration's end). Were A written at step 2,
-  // at step 3 it could leave only in the E seconds after that write: 10·E >= 50, E >= 5.
+  // At step 3 they leave in the 2 s from step 0's end (20 bytes) plus B seconds, and come
+  // back in the 2 s before step 5 starts plus A: B >= 3, A >= 3, E = 6 (step 4: 3 s out, 1 s
+  // back, 2 + 4). Were A written at step 2, at step 3 it could leave only in the B seconds
+  // after that write: B >= 5, A >= 3, E = 8.
   schedule_problem p;
   p.step_seconds.assign(6, 1.0);
   p.tensors.push_back(tensor(100, {0, 2, 5}));
   p.tensors.push_back(tensor(50, {3, 4}));
   p.link_bytes_per_s = 10.0;
   p.budget_bytes = 100;
-  EXPECT_EQ(bound_memory_schedule(p).step, 4u);
-  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 4.0, 1e-9);
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 6.0, 1e-4);
   p.tensors[0].uses[1].writes = true;
   const schedule_bound b = bound_memory_schedule(p);
-  EXPECT_NEAR(b.seconds, 6.0 + 5.0, 1e-9);
-  EXPECT_EQ(b.step, 3u);
+  EXPECT_NEAR(b.seconds, 6.0 + 8.0, 1e-4);
+  EXPECT_EQ(b.overflow_bytes, 50u);
   // A parameter that is never written (frozen) may stay on the host from an earlier
   // iteration: after its last use it need not cross the link at all.
   p.tensors[0] = tensor(100, {0, 2});
@@ -1116,8 +1126,9 @@ TEST(schedule_bound_test, a_copy_waits_for_the_write_before_it_and_lands_before_
 TEST(schedule_bound_test, a_parameter_may_leave_from_its_update_in_the_iteration_before) {
   // A parameter P (100 bytes) read at step 0 and updated at step 5 of six 1-s steps, B (50)
   // at step 1, budget 100, 10 bytes/s. At step 1, 50 bytes of P must be away: written at the
-  // end of the iteration before, it has had 1 s of link (10 bytes) plus E: E >= 4. Frozen
-  // (never written), only its way back counts: 4 s before step 5 (40 bytes) plus E: E >= 1.
+  // end of the iteration before, it has had 1 s of link (10 bytes) plus E (its window spans
+  // the iteration's end: every added second widens it): E >= 4. Frozen (never written), only
+  // its way back counts: 4 s before step 5 (40 bytes) plus E: E >= 1.
   schedule_problem p;
   p.step_seconds.assign(6, 1.0);
   p.tensors.push_back(tensor(100, {0, 5}));
@@ -1127,9 +1138,9 @@ TEST(schedule_bound_test, a_parameter_may_leave_from_its_update_in_the_iteration
   p.tensors.push_back(tensor(50, {1}));
   p.link_bytes_per_s = 10.0;
   p.budget_bytes = 100;
-  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 4.0, 1e-9);
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 4.0, 1e-4);
   p.tensors[0].uses[1].writes = false;
-  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 1.0, 1e-9);
+  EXPECT_NEAR(bound_memory_schedule(p).seconds, 6.0 + 1.0, 1e-4);
 }
 
 TEST(schedule_bound_test, nothing_to_move_is_the_baseline_and_an_oversized_step_is_infeasible) {

@@ -306,9 +306,10 @@ struct schedule_bound {
 /// Bounds `problem` step by step: whatever is live across a step but not used by it and over
 /// the budget must be away, on the host or dropped. A tensor's offload crosses the link
 /// between its last write and the step's start, its prefetch between that and its next use's
-/// start (each link a single machine: its cuts bound what it carries), even with every stall
-/// lengthening the windows; dropped ones cost at least their replays, cheapest per byte
-/// first. Each of these is relaxed in the schedule's favour (persistent and pinned tensors
+/// start (each link a single machine: its cuts bound what it carries); the seconds the
+/// iteration is made longer widen the first windows where they come before the step and the
+/// second where they come after it, and dropped ones cost at least their replays, which run
+/// after the step, cheapest per byte first. Each of these is relaxed in the schedule's favour (persistent and pinned tensors
 /// may move, the step takes its smallest workspace, the whole budget is usable, no chain or
 /// fragmentation is charged), so the bound is loose but sound. O(steps · tensors · log).
 schedule_bound bound_memory_schedule(const schedule_problem& problem);
