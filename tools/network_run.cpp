@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "memweave/comm/communicator.hpp"
+#include "memweave/core/atomic_file.hpp"
 #include "memweave/core/checked.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
@@ -46,14 +47,28 @@ constexpr double k_min_width = 1e-6;
 constexpr double k_min_learning_rate = 1e-12;
 constexpr double k_max_learning_rate = 1e3;  // keeps the float finite
 
-// Runs `write`; a failure is kept in `first` (the first one only) instead of thrown, so that
-// what comes after it is still written.
+// Runs `write`; a failure is kept in `failures` instead of thrown, so that what comes after
+// it is still written. A later bad-input failure (an output that could not be written) is
+// added to an earlier one's message, so that every output that failed is named; anything
+// else keeps the first.
 template <class F>
-void keep_first_failure(std::exception_ptr& first, F&& write) {
+void keep_failures(std::exception_ptr& failures, F&& write) {
   try {
     write();
-  } catch (const std::exception&) {
-    if (!first) first = std::current_exception();
+  } catch (const std::exception& e) {
+    if (!failures) {
+      failures = std::current_exception();
+      return;
+    }
+    try {
+      std::rethrow_exception(failures);
+    } catch (const invalid_argument& first) {
+      if (dynamic_cast<const invalid_argument*>(&e) != nullptr) {
+        failures =
+            std::make_exception_ptr(invalid_argument(std::string(first.what()) + "\n" + e.what()));
+      }
+    } catch (...) {
+    }
   }
 }
 
@@ -171,7 +186,7 @@ void write_run_outputs(const network_run_options& o, const run_report& report, s
   std::exception_ptr first;
   const auto write = [&](const char* knob, const std::string& path, auto writer) {
     if (path.empty()) return;
-    keep_first_failure(first, [&] {
+    keep_failures(first, [&] {
       from_knob(knob, [&] { write_file(path, report, writer); });
       out << "wrote " << path << "\n";
     });
@@ -589,14 +604,12 @@ policy_report run_policy(const network& net, const network_run_options& o,
     if (!timeline) return;
     ex.reset();
     const std::string path = timeline_path_of(o, policy);
-    std::ofstream file(path);
-    write_timeline_trace(file, timeline->spans(),
+    std::ostringstream text;
+    write_timeline_trace(text, timeline->spans(),
                          o.net + " batch " + std::to_string(net.batch()) + ", " + policy);
-    file.flush();
-    if (!file) {
-      throw invalid_argument("--trace-timeline " + path + ": writing failed (" +
-                             std::strerror(errno) + ")");
-    }
+    // Replaced atomically, like the reports: a full disk leaves an earlier file whole and
+    // no half-written one that takes the space the other outputs need.
+    write_file_atomically(path, text.view(), "--trace-timeline");
     report.timeline_path = path;
   };
   // Timed: every iteration but the first (it allocates and plans; the only one of a run of
@@ -662,7 +675,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   // neither the row nor the other outputs.
   const auto keep_going = [&](const std::function<void()>& write) {
     if (output_error == nullptr || parallel(o)) return write();
-    keep_first_failure(*output_error, write);
+    keep_failures(*output_error, write);
   };
   // Under data parallelism every rank holds the same weights: rank 0 saves them.
   if (!o.save.empty() && dev->touches_memory() && (!parallel(o) || o.executor.comm->rank() == 0)) {
@@ -731,7 +744,7 @@ int run_policies(const network& net, const network_run_options& o, const device_
   }
   if (!parallel(o) || o.executor.comm->rank() == 0) {
     write_summary(out, report);
-    keep_first_failure(output_error, [&] { write_run_outputs(o, report, out); });
+    keep_failures(output_error, [&] { write_run_outputs(o, report, out); });
   }
   if (first_error) std::rethrow_exception(first_error);
   if (output_error) std::rethrow_exception(output_error);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "memweave/core/error.hpp"
+#include "memweave/core/whole_file.hpp"
 #include "memweave/engine/data_source.hpp"
 
 namespace memweave {
@@ -25,13 +26,13 @@ std::vector<unsigned char> read_file(const std::filesystem::path& path) {
                            "' is not a regular file; give --data cifar10:PATH a CIFAR-10 "
                            "binary file or the directory of the binary version");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw invalid_argument("cannot read CIFAR-10 file '" + path.string() +
-                           "': " + std::strerror(errno) + "; check the path given to --data");
+  std::string text;
+  try {
+    text = read_whole_file(path.string(), "CIFAR-10 file");
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(std::string(e.what()) + "; check the path given to --data");
   }
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
+  const std::vector<unsigned char> bytes(text.begin(), text.end());
   if (bytes.empty() || bytes.size() % k_record != 0) {
     throw invalid_argument("'" + path.string() + "' is not a CIFAR-10 binary file: its size " +
                            std::to_string(bytes.size()) + " bytes is not a positive multiple of " +

@@ -17,6 +17,7 @@
 #include "memweave/core/atomic_file.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "memweave/core/whole_file.hpp"
 #include "memweave/swap/transfer_engine.hpp"
 
 namespace memweave {
@@ -130,14 +131,7 @@ checkpoint_file read_checkpoint(const std::string& path) {
     throw invalid_argument("checkpoint '" + path +
                            "' is not a regular file (a device or a pipe); give a checkpoint file");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw invalid_argument("cannot open checkpoint '" + path + "': " + std::strerror(errno));
-  }
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw invalid_argument("reading checkpoint '" + path + "' failed: " + std::strerror(errno));
-  }
+  const std::string bytes = read_whole_file(path, "checkpoint");
   if (bytes.size() < sizeof k_magic || std::memcmp(bytes.data(), k_magic, sizeof k_magic) != 0) {
     throw invalid_argument("'" + path +
                            "' is not a memweave checkpoint (it does not start with the "

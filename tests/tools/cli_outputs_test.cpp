@@ -14,6 +14,7 @@
 
 #include "cli_harness.hpp"
 #include "memweave/engine/data_source.hpp"
+#include "tests/core/file_size_limit.hpp"
 #include "tools/cli_args.hpp"
 #include "tools/network_run.hpp"
 
@@ -143,7 +144,8 @@ TEST(cli_outputs_test, a_failed_output_keeps_the_rows_and_the_other_outputs) {
     run_policies(net, o, dev, 1, data.get(), report, out, nullptr);
     ADD_FAILURE() << "the outputs that failed were not reported";
   } catch (const error& e) {
-    expect_has(e.what(), "--save");  // the first that failed, named by its option
+    expect_has(e.what(), "--save");  // every one that failed, named by its option
+    expect_has(e.what(), "--json");
   }
   ASSERT_EQ(report.policies.size(), 1u);
   EXPECT_TRUE(report.policies[0].fits) << report.policies[0].failure;
@@ -152,6 +154,27 @@ TEST(cli_outputs_test, a_failed_output_keeps_the_rows_and_the_other_outputs) {
   expect_has(out.str(), "liveness    yes");  // the summary row, not ERR
   expect_has(slurp(csv), "liveness");        // written after the JSON failed
   fs::remove(csv);
+}
+
+// Outputs that run out of space half-way (a file size limit standing in for a full disk):
+// each is named, and each earlier file stays whole. The timeline was written in place
+// (session 36's hostile run): a full disk left half a JSON file where the earlier one was.
+TEST(cli_outputs_test, outputs_that_fail_half_way_are_all_named_and_leave_earlier_files_whole) {
+  const scratch_file timeline("half.timeline.json"), json("half.json");
+  std::string e;
+  {
+    const file_size_limit limit(512);
+    try {
+      run(train_command, small_train({"--policy", "liveness", "--json", json.path,
+                                      "--trace-timeline", timeline.path}));
+    } catch (const error& x) {
+      e = x.what();
+    }
+  }
+  expect_has(e, "--trace-timeline '" + timeline.path + "'");
+  expect_has(e, "--json: report '" + json.path + "'");
+  EXPECT_EQ(slurp(timeline.path), "precious\n");
+  EXPECT_EQ(slurp(json.path), "precious\n");
 }
 
 // A heap trace that cannot be written whole (a device that is always full): the run's rows

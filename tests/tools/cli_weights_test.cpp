@@ -150,7 +150,14 @@ TEST(cli_weights, bad_values_are_errors_naming_the_flag) {
   expect_has(error_of(train_command, net_args({"--init-from", junk})),
              "--init-from: '" + junk + "' is not a memweave checkpoint");
   expect_has(error_of(eval_command, net_args({"--init-from", temp("absent.ckpt")})),
-             "--init-from: cannot open checkpoint");
+             "--init-from: cannot read checkpoint");
+  // A file that opens and fails to read (a bad disk, a mount gone away; here the process's
+  // memory at address 0): the error names the file and the option, not a stream's buffer.
+  expect_has(error_of(train_command, net_args({"--init-from", "/proc/self/mem"})),
+             "--init-from: cannot read checkpoint '/proc/self/mem': Input/output error");
+  expect_has(error_of(train_command, net_args({"--data", "cifar10:/proc/self/mem"})),
+             "cannot read CIFAR-10 file '/proc/self/mem': Input/output error; check the path "
+             "given to --data");
   expect_has(error_of(eval_command, net_args({"--batches", "0"})), "--batches");
   std::filesystem::remove(junk);
 }
