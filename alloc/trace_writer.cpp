@@ -4,6 +4,9 @@
 // appended them; nothing here throws after construction.
 #include "alloc/trace_writer.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -16,8 +19,9 @@ namespace memweave::detail {
 
 trace_writer::trace_writer(const std::string& path, std::size_t block_bytes)
     : start_(std::chrono::steady_clock::now()), path_(path) {
-  file_ = std::fopen(path.c_str(), "w");
-  if (file_ == nullptr) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  owner_ = ::getpid();
+  if (fd_ < 0) {
     throw invalid_argument("cannot open the heap trace file '" + path +
                            "' for writing: " + std::strerror(errno) +
                            "; check the directory exists and is writable, or change "
@@ -25,7 +29,9 @@ trace_writer::trace_writer(const std::string& path, std::size_t block_bytes)
   }
   const std::string header =
       std::string(trace_header) + " block_bytes=" + std::to_string(block_bytes) + "\n";
-  std::fputs(header.c_str(), file_);
+  // A header that cannot be written fails the trace as a later batch would: reported when
+  // it ends, the run it traces going on.
+  if (!write_all(header)) fail_writing();
   buffer_.reserve(batch_records);
 }
 
@@ -60,8 +66,28 @@ void append_number(std::string& out, T value) {
 
 }  // namespace
 
+void trace_writer::fail_writing() noexcept {
+  failed_ = true;
+  try {
+    error_ = "heap trace '" + path_ + "': write failed (" + std::strerror(errno) +
+             "); the rest of the trace is dropped";
+    log(log_level::warn, error_);
+  } catch (...) {  // no memory for the text: failed_ says it
+  }
+}
+
+bool trace_writer::write_all(std::string_view text) noexcept {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd_, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
 void trace_writer::write(const std::vector<record>& batch) noexcept {
-  if (file_ == nullptr || failed_ || batch.empty()) return;
+  if (fd_ < 0 || failed_ || batch.empty() || ::getpid() != owner_) return;
   try {
     std::string text;
     text.reserve(batch.size() * 40);
@@ -77,26 +103,20 @@ void trace_writer::write(const std::vector<record>& batch) noexcept {
       append_number(text, r.stream);
       text += '\n';
     }
-    if (std::fwrite(text.data(), 1, text.size(), file_) != text.size()) {
-      failed_ = true;
-      error_ = "heap trace '" + path_ + "': write failed (" + std::strerror(errno) +
-               "); the rest of the trace is dropped";
-      log(log_level::warn, error_);
-    }
+    if (!write_all(text)) fail_writing();
   } catch (...) {
     lost_.fetch_add(batch.size(), std::memory_order_relaxed);  // no memory to format it
   }
 }
 
 bool trace_writer::close() noexcept {
-  if (file_ == nullptr) return !failed_;
-  const bool flush_failed = std::fflush(file_) != 0;
+  if (fd_ < 0) return !failed_;
+  const bool close_failed = ::close(fd_) != 0 && ::getpid() == owner_;
   const int err = errno;
-  const bool close_failed = std::fclose(file_) != 0;
-  file_ = nullptr;
+  fd_ = -1;
   const std::uint64_t lost = lost_.load();
   try {
-    if ((flush_failed || close_failed) && !failed_) {
+    if (close_failed && !failed_) {
       error_ = "heap trace '" + path_ + "': closing failed (" + std::strerror(err) +
                "); the trace may be incomplete";
       log(log_level::warn, error_);
@@ -109,7 +129,7 @@ bool trace_writer::close() noexcept {
     }
   } catch (...) {
   }
-  failed_ = failed_ || flush_failed || close_failed || lost != 0;
+  failed_ = failed_ || close_failed || lost != 0;
   return !failed_;
 }
 

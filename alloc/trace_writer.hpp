@@ -5,14 +5,20 @@
 // writer's file mutex, releases the heap mutex and only then formats and writes the batch.
 // Taking the file mutex before letting go of the heap mutex keeps batches in event order;
 // the lock order is always heap mutex -> file mutex.
+//
+// Each batch is one write(2) to a file descriptor, with no stdio buffer: a child forked
+// from the process (which may call exit(), flushing every stdio buffer it inherited) writes
+// nothing into the parent's trace, and the writer writes only in the process that opened it.
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace memweave::detail {
@@ -59,7 +65,7 @@ class trace_writer {
   std::mutex& file_mutex() noexcept { return file_mu_; }
   /// Formats and writes a batch. A write error is logged once; later batches are dropped.
   void write(const std::vector<record>& batch) noexcept;
-  /// Flushes and closes the file, logging any error and lost records. Returns whether the
+  /// Closes the file, logging any error and lost records. Returns whether the
   /// trace on disk is complete; error() then says what went wrong.
   bool close() noexcept;
   /// The first failure over the trace's life ("" when none, or no memory was left to say).
@@ -67,15 +73,22 @@ class trace_writer {
 
  private:
   bool grow() noexcept;
+  // Writes all of `text` to fd_ (under file_mu_, or in the constructor); false with errno set
+  // when it cannot.
+  bool write_all(std::string_view text) noexcept;
+  // Marks the trace failed (errno says why), logged once; later batches are dropped.
+  void fail_writing() noexcept;
 
   // Guarded by the owner's mutex.
   std::vector<record> buffer_;
   // Events dropped for want of host memory (appended under either mutex).
   std::atomic<std::uint64_t> lost_{0};
   const std::chrono::steady_clock::time_point start_;
+
   // Guarded by file_mu_.
   std::mutex file_mu_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  pid_t owner_ = 0;  // the process that opened it: the only one that writes
   std::string path_;
   bool failed_ = false;
   std::string error_;  // the first failure, for close() to return

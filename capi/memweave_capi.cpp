@@ -784,6 +784,9 @@ memweave_status memweaveHostMalloc(void** ptr, std::size_t bytes) {
 
 memweave_status memweaveHostFree(void* ptr) {
   if (ptr == nullptr) return MEMWEAVE_SUCCESS;
+  using namespace memweave::capi;
+  // In a forked child current() is null, which would read as "not a live allocation".
+  if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveHostFree");
   try {
     context* c = memweave::capi::current();
     memweave::pinned_host_pool* h =

@@ -1,19 +1,19 @@
-// stderr diagnostics. The level is read from MEMWEAVE_LOG once, lazily; a mutex keeps
-// lines from interleaving. Never throws: a bad MEMWEAVE_LOG value falls back to warn
-// (validate_environment reports it properly).
+// stderr diagnostics. The level is read from MEMWEAVE_LOG once, lazily. Each line is one
+// fprintf, which holds stderr's own lock for the whole call, so lines do not interleave;
+// no lock of ours: a child forked while another thread of the parent held one would wait for
+// it forever at its first message (stdio's lock the C library resets in the child). Never
+// throws: a bad MEMWEAVE_LOG value falls back to warn (validate_environment reports it).
 #include "memweave/core/log.hpp"
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 namespace memweave {
 namespace {
 
 std::atomic<int> g_level{-1};  // -1: not read yet
-std::mutex g_write_mutex;      // guards: whole-line writes to stderr
 
 int level_from_environment() noexcept {
   const char* v = std::getenv("MEMWEAVE_LOG");
@@ -46,7 +46,6 @@ void set_log_level(log_level level) noexcept {
 void log(log_level level, std::string_view message) noexcept {
   if (!log_enabled(level)) return;
   static constexpr const char* names[] = {"error", "warning", "info", "debug"};
-  std::lock_guard lock(g_write_mutex);
   std::fprintf(stderr, "memweave: %s: %.*s\n", names[static_cast<int>(level)],
                static_cast<int>(message.size()), message.data());
 }

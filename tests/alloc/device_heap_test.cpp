@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cstdint>
 #include <cstdio>
@@ -644,6 +645,27 @@ TEST(device_heap_test, a_trace_that_ends_incomplete_is_told_to_on_trace_error) {
     std::remove(path.c_str());
   }
   EXPECT_EQ(told.size(), 1u);
+}
+
+// A child forked while the trace runs, which leaves by exit() (flushing every stdio buffer
+// it inherited, running destructors): it writes nothing into the parent's trace, which
+// replays whole. With a stdio buffer the child wrote the parent's unflushed lines again, and
+// the trace no longer read (events out of time order; session 36's hostile run).
+TEST(device_heap_test, a_child_forked_during_a_trace_writes_nothing_into_it) {
+  const std::string path = temp_path("forked_trace");
+  test_device dev(16 * MiB);
+  device_heap h(dev, options_of(1 * MiB));
+  h.start_trace(path);
+  constexpr int pairs = 40000;  // 80 000 events: a batch written, more buffered
+  for (int i = 0; i < pairs; ++i) h.deallocate(h.try_allocate(1000));
+  const pid_t child = ::fork();
+  if (child == 0) std::exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  for (int i = 0; i < pairs; ++i) h.deallocate(h.try_allocate(1000));
+  h.stop_trace();
+  EXPECT_EQ(read_trace(path).size(), 4u * pairs);
+  std::remove(path.c_str());
 }
 
 TEST(device_heap_test, trace_that_cannot_be_opened_is_invalid_argument_naming_the_path) {

@@ -10,6 +10,7 @@
 // reader finished shows up as a mismatch.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -565,9 +566,11 @@ void fork_child_refuses() {
   CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc");
   auto m = memweave_symbol<int (*)(void**, std::size_t)>("memweaveMalloc");
   auto f = memweave_symbol<int (*)(void*)>("memweaveFree");
+  auto host_free = memweave_symbol<int (*)(void*)>("memweaveHostFree");
   auto message = memweave_symbol<const char* (*)()>("memweaveGetLastErrorMessage");
-  CHECK(m != nullptr && f != nullptr && message != nullptr, "libmemweave.so is not preloaded");
-  if (m == nullptr || f == nullptr || message == nullptr) return;
+  CHECK(m != nullptr && f != nullptr && host_free != nullptr && message != nullptr,
+        "libmemweave.so is not preloaded");
+  if (m == nullptr || f == nullptr || host_free == nullptr || message == nullptr) return;
   std::atomic<bool> stop{false};
   std::thread busy([&] {
     while (!stop.load()) {
@@ -580,9 +583,11 @@ void fork_child_refuses() {
     if (child == 0) {
       ::alarm(10);  // a hang is a failure, not a hung test
       void* q = nullptr;
+      // memweaveHostFree too (it called any pointer "not a live allocation" there).
       const bool refused = m(&q, 8192) == MEMWEAVE_ERROR_NOT_SUPPORTED &&
                            std::strstr(message(), "forked") != nullptr &&
-                           f(p) == MEMWEAVE_ERROR_NOT_SUPPORTED;
+                           f(p) == MEMWEAVE_ERROR_NOT_SUPPORTED &&
+                           host_free(p) == MEMWEAVE_ERROR_NOT_SUPPORTED;
       std::_Exit(refused ? 0 : 3);
     }
     int status = 0;
@@ -593,6 +598,50 @@ void fork_child_refuses() {
   stop.store(true);
   busy.join();
   CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+}
+
+// PyTorch's entry points in children forked while another thread logs (bad frees, each an
+// error line): the child's refusal is logged too, and must not wait for a lock the parent's
+// logging thread held at the fork (session 36's hostile run: half the children hung).
+void torch_fork_while_logging() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++probe_failures(), void();
+  auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
+  void* live = tm(k_block, 0, nullptr);  // initializes memweave: children are refused
+  CHECK(live != nullptr, "malloc");
+  // The lines go nowhere; the logging (and its locks) still happens.
+  const int devnull = ::open("/dev/null", O_WRONLY);
+  const int saved_stderr = ::dup(2);
+  ::dup2(devnull, 2);
+  static int not_ours = 0;
+  std::atomic<bool> stop{false};
+  std::thread logger([&] {
+    while (!stop.load()) tf(&not_ours, 4, 0, nullptr);
+  });
+  int hung = 0;
+  for (int i = 0; i < 16; ++i) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::alarm(10);  // a hang is a failure, not a hung test
+      tf(&not_ours, 4, 0, nullptr);
+      try {
+        (void)tm(4096, 0, nullptr);
+      } catch (...) {  // refused, as it should be
+      }
+      std::_Exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    hung += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  stop.store(true);
+  logger.join();
+  ::dup2(saved_stderr, 2);
+  ::close(saved_stderr);
+  ::close(devnull);
+  CHECK(hung == 0, "%d of 16 children hung or crashed", hung);
+  tf(live, k_block, 0, nullptr);
 }
 
 // A failing call made from a global destructor, after the main thread's thread-locals are
@@ -726,6 +775,8 @@ int main(int argc, char** argv) {
     torch_default_stream_of_another_device();
   } else if (scenario == "last_error") {
     last_error();
+  } else if (scenario == "torch_fork_while_logging") {
+    torch_fork_while_logging();
   } else if (scenario == "fork_child_refuses") {
     fork_child_refuses();
   } else if (scenario == "error_at_exit") {
