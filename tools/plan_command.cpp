@@ -178,6 +178,15 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   o.tile = args.flag("tile");
   const bool max_side = args.flag("max-image-side");
   args.reject_unused();
+  // Accepted and ignored, they would read as if the plan depended on them.
+  MEMWEAVE_EXPECTS(!o.lr_given && !o.seed_given,
+                   std::string(o.lr_given ? "--lr" : "--seed") +
+                       ": plan computes no values (the null device touches no memory), so "
+                       "its plan does not depend on it; leave it out");
+  if (max_batch && args.given().count("batch") != 0) {
+    throw invalid_argument("--max-batch searches the batch: give it without --batch (" +
+                           knob_value("--batch", args.given().at("batch")) + ")");
+  }
   MEMWEAVE_EXPECTS(!(split && o.tile), "--split and --tile are planned apart: give one of them");
   if (max_side) {  // image_side_search.hpp
     MEMWEAVE_EXPECTS(!split && !max_batch && !max_depth && c.ranks == 1,

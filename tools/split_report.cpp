@@ -112,8 +112,15 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
   return 0;
 }
 
-int plan_split_largest(const network_run_options& o, std::ostream& out) {
+int plan_split_largest(network_run_options o, std::ostream& out) {
   MEMWEAVE_EXPECTS(o.budget_bytes != 0, "--max-batch needs --budget (the memory to fit in)");
+  if (!o.executor.heap.trace_path.empty()) {
+    // Each probe would replace the file, leaving one nobody can tell apart: as without
+    // --split, a search writes no trace.
+    out << "MEMWEAVE_TRACE is not written by a search (--split --max-batch); plan one batch "
+           "to trace it\n";
+    o.executor.heap.trace_path.clear();
+  }
   // The search runs the fewest split plan (probe): `all`'s weighing of split plans at a batch
   // may fit larger ones, and fitting is not monotonic where host memory runs short.
   out << "memweave plan " << o.net << " --split: the largest batch the search finds `all` "

@@ -15,6 +15,6 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
 
 /// The largest batch that `all` trains within o.budget_bytes with --split (the executor on
 /// the null device: split steps staged, host memory within the host pool).
-int plan_split_largest(const network_run_options& o, std::ostream& out);
+int plan_split_largest(network_run_options o, std::ostream& out);
 
 }  // namespace memweave

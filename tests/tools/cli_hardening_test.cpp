@@ -55,8 +55,8 @@ TEST(cli_hardening_test, width_beyond_the_zoo_range_is_rejected) {
 
 TEST(cli_hardening_test, max_batch_search_reports_a_bad_option_instead_of_nothing_fits) {
   const std::string m =
-      error_of(plan_command, with({"--max-batch", "--budget", "64MiB", "--policy", "liveness",
-                                   "--conv-ws", "fixed:nonexistent"}));
+      error_of(plan_command, search_with({"--max-batch", "--budget", "64MiB", "--policy",
+                                          "liveness", "--conv-ws", "fixed:nonexistent"}));
   expect_has(m, "--conv-ws 'fixed:nonexistent' names no algorithm");
   EXPECT_EQ(m.find("MEMWEAVE_CONV_WS"), std::string::npos) << m;
 }
@@ -118,19 +118,30 @@ TEST(cli_hardening_test, a_later_policy_below_its_floor_is_a_row_and_the_outputs
   std::filesystem::remove(json);
 }
 
+// plan took --lr and --seed and ignored them, and --max-batch ignored --batch (session 36's
+// hostile run): each is refused, named.
+TEST(cli_hardening_test, plan_refuses_what_it_would_ignore) {
+  expect_has(error_of(plan_command, with({"--lr", "0.5"})), "--lr: plan computes no values");
+  expect_has(error_of(plan_command, with({"--seed", "7"})), "--seed: plan computes no values");
+  expect_has(error_of(plan_command, with({"--max-batch", "--budget", "64MiB"})),
+             "--max-batch searches the batch: give it without --batch (--batch '2')");
+}
+
 TEST(cli_hardening_test, plan_exits_1_when_nothing_fits) {
   EXPECT_EQ(run(plan_command, with({"--budget", "1MiB"})).code, 1);
   const auto r =
-      run(plan_command, with({"--max-batch", "--budget", "1MiB", "--policy", "liveness"}));
+      run(plan_command, search_with({"--max-batch", "--budget", "1MiB", "--policy", "liveness"}));
   EXPECT_EQ(r.code, 1) << r.out;
   expect_has(r.out, "nothing fits");
   // Under --tile, a layer that cannot run tile by tile over the budget: not bad input either
   // (the searches said so with exit 2).
   for (const char* search : {"--max-batch", "--max-depth"}) {
     // 1000 classes: fc1000's step alone is 1.5 MiB.
-    const auto t = run(plan_command,
-                       {"--net", "resnet:1,1,1,1", "--image-side", "32", "--width", "0.0625",
-                        "--batch", "2", search, "--tile", "--budget", "1MiB", "--policy", "all"});
+    std::vector<std::string> a = {"--net",    "resnet:1,1,1,1", "--image-side", "32",
+                                  "--width",  "0.0625",         search,         "--tile",
+                                  "--budget", "1MiB",           "--policy",     "all"};
+    if (std::string(search) == "--max-depth") a.insert(a.end(), {"--batch", "2"});
+    const auto t = run(plan_command, a);
     EXPECT_EQ(t.code, 1) << search << "\n" << t.out;
     expect_has(t.out, "nothing fits (budget 1.00 MiB (--budget) is below layer 'fc1000'");
   }
@@ -465,9 +476,9 @@ TEST(cli_hardening_test, a_budget_beyond_the_address_space_names_the_budget) {
   expect_has(e, "(from heap_options::pool_bytes (the budget, --budget))");
   expect_has(e, "lower the budget, --budget");
   EXPECT_EQ(e.find("MEMWEAVE_POOL_BYTES"), std::string::npos) << e;
-  expect_has(
-      error_of(plan_command, with({"--budget", "100TiB", "--policy", "liveness", "--max-batch"})),
-      "lower the budget, --budget");
+  expect_has(error_of(plan_command,
+                      search_with({"--budget", "100TiB", "--policy", "liveness", "--max-batch"})),
+             "lower the budget, --budget");
 }
 
 // MEMWEAVE_POOL_GROW let the budget's heap grow: `all` at a 146 KiB budget reported "fits"

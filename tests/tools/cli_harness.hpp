@@ -72,4 +72,18 @@ inline std::vector<std::string> with(std::vector<std::string> extra) {
   return a;
 }
 
+/// k_small without its --batch (a --max-batch search chooses the batch), then `extra`.
+inline std::vector<std::string> search_with(std::vector<std::string> extra) {
+  std::vector<std::string> a;
+  for (std::size_t i = 0; i < k_small.size(); ++i) {
+    if (k_small[i] == "--batch") {
+      ++i;
+      continue;
+    }
+    a.push_back(k_small[i]);
+  }
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
 }  // namespace memweave::test

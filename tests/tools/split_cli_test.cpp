@@ -249,19 +249,21 @@ void expect_the_unsplit_losses(const std::vector<std::string>& net,
 // `all` and writes nothing); a fixed algorithm that names nothing was "does not fit" (exit
 // 1, "raise --budget"), not bad input.
 TEST(split_cli_test, what_split_cannot_honour_is_refused) {
-  const std::vector<std::string> net = {
-      "--net", "resnet:1,1,1,1", "--width", "0.0625",  "--image-side", "32",    "--classes",
-      "5",     "--batch",        "8",       "--split", "--budget",     "200KiB"};
-  EXPECT_NE(error_of(plan_command, with(net, {"--max-batch", "--json", temp("mb.json")}))
+  const std::vector<std::string> search = {
+      "--net", "resnet:1,1,1,1", "--width",  "0.0625", "--image-side", "32", "--classes",
+      "5",     "--split",        "--budget", "200KiB"};
+  std::vector<std::string> net = search;
+  net.insert(net.end(), {"--batch", "8"});
+  EXPECT_NE(error_of(plan_command, with(search, {"--max-batch", "--json", temp("mb.json")}))
                 .find("--split --max-batch prints its answer and writes no --json"),
             std::string::npos);
-  EXPECT_NE(error_of(plan_command, with(net, {"--max-batch", "--policy", "utp"}))
+  EXPECT_NE(error_of(plan_command, with(search, {"--max-batch", "--policy", "utp"}))
                 .find("searches the largest batch `all` trains: give --policy all or leave "
                       "it out (--policy 'utp')"),
             std::string::npos);
   {
     const scoped_env policy("MEMWEAVE_POLICY", "liveness");  // the variable, too
-    EXPECT_NE(error_of(plan_command, with(net, {"--max-batch"}))
+    EXPECT_NE(error_of(plan_command, with(search, {"--max-batch"}))
                   .find("give --policy all or leave it out (MEMWEAVE_POLICY='liveness')"),
               std::string::npos);
   }
@@ -279,6 +281,21 @@ TEST(split_cli_test, what_split_cannot_honour_is_refused) {
 // The staged tensors and the swapped copies share the host pool: an offload counts what is
 // staged (a review found 5.94 MiB swapped beside 59.83 MiB staged in a 64 MiB pool), and the
 // failure says host memory ran out, not the budget.
+// A search writes no heap trace: each of its runs replaced the file, leaving the trace of one
+// nobody could name (session 36's hostile run; the search without --split already said so).
+TEST(split_cli_test, the_max_batch_search_writes_no_heap_trace) {
+  const std::string trace = temp("search.trace");
+  const scoped_env env("MEMWEAVE_TRACE", trace.c_str());
+  const auto r =
+      run(plan_command, {"--net", "resnet:1,1,1,1", "--width", "0.0625", "--image-side", "32",
+                         "--classes", "5", "--split", "--budget", "200KiB", "--max-batch"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("MEMWEAVE_TRACE is not written by a search (--split --max-batch)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+}
+
 TEST(split_cli_test, staged_and_swapped_bytes_share_the_host_pool) {
   const auto r =
       run(plan_command, {"--net", "vgg16", "--width", "0.25", "--image-side", "64", "--batch", "1",
