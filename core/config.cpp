@@ -49,7 +49,8 @@ constexpr std::array<option_info, 42> k_options{{
      "null backend: the link speed of its copy-time model (0 = 16 GB/s)",
      {1e-4, 1e6, true}},
     {"MEMWEAVE_POOL_BYTES", "", f::bytes, "",
-     "size of the device heap's arena; unset or 0 = MEMWEAVE_POOL_FRACTION of free device memory"},
+     "size of the device heap's arena, rounded down to whole blocks; unset or 0 = "
+     "MEMWEAVE_POOL_FRACTION of free device memory"},
     {"MEMWEAVE_POOL_FRACTION", "0.9", f::fraction, "",
      "fraction of free device memory taken for the arena when MEMWEAVE_POOL_BYTES is unset or 0"},
     {"MEMWEAVE_BLOCK_BYTES",

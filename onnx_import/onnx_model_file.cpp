@@ -100,7 +100,7 @@ void save_model(const onnx::ModelProto& model, const std::string& path) {
   std::string bytes;
   if (!model.SerializeToString(&bytes))
     throw invalid_argument(path + ": the model does not serialize (larger than 2 GiB?)");
-  write_file_atomically(path, bytes, "export_onnx_weights");
+  write_file_atomically(path, bytes, "the trained model");
 }
 
 std::int64_t element_count(const onnx::TensorProto& t, const std::string& what) {

@@ -206,6 +206,7 @@ network_run_options read_network_run_options(cli_args& args) {
                    "inception_v4, densenet121, or an ONNX model file (PATH.onnx)");
   o.net = *net;
   const bool onnx = is_onnx_net(o.net);
+  if (!onnx) from_knob("--net", [&] { check_zoo_name(o.net); });
   // A model file's batch may be its own (0); a zoo network's defaults to 32.
   o.zoo.batch = args.get_int("batch", 1, k_max_batch).value_or(onnx ? 0 : 32);
   const auto side = args.get_int("image-side", 1, k_max_image_side);
@@ -425,6 +426,16 @@ std::string timeline_path_of(const network_run_options& o, const std::string& po
 }
 
 void warn_unused_variables(const network_run_options& o) {
+  if (o.budget_bytes != 0) {
+    for (const char* v : {"MEMWEAVE_POOL_BYTES", "MEMWEAVE_POOL_FRACTION"}) {
+      const auto raw = option_raw(v);
+      if (raw && !raw->empty()) {
+        log(log_level::warn, std::string(v) + "=" + *raw +
+                                 " is not used: --budget sizes the device heap (the variable is "
+                                 "for the drop-in allocator and runs without --budget)");
+      }
+    }
+  }
   if (option_string("MEMWEAVE_SPLIT_COMPRESS") == "fp16" && !o.split) {
     log(log_level::warn,
         "MEMWEAVE_SPLIT_COMPRESS=fp16 compresses the micro-tensors of --split's staged steps: "

@@ -237,10 +237,14 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   // A model file's own batch, when --batch does not set it, is read first (one device: with
   // the model below).
   std::int64_t global = o.zoo.batch;
+  const bool models_batch = global == 0;
   if (global == 0 && c.ranks > 1) global = make_run_network(o, false).batch();
   MEMWEAVE_EXPECTS(global == 0 || global >= c.ranks,
-                   "--batch " + std::to_string(global) + " is smaller than --ranks " +
-                       std::to_string(c.ranks) + ": each device needs at least one image");
+                   (models_batch ? "the model's batch " + std::to_string(global) + " (--net " +
+                                       o.net + "; no --batch given)"
+                                 : "--batch " + std::to_string(global)) +
+                       " is smaller than --ranks " + std::to_string(c.ranks) +
+                       ": each device needs at least one image");
   o.zoo.batch = (global + c.ranks - 1) / c.ranks;
 
   warn_unused_variables(o);

@@ -100,7 +100,7 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
       if (exported) return;
       std::map<std::string, std::vector<float>> trained;
       for (const auto& b : onnx->bindings) trained[b.tensor] = ex.read(b.tensor);
-      export_onnx_weights(*onnx, trained, export_path);
+      from_knob("--export-onnx", [&] { export_onnx_weights(*onnx, trained, export_path); });
       out << "wrote " << export_path << " (the weights trained by policy " << policy << ")\n";
       exported = true;
     };

@@ -190,7 +190,12 @@ checkpoint_file read_checkpoint(const std::string& path) {
     std::uint64_t elements = 1;
     for (std::int64_t d : dims) {
       // Each dimension at least 1, and the product bounded by what is left of the file.
-      if (d < 1 || static_cast<std::uint64_t>(d) > r.left() / sizeof(float) / elements) {
+      if (d < 1) {
+        throw invalid_argument("checkpoint '" + path + "' is corrupt: tensor '" + t.name +
+                               "' has shape " + to_string(t.shape) +
+                               " (each dimension must be at least 1)");
+      }
+      if (static_cast<std::uint64_t>(d) > r.left() / sizeof(float) / elements) {
         throw invalid_argument("checkpoint '" + path + "' is truncated or corrupt: tensor '" +
                                t.name + "' has shape " + to_string(t.shape) + ", more than the " +
                                std::to_string(r.left()) + " bytes left hold");

@@ -59,6 +59,19 @@ std::vector<std::string> zoo_names() {
           "inception_v4", "densenet121"};
 }
 
+void check_zoo_name(std::string_view name) {
+  for (const char* known :
+       {"alexnet", "vgg16", "resnet50", "resnet101", "resnet152", "inception_v4", "densenet121"}) {
+    if (name == known) return;
+  }
+  if (name.starts_with(resnet_prefix)) {
+    (void)parse_resnet(name);
+    return;
+  }
+  throw invalid_argument("unknown zoo network '" + std::string(name) +
+                         "'; known: " + known_names());
+}
+
 network make_network(std::string_view name, const zoo_options& o) {
   if (name == "alexnet") return make_alexnet(o);
   if (name == "vgg16") return make_vgg16(o);

@@ -123,8 +123,22 @@ TEST(cli_hardening_test, a_later_policy_below_its_floor_is_a_row_and_the_outputs
 TEST(cli_hardening_test, plan_refuses_what_it_would_ignore) {
   expect_has(error_of(plan_command, with({"--lr", "0.5"})), "--lr: plan computes no values");
   expect_has(error_of(plan_command, with({"--seed", "7"})), "--seed: plan computes no values");
+  // A bad zoo name is --net's (it said "zoo network", never the option).
+  expect_has(error_of(plan_command, {"--net", "resnet:1,2"}), "--net: zoo network 'resnet:1,2'");
+  expect_has(error_of(plan_command, {"--net", "resnet51"}), "--net: unknown zoo network");
   expect_has(error_of(plan_command, with({"--max-batch", "--budget", "64MiB"})),
              "--max-batch searches the batch: give it without --batch (--batch '2')");
+}
+
+// The heap's size variables with --budget: the budget sizes the heap, and the variable was
+// ignored without a word (session 36's hostile run).
+TEST(cli_hardening_test, the_pool_size_variables_under_a_budget_are_said_to_be_unused) {
+  const scoped_env bytes("MEMWEAVE_POOL_BYTES", "1KiB");
+  ::testing::internal::CaptureStderr();
+  const auto r = run(plan_command, with({"--budget", "64MiB", "--policy", "liveness"}));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.code, 0) << r.out;
+  expect_has(err, "MEMWEAVE_POOL_BYTES=1KiB is not used: --budget sizes the device heap");
 }
 
 TEST(cli_hardening_test, plan_exits_1_when_nothing_fits) {

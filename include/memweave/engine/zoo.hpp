@@ -73,6 +73,10 @@ network make_network(std::string_view name, const zoo_options& o);
 /// The names make_network knows ("resnet:<n1>,<n2>,<n3>,<n4>" as written here).
 std::vector<std::string> zoo_names();
 
+/// Throws make_network's invalid_argument for a name it does not know or a malformed resnet
+/// spec, without building anything (so a caller can name the option the name came from).
+void check_zoo_name(std::string_view name);
+
 /// The native input side of a zoo name (227, 224, 299), and the smallest one it builds at.
 std::int64_t zoo_native_side(std::string_view name);
 std::int64_t zoo_min_side(std::string_view name);

@@ -142,6 +142,11 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   expect_refused(resealed(16, &huge, 8), "iteration 9223372036854775807 is not from 0 to");
   const std::uint32_t reserved = 5;
   expect_refused(resealed(44, &reserved, 4), "its reserved word is 5, not 0");
+  // A tensor's dimension of 0 (past the checksum): said so, not "more than the bytes left".
+  std::uint32_t name_bytes = 0;
+  std::memcpy(&name_bytes, bytes.data() + 48, 4);  // the first tensor's record
+  const std::int64_t zero = 0;
+  expect_refused(resealed(52 + name_bytes, &zero, 8), "(each dimension must be at least 1)");
   // A checkpoint of another network: names and shapes differ.
   network_builder b("other");
   auto x = b.data({4, 3, 8, 8}, 5);
