@@ -265,11 +265,11 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
              bytes_text(info.free_bytes) + " (" +
              (options.pool_knob.empty() ? "MEMWEAVE_POOL_FRACTION" : options.pool_knob) + ")";
   }
+  MEMWEAVE_EXPECTS(want >= block_, "the device heap's arena would be less than one block of " +
+                                       std::to_string(block_) + " bytes: " + std::to_string(want) +
+                                       " bytes, from " + source + "; give " + knob +
+                                       " at least one block");
   want = want / block_ * block_;
-  MEMWEAVE_EXPECTS(want != 0, "the device heap's arena would be less than one block of " +
-                                  std::to_string(block_) + " bytes, from " + source +
-                                  "; set MEMWEAVE_POOL_BYTES (heap_options::pool_bytes) to at "
-                                  "least one block");
   const std::uint64_t blocks = want / block_;
   const std::uint64_t limit = std::clamp<std::uint64_t>(
       std::bit_ceil(blocks + 1), 4096, detail::device_heap_size_index::max_exact_limit);

@@ -134,10 +134,12 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
       if (hopt.pool_bytes == 0) hopt.pool_knob = "memweave_config.pool_fraction";
     }
     if (config->block_bytes != 0) {
-      if (!valid_block_bytes(config->block_bytes)) {
+      // At most 1 GiB, as MEMWEAVE_BLOCK_BYTES: a larger block passed here, and the pool then
+      // failed asking for at least one block (8 EiB) by MEMWEAVE_POOL_BYTES.
+      if (!valid_block_bytes(config->block_bytes) || config->block_bytes > (std::size_t{1} << 30)) {
         throw invalid_argument(
             "memweave_config.block_bytes = " + std::to_string(config->block_bytes) +
-            " is not a power of two >= 256; use e.g. 1024, or 0 "
+            " is not a power of two from 256 to 1 GiB; use e.g. 1024, or 0 "
             "for MEMWEAVE_BLOCK_BYTES");
       }
       hopt.block_bytes = config->block_bytes;

@@ -513,7 +513,16 @@ TEST(device_heap_test, bad_options_are_rejected_with_the_value) {
   EXPECT_THROW(device_heap(dev, o), invalid_argument);
   o.pool_fraction = 1.5;
   EXPECT_THROW(device_heap(dev, o), invalid_argument);
-  EXPECT_THROW(device_heap(dev, options_of(1000)), invalid_argument);  // under one block
+  try {  // under one block: the value and where it came from
+    device_heap h(dev, options_of(1000));
+    ADD_FAILURE() << "an arena under one block was accepted";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "1000 bytes, from heap_options::pool_bytes (MEMWEAVE_POOL_BYTES); give "
+                  "MEMWEAVE_POOL_BYTES at least one block"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_EQ(dev.used(), 0u);
 }
 

@@ -429,6 +429,12 @@ TEST_F(memweave_capi_test, bad_config_values_are_invalid_values_naming_the_field
   EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
   EXPECT_NE(last_error().find("memweave_config.block_bytes = 1000"), std::string::npos)
       << last_error();
+  c.block_bytes = std::size_t{1} << 40;  // a power of two, beyond MEMWEAVE_BLOCK_BYTES's 1 GiB
+  EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_INVALID_VALUE);
+  EXPECT_NE(last_error().find("memweave_config.block_bytes = 1099511627776 is not a power of two "
+                              "from 256 to 1 GiB"),
+            std::string::npos)
+      << last_error();
   // Checked at initialization, not at the first memweaveHostMalloc, and named as set.
   c = host_config();
   c.host_pool_bytes = 1;
