@@ -15,6 +15,8 @@
 // - cudaMemGetInfo: the current device's pool's free and total bytes.
 // - cudaStreamDestroy: first memweaveRetireStream (the blocks freed on the stream wait for
 //   their events from then on), then the runtime's.
+// - cudaDeviceReset: first memweaveReleaseDevicePool (the current device's pool goes back to
+//   the runtime before the reset frees its arena), then the runtime's.
 // - cudaGetLastError / cudaPeekAtLastError: the runtime's last error, and a failure of a call
 //   memweave served as the runtime would have recorded it (the runtime keeps one error per
 //   host thread, set by every failing call). memweave's own runtime calls clear the runtime's
@@ -75,6 +77,7 @@ using free_async_fn = cudaError_t (*)(void*, cudaStream_t);
 using mem_get_info_fn = cudaError_t (*)(size_t*, size_t*);
 using last_error_fn = cudaError_t (*)();
 using stream_destroy_fn = cudaError_t (*)(cudaStream_t);
+using device_reset_fn = cudaError_t (*)();
 
 std::atomic<malloc_fn> g_real_malloc{nullptr};
 std::atomic<free_fn> g_real_free{nullptr};
@@ -86,6 +89,7 @@ std::atomic<mem_get_info_fn> g_real_mem_get_info{nullptr};
 std::atomic<last_error_fn> g_real_get_last_error{nullptr};
 std::atomic<last_error_fn> g_real_peek_at_last_error{nullptr};
 std::atomic<stream_destroy_fn> g_real_stream_destroy{nullptr};
+std::atomic<device_reset_fn> g_real_device_reset{nullptr};
 std::atomic<bool> g_warned{false};
 
 cudaError_t real_malloc(void** p, size_t bytes) noexcept {
@@ -298,6 +302,23 @@ __attribute__((visibility("default"))) cudaError_t cudaStreamDestroy(cudaStream_
     (void)memweaveRetireStream(stream);
   }
   return f != nullptr ? f(stream) : cudaErrorInitializationError;
+}
+
+// The reset frees every allocation of the current device, memweave's arena among them:
+// memweave gives that pool back first (memweaveReleaseDevicePool), so that it never hands out
+// memory the runtime freed (or gave to someone else since); the next cudaMalloc makes a new
+// pool.
+__attribute__((visibility("default"))) cudaError_t cudaDeviceReset() {
+  device_reset_fn f = real(g_real_device_reset, "cudaDeviceReset");
+  if (!from_memweave()) {
+    reentry_guard guard;
+    if (memweaveReleaseDevicePool() != MEMWEAVE_SUCCESS) {
+      memweave::log(memweave::log_level::warn,
+                    std::string("cudaDeviceReset: memweave could not give its pool back first: ") +
+                        memweaveGetLastErrorMessage());
+    }
+  }
+  return f != nullptr ? f() : cudaErrorInitializationError;
 }
 
 // The runtime's last error if it holds one (the more recent: see t_error), else a failure of

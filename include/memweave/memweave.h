@@ -171,6 +171,15 @@ MEMWEAVE_API memweave_status memweaveFreeAsync(void* ptr, struct CUstream_st* st
  * call before initialization. */
 MEMWEAVE_API memweave_status memweaveRetireStream(struct CUstream_st* stream);
 
+/* Call before cudaDeviceReset: gives the pool of the calling thread's current device back
+ * to the CUDA runtime (its arena freed, its pending frees waited for), so that the reset does
+ * not free memory memweave would go on handing out. Every allocation from that pool is
+ * invalid afterwards, as cudaDeviceReset makes every allocation of the device; the next one
+ * on the device makes a new pool. As for cudaDeviceReset, no other thread may be using the
+ * device meanwhile. The interposer calls it for cudaDeviceReset. A no-op when the device has
+ * no pool or memweave is not initialized. */
+MEMWEAVE_API memweave_status memweaveReleaseDevicePool(void);
+
 /* Whether `ptr` lies inside the arenas of any pool (1) or not (0); 0 when not
  * initialized. */
 MEMWEAVE_API int memweaveOwns(const void* ptr);

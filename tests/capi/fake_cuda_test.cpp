@@ -212,6 +212,10 @@ TEST(fake_cuda, cuda_get_last_error_sees_interposed_failures_and_keeps_the_progr
   EXPECT_NE(r.output.find("largest free run"), std::string::npos) << r.output;
 }
 
+TEST(fake_cuda, after_cuda_device_reset_allocations_come_from_a_new_pool) {
+  expect_passes(run_probe("device_reset", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
 TEST(fake_cuda, pytorch_entry_points_in_a_child_forked_while_logging_do_not_hang) {
   expect_passes(run_probe("torch_fork_while_logging", {"MEMWEAVE_POOL_BYTES=8M"}, 120));
 }

@@ -410,6 +410,28 @@ TEST_F(memweave_capi_test, finalize_with_live_allocations_releases_them) {
   EXPECT_EQ(stats().live_allocations, 0u);
 }
 
+// What cudaDeviceReset needs first: the device's pool given back (its allocations invalid,
+// as the reset makes them), the next allocation from a new pool; a no-op without one.
+TEST_F(memweave_capi_test, a_released_device_pool_is_made_again_on_the_next_allocation) {
+  EXPECT_EQ(memweaveReleaseDevicePool(), MEMWEAVE_SUCCESS);  // before initialization
+  const memweave_config c = host_config();
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(memweaveReleaseDevicePool(), MEMWEAVE_SUCCESS);  // no pool made yet
+  void* p = nullptr;
+  ASSERT_EQ(memweaveMalloc(&p, 4096), MEMWEAVE_SUCCESS);
+  void* q = nullptr;
+  ASSERT_EQ(memweaveMallocAsync(&q, 4096, nullptr), MEMWEAVE_SUCCESS);
+  ASSERT_EQ(memweaveFreeAsync(q, nullptr), MEMWEAVE_SUCCESS);  // pending at the release
+  EXPECT_EQ(memweaveReleaseDevicePool(), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(memweaveOwns(p), 0);
+  EXPECT_EQ(memweaveFree(p), MEMWEAVE_ERROR_INVALID_DEVICE_POINTER);
+  void* r = nullptr;
+  ASSERT_EQ(memweaveMalloc(&r, 4096), MEMWEAVE_SUCCESS) << last_error();
+  EXPECT_EQ(memweaveOwns(r), 1);
+  EXPECT_EQ(stats().live_allocations, 1u);  // the new pool's only one
+  EXPECT_EQ(memweaveFree(r), MEMWEAVE_SUCCESS);
+}
+
 TEST_F(memweave_capi_test, bad_config_values_are_invalid_values_naming_the_field) {
   memweave_config c = host_config();
   c.fit = 7;

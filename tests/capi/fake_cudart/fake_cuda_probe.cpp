@@ -600,6 +600,37 @@ void fork_child_refuses() {
   CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
 }
 
+// cudaDeviceReset frees every allocation of the device, memweave's arena among them: a
+// cudaMalloc after it must be device memory the runtime holds (a new pool's), not a block of
+// the arena the reset freed, which memweave went on handing out (session 36's reading of
+// the interposer).
+void device_reset() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not in the process (LD_PRELOAD?)");
+  if (owns == nullptr) return;
+  void* before = nullptr;
+  CHECK(cudaMalloc(&before, k_block) == cudaSuccess, "cudaMalloc");
+  CHECK(owns(before) == 1, "the block is not the pool's");
+  CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset");
+  CHECK(owns(before) == 0, "memweave still owns a block the reset freed");
+  void* after = nullptr;
+  CHECK(cudaMalloc(&after, k_block) == cudaSuccess, "cudaMalloc after the reset");
+  CHECK(owns(after) == 1, "the block after the reset is not a pool's");
+  CHECK(fake_cudart_device_of(after) == 0,
+        "the block after the reset is in memory the runtime freed (the old arena)");
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  launch_write(s, after, k_block, 0x5a);
+  launch_read(s, after, k_block, 0x5a, 0);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "synchronize");
+  CHECK(g_mismatches.load() == 0, "%ld reads saw other bytes", g_mismatches.load());
+  CHECK(cudaFree(after) == cudaSuccess, "cudaFree after the reset");
+  std::size_t free_bytes = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && free_bytes == total,
+        "the new pool is not whole after its block came back (%zu of %zu free)", free_bytes, total);
+  cudaStreamDestroy(s);
+}
+
 // PyTorch's entry points in children forked while another thread logs (bad frees, each an
 // error line): the child's refusal is logged too, and must not wait for a lock the parent's
 // logging thread held at the fork (session 36's hostile run: half the children hung).
@@ -775,6 +806,8 @@ int main(int argc, char** argv) {
     torch_default_stream_of_another_device();
   } else if (scenario == "last_error") {
     last_error();
+  } else if (scenario == "device_reset") {
+    device_reset();
   } else if (scenario == "torch_fork_while_logging") {
     torch_fork_while_logging();
   } else if (scenario == "fork_child_refuses") {

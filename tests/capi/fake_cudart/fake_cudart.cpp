@@ -463,6 +463,30 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return cudaSuccess;
 }
 
+// As the runtime: the device's work finished, then every allocation on it freed (its
+// streams are kept: the tests create none they use after a reset).
+cudaError_t cudaDeviceReset(void) {
+  int d = 0;
+  if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  synchronize_device(d);
+  std::vector<void*> freed;
+  {
+    state& s = g();
+    std::lock_guard lock(s.mu);
+    for (auto it = s.allocations.begin(); it != s.allocations.end();) {
+      if (!it->second.host && it->second.device == d) {
+        freed.push_back(reinterpret_cast<void*>(it->first));
+        it = s.allocations.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    s.used[static_cast<std::size_t>(d)] = 0;
+  }
+  for (void* p : freed) std::free(p);
+  return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
   int d = 0;
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
