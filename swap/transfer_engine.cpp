@@ -324,7 +324,9 @@ struct transfer_engine::impl {
                             " in use" + elsewhere +
                             "; free memory split in pieces smaller than asked counts as free). "
                             "The tensor stays where it is (nothing was enqueued). Raise the "
-                            "host pool (--host-pool, MEMWEAVE_HOST_POOL_BYTES), or drop host "
+                            "host pool (" +
+                            options_.pool_knob +
+                            "), or drop host "
                             "copies no longer needed",
                         bytes, free_bytes, free_bytes);
   }

@@ -278,6 +278,12 @@ network_run_options read_network_run_options(cli_args& args) {
   // Absent: 0, the executor's "MEMWEAVE_HOST_POOL_BYTES" (plan then models a large host).
   o.executor.host_pool_bytes =
       args.get_bytes_of_variable("host-pool", "MEMWEAVE_HOST_POOL_BYTES").value_or(0);
+  // Host memory running out names what sized it, as the user gave it.
+  if (args.given().count("host-pool") != 0) {
+    o.executor.host_pool_knob = "--host-pool";
+  } else if (option_raw("MEMWEAVE_HOST_POOL_BYTES")) {
+    o.executor.host_pool_knob = "MEMWEAVE_HOST_POOL_BYTES";
+  }
   o.executor.prefetch_distance =
       static_cast<int>(args.get_int_or_variable("prefetch-distance", "MEMWEAVE_PREFETCH_DISTANCE"));
   o.json = args.get_path("json");

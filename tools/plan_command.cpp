@@ -165,6 +165,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   // metadata), so model a large machine unless told otherwise.
   if (o.executor.host_pool_bytes == 0 && !option_raw("MEMWEAVE_HOST_POOL_BYTES")) {
     o.executor.host_pool_bytes = std::size_t{256} << 30;
+    o.executor.host_pool_knob = "plan's 256 GiB without --host-pool";
   }
   const bool max_batch = args.flag("max-batch"), max_depth = args.flag("max-depth");
   cluster c;

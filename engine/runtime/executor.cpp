@@ -190,15 +190,15 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     to.verify = options.verify_transfers || option_bool("MEMWEAVE_VERIFY_TRANSFERS");
     to.name_fn = [this](std::uint32_t t) { return table_[t].name; };
     to.fp16_codec_factory = launcher_->fp16_codec_factory();  // cuda's; empty: swap/'s
+    to.pool_knob = options.host_pool_knob;
     try {
       transfers_ = std::make_unique<transfers>(dev, options.host_pool_bytes, std::move(to));
     } catch (const out_of_memory& e) {
       // Not "does not fit", as the heap's arena above: a pool that size cannot be had at all
       // (beyond the address space or memory this process may map). Named by its knob: the
       // device's message knows only the mapping that failed.
-      throw invalid_argument(std::string("the pinned host pool (executor_options::host_pool_bytes: "
-                                         "--host-pool, MEMWEAVE_HOST_POOL_BYTES) cannot be had: ") +
-                             e.what() + "; lower it");
+      throw invalid_argument("the pinned host pool (" + options.host_pool_knob +
+                             ") cannot be had: " + e.what() + "; lower it");
     }
   }
 

@@ -149,8 +149,7 @@ float* executor::new_staging(tensor_id t) {
     host_exhausted_ = true;  // not a matter of packing device memory: no repack
     return out_of_memory("host memory for the split steps' micro-tensors: " + table_[t].name +
                              " needs " + format_bytes(bytes) + "; the host pool of " +
-                             format_bytes(pool) + how +
-                             " (raise --host-pool or MEMWEAVE_HOST_POOL_BYTES)",
+                             format_bytes(pool) + how + " (raise " + options_.host_pool_knob + ")",
                          bytes, used() < pool ? pool - used() : 0, largest);
   };
   if (used() + bytes > pool) {

@@ -119,6 +119,9 @@ struct executor_options {
   int offload_lag = 2;
   /// Pinned host memory for offloaded tensors (0 = MEMWEAVE_HOST_POOL_BYTES).
   std::size_t host_pool_bytes = 0;
+  /// What sized it, named where host memory runs out (the option or variable the user gave:
+  /// the tools set it); the default names both.
+  std::string host_pool_knob = "--host-pool or MEMWEAVE_HOST_POOL_BYTES";
   /// Transfer settings (verification; MEMWEAVE_VERIFY_TRANSFERS).
   bool verify_transfers = false;
   /// recompute/all: how segments are rebuilt (MEMWEAVE_RECOMPUTE): cost_aware (the paper's

@@ -65,6 +65,9 @@ struct transfer_options {
   /// then an invalid_argument; the executor gives the cuda backend's conversion kernels,
   /// engine/runtime/cuda_fp16_codec.hpp). The engine owns what it returns.
   std::function<std::unique_ptr<fp16_codec>(device&)> fp16_codec_factory;
+  /// What sized the host pool, named where it runs out (the option or variable the user
+  /// gave); the default names both.
+  std::string pool_knob = "--host-pool or MEMWEAVE_HOST_POOL_BYTES";
   /// Reads MEMWEAVE_VERIFY_TRANSFERS; throws invalid_argument naming it when malformed.
   static transfer_options from_environment();
 };
