@@ -46,12 +46,27 @@ class cuda_copier final : public slice_copier {
     MEMWEAVE_CUDA_CHECK(cudaEventRecord(l.forked, main));
     MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(l.out, l.forked, 0));
     MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(l.in, l.forked, 0));
-    // Back on the step's stream whatever happens (a failed enqueue throws from here).
+    // Back on the step's stream whatever happens. Should an enqueue throw, the copies queued
+    // on the link streams before it still run: the step's stream is made to wait for them
+    // (unchecked: the first failure is the one thrown), as the executor reuses the micro and
+    // pinned buffers once that stream alone is done.
     struct on_main {
       cudaStream_t& s;
       cudaStream_t main;
-      ~on_main() { s = main; }
-    } restore{stream_, main};
+      const kc::cuda_kernel_context::link_streams& l;
+      bool joined = false;
+      ~on_main() {
+        s = main;
+        if (joined) return;
+        if (cudaEventRecord(l.out_done, l.out) == cudaSuccess) {
+          (void)cudaStreamWaitEvent(main, l.out_done, 0);
+        }
+        if (cudaEventRecord(l.in_done, l.in) == cudaSuccess) {
+          (void)cudaStreamWaitEvent(main, l.in_done, 0);
+        }
+        (void)cudaGetLastError();  // this cleanup's own failure is not the program's error
+      }
+    } restore{stream_, main, l};
     stream_ = l.out;
     outs();
     stream_ = l.in;
@@ -61,6 +76,7 @@ class cuda_copier final : public slice_copier {
     MEMWEAVE_CUDA_CHECK(cudaEventRecord(l.in_done, l.in));
     MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(main, l.out_done, 0));
     MEMWEAVE_CUDA_CHECK(cudaStreamWaitEvent(main, l.in_done, 0));
+    restore.joined = true;
   }
 
  private:

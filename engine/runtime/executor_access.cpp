@@ -118,6 +118,12 @@ void executor::capture_watched(std::size_t step) {
       // Held as fp16 in host memory: expanded there, after the step that wrote it.
       compute.launch([to = watched_[t].data(), from = static_cast<const std::uint16_t*>(p),
                       n = watched_[t].size()] { fp16_decode(to, from, n); });
+    } else if (residency_->state(t) == residency::staged) {
+      // In host staging memory: a host function, which runs after the step's copies out on
+      // the stream. A host-to-host cudaMemcpyAsync is synchronous with the host and need not
+      // wait for the work queued before it.
+      compute.launch([to = watched_[t].data(), from = static_cast<const float*>(p),
+                      n = watched_[t].size()] { std::memcpy(to, from, n * sizeof(float)); });
     } else {
       compute.copy_async(watched_[t].data(), p, table_[t].bytes, copy_kind::device_to_host);
     }

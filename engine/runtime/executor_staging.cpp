@@ -444,6 +444,7 @@ void* executor::acquire_staged(std::size_t s, std::span<const tensor_access> acc
     // A schedule says what stays whole (scheduled_step::whole), the rest of the step around it.
     if (keep && schedule_) continue;
     stage_step(s, accesses, keep, workspace_bytes);
+    release_handed_whole();
     try {
       acquire(s, staging_->whole, locked, false);
       return take_micro_buffer(s, false, workspace_bytes);
@@ -508,6 +509,28 @@ void executor::release_handed() {
     st.bytes_handed -= st.bytes_staged - before;
   }
   drop_handed();
+}
+
+// A slice handed over for a tensor this step takes whole (the schedule keeps it so) goes
+// back first, written back to host memory where it is not there (keeps_last): acquiring the
+// tensor fetches it from there, and would otherwise miss that slice.
+void executor::release_handed_whole() {
+  staging& st = *staging_;
+  const auto whole = [&](tensor_id t) {
+    return std::any_of(st.whole.begin(), st.whole.end(),
+                       [t](const tensor_access& a) { return a.tensor == t; });
+  };
+  if (std::none_of(st.handed.begin(), st.handed.end(),
+                   [&](const staging::slice_buffer& b) { return whole(b.tensor); })) {
+    return;
+  }
+  std::vector<staging::slice_buffer> kept;
+  for (const staging::slice_buffer& b : st.handed) {
+    if (!whole(b.tensor)) kept.push_back(b);
+  }
+  std::erase_if(st.handed, [&](const staging::slice_buffer& b) { return !whole(b.tensor); });
+  release_handed();
+  st.handed = std::move(kept);
 }
 
 void executor::staging::give_back(const slice_buffer& b, device_heap& heap,
@@ -714,7 +737,8 @@ void executor::replay_staged(std::size_t position, std::size_t step) {
     if (a.mode != access_mode::write || !in_cache(t) || table_[t].persistent) continue;
     const residency r = residency_->state(t);
     // One that holds its value elsewhere (a saved statistic in host memory) is fetched first:
-    // the replay writes the same bits over it, and a failure loses nothing.
+    // the replay writes the same bits over it (on cuda, BN's statistics to the last bits of
+    // their double sums: kernels/cuda/micro_batch.hpp), and a failure loses nothing.
     if (r == residency::on_host || r == residency::offloading || r == residency::prefetching) {
       ensure_resident(t, step);
     }

@@ -9,7 +9,10 @@
 // Sums: one block per channel adds a micro-batch's values in a fixed order (a thread's
 // elements in index order, then a shared-memory tree) and adds that to the running sum,
 // so a split step's results do not depend on the run: deterministic, but not the bits of
-// the whole step (cuDNN's), which sums in another order.
+// the whole step (cuDNN's), which sums in another order. The running sum follows the order
+// the micro-batches run in: a BN forward handed its last slice by the step before runs last
+// micro-batch first, and a replay of it (in order) may differ from it in the sums' last bits
+// of double, rarely in a float; the host's sums are exact, so there it never does.
 #pragma once
 
 #include <cstdint>

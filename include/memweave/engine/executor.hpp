@@ -388,6 +388,7 @@ class executor {
   void* take_micro_buffer(std::size_t s, bool replay = false, std::size_t workspace_bytes = 0);
   std::int64_t micro_batch_left(std::size_t s) const;
   void release_handed();
+  void release_handed_whole();
   void drop_handed() noexcept;
   void* acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
                        std::vector<tensor_id>& locked, std::size_t workspace_bytes = 0);
