@@ -115,7 +115,8 @@ constexpr std::array<option_info, 42> k_options{{
      f::number,
      "",
      "all: fraction of the budget the memory schedule leaves unplanned, for heap fragmentation; "
-     "unset = 0.08, and half of it is tried too (both run on the null device, the faster kept)",
+     "unset = 0.08, and half of it is tried too, and a quarter where half wins (each run on the "
+     "null device, the fastest kept)",
      {0, 0.9, true}},
     {"MEMWEAVE_SCHEDULE_MIN_BYTES",
      "",
