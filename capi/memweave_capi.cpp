@@ -645,26 +645,23 @@ memweave_status memweaveReleaseDevicePool(void) {
   if (c == nullptr) return MEMWEAVE_SUCCESS;
   busy_scope busy;
   try {
-    const int d = c->device_settings.kind == "cuda" ? c->rt->current_device() : 0;
-    if (d < 0 || d >= k_max_devices) return MEMWEAVE_SUCCESS;  // no pool is made there
     std::unique_ptr<pool> released;
     {
       std::lock_guard lock(c->pools_mutex);
-      pool* p = c->pools[static_cast<std::size_t>(d)].load(std::memory_order_acquire);
+      pool* p = existing_current_pool(*c);
       if (p == nullptr) return MEMWEAVE_SUCCESS;
       // Out of the table first: no lookup finds it from here on, and the next allocation on
       // the device makes a new pool.
-      c->pools[static_cast<std::size_t>(d)].store(nullptr, std::memory_order_release);
+      c->pools[static_cast<std::size_t>(p->ordinal)].store(nullptr, std::memory_order_release);
       const auto it = std::find_if(c->owned_pools.begin(), c->owned_pools.end(),
                                    [p](const std::unique_ptr<pool>& o) { return o.get() == p; });
       released = std::move(*it);
       c->owned_pools.erase(it);
     }
-    // In the order ~context uses: the pending frees' events waited for (they die with the
-    // device's context), the arena freed while the runtime still knows it, then the device.
-    released->ordered.reset();
-    released->heap.reset();
-    released->dev.reset();
+    // Destroyed here, outside the lock, in its members' order (capi_context.hpp): the pending
+    // frees' events waited for (they die with the device's context), the arena freed while
+    // the runtime still knows it, then the device.
+    released.reset();
     return MEMWEAVE_SUCCESS;
   } catch (...) {
     return fail_from_current_exception("memweaveReleaseDevicePool");

@@ -1,10 +1,8 @@
 // The CIFAR-10 binary reader. All records are read and checked at construction (the whole
 // training set is 150 MB of bytes); fill() only converts, so it is thread-safe.
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <string>
 #include <vector>
 
 #include "memweave/core/error.hpp"
@@ -18,7 +16,8 @@ constexpr std::size_t k_side = 32;
 constexpr std::size_t k_pixels = 3 * k_side * k_side;
 constexpr std::size_t k_record = 1 + k_pixels;
 
-std::vector<unsigned char> read_file(const std::filesystem::path& path) {
+// The file's bytes (records of a label byte and the pixels), checked.
+std::string read_file(const std::filesystem::path& path) {
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
     // A device or a pipe (/dev/zero) would be read until memory runs out.
@@ -26,13 +25,12 @@ std::vector<unsigned char> read_file(const std::filesystem::path& path) {
                            "' is not a regular file; give --data cifar10:PATH a CIFAR-10 "
                            "binary file or the directory of the binary version");
   }
-  std::string text;
+  std::string bytes;
   try {
-    text = read_whole_file(path.string(), "CIFAR-10 file");
+    bytes = read_whole_file(path.string(), "CIFAR-10 file");
   } catch (const invalid_argument& e) {
     throw invalid_argument(std::string(e.what()) + "; check the path given to --data");
   }
-  const std::vector<unsigned char> bytes(text.begin(), text.end());
   if (bytes.empty() || bytes.size() % k_record != 0) {
     throw invalid_argument("'" + path.string() + "' is not a CIFAR-10 binary file: its size " +
                            std::to_string(bytes.size()) + " bytes is not a positive multiple of " +
@@ -40,9 +38,10 @@ std::vector<unsigned char> read_file(const std::filesystem::path& path) {
                            " (1 label byte + 3072 pixel bytes per record)");
   }
   for (std::size_t r = 0; r < bytes.size() / k_record; ++r) {
-    if (bytes[r * k_record] > 9) {
+    const auto label = static_cast<unsigned char>(bytes[r * k_record]);
+    if (label > 9) {
       throw invalid_argument("'" + path.string() + "' record " + std::to_string(r) + " has label " +
-                             std::to_string(bytes[r * k_record]) +
+                             std::to_string(label) +
                              "; CIFAR-10 labels are 0..9: the file is corrupt or not CIFAR-10");
     }
   }

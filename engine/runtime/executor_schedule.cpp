@@ -258,12 +258,11 @@ executor_options executor::weigh_policy(const network& net, const executor_optio
   // Where half the headroom ran faster, a quarter may be faster still; where it fragments the
   // heap or plans no schedule it is slower and not kept: one more run, at the configuration
   // chosen.
-  if (options.schedule.headroom_auto && headrooms.size() > 1 && choice.all_s > 0 && refine &&
+  if (headrooms.size() > 1 && choice.all_s > 0 && refine &&
       chosen.schedule.headroom == headrooms.back()) {
-    const executor_options at = chosen;
-    o.schedule.conv_mode_workspaces = at.schedule.conv_mode_workspaces;
-    run_all(headrooms.back() / 2, at.schedule.workspace_share, at.schedule.keep_rebuilt,
-            at.schedule.min_bytes);
+    o.schedule.conv_mode_workspaces = chosen.schedule.conv_mode_workspaces;
+    run_all(headrooms.back() / 2, chosen.schedule.workspace_share, chosen.schedule.keep_rebuilt,
+            chosen.schedule.min_bytes);
   }
   // The cache alone also where no scheduled run ran (a schedule planned that then did not
   // fit the heap): it may, and the searches take its running as fitting (plan_fits_budget).

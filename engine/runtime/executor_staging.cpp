@@ -520,16 +520,13 @@ void executor::release_handed_whole() {
     return std::any_of(st.whole.begin(), st.whole.end(),
                        [t](const tensor_access& a) { return a.tensor == t; });
   };
-  if (std::none_of(st.handed.begin(), st.handed.end(),
-                   [&](const staging::slice_buffer& b) { return whole(b.tensor); })) {
-    return;
-  }
-  std::vector<staging::slice_buffer> kept;
-  for (const staging::slice_buffer& b : st.handed) {
-    if (!whole(b.tensor)) kept.push_back(b);
-  }
-  std::erase_if(st.handed, [&](const staging::slice_buffer& b) { return !whole(b.tensor); });
-  release_handed();
+  const auto taken_whole =
+      std::stable_partition(st.handed.begin(), st.handed.end(),
+                            [&](const staging::slice_buffer& b) { return !whole(b.tensor); });
+  if (taken_whole == st.handed.end()) return;
+  std::vector<staging::slice_buffer> kept(st.handed.begin(), taken_whole);
+  st.handed.erase(st.handed.begin(), taken_whole);
+  release_handed();  // those of the tensors taken whole
   st.handed = std::move(kept);
 }
 

@@ -309,9 +309,10 @@ struct schedule_bound {
 /// start (each link a single machine: its cuts bound what it carries); the seconds the
 /// iteration is made longer widen the first windows where they come before the step and the
 /// second where they come after it, and dropped ones cost at least their replays, which run
-/// after the step, cheapest per byte first. Each of these is relaxed in the schedule's favour (persistent and pinned tensors
-/// may move, the step takes its smallest workspace, the whole budget is usable, no chain or
-/// fragmentation is charged), so the bound is loose but sound. O(steps · tensors · log).
+/// after the step, cheapest per byte first. Each of these is relaxed in the schedule's
+/// favour (persistent and pinned tensors may move, the step takes its smallest workspace, the
+/// whole budget is usable, no chain or fragmentation is charged), so the bound is loose but
+/// sound. O(steps · tensors · log), times the split's search where a step raises the bound.
 schedule_bound bound_memory_schedule(const schedule_problem& problem);
 
 /// Plans `problem` under `options`. Throws invalid_argument on malformed input (a use out
