@@ -8,11 +8,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "device/cuda/cuda_check.hpp"
 #include "engine/kernels/cuda/cuda_kernels.hpp"
+#include "engine/kernels/cuda/custom_kernels.hpp"
 #include "engine/layers/micro_steps.hpp"
 #include "memweave/core/error.hpp"
 
@@ -26,19 +32,58 @@ namespace {
 // page-locked host memory they run in stream order, after the kernels before them. A
 // micro-batch's copies out and the next one's copies in (of other tensors) run at once on the
 // context's two link streams, forked from the step's stream and joined back to it.
+// An fp16 micro-tensor's slice crosses as half the bytes, chunk by chunk through the context's
+// fp16 buffers (fp16_links: one per direction, so the copies out on one link stream and in on
+// the other never share one; in stream order a chunk's copy waits for the kernel that used the
+// buffer before), expanded or rounded by the codec's kernels, which give the host's bits.
 class cuda_copier final : public slice_copier {
  public:
-  explicit cuda_copier(kc::cuda_kernel_context& ctx) : ctx_(ctx), stream_(ctx.stream()) {}
+  cuda_copier(kc::cuda_kernel_context& ctx, std::span<const staged_tensor> staged)
+      : ctx_(ctx), stream_(ctx.stream()) {
+    for (const staged_tensor& t : staged) check(t);
+    if (std::any_of(staged.begin(), staged.end(), [](const staged_tensor& t) { return t.fp16; })) {
+      fp16_ = &ctx.fp16_links();
+      MEMWEAVE_CUDA_CHECK(cudaMemsetAsync(fp16_->error, 0, sizeof(unsigned), stream_));
+    }
+  }
 
   void copy_in(const staged_tensor& t, std::int64_t from, std::int64_t images) override {
-    check(t);
+    if (t.fp16) {
+      const auto* whole = reinterpret_cast<const std::uint16_t*>(t.whole) + from * t.per_image;
+      each_chunk(images * t.per_image, [&](std::int64_t at, std::int64_t n) {
+        MEMWEAVE_CUDA_CHECK(
+            cudaMemcpyAsync(fp16_->in, whole + at, halves(n), cudaMemcpyHostToDevice, stream_));
+        kc::detail::launch_fp16_decode(stream_, n, fp16_->in, t.micro + at);
+      });
+      return;
+    }
     MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(t.micro, t.whole + from * t.per_image, bytes(t, images),
                                         cudaMemcpyHostToDevice, stream_));
   }
   void copy_out(const staged_tensor& t, std::int64_t from, std::int64_t images) override {
-    check(t);
+    if (t.fp16) {
+      auto* whole = reinterpret_cast<std::uint16_t*>(t.whole) + from * t.per_image;
+      each_chunk(images * t.per_image, [&](std::int64_t at, std::int64_t n) {
+        kc::detail::launch_fp16_encode(stream_, n, t.micro + at, fp16_->out, fp16_->error);
+        MEMWEAVE_CUDA_CHECK(
+            cudaMemcpyAsync(whole + at, fp16_->out, halves(n), cudaMemcpyDeviceToHost, stream_));
+      });
+      return;
+    }
     MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(t.whole + from * t.per_image, t.micro, bytes(t, images),
                                         cudaMemcpyDeviceToHost, stream_));
+  }
+
+  // Raises *sink to the largest relative error of the values rounded on their way out, once
+  // the step's copies are done: the word comes back through pinned memory and a host function
+  // reads it, both in stream order (the next step's memset of the word comes after them).
+  void report_fp16_error(double* sink) {
+    if (fp16_ == nullptr || sink == nullptr) return;
+    MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(fp16_->error_host, fp16_->error, sizeof(unsigned),
+                                        cudaMemcpyDeviceToHost, stream_));
+    auto raise = std::make_unique<error_sink>(error_sink{fp16_->error_host, sink});
+    MEMWEAVE_CUDA_CHECK(cudaLaunchHostFunc(stream_, &error_sink::run, raise.get()));
+    (void)raise.release();  // the host function owns it now
   }
   void both(const std::function<void()>& outs, const std::function<void()>& ins) override {
     const kc::cuda_kernel_context::link_streams& l = ctx_.side_links();
@@ -83,16 +128,35 @@ class cuda_copier final : public slice_copier {
   static std::size_t bytes(const staged_tensor& t, std::int64_t images) {
     return static_cast<std::size_t>(images * t.per_image) * sizeof(float);
   }
+  static std::size_t halves(std::int64_t n) {
+    return static_cast<std::size_t>(n) * sizeof(std::uint16_t);
+  }
+  template <typename F>
+  static void each_chunk(std::int64_t count, F&& f) {
+    constexpr auto chunk = static_cast<std::int64_t>(kc::cuda_kernel_context::fp16_staging::chunk);
+    for (std::int64_t at = 0; at < count; at += chunk) f(at, std::min(chunk, count - at));
+  }
   static void check(const staged_tensor& t) {
-    if (t.fp16 || t.channels != 0) {
+    if (t.channels != 0) {
       throw std::logic_error(
-          "cuda split step: an fp16 or channel-cut micro-tensor, which only the host backend "
-          "stages (the executor refuses them on cuda)");
+          "cuda split step: a channel-cut micro-tensor, which only the host backend stages (the "
+          "executor refuses output-channel groups on cuda)");
     }
   }
+  struct error_sink {
+    const unsigned* word;
+    double* sink;
+    static void CUDART_CB run(void* p) {
+      const std::unique_ptr<error_sink> e(static_cast<error_sink*>(p));
+      unsigned bits = 0;
+      std::memcpy(&bits, e->word, sizeof bits);
+      *e->sink = std::max(*e->sink, static_cast<double>(std::bit_cast<float>(bits)));
+    }
+  };
 
   kc::cuda_kernel_context& ctx_;
   cudaStream_t stream_;  // where copy_in / copy_out enqueue now
+  const kc::cuda_kernel_context::fp16_staging* fp16_ = nullptr;  // with fp16 micro-tensors
 };
 
 // `algo` for a micro-batch of shape `in` where its workspace still fits `bytes` (it was
@@ -218,14 +282,14 @@ void run_cuda_conv(kc::cuda_kernel_context& ctx, const step_io& io, bool forward
 
 std::size_t run_cuda_split_step(kc::cuda_kernel_context& ctx, const step_io& io, bool forward,
                                 int parts, std::span<const staged_tensor> staged,
-                                const cuda_conv_choice& conv) {
+                                const cuda_conv_choice& conv, double* fp16_error) {
   const layer& l = *io.l;
   if (l.type == layer_type::tiled || l.type == layer_type::data) {
     throw std::logic_error("cuda split step of " + l.name + ": a " +
                            std::string(l.type == layer_type::data ? "DATA" : "tiled") +
                            " step does not split");
   }
-  cuda_copier copier(ctx);
+  cuda_copier copier(ctx, staged);
   const micro_steps micro(io, forward, parts, staged, &copier);
   if (micro.reversed_start() && !any_order_first_pass(l.type, forward)) {
     throw std::logic_error("cuda split step of " + l.name +
@@ -242,6 +306,7 @@ std::size_t run_cuda_split_step(kc::cuda_kernel_context& ctx, const step_io& io,
     const auto fn = forward ? steps.forward : steps.backward;
     if (fn != nullptr) micro.each([&](const step_io& s) { fn(ctx, s); });
   }
+  copier.report_fp16_error(fp16_error);
   return micro.copied();
 }
 

@@ -35,11 +35,13 @@ void run_cuda_conv(kernels::cuda::cuda_kernel_context& ctx, const step_io& io, b
 /// Runs the forward (or backward) of io's layer in `parts` micro-batches with the cuda
 /// kernels, enqueued on ctx's stream from this thread; with `staged`, through their micro
 /// buffers (whole values in page-locked host memory: the copies are cudaMemcpyAsync in
-/// stream order). fp16 micro-tensors and channel-cut ones (staged_tensor::channels) are the
-/// host's only: a std::logic_error here (the executor refuses them on cuda). Returns the
-/// bytes the copies moved.
+/// stream order); an fp16 one crosses as half the bytes, expanded and rounded on the device
+/// with the host's bits, and *fp16_error (when given) is raised, in stream order, to the
+/// largest relative error of the values rounded on their way out. Channel-cut micro-tensors
+/// (staged_tensor::channels) are the host's only: a std::logic_error here (the executor
+/// refuses output-channel groups on cuda). Returns the bytes the copies moved.
 std::size_t run_cuda_split_step(kernels::cuda::cuda_kernel_context& ctx, const step_io& io,
                                 bool forward, int parts, std::span<const staged_tensor> staged,
-                                const cuda_conv_choice& conv);
+                                const cuda_conv_choice& conv, double* fp16_error = nullptr);
 
 }  // namespace memweave::layers

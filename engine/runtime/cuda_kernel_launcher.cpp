@@ -170,7 +170,6 @@ class cuda_kernel_launcher final : public kernel_launcher {
   // The micro-steps' copies are cudaMemcpyAsync in stream order: from page-locked memory.
   bool pins_staging() const override { return true; }
   bool runs_channel_groups() const override { return false; }
-  bool runs_fp16_micro_tensors() const override { return false; }
   // Pieces of 8 MiB over TBB's workers: page-locked memory both sides, the cores otherwise
   // idle while the GPU waits for the staged step this copy is for.
   void copy_host_memory(void* dst, const void* src, std::size_t bytes) const override {
@@ -229,7 +228,8 @@ class cuda_kernel_launcher final : public kernel_launcher {
       if (l.type == layer_type::conv) {
         choice = {step.conv->cuda_forward, step.conv->cuda_data, step.conv->cuda_filter};
       }
-      layers::run_cuda_split_step(ctx, a.io, step.forward, step.parts, step.staged, choice);
+      layers::run_cuda_split_step(ctx, a.io, step.forward, step.parts, step.staged, choice,
+                                  step.fp16_error);
     } else if (l.type == layer_type::conv) {
       const conv_step& c = *step.conv;
       layers::run_cuda_conv(ctx, a.io, step.forward, {c.cuda_forward, c.cuda_data, c.cuda_filter});

@@ -327,7 +327,7 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     }
     forward_conv_.assign(route_.layer_count(), conv_step{});
   }
-  // cuda runs micro-batches of fp32 micro-tensors (plan_splits without channel groups there:
+  // cuda runs micro-batches only (plan_splits without channel groups there:
   // executor_options::split_channel_groups).
   MEMWEAVE_EXPECTS(launcher_->runs_channel_groups() ||
                        std::find_if(options.channel_parts.begin(), options.channel_parts.end(),
@@ -335,11 +335,6 @@ executor::executor(const network& net, device& dev, const executor_options& requ
                    "output-channel groups (channel_parts) run on the host and null devices only: "
                    "the cuda backend splits steps into micro-batches; plan the split without "
                    "channel groups (split_channel_groups false), or run on --device host");
-  MEMWEAVE_EXPECTS(launcher_->runs_fp16_micro_tensors() || !options.split_compress || !any_staged,
-                   "fp16 micro-tensors (executor_options::split_compress, "
-                   "MEMWEAVE_SPLIT_COMPRESS=fp16) are held on the host and null devices only: "
-                   "the cuda backend stages fp32 slices; unset MEMWEAVE_SPLIT_COMPRESS, or run "
-                   "on --device host");
   last_write_.assign(n, 0);
   // Write-back starts below twice the most any step allocates anew.
   for (std::size_t st = 0; st < route_.step_count(); ++st) {

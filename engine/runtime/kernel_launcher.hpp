@@ -119,10 +119,8 @@ class kernel_launcher {
   /// pageable memory may read the source when enqueued, before the copy out that wrote it.
   virtual bool pins_staging() const { return false; }
   /// Whether launch() runs a CONV/FC step in output-channel groups (layer_launch::
-  /// channel_parts) and stages fp16 micro-tensors (executor_options::split_compress): the
-  /// host and null backends do; cuda runs micro-batches of fp32 micro-tensors only.
+  /// channel_parts): the host and null backends do; cuda runs micro-batches only.
   virtual bool runs_channel_groups() const { return true; }
-  virtual bool runs_fp16_micro_tensors() const { return true; }
   /// Copies `bytes` between two host buffers from the executor's thread (a swapped tensor's
   /// host copy into its staging memory): one memcpy; on cuda, whose kernels leave the cores
   /// idle, in parallel pieces (a ResNet-50 b64 res2 activation is 205 MB: about 20 ms on one

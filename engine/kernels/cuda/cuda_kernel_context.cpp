@@ -78,6 +78,26 @@ const cuda_kernel_context::link_streams& cuda_kernel_context::side_links() {
   return links_;
 }
 
+const cuda_kernel_context::fp16_staging& cuda_kernel_context::fp16_links() {
+  if (fp16_.error_host != nullptr) return fp16_;
+  constexpr std::size_t halves = fp16_staging::chunk * sizeof(std::uint16_t);
+  void* device = nullptr;
+  MEMWEAVE_CUDA_CHECK(cudaMalloc(&device, 2 * halves + sizeof(unsigned)));
+  void* pinned = nullptr;
+  try {
+    MEMWEAVE_CUDA_CHECK(cudaMallocHost(&pinned, sizeof(unsigned)));
+  } catch (...) {
+    (void)cudaFree(device);
+    throw;
+  }
+  auto* base = static_cast<char*>(device);
+  fp16_.in = reinterpret_cast<std::uint16_t*>(base);
+  fp16_.out = reinterpret_cast<std::uint16_t*>(base + halves);
+  fp16_.error = reinterpret_cast<unsigned*>(base + 2 * halves);
+  fp16_.error_host = static_cast<unsigned*>(pinned);
+  return fp16_;
+}
+
 void cuda_kernel_context::destroy(link_streams& l) noexcept {
   for (cudaEvent_t e : {l.forked, l.out_done, l.in_done}) {
     if (e != nullptr) (void)cudaEventDestroy(e);
@@ -105,6 +125,9 @@ void cuda_kernel_context::release() noexcept {
     sums_doubles_ = 0;
   }
   destroy(links_);
+  if (fp16_.in != nullptr) (void)cudaFree(fp16_.in);  // the start of the one allocation
+  if (fp16_.error_host != nullptr) (void)cudaFreeHost(fp16_.error_host);
+  fp16_ = fp16_staging{};
   if (cublas_ != nullptr) {
     (void)cublasDestroy(cublas_);
     cublas_ = nullptr;

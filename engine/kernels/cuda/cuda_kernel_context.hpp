@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include <cublas_v2.h>
@@ -102,6 +103,21 @@ class cuda_kernel_context {
   };
   const link_streams& side_links();
 
+  /// What a split step's fp16 micro-tensors (MEMWEAVE_SPLIT_COMPRESS=fp16) cross the link
+  /// through, made at first use outside the heap, as sums_scratch is (4 MiB of device memory
+  /// and a pinned word): per direction a device buffer of `chunk` halves, which a slice
+  /// crosses chunk by chunk, expanded or rounded by a kernel on the device; and the largest
+  /// relative error of the values rounded, as a float's bits, in a device word read back
+  /// through a pinned one. Freed with the context.
+  struct fp16_staging {
+    static constexpr std::size_t chunk = std::size_t{1} << 20;  // values
+    std::uint16_t* in = nullptr;     // device: the copies in, then the kernels expanding them
+    std::uint16_t* out = nullptr;    // device: the kernels rounding, then the copies out
+    unsigned* error = nullptr;       // device
+    unsigned* error_host = nullptr;  // pinned
+  };
+  const fp16_staging& fp16_links();
+
   /// The cuDNN convolution heuristics met so far, by shape (see conv.hpp).
   detail::conv_algo_cache& conv_cache() noexcept { return *conv_cache_; }
 
@@ -120,6 +136,7 @@ class cuda_kernel_context {
   double* sums_ = nullptr;      // cudaMalloc'd: sums_doubles_ of them
   std::size_t sums_doubles_ = 0;
   link_streams links_;  // made by side_links()
+  fp16_staging fp16_;   // made by fp16_links(): in, out and error in one cudaMalloc
   std::unique_ptr<detail::conv_algo_cache> conv_cache_;
 };
 
