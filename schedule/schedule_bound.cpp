@@ -7,8 +7,12 @@
 //            the previous iteration: no such limit), and its prefetch crosses the
 //            host-to-device link after s started and before its next use starts (a
 //            persistent tensor after its last use need not come back this iteration);
-//   dropped  (a rebuildable transient tensor) its producer's forward is replayed at least
-//            once, at least at the step's fastest time; one layer rebuilds one tensor.
+//   dropped  (a rebuildable transient tensor) a replay rebuilds it at least once, taking at
+//            least the least time any rebuild of it takes (its producer's forward at the
+//            step's fastest, or a fused CONV+ACT replay's CONV alone); one replay rebuilds
+//            one tensor.
+// A copy moves the tensor's own bytes (schedule_tensor::copy_bytes), and frees its
+// heap-rounded ones.
 // A tensor in host memory at s (a staged step's, schedule_use::on_host) is away already: its
 // copies are in the steps' times.
 // The iteration is made E seconds longer (stalls, replays, slower steps): B of them before s
@@ -55,12 +59,15 @@ struct link_jobs {
   // start it is next used. `near`: windows on the step's side of the iteration, widened by
   // the extra seconds on that side; `spanning`: windows across the iteration's end, widened
   // by all of them. Each sorted nearest first by prepare().
+  // The bytes are the copies' (unrounded); `pad`, what the jobs' tensors hold beyond them on
+  // the device (heap rounding): whichever of them cross, they free at most all of it more.
   std::vector<std::pair<double, double>> near, spanning;
-  double bytes = 0;
+  double bytes = 0, pad = 0;
 
-  void add(double window, double b, bool spans = false) {
-    (spans ? spanning : near).emplace_back(std::max(0.0, window), b);
-    bytes += b;
+  void add(double window, double copied, double held, bool spans = false) {
+    (spans ? spanning : near).emplace_back(std::max(0.0, window), copied);
+    bytes += copied;
+    pad += std::max(0.0, held - copied);
   }
 
   void prepare() {
@@ -68,10 +75,11 @@ struct link_jobs {
     std::sort(spanning.begin(), spanning.end());
   }
 
-  // The most bytes the link can carry at `link` bytes/s with the near windows `side` seconds
-  // wider and the spanning ones `whole`: the least cut, min over each job j of (the bytes of
-  // the jobs after it in order of widened window, which may all fit, plus what the link
-  // carries in j's window), and all the bytes. The two lists merge in that order.
+  // The most device bytes the link can free at `link` bytes/s with the near windows `side`
+  // seconds wider and the spanning ones `whole`: the least cut, min over each job j of (the
+  // bytes of the jobs after it in order of widened window, which may all fit, plus what the
+  // link carries in j's window), and all the bytes; plus every job's pad. The two lists merge
+  // in that order.
   double most(double side, double whole, double link) const {
     double m = bytes, before = 0;
     std::size_t i = 0, j = 0;
@@ -84,7 +92,7 @@ struct link_jobs {
       // a rounding.
       m = std::min(m, std::max(0.0, bytes - before) + link * (window + (take_near ? side : whole)));
     }
-    return m;
+    return m + pad;
   }
 };
 
@@ -192,6 +200,7 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
     for (const schedule_tensor& t : p.tensors) {
       if (t.bytes == 0) continue;
       const double bytes = static_cast<double>(t.bytes);
+      const double copied = t.copy_bytes == 0 ? bytes : static_cast<double>(t.copy_bytes);
       if (t.uses.empty()) {
         if (t.persistent) r.free_bytes += bytes;
         continue;
@@ -200,15 +209,15 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
       // Out after its last write (once that step is done), back before its next use starts.
       auto out_after = [&](const schedule_use* u) {
         const std::uint32_t w = last_write(t, u);
-        if (w != k_unwritten) return r.out.add(before - start[w + 1], bytes);
+        if (w != k_unwritten) return r.out.add(before - start[w + 1], copied, bytes);
         // Persistent, not written yet this iteration: it may have left since its last write
         // in the one before; never written, its host copy from any earlier one will do.
         const std::uint32_t previous = last_write(t, &t.uses.back());
         r.out.add(previous == k_unwritten ? std::numeric_limits<double>::infinity()
                                           : before + b.baseline_seconds - start[previous + 1],
-                  bytes, /*spans=*/true);
+                  copied, bytes, /*spans=*/true);
       };
-      auto in_before = [&](std::uint32_t next) { r.in.add(start[next] - before, bytes); };
+      auto in_before = [&](std::uint32_t next) { r.in.add(start[next] - before, copied, bytes); };
       if (s < first || s > last) {
         if (!t.persistent) continue;
         if (s < first) {
@@ -230,7 +239,11 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
       r.both += bytes;
       out_after(u);
       in_before(std::next(u)->step);
-      if (t.rebuildable && !t.persistent) r.drops.push_back({bytes, t.rebuild_seconds});
+      if (t.rebuildable && !t.persistent) {
+        const double least =
+            t.least_rebuild_seconds >= 0 ? t.least_rebuild_seconds : t.rebuild_seconds;
+        r.drops.push_back({bytes, least});
+      }
     }
     if (fixed > p.budget_bytes) {
       b.feasible = false;

@@ -102,9 +102,12 @@ schedule_inputs executor::schedule_inputs_of(const std::vector<double>& measured
   // The plan fuses BN+ACT replays only (fused_bn_act_sources: CONV+ACT ones run fused but
   // are planned as two).
   in.fused = fused_source_;
-  for (layer_id& l : in.fused) {
+  in.fused_conv.assign(in.fused.size(), invalid_layer);
+  for (tensor_id t = 0; t < in.fused.size(); ++t) {
+    layer_id& l = in.fused[t];
     if (l == invalid_layer || net_[l].type == layer_type::bn) continue;
     in.fused_away.push_back(table_.of(l).output);
+    in.fused_conv[t] = l;
     l = invalid_layer;
   }
   if (any_staged_) describe_staging(in);

@@ -168,6 +168,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     schedule_tensor& x = p.tensors[t];
     if (!in.in_cache(t)) continue;
     x.bytes = in.heap->round_up(table[t].bytes);
+    x.copy_bytes = table[t].bytes;
     x.persistent = table[t].persistent;
     // Data parallelism: a bucket's gradients stay put while the communicator reduces them.
     const bool bucket =
@@ -196,6 +197,18 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     x.rebuildable = true;
     // Its replay runs what the forward step ran: charged at the fastest (an estimate).
     x.rebuild_seconds = p.step_seconds[producer];
+    // The executor replays a CONV+ACT in one (the CONV's forward writing the ACT's output),
+    // which the plan prices as the two replays; alone, the CONV may take less time than the
+    // ACT (a first layer over few channels moves less than the ACT's two tensors).
+    // The bound charges the least of those, each step at its fastest option.
+    const auto fastest = [&](std::size_t s) {
+      return p.step_options[s].empty() ? p.step_seconds[s] : p.step_options[s].front().seconds;
+    };
+    x.least_rebuild_seconds = std::min(x.rebuild_seconds, fastest(producer));
+    const layer_id conv = t < in.fused_conv.size() ? in.fused_conv[t] : invalid_layer;
+    if (conv != invalid_layer && !staged_at(path.position(conv))) {
+      x.least_rebuild_seconds = std::min(x.least_rebuild_seconds, fastest(path.position(conv)));
+    }
     for (const auto& a : table.accesses(producer)) {
       const bool skipped = fused != invalid_layer && a.tensor == table.of(fused).output;
       if (a.tensor != t && !skipped && in.in_cache(a.tensor)) x.rebuild_touches.push_back(a.tensor);

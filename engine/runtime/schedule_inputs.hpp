@@ -46,6 +46,10 @@ struct schedule_inputs {
   /// ACT's output): a rebuild never puts them on the device, so the plan never holds one
   /// there (schedule_tensor::fused_away).
   std::vector<tensor_id> fused_away;
+  /// Per tensor, the CONV whose fused replay rebuilds it (an ACT's output the plan prices as
+  /// two replays: `fused` names no layer for it), or invalid_layer; empty: none. Only the lower
+  /// bound reads it (schedule_tensor::least_rebuild_seconds).
+  std::vector<layer_id> fused_conv;
   /// TSPLIT, per route step (empty: none staged): the micro-tensors a staged step reaches in
   /// host memory (schedule_use::on_host) and, for each, the device bytes of its slices in
   /// the micro buffers and the bytes its slices' copies move between the micro-steps (the

@@ -1097,6 +1097,31 @@ TEST(schedule_bound_test, a_cheap_rebuild_lowers_the_bound_by_what_it_drops_per_
   EXPECT_LE(e, 5.0 + 1e-9);
 }
 
+TEST(schedule_bound_test, a_drop_is_charged_the_least_any_rebuild_of_it_takes) {
+  // As above, but a fused replay rebuilds the 100 bytes in 5 s (the plan's own replay takes
+  // 10): A seconds drop 20·A bytes, B + 20·A >= 50 at A = 2.5.
+  schedule_problem p = tiny_overflow();
+  p.tensors[0].rebuildable = true;
+  p.tensors[0].rebuild_seconds = 10.0;
+  p.tensors[0].least_rebuild_seconds = 5.0;
+  const double e = bound_memory_schedule(p).seconds - 4.0;
+  EXPECT_GT(e, 2.45);
+  EXPECT_LE(e, 2.5 + 1e-9);
+}
+
+TEST(schedule_bound_test, a_copy_moves_the_tensors_own_bytes_and_frees_its_rounded_ones) {
+  // The 100-byte tensor holds 100 bytes on the device but copies 99 (heap rounding): each
+  // link's cut counts the 99 and, whichever cross, the 1 byte of padding more. At step 1 it
+  // leaves in B seconds (B + 1 >= 50) and comes back in the 2 s before step 3 plus A
+  // (3 + A >= 50): E = 49 + 47; step 2 alike (2 + B, 2 + A): E = 96, two less than
+  // copies of all 100 bytes (98).
+  schedule_problem p = tiny_overflow();
+  p.tensors[0].copy_bytes = 99;
+  const schedule_bound b = bound_memory_schedule(p);
+  EXPECT_LE(b.seconds, 4.0 + 96.0 + 1e-9);
+  EXPECT_GE(b.seconds, 4.0 + 96.0 * (1 - 1e-5));
+}
+
 TEST(schedule_bound_test, a_copy_waits_for_the_write_before_it_and_lands_before_the_next_use) {
   // Six steps of 1 s, a link of 10 bytes/s, budget 100. A (100 bytes) is written at step 0,
   // read at 2 and 5; B (50 bytes) is used at steps 3 and 4, where 50 bytes of A must be away.

@@ -65,6 +65,9 @@ struct schedule_use {
 /// A tensor as the planner sees it.
 struct schedule_tensor {
   std::size_t bytes = 0;  ///< device bytes it holds (heap-rounded)
+  /// The bytes a copy of it moves (its own, unrounded; 0: `bytes`). The planner charges its
+  /// copies `bytes`, a little more; the lower bound charges these (bound_memory_schedule).
+  std::size_t copy_bytes = 0;
   /// Persistent tensors (parameters, momenta) are resident before their first use and after
   /// their last; transient ones live from their first use to their last.
   bool persistent = false;
@@ -89,6 +92,9 @@ struct schedule_tensor {
   /// schedule never keeps it there between replays (scheduled_step::hold).
   bool fused_away = false;
   double rebuild_seconds = 0.0;  ///< the replay's modelled time
+  /// The least time any rebuild of it takes (a fused replay may take less than the plan's
+  /// `rebuild_seconds`); the lower bound charges this. Negative: rebuild_seconds.
+  double least_rebuild_seconds = -1.0;
   /// Every other tensor the replay touches (its inputs, parameters, auxiliary outputs):
   /// each must be resident, or rebuilt first, at the step of the rebuild.
   std::vector<std::uint32_t> rebuild_touches;
