@@ -137,7 +137,8 @@ void conv_algorithm_cache::save(const std::string& path, const std::string& fing
   }
   if (std::ifstream existing(path); existing) {
     // A file that is not a conv cache (MEMWEAVE_CONV_CACHE naming a checkpoint by mistake) is
-    // not ours to replace: the timings go unsaved rather than destroy it.
+    // not ours to replace, nor one of another backend, device or thread count (timings that
+    // may have taken long to measure): the timings go unsaved rather than destroy it.
     std::string first;
     if (std::getline(existing, first) && !first.starts_with(k_header)) {
       log(log_level::warn, "conv algorithm cache '" + path +
@@ -145,6 +146,16 @@ void conv_algorithm_cache::save(const std::string& path, const std::string& fing
                                std::string(k_header) +
                                "...'): left as it is, the convolution timings measured are "
                                "not saved; point MEMWEAVE_CONV_CACHE at a file of its own");
+      dirty_ = false;
+      return;
+    }
+    if (first.size() >= k_header.size() && first.substr(k_header.size()) != fingerprint) {
+      log(log_level::warn,
+          "conv algorithm cache '" + path + "' holds the timings of '" +
+              first.substr(k_header.size()) + "': left as it is, those measured for '" +
+              fingerprint +
+              "' are not saved; point MEMWEAVE_CONV_CACHE at a file of its own for "
+              "each backend, device or thread count");
       dirty_ = false;
       return;
     }

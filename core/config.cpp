@@ -95,7 +95,8 @@ constexpr std::array<option_info, 42> k_options{{
      "runs; backward ones may be slower or need more workspace)"},
     {"MEMWEAVE_CONV_CACHE", "", f::text, "",
      "file keeping measured convolution algorithm times across runs (re-measured if corrupt "
-     "or foreign)"},
+     "or foreign; one of another backend, device or thread count is left as it is: one file "
+     "each; plan neither reads nor writes it)"},
     {"MEMWEAVE_POLICY", "liveness", f::text, "",
      "memory policy, or a comma-separated list to compare: baseline, liveness, offload, utp, "
      "recompute, all"},

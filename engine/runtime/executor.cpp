@@ -174,8 +174,11 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   lc.loss = &loss_;
   launcher_ = make_kernel_launcher(lc);
   // Timings are valid for one backend and device or thread count; the null device uses its
-  // model.
-  selector_ = std::make_unique<conv_workspace_selector>(options.conv_ws, launcher_->fingerprint());
+  // model, and neither reads nor writes the cache file (`plan` replaced a host's timings with
+  // computed ones).
+  conv_ws_options conv_ws = options.conv_ws;
+  if (!launcher_->measures_convolutions()) conv_ws.cache_path.clear();
+  selector_ = std::make_unique<conv_workspace_selector>(conv_ws, launcher_->fingerprint());
   // Before anything is placed: measured in a step, the measurement's heap scratch would
   // change where later tensors go (kernel_launcher::measure_conv_candidates).
   launcher_->measure_conv_candidates(*selector_, options.evaluation_only);

@@ -108,6 +108,9 @@ class kernel_launcher {
   /// What conv timings hold for (the workspace selector's fingerprint): a backend and its
   /// device, threads or library versions.
   virtual std::string fingerprint() const = 0;
+  /// Whether the conv candidates' seconds are measured (worth keeping in MEMWEAVE_CONV_CACHE)
+  /// rather than computed from the cost model (null: the cache is neither read nor written).
+  virtual bool measures_convolutions() const { return true; }
   /// Checks that kernels can run, once the process's large mappings are made (host: the
   /// BLAS buffers' address space). Throws out_of_memory when they could not.
   virtual void check_ready() const {}

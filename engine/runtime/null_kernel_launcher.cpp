@@ -16,6 +16,7 @@ class null_kernel_launcher final : public kernel_launcher {
   using kernel_launcher::kernel_launcher;
 
   std::string fingerprint() const override { return "null model"; }
+  bool measures_convolutions() const override { return false; }
   // A fused replay is charged BN's forward (its traffic: x in, one tensor out), as `launch`
   // does for a BN step.
   bool fuses_bn_act() const override { return true; }

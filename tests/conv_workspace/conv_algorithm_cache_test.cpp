@@ -103,8 +103,8 @@ TEST(conv_algorithm_cache_test, a_device_or_directory_is_neither_read_nor_replac
 }
 
 // MEMWEAVE_CONV_CACHE naming another file by mistake (a checkpoint): it is neither trusted
-// nor written over; the timings go unsaved. A file that is a conv cache, corrupt or of
-// another device, is still rewritten (the test below).
+// nor written over; the timings go unsaved. A corrupt conv cache is still rewritten (the test
+// below); one of another backend is kept (the test after it).
 TEST(conv_algorithm_cache_test, a_file_that_is_not_a_conv_cache_is_never_written_over) {
   const std::string path = temp("precious");
   const std::string precious = "MWCKPT weights of a week of training\n";
@@ -116,6 +116,25 @@ TEST(conv_algorithm_cache_test, a_file_that_is_not_a_conv_cache_is_never_written
   std::ifstream in(path);
   const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(kept, precious);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  std::filesystem::remove(path);
+}
+
+// A cache of another backend, device or thread count (a GPU's cuDNN timings, the host's at
+// another thread count) is not written over by a run that cannot use it: a run elsewhere
+// threw those timings away, and the next run there measured them all again.
+TEST(conv_algorithm_cache_test,
+     a_cache_of_another_fingerprint_is_kept_and_the_new_timings_unsaved) {
+  const std::string path = temp("foreign");
+  const std::string theirs = "# memweave-conv-cache v1 cuda H200\nk\tALGO_1 0 0.25\n";
+  std::ofstream(path) << theirs;
+  conv_algorithm_cache c;
+  EXPECT_FALSE(c.load(path, "host threads=2"));
+  c.insert("k", {{"direct", 0, 0.5}});
+  c.save(path, "host threads=2");
+  std::ifstream in(path);
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, theirs);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   std::filesystem::remove(path);
 }

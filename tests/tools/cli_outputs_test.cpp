@@ -75,6 +75,27 @@ TEST(cli_outputs_test, an_output_at_a_file_the_run_reads_is_refused_and_the_file
              "is the file MEMWEAVE_CONV_CACHE reads");
 }
 
+// The convolution timings a host run measured survive a `plan` (which measures nothing and
+// wrote its model's times over them) and a run at another thread count (which measured its
+// own over them): the next host run found them gone and measured everything again.
+TEST(cli_outputs_test, measured_conv_timings_survive_plan_and_another_thread_count) {
+  const scratch_file cache("timings.txt", "");
+  fs::remove(cache.path);
+  scoped_env env("MEMWEAVE_CONV_CACHE", cache.path.c_str());
+  const std::vector<std::string> measured = with(
+      {"--device", "host", "--threads", "1", "--iterations", "1", "--policy", "liveness"});
+  ASSERT_EQ(run(train_command, measured).code, 0);
+  const std::string timings = slurp(cache.path);
+  ASSERT_NE(timings.find("host"), std::string::npos) << timings;
+  EXPECT_EQ(run(plan_command, with({"--policy", "liveness"})).code, 0);
+  EXPECT_EQ(slurp(cache.path), timings) << "plan replaced the measured timings";
+  std::vector<std::string> other = measured;
+  other[other.size() - 5] = "2";  // --threads 2
+  ASSERT_EQ(other[other.size() - 6], "--threads");
+  EXPECT_EQ(run(train_command, other).code, 0);
+  EXPECT_EQ(slurp(cache.path), timings) << "a run at another thread count replaced them";
+}
+
 TEST(cli_outputs_test, an_output_at_the_data_is_refused) {
   // Four CIFAR-10 records (a label byte, 3072 pixel bytes).
   const std::string data = temp("four.bin");
