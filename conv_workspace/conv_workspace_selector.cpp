@@ -81,7 +81,8 @@ void check_fixed_algorithm(const conv_ws_options& options,
 }
 
 const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std::string& key,
-                                                                       const measure_fn& measure) {
+                                                                       const measure_fn& measure,
+                                                                       const runs_fn& runs) {
   if (const auto* found = cache_.find(key)) {
     // A cache file made under another mode may lack the fixed algorithm: measure again
     // (which replaces the entry, or says the algorithm does not exist).
@@ -89,7 +90,22 @@ const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std
                            std::any_of(found->begin(), found->end(), [&](const conv_candidate& c) {
                              return c.algorithm == options_.fixed_algorithm;
                            });
-    if (has_fixed) {
+    // One that cannot run as the file says would fail its step (a kernel given too small a
+    // workspace): the file's word is not taken for it.
+    const auto refused = runs ? std::find_if(found->begin(), found->end(),
+                                             [&](const conv_candidate& c) { return !runs(c); })
+                              : found->end();
+    if (refused != found->end()) {
+      if (!warned_refused_) {
+        log(log_level::warn, "conv algorithm cache '" + options_.cache_path + "': convolution " +
+                                 key + ": candidate '" + refused->algorithm + " " +
+                                 std::to_string(refused->workspace_bytes) +
+                                 "' is not an algorithm of this backend with the workspace it "
+                                 "needs; measured again, as is every such entry "
+                                 "(MEMWEAVE_CONV_CACHE)");
+      }
+      warned_refused_ = true;
+    } else if (has_fixed) {
       ++hits_;
       return *found;
     }

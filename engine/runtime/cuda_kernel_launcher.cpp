@@ -252,6 +252,17 @@ class cuda_kernel_launcher final : public kernel_launcher {
                                               const conv_params& p) override {
     return cuda_conv_candidates(*context_, *ctx_.heap, to_cuda(pass), in, p);
   }
+  bool conv_candidate_runs(k::conv_pass pass, const shape4& in, const conv_params& p,
+                           const conv_candidate& c) override {
+    const current_device scope(ordinal_);
+    for (const kc::conv_algo_perf& e : kc::conv_algorithms(*context_, to_cuda(pass), in, p)) {
+      if (kc::conv_algo_name(to_cuda(pass), e.algo) == c.algorithm) {
+        return c.workspace_bytes >= e.workspace_bytes;
+      }
+    }
+    return false;
+  }
+
   void take_conv(k::conv_pass pass, const std::string& algorithm, host_conv_choice&,
                  int& cuda_algo) const override {
     cuda_algo = cuda_conv_algo(to_cuda(pass), algorithm);

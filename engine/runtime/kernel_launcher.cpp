@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "engine/random.hpp"
+#include "engine/runtime/conv_selection.hpp"
 #include "engine/runtime/executor_staging.hpp"
 
 namespace memweave {
@@ -18,8 +19,9 @@ conv_step kernel_launcher::choose_conv(conv_workspace_selector& selector, const 
   const shape4& in = (*ctx_.net)[l.inputs[0]].output_shape;
   const std::string backend = conv_backend();
   auto pick = [&](k::conv_pass pass) -> const conv_candidate& {
-    const auto& candidates = selector.candidates(conv_key(backend, pass, in, p),
-                                                 [&] { return conv_candidates(pass, in, p); });
+    const auto& candidates = selector.candidates(
+        conv_key(backend, pass, in, p), [&] { return conv_candidates(pass, in, p); },
+        [&](const conv_candidate& c) { return conv_candidate_runs(pass, in, p, c); });
     return selector.choose(candidates, available);
   };
   conv_step c;
@@ -58,10 +60,19 @@ void kernel_launcher::fill_conv_candidates(conv_workspace_selector& selector, bo
       if (first_input_has_grad(*ctx_.table, l)) passes.push_back(k::conv_pass::backward_data);
     }
     for (k::conv_pass pass : passes) {
-      (void)selector.candidates(conv_key(backend, pass, in, p),
-                                [&] { return conv_candidates(pass, in, p); });
+      (void)selector.candidates(
+          conv_key(backend, pass, in, p), [&] { return conv_candidates(pass, in, p); },
+          [&](const conv_candidate& c) { return conv_candidate_runs(pass, in, p, c); });
     }
   }
+}
+
+bool kernel_launcher::conv_candidate_runs(k::conv_pass pass, const shape4& in, const conv_params& p,
+                                          const conv_candidate& c) {
+  for (const conv_candidate& h : host_conv_candidates(pass, in, p)) {
+    if (h.algorithm == c.algorithm) return c.workspace_bytes >= h.workspace_bytes;
+  }
+  return false;
 }
 
 conv_step kernel_launcher::no_workspace_conv(conv_workspace_selector&, const layer&, bool forward,

@@ -198,6 +198,11 @@ class kernel_launcher {
   /// This backend's candidates for one pass of a CONV.
   virtual std::vector<conv_candidate> conv_candidates(kernels::host::conv_pass pass,
                                                       const shape4& in, const conv_params& p) = 0;
+  /// Whether candidate `c` (from the conv cache file) is one of this backend's algorithms
+  /// for that pass with at least the workspace it needs: the host's (and the model's) by
+  /// default.
+  virtual bool conv_candidate_runs(kernels::host::conv_pass pass, const shape4& in,
+                                   const conv_params& p, const conv_candidate& c);
   /// Records the algorithm `algorithm` names for `pass` in the backend's form (host: the
   /// choice; cuda: the cuDNN enum value).
   virtual void take_conv(kernels::host::conv_pass pass, const std::string& algorithm,

@@ -18,6 +18,15 @@ std::string temp(const std::string& name) {
       .string();
 }
 
+// What a backend measures for key "k" (direct without workspace, "fast" with 64 bytes),
+// counting the calls.
+conv_workspace_selector::measure_fn measured_k(int& calls) {
+  return [&calls] {
+    ++calls;
+    return std::vector<conv_candidate>{{"direct", 0, 2.0}, {"fast", 64, 1.0}};
+  };
+}
+
 TEST(conv_algorithm_cache_test, file_round_trips) {
   const std::string path = temp("roundtrip");
   conv_algorithm_cache a;
@@ -73,10 +82,7 @@ TEST(conv_algorithm_cache_test, selector_remeasures_a_cached_entry_without_the_f
   conv_ws_options o = conv_ws_options::parse("fixed:fast", "--conv-ws");
   o.cache_path = path;
   int calls = 0;
-  auto measure = [&] {
-    ++calls;
-    return std::vector<conv_candidate>{{"direct", 0, 2.0}, {"fast", 64, 1.0}};
-  };
+  const auto measure = measured_k(calls);
   conv_workspace_selector s(o, "fp");
   EXPECT_EQ(s.choose(s.candidates("k", measure), 0).algorithm, "fast");
   EXPECT_EQ(calls, 1);
@@ -139,16 +145,43 @@ TEST(conv_algorithm_cache_test,
   std::filesystem::remove(path);
 }
 
+// An entry the backend cannot run as written (an algorithm it does not have, or less workspace
+// than the algorithm needs: a file edited by hand) failed its step with an internal error
+// (exit 3); it is measured again, replaced, and the file rewritten.
+TEST(conv_algorithm_cache_test, an_entry_the_backend_refuses_is_measured_again_and_replaced) {
+  const std::string path = temp("refused");
+  std::ofstream(path) << "# memweave-conv-cache v1 fp\nk\tdirect 0 2\tfast 0 1e-12\n";
+  conv_ws_options o;
+  o.cache_path = path;
+  int calls = 0;
+  const auto measure = measured_k(calls);
+  // "fast" needs 64 bytes of workspace.
+  auto runs = [](const conv_candidate& c) {
+    return c.algorithm == "direct" || (c.algorithm == "fast" && c.workspace_bytes >= 64);
+  };
+  {
+    conv_workspace_selector s(o, "fp");
+    const auto& got = s.candidates("k", measure, runs);
+    EXPECT_EQ(calls, 1);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[1].workspace_bytes, 64u);
+  }
+  {
+    conv_workspace_selector s(o, "fp");  // the rewritten entry runs: a hit
+    (void)s.candidates("k", measure, runs);
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(s.hits(), 1u);
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(conv_algorithm_cache_test, selector_remeasures_after_a_corrupt_file_and_rewrites_it) {
   const std::string path = temp("selector");
   std::ofstream(path) << "# memweave-conv-cache v1 fp\nk\tgarbage\n";
   conv_ws_options o;
   o.cache_path = path;
   int calls = 0;
-  auto measure = [&] {
-    ++calls;
-    return std::vector<conv_candidate>{{"direct", 0, 2.0}, {"fast", 64, 1.0}};
-  };
+  const auto measure = measured_k(calls);
   {
     conv_workspace_selector s(o, "fp");
     s.candidates("k", measure);

@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -82,8 +83,8 @@ TEST(cli_outputs_test, measured_conv_timings_survive_plan_and_another_thread_cou
   const scratch_file cache("timings.txt", "");
   fs::remove(cache.path);
   scoped_env env("MEMWEAVE_CONV_CACHE", cache.path.c_str());
-  const std::vector<std::string> measured = with(
-      {"--device", "host", "--threads", "1", "--iterations", "1", "--policy", "liveness"});
+  const std::vector<std::string> measured =
+      with({"--device", "host", "--threads", "1", "--iterations", "1", "--policy", "liveness"});
   ASSERT_EQ(run(train_command, measured).code, 0);
   const std::string timings = slurp(cache.path);
   ASSERT_NE(timings.find("host"), std::string::npos) << timings;
@@ -94,6 +95,38 @@ TEST(cli_outputs_test, measured_conv_timings_survive_plan_and_another_thread_cou
   ASSERT_EQ(other[other.size() - 6], "--threads");
   EXPECT_EQ(run(train_command, other).code, 0);
   EXPECT_EQ(slurp(cache.path), timings) << "a run at another thread count replaced them";
+}
+
+// A cache file edited by hand (an im2col algorithm given no workspace and the fastest time, an
+// algorithm the host does not have): the run measures those again and trains (it failed with
+// an internal error, exit 3, in the kernel given no workspace).
+TEST(cli_outputs_test, a_conv_cache_entry_that_cannot_run_is_measured_again) {
+  const scratch_file cache("edited.txt", "");
+  fs::remove(cache.path);
+  scoped_env env("MEMWEAVE_CONV_CACHE", cache.path.c_str());
+  const std::vector<std::string> args =
+      with({"--device", "host", "--threads", "1", "--iterations", "1", "--policy", "liveness"});
+  ASSERT_EQ(run(train_command, args).code, 0);
+  const std::string timings = slurp(cache.path);
+  for (const char* edit : {"no workspace", "unknown algorithm"}) {
+    SCOPED_TRACE(edit);
+    std::string edited;
+    std::istringstream lines(timings);
+    for (std::string line; std::getline(lines, line);) {
+      const auto at = line.find("\tim2col_image ");
+      if (at != std::string::npos) {
+        line = line.substr(0, at) + (std::string(edit) == "no workspace"
+                                         ? "\tim2col_image 0 1e-12"
+                                         : "\tbogus_algorithm 0 1e-12");
+      }
+      edited += line + "\n";
+    }
+    ASSERT_NE(edited, timings);
+    std::ofstream(cache.path) << edited;
+    EXPECT_EQ(run(train_command, args).code, 0);
+    EXPECT_EQ(slurp(cache.path).find("bogus_algorithm"), std::string::npos)
+        << "the entries not replaced";
+  }
 }
 
 TEST(cli_outputs_test, an_output_at_the_data_is_refused) {

@@ -56,6 +56,9 @@ const conv_candidate* pick_conv_candidate(const conv_ws_options& options,
 class conv_workspace_selector {
  public:
   using measure_fn = std::function<std::vector<conv_candidate>()>;
+  /// Whether a candidate runs on this backend as it says: an algorithm it has, with at least
+  /// the workspace that algorithm needs at the key's shape.
+  using runs_fn = std::function<bool(const conv_candidate&)>;
 
   /// `fingerprint` names what timings are valid for (see conv_algorithm_cache); the cache
   /// file, when set, is loaded now and saved on destruction if anything was measured.
@@ -68,8 +71,12 @@ class conv_workspace_selector {
 
   /// The candidates of `key`: from the cache, else from `measure()` (then cached). They
   /// must include one with no workspace (invalid_argument otherwise) and, in fixed mode,
-  /// the fixed algorithm (invalid_argument listing the available ones otherwise).
-  const std::vector<conv_candidate>& candidates(const std::string& key, const measure_fn& measure);
+  /// the fixed algorithm (invalid_argument listing the available ones otherwise). A cached
+  /// entry with a candidate `runs` refuses (a cache file edited by hand, or of an older
+  /// version: an unknown algorithm, too small a workspace) is measured again, with a warning
+  /// naming the file and the candidate.
+  const std::vector<conv_candidate>& candidates(const std::string& key, const measure_fn& measure,
+                                                const runs_fn& runs = {});
 
   /// The choice among `candidates` when `available` bytes can be handed out (before the
   /// reserve is taken off): see the modes above. Ties go to the smaller workspace.
@@ -87,6 +94,7 @@ class conv_workspace_selector {
   conv_algorithm_cache cache_;
   std::size_t measured_ = 0;
   std::size_t hits_ = 0;
+  bool warned_refused_ = false;  // a cached candidate was refused (said once)
 };
 
 }  // namespace memweave
