@@ -8,8 +8,8 @@
 // The reduction is a ring on point-to-point messages in a fixed order (communicator.hpp),
 // never MPI_Allreduce, whose summation order depends on the algorithm MPI picks.
 //
-// Failure protocol (notices on a communicator of their own): the failing rank sends "failed:
-// <what>" to every other rank; a rank that hears it throws rank_failed from its collectives,
+// Failure protocol (notices on a communicator of their own): the failing rank sends "<exit
+// code>:<what>" to every other rank; a rank that hears it throws rank_failed from its collectives,
 // its caller reports the error and calls fail() in turn, which acknowledges. A rank in fail()
 // waits until it has heard from every other rank (each has reported by then), or 10 s, and
 // aborts the job; whoever aborts first ends everyone, after everyone has reported.
@@ -192,11 +192,16 @@ class mpi_communicator final : public communicator {
     });
   }
 
+  int peer_failure_code() const noexcept override {
+    return peer_code_.load(std::memory_order_acquire);
+  }
+
   void fail(const std::string& what, int exit_code) noexcept override {
     if (size_ == 1) return;
     {
       std::lock_guard lock(mu_);
-      fail_message_ = what.substr(0, k_notice_bytes - 1);
+      const int code = exit_code >= 1 && exit_code <= 9 ? exit_code : 3;
+      fail_message_ = (std::to_string(code) + ":" + what).substr(0, k_notice_bytes - 1);
       fail_code_ = exit_code;
       failing_ = true;
     }
@@ -306,6 +311,14 @@ class mpi_communicator final : public communicator {
         MPI_Get_count(&status, MPI_CHAR, &len);
         failed_rank_ = status.MPI_SOURCE;
         failed_what_.assign(notice_buffer_, static_cast<std::size_t>(std::max(len, 0)));
+        // "<code>:<what>"; a code of one digit, 1 to 9.
+        int code = 3;
+        if (failed_what_.size() >= 2 && failed_what_[1] == ':' && failed_what_[0] >= '1' &&
+            failed_what_[0] <= '9') {
+          code = failed_what_[0] - '0';
+          failed_what_.erase(0, 2);
+        }
+        peer_code_.store(code, std::memory_order_release);
       }
       post_notice_receive();
     }
@@ -415,6 +428,7 @@ class mpi_communicator final : public communicator {
   std::vector<bool> heard_;
   int failed_rank_ = -1;
   std::string failed_what_;
+  std::atomic<int> peer_code_{0};  // the failed rank's exit code, read by the calling thread
   std::vector<float> scratch_;
 };
 

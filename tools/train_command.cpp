@@ -157,11 +157,15 @@ int train_command(int argc, const char* const* argv, std::ostream& out) {
   try {
     return train(argc, argv, out, *comm);
   } catch (const std::exception& e) {
-    // Exit codes as main's: 1 does not fit, 2 bad input, 3 a device failure or a bug.
-    const int code = does_not_fit(e)                                    ? 1
-                     : dynamic_cast<const device_error*>(&e) != nullptr ? 3
-                     : dynamic_cast<const error*>(&e) != nullptr        ? 2
-                                                                        : 3;
+    // Exit codes as main's: 1 does not fit, 2 bad input, 3 a device failure or a bug. A rank
+    // that failed because another did (its collective abandoned) takes that rank's code: the
+    // job's is the first failure's, whichever rank aborts first.
+    const int own = does_not_fit(e)                                    ? 1
+                    : dynamic_cast<const device_error*>(&e) != nullptr ? 3
+                    : dynamic_cast<const error*>(&e) != nullptr        ? 2
+                                                                       : 3;
+    const int peer = comm->peer_failure_code();
+    const int code = peer != 0 ? peer : own;
     // One write, so that the launcher does not interleave it with other ranks' lines.
     std::cerr << ("memweave: error: rank " + std::to_string(comm->rank()) + " of " +
                   std::to_string(comm->size()) + ": " + e.what() + "\n")

@@ -83,6 +83,11 @@ class communicator {
   /// waits (a few seconds at most) until each has heard of it or reported its own failure,
   /// then ends the whole job (MPI_Abort with `exit_code`). With one rank it returns.
   virtual void fail(const std::string& what, int exit_code) noexcept = 0;
+  /// The exit code the first rank heard to have failed gave fail() (1 does not fit, 2 bad
+  /// input, 3 a device failure or a bug), or 0 when none was heard of: a rank that fails
+  /// because another did ends the job with that rank's code, not with its own collective's
+  /// failure (an internal error's 3, or whichever rank aborted first).
+  virtual int peer_failure_code() const noexcept { return 0; }
 };
 
 /// The one-rank communicator.
