@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -106,7 +107,8 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
                            " (at most " + std::to_string(k_max_tensor_bytes) + ", 128 TiB)");
   }
   if (!parse_number(f[4], e.stream) || e.stream < 0) {
-    throw invalid_argument(at + "field 5 (stream) must be a non-negative integer, found " +
+    throw invalid_argument(at + "field 5 (stream) must be an integer from 0 to " +
+                           std::to_string(std::numeric_limits<int>::max()) + ", found " +
                            quote(f[4]));
   }
   return e;

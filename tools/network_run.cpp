@@ -278,6 +278,8 @@ network_run_options read_network_run_options(cli_args& args) {
   // Absent: 0, the executor's "MEMWEAVE_HOST_POOL_BYTES" (plan then models a large host).
   o.executor.host_pool_bytes =
       args.get_bytes_of_variable("host-pool", "MEMWEAVE_HOST_POOL_BYTES").value_or(0);
+  // An ONNX model's image size is its own (--image-side does not apply to it).
+  if (is_onnx_net(o.net)) o.executor.shape_knobs = "--batch";
   // Host memory running out names what sized it, as the user gave it.
   if (args.given().count("host-pool") != 0) {
     o.executor.host_pool_knob = "--host-pool";

@@ -124,6 +124,17 @@ std::string below_largest_step_hint(const executor_options& options, bool moves_
          "micro-tensors in host memory";
 }
 
+// Where large heap blocks are what makes the budget too small (every tensor rounded up to
+// whole blocks: MEMWEAVE_BLOCK_BYTES=1GiB made a 1.5 MB network need 147 GiB), says so, with
+// what 1 KiB blocks would need.
+std::string blocks_hint(std::size_t block, std::size_t at_1k, std::size_t minimum) {
+  if (block <= 1024 || minimum <= at_1k + at_1k / 10) return {};
+  return "; every tensor takes whole heap blocks of " + format_bytes(block) +
+         " (MEMWEAVE_BLOCK_BYTES, executor_options::heap.block_bytes): in 1 KiB blocks it "
+         "needs " +
+         format_bytes(at_1k);
+}
+
 }  // namespace
 
 void check_budget(const network& net, const route& steps, const tensor_table& table,
@@ -132,29 +143,40 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
   // The least the policy needs, each tensor rounded to whole heap blocks: the tensors of the
   // most demanding step (l_i), plus every persistent tensor where those never leave the
   // device (under utp/all they move like the others, so a step needs only its own).
-  const std::size_t block = heap_block_bytes(options);
-  auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
-  std::size_t persistent = 0;
-  if (!moves_persistent) {
-    for (tensor_id t : plan.persistent) persistent += rounded(table[t].bytes);
-  }
-  std::size_t worst_step = 0, worst_index = 0;
-  const std::size_t checked = options.evaluation_only ? steps.layer_count() : table.step_count();
-  for (std::size_t s = 0; s < checked; ++s) {
-    std::size_t b = 0;
-    if (staged_split_step(options, net, steps, s)) {
-      // TSPLIT: its micro-step (its micro-tensors' slices for the largest micro-batch, and
-      // its other tensors whole).
-      b = micro_step_bytes(table, s, batch_parts_of(options, s), block,
-                           channel_groups_of(options, net, steps, s));
-    } else {
-      for (const auto& a : table.accesses(s)) {
-        if (moves_persistent || !table[a.tensor].persistent) b += rounded(table[a.tensor].bytes);
-      }
+  struct least {
+    std::size_t persistent = 0, worst_step = 0, worst_index = 0;
+    std::size_t total() const { return persistent + worst_step; }
+  };
+  const auto least_at = [&](std::size_t block) {
+    auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
+    least l;
+    if (!moves_persistent) {
+      for (tensor_id t : plan.persistent) l.persistent += rounded(table[t].bytes);
     }
-    if (b > worst_step) worst_step = b, worst_index = s;
-  }
-  const std::size_t minimum = persistent + worst_step;
+    const std::size_t checked = options.evaluation_only ? steps.layer_count() : table.step_count();
+    for (std::size_t s = 0; s < checked; ++s) {
+      std::size_t b = 0;
+      if (staged_split_step(options, net, steps, s)) {
+        // TSPLIT: its micro-step (its micro-tensors' slices for the largest micro-batch, and
+        // its other tensors whole).
+        b = micro_step_bytes(table, s, batch_parts_of(options, s), block,
+                             channel_groups_of(options, net, steps, s));
+      } else {
+        for (const auto& a : table.accesses(s)) {
+          if (moves_persistent || !table[a.tensor].persistent) {
+            b += rounded(table[a.tensor].bytes);
+          }
+        }
+      }
+      if (b > l.worst_step) l.worst_step = b, l.worst_index = s;
+    }
+    return l;
+  };
+  const std::size_t block = heap_block_bytes(options);
+  const least at_block = least_at(block);
+  const std::size_t persistent = at_block.persistent, worst_step = at_block.worst_step,
+                    worst_index = at_block.worst_index;
+  const std::size_t minimum = at_block.total();
   const memory_info mem = dev.memory();
   if (options.budget_bytes != 0) {
     if (options.budget_bytes > mem.free_bytes) {
@@ -186,7 +208,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
           (moves_persistent ? step + "(parameters and state included) " + minimum_text
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
                                   format_bytes(worst_step) + " = " + minimum_text) +
-          "; raise --budget to at least that, or lower --batch or --image-side" +
+          "; raise --budget to at least that, or lower " + options.shape_knobs +
+          blocks_hint(block, least_at(1024).total(), minimum) +
           below_largest_step_hint(options, moves_persistent, split,
                                   std::any_of(table.buckets().begin(), table.buckets().end(),
                                               [&](const gradient_bucket& b) {

@@ -99,7 +99,11 @@ TEST(trace_test, malformed_lines_are_rejected_naming_the_line_and_what_was_expec
             "line 3: field 3 (offset) must be a non-negative integer, found '0x10'"},
            {"0 a 0 0 0", "line 3: field 4 (bytes) must be a positive integer, found '0'"},
            {"0 a 0 1.5 0", "field 4 (bytes)"},
-           {"0 a 0 10 -2", "line 3: field 5 (stream) must be a non-negative integer, found '-2'"},
+           {"0 a 0 10 -2",
+            "line 3: field 5 (stream) must be an integer from 0 to 2147483647, found '-2'"},
+           {"0 a 0 10 4294967296",
+            "line 3: field 5 (stream) must be an integer from 0 to 2147483647, found "
+            "'4294967296'"},
            {"0 a 0 99999999999999999999999 0", "field 4 (bytes)"},
        }) {
     const std::string m = parse_error(h + "0 a 0 10 0\n" + b.line + "\n1 f 0 10 0\n");

@@ -86,6 +86,11 @@ TEST_F(OnnxCli, ExportsTheTrainedWeights) {
   EXPECT_EQ(tight.code, 1) << tight.out;
   EXPECT_NE(tight.out.find("--export-onnx " + none + ": not written"), std::string::npos)
       << tight.out;
+  // The advice names what sizes a model's activations: its batch, not --image-side (an error
+  // for a model file).
+  EXPECT_NE(tight.out.find("raise --budget to at least that, or lower --batch ("),
+            std::string::npos)
+      << tight.out;
   EXPECT_FALSE(std::filesystem::exists(none));
 }
 

@@ -122,6 +122,9 @@ struct executor_options {
   /// What sized it, named where host memory runs out (the option or variable the user gave:
   /// the tools set it); the default names both.
   std::string host_pool_knob = "--host-pool or MEMWEAVE_HOST_POOL_BYTES";
+  /// What sizes the activations, named where the budget is too small ("lower ..."): an ONNX
+  /// model's image size is its own (the tools set "--batch" for one).
+  std::string shape_knobs = "--batch or --image-side";
   /// Transfer settings (verification; MEMWEAVE_VERIFY_TRANSFERS).
   bool verify_transfers = false;
   /// recompute/all: how segments are rebuilt (MEMWEAVE_RECOMPUTE): cost_aware (the paper's

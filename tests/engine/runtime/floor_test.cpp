@@ -172,6 +172,35 @@ TEST(floor_test, a_budget_below_the_largest_step_is_a_clear_error) {
   }
 }
 
+// Large heap blocks round every tensor up (MEMWEAVE_BLOCK_BYTES=1GiB made a network of 1.5 MB
+// of parameters need 147 GiB, blamed on --budget): the message says the blocks are the
+// cause and what 1 KiB blocks would need.
+TEST(floor_test, a_budget_too_small_for_large_heap_blocks_names_them) {
+  const network net = test::small_zoo("resnet50", 4);
+  auto dev = test::make_test_device("null", std::size_t{1} << 50);
+  executor_options o = policy_options("liveness", std::size_t{64} << 20, "fixed:direct");
+  o.heap.block_bytes = std::size_t{1} << 30;
+  try {
+    executor ex(net, *dev, o);
+    FAIL() << "no error at 1 GiB blocks";
+  } catch (const invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("every tensor takes whole heap blocks of 1.00 GiB (MEMWEAVE_BLOCK_BYTES"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("in 1 KiB blocks it needs"), std::string::npos) << msg;
+  }
+  // At the default blocks the hint is not given.
+  o.heap.block_bytes = 0;
+  o.budget_bytes = max_layer_bytes(net) / 2;
+  try {
+    executor ex(net, *dev, o);
+    FAIL() << "no error below max(l_i)";
+  } catch (const invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).find("heap blocks"), std::string::npos) << e.what();
+  }
+}
+
 // With a split plan in place nothing more is suggested: the floor is its largest micro-step.
 TEST(floor_test, a_budget_below_the_split_floor_suggests_no_split) {
   const network net = test::small_zoo("resnet50", 4);
