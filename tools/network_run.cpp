@@ -704,6 +704,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
         // resumed from the file takes it as its --lr and schedules it again.
         checkpoint_state state = checkpoint_state_of(*ex, o.first_iteration + iterations);
         state.solver.learning_rate = base.learning_rate;
+        state.schedule = o.schedule;  // which a resumed run continues
         save_checkpoint(*ex, o.save, state);
       });
       if (progress) {

@@ -18,7 +18,9 @@ namespace memweave {
 void read_init_from(cli_args& args, network_run_options& o, bool solver);
 
 /// Reads --momentum, --weight-decay, --lr-schedule, --warmup and --save into `o`, each
-/// number to its range, each error naming the option. --save needs a single policy.
+/// number to its range, each error naming the option. --save needs a single policy. Resumed
+/// (read_init_from first), the schedule and warm-up not given are the checkpoint's; from a
+/// file that records none (version 1) a warning says the rate stays constant.
 void read_training_options(cli_args& args, network_run_options& o);
 
 }  // namespace memweave

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,7 +28,9 @@ static_assert(std::endian::native == std::endian::little,
               "the checkpoint format is little-endian, as the engine's hosts are");
 
 constexpr char k_magic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '\r', '\n'};
-constexpr std::size_t k_header_bytes = 48;  // magic, version, count, iteration, seed, solver, 0
+// Magic, version, count, iteration, seed, solver, 0 (version 1; version 2 adds the schedule's
+// 36 bytes, which the reader's bounds checks cover).
+constexpr std::size_t k_header_bytes = 48;
 constexpr std::size_t k_trailer_bytes = 8;  // checksum
 constexpr std::uint32_t k_max_name = 4096;
 
@@ -105,6 +109,14 @@ void save_checkpoint(const executor& ex, const std::string& path, const checkpoi
   put<float>(out, state.solver.momentum);
   put<float>(out, state.solver.weight_decay);
   put<std::uint32_t>(out, 0);
+  // The schedule: its kind (0: none recorded), then its fields (zeros when none).
+  const lr_schedule none_recorded{lr_schedule::kind::constant, 0, 0.0, 0, 0};
+  const lr_schedule& sc = state.schedule ? *state.schedule : none_recorded;
+  put<std::uint32_t>(out, state.schedule ? static_cast<std::uint32_t>(sc.type) + 1 : 0);
+  put<std::int64_t>(out, sc.every);
+  put<double>(out, sc.gamma);
+  put<std::int64_t>(out, sc.t_max);
+  put<std::int64_t>(out, sc.warmup);
   for (const std::string& name : names) {
     const tensor_info& info = ex.find_tensor(name);
     const std::vector<float> v = ex.read(name);
@@ -118,6 +130,39 @@ void save_checkpoint(const executor& ex, const std::string& path, const checkpoi
   put<std::uint64_t>(out, transfer_checksum(out.data(), out.size()));
   write_file_atomically(path, out, "checkpoint");
 }
+
+namespace {
+
+// Version 2's schedule record (docs/CHECKPOINT.md), each field to the range --lr-schedule and
+// --warmup take.
+std::optional<lr_schedule> read_schedule(reader& r, const std::string& path) {
+  const auto kind = r.get<std::uint32_t>("the schedule's kind");
+  lr_schedule s;
+  s.every = r.get<std::int64_t>("the schedule's step interval");
+  s.gamma = r.get<double>("the schedule's step factor");
+  s.t_max = r.get<std::int64_t>("the schedule's cosine length");
+  s.warmup = r.get<std::int64_t>("the schedule's warm-up");
+  const auto corrupt = [&](const std::string& what) {
+    return invalid_argument("checkpoint '" + path + "' is corrupt: its learning-rate schedule " +
+                            what + " (docs/CHECKPOINT.md)");
+  };
+  if (kind == 0) {
+    if (s.every != 0 || s.gamma != 0.0 || s.t_max != 0 || s.warmup != 0) {
+      throw corrupt("is recorded as none, with fields that are not 0");
+    }
+    return std::nullopt;
+  }
+  if (kind > 3) throw corrupt("has kind " + std::to_string(kind) + " (expected 0 to 3)");
+  s.type = static_cast<lr_schedule::kind>(kind - 1);
+  if (s.every < 1 || !(s.gamma > 0.0 && s.gamma <= 1.0) || s.t_max < 1 || s.warmup < 0 ||
+      s.warmup > std::numeric_limits<std::int32_t>::max()) {
+    throw corrupt("'" + s.describe() + "' is out of range (step interval and cosine length " +
+                  "at least 1, step factor in (0, 1], warm-up 0 to 2^31 - 1)");
+  }
+  return s;
+}
+
+}  // namespace
 
 checkpoint_file read_checkpoint(const std::string& path) {
   std::error_code ec;
@@ -143,9 +188,9 @@ checkpoint_file read_checkpoint(const std::string& path) {
   }
   std::uint32_t version = 0;
   std::memcpy(&version, bytes.data() + sizeof k_magic, sizeof version);
-  if (version != checkpoint_version) {
+  if (version != 1 && version != checkpoint_version) {
     throw invalid_argument("checkpoint '" + path + "' has format version " +
-                           std::to_string(version) + "; this build reads version " +
+                           std::to_string(version) + "; this build reads versions 1 and " +
                            std::to_string(checkpoint_version));
   }
   const std::size_t end = bytes.size() - k_trailer_bytes;
@@ -171,6 +216,7 @@ checkpoint_file read_checkpoint(const std::string& path) {
     throw invalid_argument("checkpoint '" + path + "' is corrupt: its reserved word is " +
                            std::to_string(reserved) + ", not 0 (docs/CHECKPOINT.md)");
   }
+  if (version >= 2) f.state.schedule = read_schedule(r, path);
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::string which =
         "tensor record " + std::to_string(i + 1) + " of " + std::to_string(count);

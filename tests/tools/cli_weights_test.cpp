@@ -79,6 +79,15 @@ TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
   std::vector<std::string> resumed_from_file = losses(first.out);
   for (const auto& l : losses(from_file.out)) resumed_from_file.push_back(l);
   EXPECT_EQ(resumed_from_file, losses(straight.out)) << from_file.out;
+  // Without --lr-schedule and --warmup the file's schedule continues (it trained at the
+  // constant base rate, silently): the straight run's losses still.
+  const auto file_schedule =
+      run(train_command, net_args({"--iterations", "3", "--policy", "liveness", "--init-from", a}));
+  std::vector<std::string> resumed_with_its_schedule = losses(first.out);
+  for (const auto& l : losses(file_schedule.out)) resumed_with_its_schedule.push_back(l);
+  EXPECT_EQ(resumed_with_its_schedule, losses(straight.out)) << file_schedule.out;
+  ASSERT_TRUE(read_checkpoint(a).state.schedule.has_value());
+  EXPECT_EQ(read_checkpoint(a).state.schedule->describe(), "step:1:0.5 warmup 2");
   // And eval of the saved weights: the same loss and accuracy under every policy.
   const auto e = run(eval_command, net_args({"--init-from", b, "--batches", "3", "--policy",
                                              "baseline,liveness,recompute,all"}));

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,9 @@
 
 namespace memweave {
 
-/// The file format version this build writes (and the only one it reads).
-inline constexpr std::uint32_t checkpoint_version = 1;
+/// The file format version this build writes. It reads it and version 1, which records no
+/// learning-rate schedule (checkpoint_state::schedule empty).
+inline constexpr std::uint32_t checkpoint_version = 2;
 
 /// The largest iteration a checkpoint records (2^53: a double counts it exactly, and adding
 /// a run's iterations to it cannot overflow).
@@ -32,6 +34,10 @@ struct checkpoint_state {
   std::int64_t iteration = 0;  ///< the next iteration to run (iterations done so far)
   std::uint64_t seed = 1;      ///< executor::seed(): the dropout masks of later iterations
   solver_settings solver;      ///< the settings when saved (memweave train: its base rate)
+  /// The learning-rate schedule and warm-up that scaled the base rate (memweave train):
+  /// resuming without --lr-schedule and --warmup continues it. Empty where none was recorded
+  /// (a version-1 file; a caller that schedules its own rate).
+  std::optional<lr_schedule> schedule;
 };
 
 /// One tensor of a checkpoint file.

@@ -125,8 +125,8 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   flipped[bytes.size() / 2] ^= 0x10;  // inside some tensor's values
   expect_refused(flipped, "checksum");
   std::string future = bytes;
-  future[8] = 2;  // version 2
-  expect_refused(future, "format version 2");
+  future[8] = 3;  // version 3
+  expect_refused(future, "format version 3; this build reads versions 1 and 2");
   // Header fields that pass the checksum (recomputed) but not the format: a hostile run's
   // solver NaN (blamed on executor_options), an iteration that overflowed, a reserved word.
   const auto resealed = [&](std::size_t offset, const void* field, std::size_t n) {
@@ -142,11 +142,38 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   expect_refused(resealed(16, &huge, 8), "iteration 9223372036854775807 is not from 0 to");
   const std::uint32_t reserved = 5;
   expect_refused(resealed(44, &reserved, 4), "its reserved word is 5, not 0");
+  // The schedule's record (version 2): a kind past cosine, a step factor past 1, fields set
+  // where none is recorded.
+  const std::uint32_t kind = 7;
+  expect_refused(resealed(48, &kind, 4), "its learning-rate schedule has kind 7");
+  const std::uint32_t step = 2;
+  const double gamma = 1.5;
+  std::string step_schedule = resealed(48, &step, 4);
+  const std::int64_t one = 1;
+  std::memcpy(step_schedule.data() + 52, &one, 8);
+  std::memcpy(step_schedule.data() + 60, &gamma, 8);
+  std::memcpy(step_schedule.data() + 68, &one, 8);
+  const std::uint64_t step_sum = transfer_checksum(step_schedule.data(), step_schedule.size() - 8);
+  std::memcpy(step_schedule.data() + step_schedule.size() - 8, &step_sum, 8);
+  expect_refused(step_schedule, "'step:1:1.5' is out of range");
+  const std::int64_t warmup = 3;
+  expect_refused(resealed(76, &warmup, 8), "is recorded as none, with fields that are not 0");
+  // Version 1 (no schedule record) is still read: the schedule is then unknown.
+  {
+    std::string v1 = bytes.substr(0, 48) + bytes.substr(84);
+    v1[8] = 1;
+    const std::uint64_t sum = transfer_checksum(v1.data(), v1.size() - 8);
+    std::memcpy(v1.data() + v1.size() - 8, &sum, 8);
+    spit(bad, v1);
+    const checkpoint_file f = read_checkpoint(bad);
+    EXPECT_FALSE(f.state.schedule.has_value());
+    EXPECT_EQ(f.tensors.size(), read_checkpoint(good).tensors.size());
+  }
   // A tensor's dimension of 0 (past the checksum): said so, not "more than the bytes left".
   std::uint32_t name_bytes = 0;
-  std::memcpy(&name_bytes, bytes.data() + 48, 4);  // the first tensor's record
+  std::memcpy(&name_bytes, bytes.data() + 84, 4);  // the first tensor's record
   const std::int64_t zero = 0;
-  expect_refused(resealed(52 + name_bytes, &zero, 8), "(each dimension must be at least 1)");
+  expect_refused(resealed(88 + name_bytes, &zero, 8), "(each dimension must be at least 1)");
   // A checkpoint of another network: names and shapes differ.
   network_builder b("other");
   auto x = b.data({4, 3, 8, 8}, 5);
