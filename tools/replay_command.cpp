@@ -11,7 +11,9 @@
 #include "memweave/alloc/device_heap.hpp"
 #include "memweave/alloc/trace.hpp"
 #include "memweave/core/checked.hpp"
+#include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
 
 namespace memweave {
@@ -26,6 +28,20 @@ std::size_t pool_bytes_of(const std::optional<std::size_t>& pool) {
   return pool.value_or(std::size_t{256} << 30);
 }
 
+// The heap's variables a replay does not read (the trace's header sets its block size, --pool
+// and --fit the rest): said, as train says what --budget overrides, rather than ignored.
+void warn_unused_heap_variables() {
+  for (const char* v : {"MEMWEAVE_BLOCK_BYTES", "MEMWEAVE_POOL_BYTES", "MEMWEAVE_POOL_FRACTION",
+                        "MEMWEAVE_POOL_GROW", "MEMWEAVE_FIT"}) {
+    const auto raw = option_raw(v);
+    if (raw && !raw->empty()) {
+      log(log_level::warn, std::string(v) + "=" + *raw +
+                               " is not used by replay: the trace's header sets the block "
+                               "size, --pool the arena and --fit the fits");
+    }
+  }
+}
+
 }  // namespace
 
 int replay_command(int argc, const char* const* argv, std::ostream& out) {
@@ -37,6 +53,7 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
   const auto pool = args.get_bytes("pool", 1 << 20, std::size_t{1} << 40);
   const std::string fit = args.get_or("fit", "best,first");
   args.reject_unused();
+  warn_unused_heap_variables();
   MEMWEAVE_EXPECTS(!path.empty() || synthetic_layers,
                    "give --trace PATH (a MEMWEAVE_TRACE file) or --synthetic-layers N "
                    "(with --trace PATH to keep it)");

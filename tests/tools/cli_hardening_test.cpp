@@ -449,6 +449,20 @@ TEST(cli_hardening_test, variables_that_do_nothing_in_the_run_are_warned_about) 
   EXPECT_FALSE(warned("MEMWEAVE_SCHEDULE_CONV_MODE", "mode", {"--conv-ws", "none"}));
   EXPECT_TRUE(warned("MEMWEAVE_SPLIT_COMPRESS", "fp16", {}));
   EXPECT_TRUE(warned("MEMWEAVE_SCHEDULE_COMPRESS", "fp16", {}));
+  // replay reads its heap from the trace's header, --pool and --fit: the heap's variables
+  // changed nothing, without a word.
+  const std::string trace = temp("unused_heap.trace");
+  std::filesystem::remove(trace);
+  ASSERT_EQ(run(replay_command, {"--synthetic-layers", "2", "--trace", trace}).code, 0);
+  for (const char* variable : {"MEMWEAVE_BLOCK_BYTES", "MEMWEAVE_POOL_GROW", "MEMWEAVE_FIT"}) {
+    scoped_env env(variable, std::string(variable) == "MEMWEAVE_FIT" ? "first" : "4096");
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(run(replay_command, {"--trace", trace}).code, 0);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(std::string(variable) + "="), std::string::npos) << err;
+    EXPECT_NE(err.find("is not used by replay"), std::string::npos) << err;
+  }
+  std::filesystem::remove(trace);
 }
 
 TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {
