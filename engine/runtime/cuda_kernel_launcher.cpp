@@ -170,6 +170,10 @@ class cuda_kernel_launcher final : public kernel_launcher {
   // The micro-steps' copies are cudaMemcpyAsync in stream order: from page-locked memory.
   bool pins_staging() const override { return true; }
   bool runs_channel_groups() const override { return false; }
+  void prepare_fp16_staging() override {
+    const current_device scope(ordinal_);
+    (void)context_->fp16_links();
+  }
   // Pieces of 8 MiB over TBB's workers: page-locked memory both sides, the cores otherwise
   // idle while the GPU waits for the staged step this copy is for.
   void copy_host_memory(void* dst, const void* src, std::size_t bytes) const override {

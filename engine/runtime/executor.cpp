@@ -311,7 +311,10 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   }
   any_staged_ = any_staged;
   staging_->fp16.assign(n, false);
-  if (options.split_compress && any_staged) mark_fp16_staging();
+  if (options.split_compress && any_staged) {
+    mark_fp16_staging();
+    launcher_->prepare_fp16_staging();
+  }
   MEMWEAVE_EXPECTS(
       table_.buckets().empty() ||
           std::find(channel_cut_.begin(), channel_cut_.end(), true) == channel_cut_.end(),

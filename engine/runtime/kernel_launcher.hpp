@@ -124,6 +124,10 @@ class kernel_launcher {
   /// Whether launch() runs a CONV/FC step in output-channel groups (layer_launch::
   /// channel_parts): the host and null backends do; cuda runs micro-batches only.
   virtual bool runs_channel_groups() const { return true; }
+  /// Takes what fp16 micro-tensors cross through (cuda: the kernel context's fp16 buffers,
+  /// outside the heap), once the executor knows some will: at construction, not in the
+  /// middle of an iteration, where a device the heap has filled would fail it.
+  virtual void prepare_fp16_staging() {}
   /// Copies `bytes` between two host buffers from the executor's thread (a swapped tensor's
   /// host copy into its staging memory): one memcpy; on cuda, whose kernels leave the cores
   /// idle, in parallel pieces (a ResNet-50 b64 res2 activation is 205 MB: about 20 ms on one

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -280,66 +281,76 @@ TEST_F(cuda_split_step_test, conv_and_fc_add_the_micro_batches_weight_gradients)
   expect_near(t.host[dx], read(*t.device[dx]), 2e-3, 1e-3, "conv input gradient");
 }
 
-// fp16 micro-tensors (MEMWEAVE_SPLIT_COMPRESS=fp16): a ReLU's input and output held as fp16 in
-// page-locked memory, each micro-batch's slice (3 images of 512 Ki values: two chunks of the
-// context's fp16 buffers) expanded on its way in and rounded on its way out on the device. The
-// output's halves are the host split step's bit for bit (ReLU is exact, and the conversion
-// kernels give fp16.hpp's bits), and so is the largest rounding error reported.
+// fp16 micro-tensors (MEMWEAVE_SPLIT_COMPRESS=fp16): an ADD's two inputs and its output held as
+// fp16 in page-locked memory, each micro-batch's slice (3 images of 512 Ki values: two chunks of
+// the context's fp16 buffers) expanded on its way in and rounded on its way out on the device,
+// the ins of one micro-batch beside the outs of the one before on the two link streams. The
+// sum of two fp16 values is seldom one, so the rounding has an error to report. The output's
+// halves are the host split step's bit for bit (one float addition each, and the conversion
+// kernels give fp16.hpp's bits), and so is the largest rounding error.
 TEST_F(cuda_split_step_test, fp16_micro_tensors_cross_with_the_host_codecs_bits) {
   layer l;
-  l.type = layer_type::act;
-  l.params = act_params{};
+  l.type = layer_type::add;
   const shape4 in{7, 8, 256, 256};
   l.output_shape = in;
   const std::int64_t per_image = in.per_image();
   const std::size_t count = count_of(in);
-  std::vector<std::uint16_t> x16(count);
-  const std::vector<float> x0 = random_vector(count, 51, -3.0f, 3.0f);
-  (void)fp16_encode(x16.data(), x0.data(), count);
-  const auto staged_of = [&](float* x_whole, float* x_micro, float* y_whole, float* y_micro) {
-    std::vector<layers::staged_tensor> staged(2);
-    staged[0].whole = x_whole;
-    staged[0].micro = x_micro;
-    staged[0].read = true;
-    staged[1].whole = y_whole;
-    staged[1].micro = y_micro;
-    staged[1].written = true;
-    for (layers::staged_tensor& m : staged) m.per_image = per_image, m.n = in.n, m.fp16 = true;
+  std::vector<std::uint16_t> a16(count), b16(count);
+  (void)fp16_encode(a16.data(), random_vector(count, 51, -3.0f, 3.0f).data(), count);
+  (void)fp16_encode(b16.data(), random_vector(count, 52, -3.0f, 3.0f).data(), count);
+  // Whole values a, b, y and their micro buffers.
+  const auto staged_of = [&](std::array<float*, 3> whole, std::array<float*, 3> micro) {
+    std::vector<layers::staged_tensor> staged(3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      staged[i].whole = whole[i];
+      staged[i].micro = micro[i];
+      staged[i].per_image = per_image;
+      staged[i].n = in.n;
+      staged[i].read = i < 2;
+      staged[i].written = i == 2;
+      staged[i].fp16 = true;
+    }
     return staged;
   };
   const auto io_of = [&](const std::vector<layers::staged_tensor>& staged) {
     layers::step_io io;
     io.l = &l;
-    io.input_shapes = {in};
-    io.inputs = {staged[0].whole};
-    io.output = staged[1].whole;
+    io.input_shapes = {in, in};
+    io.inputs = {staged[0].whole, staged[1].whole};
+    io.output = staged[2].whole;
     return io;
   };
   const std::size_t slice = 3 * static_cast<std::size_t>(per_image);
+  const auto halves = [](std::vector<std::uint16_t>& v) {
+    return reinterpret_cast<float*>(v.data());
+  };
   // The host's run: whole values in plain memory.
-  std::vector<std::uint16_t> x_h(x16), y_h(count, 0);
-  std::vector<float> x_micro_h(slice), y_micro_h(slice);
-  const auto host = staged_of(reinterpret_cast<float*>(x_h.data()), x_micro_h.data(),
-                              reinterpret_cast<float*>(y_h.data()), y_micro_h.data());
+  std::vector<std::uint16_t> a_h(a16), b_h(b16), y_h(count, 0);
+  std::vector<float> a_micro_h(slice), b_micro_h(slice), y_micro_h(slice);
+  const auto host = staged_of({halves(a_h), halves(b_h), halves(y_h)},
+                              {a_micro_h.data(), b_micro_h.data(), y_micro_h.data()});
   double host_error = 0;
   layers::run_split_step(host_ctx(), io_of(host), true, k_parts, host, &host_error);
-  ASSERT_GT(host_error, 0.0);
+  ASSERT_GT(host_error, 0.0) << "no value rounded: the error report is not exercised";
   // The GPU's: page-locked whole values (halves in floats' room), device micro buffers.
-  pinned_floats x_d(std::vector<float>((count + 1) / 2)), y_d(std::vector<float>((count + 1) / 2));
-  std::memcpy(x_d.get(), x16.data(), count * sizeof(std::uint16_t));
-  device_buffer x_micro(slice), y_micro(slice);
-  const auto dev = staged_of(x_d.get(), x_micro.get(), y_d.get(), y_micro.get());
+  const std::vector<float> room((count + 1) / 2);
+  pinned_floats a_d(room), b_d(room), y_d(room);
+  std::memcpy(a_d.get(), a16.data(), count * sizeof(std::uint16_t));
+  std::memcpy(b_d.get(), b16.data(), count * sizeof(std::uint16_t));
+  device_buffer a_micro(slice), b_micro(slice), y_micro(slice);
+  const auto dev =
+      staged_of({a_d.get(), b_d.get(), y_d.get()}, {a_micro.get(), b_micro.get(), y_micro.get()});
   double error = 0;
   const std::size_t copied =
       layers::run_cuda_split_step(ctx(), io_of(dev), true, k_parts, dev, {}, &error);
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // the host function too
-  EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::act, true, dev, k_parts));
-  EXPECT_EQ(copied, count * sizeof(std::uint16_t) * 2);  // in and out once, as halves
+  EXPECT_EQ(copied, layers::staged_copy_bytes(layer_type::add, true, dev, k_parts));
+  EXPECT_EQ(copied, count * sizeof(std::uint16_t) * 3);  // a and b in, y out, as halves
   std::vector<std::uint16_t> y(count);
   std::memcpy(y.data(), y_d.get(), count * sizeof(std::uint16_t));
   EXPECT_TRUE(y == y_h) << "the output's halves differ from the host's";
-  EXPECT_EQ(std::memcmp(x_d.get(), x16.data(), count * sizeof(std::uint16_t)), 0)
-      << "the input, read only, changed";
+  EXPECT_EQ(std::memcmp(a_d.get(), a16.data(), count * sizeof(std::uint16_t)), 0)
+      << "an input, read only, changed";
   EXPECT_EQ(error, host_error);
 }
 
