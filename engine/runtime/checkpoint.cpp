@@ -87,7 +87,7 @@ std::string hex(std::uint64_t v) {
 }  // namespace
 
 checkpoint_state checkpoint_state_of(const executor& ex, std::int64_t iterations) {
-  return {iterations, ex.seed(), ex.solver()};
+  return {iterations, ex.seed(), ex.solver(), std::nullopt};
 }
 
 void save_checkpoint(const executor& ex, const std::string& path, const checkpoint_state& state) {
