@@ -22,6 +22,15 @@ namespace {
 
 constexpr std::string_view k_header = "# memweave-conv-cache v1 ";
 
+// The fingerprint a header line names, without trailing blanks (a file edited on Windows
+// ends its lines in \r): "" when the line is not a header.
+std::string header_fingerprint(const std::string& line) {
+  if (!line.starts_with(k_header)) return {};
+  std::string f = line.substr(k_header.size());
+  while (!f.empty() && (f.back() == '\r' || f.back() == ' ' || f.back() == '\t')) f.pop_back();
+  return f;
+}
+
 bool has_separator(const std::string& s) {
   return s.find_first_of("\t\n\r") != std::string::npos;
 }
@@ -90,13 +99,14 @@ bool conv_algorithm_cache::load(const std::string& path, const std::string& fing
     return false;
   };
   std::string line;
-  if (!std::getline(in, line) || !line.starts_with(k_header)) {
+  if (!std::getline(in, line)) return true;  // empty: nothing to trust, nothing to lose
+  if (!line.starts_with(k_header)) {
     return reject(1,
                   "not a memweave conv cache (expected a '# memweave-conv-cache v1' header), "
                   "and it will not be written over");
   }
-  if (line.substr(k_header.size()) != fingerprint) {
-    return reject(1, "made for '" + line.substr(k_header.size()) + "', not for '" + fingerprint +
+  if (header_fingerprint(line) != fingerprint) {
+    return reject(1, "made for '" + header_fingerprint(line) + "', not for '" + fingerprint +
                          "' (another backend, device or thread count)");
   }
   std::size_t number = 1;
@@ -140,7 +150,8 @@ void conv_algorithm_cache::save(const std::string& path, const std::string& fing
     // not ours to replace, nor one of another backend, device or thread count (timings that
     // may have taken long to measure): the timings go unsaved rather than destroy it.
     std::string first;
-    if (std::getline(existing, first) && !first.starts_with(k_header)) {
+    const bool has_line = static_cast<bool>(std::getline(existing, first));
+    if (has_line && !first.starts_with(k_header)) {
       log(log_level::warn, "conv algorithm cache '" + path +
                                "' is not a memweave conv cache (its first line is not '" +
                                std::string(k_header) +
@@ -149,13 +160,12 @@ void conv_algorithm_cache::save(const std::string& path, const std::string& fing
       dirty_ = false;
       return;
     }
-    if (first.size() >= k_header.size() && first.substr(k_header.size()) != fingerprint) {
+    if (has_line && header_fingerprint(first) != fingerprint) {
       log(log_level::warn,
-          "conv algorithm cache '" + path + "' holds the timings of '" +
-              first.substr(k_header.size()) + "': left as it is, those measured for '" +
-              fingerprint +
-              "' are not saved; point MEMWEAVE_CONV_CACHE at a file of its own for "
-              "each backend, device or thread count");
+          "conv algorithm cache '" + path + "' holds the timings of '" + header_fingerprint(first) +
+              "': left as it is, those measured for '" + fingerprint +
+              "' are not saved; point MEMWEAVE_CONV_CACHE at a file of its own for each backend, "
+              "device or thread count (or remove the file to replace it)");
       dirty_ = false;
       return;
     }

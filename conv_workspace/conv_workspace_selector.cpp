@@ -91,10 +91,13 @@ const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std
                              return c.algorithm == options_.fixed_algorithm;
                            });
     // One that cannot run as the file says would fail its step (a kernel given too small a
-    // workspace): the file's word is not taken for it.
-    const auto refused = runs ? std::find_if(found->begin(), found->end(),
-                                             [&](const conv_candidate& c) { return !runs(c); })
-                              : found->end();
+    // workspace): the file's word is not taken for it. Checked once per entry (choose_conv
+    // looks every step's candidates up); what this process measured needs no check.
+    const bool check = runs && !checked_.contains(key);
+    const auto refused = check ? std::find_if(found->begin(), found->end(),
+                                              [&](const conv_candidate& c) { return !runs(c); })
+                               : found->end();
+    if (check && refused == found->end()) checked_.insert(key);
     if (refused != found->end()) {
       if (!warned_refused_) {
         log(log_level::warn, "conv algorithm cache '" + options_.cache_path + "': convolution " +
@@ -122,6 +125,7 @@ const std::vector<conv_candidate>& conv_workspace_selector::candidates(const std
   check_fixed_algorithm(options_, measured, key);
   ++measured_;
   cache_.insert(key, std::move(measured));
+  checked_.insert(key);
   return *cache_.find(key);
 }
 

@@ -18,6 +18,12 @@ std::string temp(const std::string& name) {
       .string();
 }
 
+// The whole of a file.
+std::string slurp_file(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 // What a backend measures for key "k" (direct without workspace, "fast" with 64 bytes),
 // counting the calls.
 conv_workspace_selector::measure_fn measured_k(int& calls) {
@@ -172,6 +178,27 @@ TEST(conv_algorithm_cache_test, an_entry_the_backend_refuses_is_measured_again_a
     EXPECT_EQ(calls, 1);
     EXPECT_EQ(s.hits(), 1u);
   }
+  std::filesystem::remove(path);
+}
+
+// A header ending in a carriage return (a file edited on Windows) names the same fingerprint:
+// trusted, and rewritten (it was foreign, kept and never refreshed); an empty file is a new
+// cache, written (it was said not to be, then was).
+TEST(conv_algorithm_cache_test, a_windows_line_end_or_an_empty_file_is_no_foreign_cache) {
+  const std::string path = temp("crlf");
+  std::ofstream(path) << "# memweave-conv-cache v1 fp\r\nk\tdirect 0 2\n";
+  conv_algorithm_cache c;
+  EXPECT_TRUE(c.load(path, "fp"));
+  ASSERT_NE(c.find("k"), nullptr);
+  c.insert("k2", {{"direct", 0, 0.5}});
+  c.save(path, "fp");
+  EXPECT_EQ(slurp_file(path).find('\r'), std::string::npos);
+  std::ofstream(path, std::ios::trunc).flush();
+  conv_algorithm_cache empty;
+  EXPECT_TRUE(empty.load(path, "fp"));
+  empty.insert("k", {{"direct", 0, 0.5}});
+  empty.save(path, "fp");
+  EXPECT_TRUE(slurp_file(path).starts_with("# memweave-conv-cache v1 fp\n"));
   std::filesystem::remove(path);
 }
 

@@ -123,7 +123,10 @@ TEST(cli_outputs_test, a_conv_cache_entry_that_cannot_run_is_measured_again) {
     }
     ASSERT_NE(edited, timings);
     std::ofstream(cache.path) << edited;
+    ::testing::internal::CaptureStderr();
     EXPECT_EQ(run(train_command, args).code, 0);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("measured again, as is every such entry"), std::string::npos) << err;
     EXPECT_EQ(slurp(cache.path).find("bogus_algorithm"), std::string::npos)
         << "the entries not replaced";
   }

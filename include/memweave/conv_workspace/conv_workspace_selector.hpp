@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "memweave/conv_workspace/conv_algorithm_cache.hpp"
@@ -94,7 +95,8 @@ class conv_workspace_selector {
   conv_algorithm_cache cache_;
   std::size_t measured_ = 0;
   std::size_t hits_ = 0;
-  bool warned_refused_ = false;  // a cached candidate was refused (said once)
+  bool warned_refused_ = false;              // a cached candidate was refused (said once)
+  std::unordered_set<std::string> checked_;  // keys whose candidates run as they say
 };
 
 }  // namespace memweave
