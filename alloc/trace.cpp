@@ -115,10 +115,10 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
 }
 
 // What follows the header's fixed text: " block_bytes=N", N a block size the heap takes (up
-// to MEMWEAVE_BLOCK_BYTES's 1 GiB), or nothing (older traces).
-void check_header(std::string_view rest, const std::string& at) {
+// to MEMWEAVE_BLOCK_BYTES's 1 GiB), or nothing (older traces: the default 1 KiB). Returns N.
+std::size_t check_header(std::string_view rest, const std::string& at) {
   const auto f = fields_of(rest);
-  if (f.empty()) return;
+  if (f.empty()) return 1024;
   constexpr std::string_view key = "block_bytes=";
   std::uint64_t block = 0;
   if (f.size() != 1 || !f[0].starts_with(key) || !parse_number(f[0].substr(key.size()), block) ||
@@ -127,11 +127,13 @@ void check_header(std::string_view rest, const std::string& at) {
                            " is not ' block_bytes=N' with N a power of two from 256 to 1 GiB "
                            "(the heap's block size)");
   }
+  return static_cast<std::size_t>(block);
 }
 
 }  // namespace
 
-std::vector<trace_event> parse_trace(std::string_view text, std::string_view source) {
+std::vector<trace_event> parse_trace(std::string_view text, std::string_view source,
+                                     std::size_t* block_bytes) {
   const std::string where = "trace " + quote(source);
   std::vector<trace_event> events;
   std::uint64_t line_no = 0;
@@ -152,7 +154,8 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
         throw invalid_argument(at + "expected the header " + quote(trace_header) + ", found " +
                                quote(line) + "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
       }
-      check_header(line.substr(trace_header.size()), at);
+      const std::size_t block = check_header(line.substr(trace_header.size()), at);
+      if (block_bytes != nullptr) *block_bytes = block;
       header_seen = true;
       continue;
     }
@@ -186,7 +189,7 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
   return events;
 }
 
-std::vector<trace_event> read_trace(const std::string& path) {
+std::vector<trace_event> read_trace(const std::string& path, std::size_t* block_bytes) {
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
     // A device or a pipe (/dev/zero) would be read until memory runs out.
@@ -206,7 +209,9 @@ std::vector<trace_event> read_trace(const std::string& path) {
   std::string head(256, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<std::size_t>(in.gcount()));
-  if (!head.starts_with(trace_header)) return parse_trace(head, path);  // throws: not a trace
+  if (!head.starts_with(trace_header)) {
+    return parse_trace(head, path, block_bytes);  // throws: not a trace
+  }
   in.clear();
   in.seekg(0);
   std::ostringstream text;
@@ -214,7 +219,7 @@ std::vector<trace_event> read_trace(const std::string& path) {
   if (in.bad()) {
     throw invalid_argument("cannot read trace '" + path + "': " + std::strerror(errno));
   }
-  return parse_trace(text.view(), path);
+  return parse_trace(text.view(), path, block_bytes);
 }
 
 void write_trace(const std::string& path, std::span<const trace_event> events,

@@ -29,15 +29,17 @@ std::size_t pool_bytes_of(const std::optional<std::size_t>& pool) {
 }
 
 // The heap's variables a replay does not read (the trace's header sets its block size, --pool
-// and --fit the rest): said, as train says what --budget overrides, rather than ignored.
+// and --fit the rest), and MEMWEAVE_TRACE (a replay records none): said, as train says what
+// --budget overrides, rather than ignored.
 void warn_unused_heap_variables() {
   for (const char* v : {"MEMWEAVE_BLOCK_BYTES", "MEMWEAVE_POOL_BYTES", "MEMWEAVE_POOL_FRACTION",
-                        "MEMWEAVE_POOL_GROW", "MEMWEAVE_FIT"}) {
+                        "MEMWEAVE_POOL_GROW", "MEMWEAVE_FIT", "MEMWEAVE_TRACE"}) {
     const auto raw = option_raw(v);
     if (raw && !raw->empty()) {
       log(log_level::warn, std::string(v) + "=" + *raw +
                                " is not used by replay: the trace's header sets the block "
-                               "size, --pool the arena and --fit the fits");
+                               "size, --pool the arena and --fit the fits, and a replay "
+                               "records no trace");
     }
   }
 }
@@ -81,7 +83,10 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
     out << "wrote a synthetic trace of " << so.layers << " layers, batch " << so.batch << " to "
         << path << "\n";
   }
-  const auto events = read_trace(path);
+  // The heap replays in the blocks the trace was recorded with (its header's), as the run
+  // that wrote it placed them.
+  std::size_t block_bytes = 1024;
+  const auto events = read_trace(path, &block_bytes);
   device_options dopt;
   dopt.kind = "null";  // replay needs addresses, not memory
   dopt.capacity_bytes = std::size_t{1} << 40;
@@ -100,6 +105,7 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
     heap_options h;
     h.pool_bytes = pool_bytes_of(pool);
     h.pool_knob = "--pool";
+    h.block_bytes = block_bytes;
     h.fit = f == "best" ? fit_policy::best : fit_policy::first;
     device_heap heap(*dev, h);
     try {

@@ -463,6 +463,17 @@ TEST(cli_hardening_test, variables_that_do_nothing_in_the_run_are_warned_about) 
     EXPECT_NE(err.find("is not used by replay"), std::string::npos) << err;
   }
   std::filesystem::remove(trace);
+  // The heap replays in the trace's own blocks (its header's): a trace recorded with 1 MiB
+  // blocks was replayed in 1 KiB ones, its peak 1 KiB where the run's was 1 MiB.
+  const std::string big_blocks = temp("big_blocks.trace");
+  {
+    std::ofstream out(big_blocks);
+    out << trace_header << " block_bytes=1048576\n0 a 0 1024 0\n1 f 0 1024 0\n";
+  }
+  const auto r = run(replay_command, {"--trace", big_blocks, "--fit", "best"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1.00 MiB"), std::string::npos) << r.out;
+  std::filesystem::remove(big_blocks);
 }
 
 TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {

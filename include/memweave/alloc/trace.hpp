@@ -41,13 +41,15 @@ struct trace_event {
   std::uint64_t line = 0;         ///< line number in the file (1-based; 0 when generated)
 };
 
-/// Reads a trace file. Throws invalid_argument naming the path and the system's reason
-/// when it cannot be read, and naming the path, the line number and what was expected
-/// when a line is malformed.
-std::vector<trace_event> read_trace(const std::string& path);
+/// Reads a trace file; with `block_bytes`, stores the heap block size its header names (1024
+/// for a header without one: older traces). Throws invalid_argument naming the path and the
+/// system's reason when it cannot be read, and naming the path, the line number and what
+/// was expected when a line is malformed.
+std::vector<trace_event> read_trace(const std::string& path, std::size_t* block_bytes = nullptr);
 
 /// Parses trace text; `source` names it in messages (a path). Throws as read_trace.
-std::vector<trace_event> parse_trace(std::string_view text, std::string_view source);
+std::vector<trace_event> parse_trace(std::string_view text, std::string_view source,
+                                     std::size_t* block_bytes = nullptr);
 
 /// Writes events in the trace format (the header says `block_bytes`). Throws
 /// invalid_argument naming the path and the reason when it cannot be written.
