@@ -28,7 +28,8 @@ commands:
           [--seed N] [--lr X] [--threads N]
           [--momentum X (in [0, 1))] [--weight-decay X (in [0, 1])]
           [--lr-schedule constant|step:EVERY:GAMMA|cosine:T_MAX] [--warmup N]
-          [--init-from FILE (resume from a checkpoint: weights, iteration, seed, solver)]
+          [--init-from FILE (resume from a checkpoint: weights, iteration, seed, solver,
+           learning-rate schedule and warm-up)]
           [--save FILE (a checkpoint after the last iteration; one --policy)]
           [--cost-model auto|titan_xp|k40|h100_pcie5 (the device the schedule's model stands
            for; auto: a GPU's own figures on cuda, titan_xp on host and null)]

@@ -54,6 +54,8 @@ struct network_run_options {
   // loaded into every policy's executor, which then starts at first_iteration; --save
   // receives the weights after the last iteration ("" = none).
   lr_schedule schedule;
+  /// Resumed: the schedule or its warm-up (or both) came from --init-from's checkpoint.
+  bool schedule_from_checkpoint = false;
   std::string init_path;
   std::shared_ptr<const checkpoint_file> init;
   std::int64_t first_iteration = 0;

@@ -131,7 +131,13 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   shown << ", data " << data << (onnx && !o.init ? ", initial weights from the model" : "") << "\n"
         << describe_tiling(o);
   if (o.init) {
-    shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration << "\n";
+    shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration;
+    // What the file decided of the rate, as it will be applied.
+    if (o.schedule_from_checkpoint) {
+      shown << ", learning-rate schedule " << o.schedule.describe()
+            << " (of --lr-schedule and --warmup, what is not given is the checkpoint's)";
+    }
+    shown << "\n";
   }
   // A policy that does not fit is a result, reported in the summary; exit 1 is for when
   // none does.

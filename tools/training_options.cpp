@@ -39,8 +39,9 @@ void read_training_options(cli_args& args, network_run_options& o) {
   if (auto wd = args.get_double("weight-decay", 0.0, 1.0)) {
     o.executor.weight_decay = static_cast<float>(*wd);
   }
-  // Resumed, the schedule and warm-up not given are the checkpoint's (a run resumed without
-  // them trained at the constant base rate, silently).
+  // Resumed, the schedule and the warm-up not given are the checkpoint's, each on its own
+  // (a run resumed without them trained at the constant base rate, silently); the resuming
+  // line says what came from the file.
   const checkpoint_state* saved = o.init ? &o.init->state : nullptr;
   const bool saved_schedule = saved != nullptr && saved->schedule.has_value();
   if (auto s = args.get("lr-schedule")) {
@@ -50,12 +51,14 @@ void read_training_options(cli_args& args, network_run_options& o) {
   }
   const auto warmup = args.get_int("warmup", 0, std::numeric_limits<std::int32_t>::max());
   o.schedule.warmup = warmup ? *warmup : saved_schedule ? saved->schedule->warmup : 0;
-  if (saved != nullptr && !saved_schedule && args.given().count("lr-schedule") == 0 && !warmup) {
+  const bool schedule_given = args.given().count("lr-schedule") != 0;
+  if (saved != nullptr && !saved_schedule && !schedule_given && !warmup) {
     log(log_level::warn, "--init-from " + o.init_path +
-                             ": the checkpoint records no learning-rate schedule (format "
-                             "version 1): resuming at the constant base rate; give "
-                             "--lr-schedule and --warmup as the run that saved it had them");
+                             ": the checkpoint records no learning-rate schedule: resuming "
+                             "at the constant base rate; give --lr-schedule and --warmup as "
+                             "the run that saved it had them");
   }
+  o.schedule_from_checkpoint = saved_schedule && (!schedule_given || !warmup);
   o.save = args.get_path("save");
   MEMWEAVE_EXPECTS(o.save.empty() || o.policies.size() == 1,
                    "--save " + o.save + " with " + std::to_string(o.policies.size()) +

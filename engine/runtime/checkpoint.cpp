@@ -84,6 +84,25 @@ std::string hex(std::uint64_t v) {
   return b;
 }
 
+// What a version-2 file may record of a schedule: the fields its kind uses, each to the range
+// --lr-schedule and --warmup take (the others are written as 0 and not read); `what` names
+// the first one out of range, or is empty.
+std::string schedule_fault(const lr_schedule& s) {
+  if (s.warmup < 0 || s.warmup > std::numeric_limits<std::int32_t>::max()) {
+    return "warm-up " + std::to_string(s.warmup) + " (expected 0 to 2^31 - 1)";
+  }
+  if (s.type == lr_schedule::kind::step && s.every < 1) {
+    return "step interval " + std::to_string(s.every) + " (expected at least 1)";
+  }
+  if (s.type == lr_schedule::kind::step && !(s.gamma > 0.0 && s.gamma <= 1.0)) {
+    return "step factor " + std::to_string(s.gamma) + " (expected in (0, 1])";
+  }
+  if (s.type == lr_schedule::kind::cosine && s.t_max < 1) {
+    return "cosine length " + std::to_string(s.t_max) + " (expected at least 1)";
+  }
+  return {};
+}
+
 }  // namespace
 
 checkpoint_state checkpoint_state_of(const executor& ex, std::int64_t iterations) {
@@ -92,6 +111,12 @@ checkpoint_state checkpoint_state_of(const executor& ex, std::int64_t iterations
 
 void save_checkpoint(const executor& ex, const std::string& path, const checkpoint_state& state) {
   state.solver.validate("save_checkpoint");
+  if (state.schedule) {
+    if (const std::string fault = schedule_fault(*state.schedule); !fault.empty()) {
+      throw invalid_argument("save_checkpoint '" + path + "': the learning-rate schedule has a " +
+                             fault + ", which a checkpoint cannot record; nothing written");
+    }
+  }
   if (state.iteration < 0 || state.iteration > checkpoint_max_iteration) {
     throw invalid_argument("save_checkpoint '" + path + "': iteration " +
                            std::to_string(state.iteration) + " is not from 0 to " +
@@ -109,9 +134,15 @@ void save_checkpoint(const executor& ex, const std::string& path, const checkpoi
   put<float>(out, state.solver.momentum);
   put<float>(out, state.solver.weight_decay);
   put<std::uint32_t>(out, 0);
-  // The schedule: its kind (0: none recorded), then its fields (zeros when none).
-  const lr_schedule none_recorded{lr_schedule::kind::constant, 0, 0.0, 0, 0};
-  const lr_schedule& sc = state.schedule ? *state.schedule : none_recorded;
+  // The schedule: its kind (0: none recorded), then the fields it uses (0 where it uses none).
+  lr_schedule sc{lr_schedule::kind::constant, 0, 0.0, 0, 0};
+  if (state.schedule) {
+    const lr_schedule& s = *state.schedule;
+    sc.type = s.type;
+    sc.warmup = s.warmup;
+    if (s.type == lr_schedule::kind::step) sc.every = s.every, sc.gamma = s.gamma;
+    if (s.type == lr_schedule::kind::cosine) sc.t_max = s.t_max;
+  }
   put<std::uint32_t>(out, state.schedule ? static_cast<std::uint32_t>(sc.type) + 1 : 0);
   put<std::int64_t>(out, sc.every);
   put<double>(out, sc.gamma);
@@ -133,8 +164,7 @@ void save_checkpoint(const executor& ex, const std::string& path, const checkpoi
 
 namespace {
 
-// Version 2's schedule record (docs/CHECKPOINT.md), each field to the range --lr-schedule and
-// --warmup take.
+// Version 2's schedule record (docs/CHECKPOINT.md).
 std::optional<lr_schedule> read_schedule(reader& r, const std::string& path) {
   const auto kind = r.get<std::uint32_t>("the schedule's kind");
   lr_schedule s;
@@ -154,10 +184,8 @@ std::optional<lr_schedule> read_schedule(reader& r, const std::string& path) {
   }
   if (kind > 3) throw corrupt("has kind " + std::to_string(kind) + " (expected 0 to 3)");
   s.type = static_cast<lr_schedule::kind>(kind - 1);
-  if (s.every < 1 || !(s.gamma > 0.0 && s.gamma <= 1.0) || s.t_max < 1 || s.warmup < 0 ||
-      s.warmup > std::numeric_limits<std::int32_t>::max()) {
-    throw corrupt("'" + s.describe() + "' is out of range (step interval and cosine length " +
-                  "at least 1, step factor in (0, 1], warm-up 0 to 2^31 - 1)");
+  if (const std::string fault = schedule_fault(s); !fault.empty()) {
+    throw corrupt("has a " + fault);
   }
   return s;
 }

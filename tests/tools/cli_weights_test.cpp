@@ -86,6 +86,20 @@ TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
   std::vector<std::string> resumed_with_its_schedule = losses(first.out);
   for (const auto& l : losses(file_schedule.out)) resumed_with_its_schedule.push_back(l);
   EXPECT_EQ(resumed_with_its_schedule, losses(straight.out)) << file_schedule.out;
+  EXPECT_NE(file_schedule.out.find("resuming at iteration 2, learning-rate schedule step:1:0.5 "
+                                   "warmup 2 (of --lr-schedule and --warmup, what is not given "
+                                   "is the checkpoint's)"),
+            std::string::npos)
+      << file_schedule.out;
+  // Each on its own: the schedule given, the warm-up the file's (said on the resuming line).
+  const auto mixed =
+      run(train_command, net_args({"--iterations", "3", "--policy", "liveness", "--init-from", a,
+                                   "--lr-schedule", "step:1:0.5"}));
+  std::vector<std::string> resumed_mixed = losses(first.out);
+  for (const auto& l : losses(mixed.out)) resumed_mixed.push_back(l);
+  EXPECT_EQ(resumed_mixed, losses(straight.out)) << mixed.out;
+  EXPECT_NE(mixed.out.find("learning-rate schedule step:1:0.5 warmup 2"), std::string::npos)
+      << mixed.out;
   ASSERT_TRUE(read_checkpoint(a).state.schedule.has_value());
   EXPECT_EQ(read_checkpoint(a).state.schedule->describe(), "step:1:0.5 warmup 2");
   // And eval of the saved weights: the same loss and accuracy under every policy.

@@ -155,7 +155,29 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   std::memcpy(step_schedule.data() + 68, &one, 8);
   const std::uint64_t step_sum = transfer_checksum(step_schedule.data(), step_schedule.size() - 8);
   std::memcpy(step_schedule.data() + step_schedule.size() - 8, &step_sum, 8);
-  expect_refused(step_schedule, "'step:1:1.5' is out of range");
+  expect_refused(step_schedule, "its learning-rate schedule has a step factor 1.5");
+  // A schedule is saved with the fields its kind uses, and one a checkpoint cannot record is
+  // refused before anything is written (it was saved, then refused by every reader).
+  {
+    checkpoint_state cosine = checkpoint_state_of(ex, 1);
+    cosine.schedule = lr_schedule{lr_schedule::kind::cosine, 0, 0.0, 100, 5};  // step's unused
+    const std::string path = temp_path("cosine");
+    save_checkpoint(ex, path, cosine);
+    ASSERT_TRUE(read_checkpoint(path).state.schedule.has_value());
+    EXPECT_EQ(read_checkpoint(path).state.schedule->describe(), "cosine:100 warmup 5");
+    checkpoint_state steep = cosine;
+    steep.schedule = lr_schedule{lr_schedule::kind::step, 1, 2.0, 1, 0};
+    const std::string before_save = slurp(path);
+    try {
+      save_checkpoint(ex, path, steep);
+      ADD_FAILURE() << "a step factor of 2 was saved";
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("step factor 2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("nothing written"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(slurp(path), before_save);
+    std::filesystem::remove(path);
+  }
   const std::int64_t warmup = 3;
   expect_refused(resealed(76, &warmup, 8), "is recorded as none, with fields that are not 0");
   // Version 1 (no schedule record) is still read: the schedule is then unknown.
