@@ -45,6 +45,7 @@ namespace {
 constexpr double k_split_precision = 1e-5;
 constexpr int k_split_trials = 400;
 constexpr double k_extra_precision = 1e-6;
+constexpr double k_extra_floor_seconds = 1e-12;
 
 struct drop_item {
   double bytes = 0, seconds = 0;
@@ -302,7 +303,9 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
     // enough at worst_extra: this step's least extra time is above it.
     double lo = worst_extra, hi = std::max({1e-6, b.baseline_seconds, 2 * worst_extra});
     while (!enough(hi)) hi *= 2;
-    while (hi - lo > k_extra_precision * hi) {
+    // Relative precision, and an absolute floor: were a step covered at every extra time above
+    // 0 but not at 0 itself, the relative test alone would halve hi forever.
+    while (hi - lo > k_extra_precision * hi && hi - lo > k_extra_floor_seconds) {
       const double mid = (lo + hi) / 2;
       (enough(mid) ? hi : lo) = mid;
     }
