@@ -319,6 +319,25 @@ std::size_t heap_block_of(const network_run_options& o) noexcept {
   return o.executor.heap.block_bytes ? o.executor.heap.block_bytes : 1024;
 }
 
+namespace {
+
+// A split or tiling floor over the budget where large heap blocks round every tensor up says
+// so (MEMWEAVE_BLOCK_BYTES=1GiB made a 1.5 MB network's floor 11 GiB, blamed on --budget), as
+// check_budget's own message does.
+template <typename F>
+auto naming_large_blocks(std::size_t block, F&& plan) {
+  try {
+    return plan();
+  } catch (const budget_too_small& e) {
+    if (block <= 1024) throw;
+    throw budget_too_small(std::string(e.what()) + "; every tensor takes whole heap blocks of " +
+                           format_bytes(block) +
+                           " (MEMWEAVE_BLOCK_BYTES): smaller blocks need less");
+  }
+}
+
+}  // namespace
+
 network tile_if_asked(network net, const network_run_options& o,
                       std::vector<tiled_segment_choice>* segments, bool name_least_budget) {
   if (segments != nullptr) segments->clear();
@@ -326,7 +345,9 @@ network tile_if_asked(network net, const network_run_options& o,
   MEMWEAVE_EXPECTS(o.budget_bytes != 0,
                    "--tile cuts the layers over the budget into tiles: give --budget");
   const std::size_t block = heap_block_of(o);
-  tiling_plan p = plan_tiling(net, o.budget_bytes, block, "--budget", name_least_budget);
+  tiling_plan p = naming_large_blocks(block, [&] {
+    return plan_tiling(net, o.budget_bytes, block, "--budget", name_least_budget);
+  });
   if (segments != nullptr) *segments = std::move(p.segments);
   return std::move(p.net);
 }
@@ -344,11 +365,12 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
   const bool evaluation = eo.evaluation_only;
   // The workspaces are the host's candidates': on cuda, whose CONV algorithms are cuDNN's
   // and chosen where the step runs, none. cuda runs micro-batches only (no channel groups).
-  const split_plan plan =
-      plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget",
-                  host_algorithms, evaluation,
-                  host_algorithms ? promised_workspace_bytes(table, o.executor.conv_ws)
-                                  : std::vector<std::size_t>{});
+  const split_plan plan = naming_large_blocks(block, [&] {
+    return plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget",
+                       host_algorithms, evaluation,
+                       host_algorithms ? promised_workspace_bytes(table, o.executor.conv_ws)
+                                       : std::vector<std::size_t>{});
+  });
   eo.split_parts = plan.parts(table.step_count());
   eo.channel_parts = plan.channel_parts(table.step_count());
   eo.split_channel_groups = host_algorithms;

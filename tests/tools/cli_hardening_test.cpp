@@ -476,6 +476,21 @@ TEST(cli_hardening_test, variables_that_do_nothing_in_the_run_are_warned_about) 
   std::filesystem::remove(big_blocks);
 }
 
+// Large heap blocks round every tensor up: a split or tiling floor they push over the budget
+// names them (MEMWEAVE_BLOCK_BYTES=1GiB gave a 1.5 MB network an 11 GiB floor, blamed on
+// --budget alone).
+TEST(cli_hardening_test, a_floor_raised_by_large_heap_blocks_names_them) {
+  const scoped_env blocks("MEMWEAVE_BLOCK_BYTES", "1GiB");
+  for (const char* technique : {"--split", "--tile"}) {
+    SCOPED_TRACE(technique);
+    const auto r = run(plan_command,
+                       {"--net", "resnet:1,1,1,1", "--width", "0.125", "--image-side", "32",
+                        "--batch", "4", "--policy", "liveness", "--budget", "100MiB", technique});
+    EXPECT_NE(r.out.find("whole heap blocks of 1.00 GiB (MEMWEAVE_BLOCK_BYTES)"), std::string::npos)
+        << r.out;
+  }
+}
+
 TEST(cli_hardening_test, a_device_that_cannot_be_had_names_the_device_option) {
   device_options d;
   d.kind = "cuda";
