@@ -20,6 +20,10 @@
 #              ASan in split_staging_test's and utp_test's host-memory cases) and
 #              tile_cli_test's training (36 s; tiled training runs under ASan in
 #              zoo_tiling_test's ResNet-50 case).
+#            - one more when the suite reached 19.6 of its 20 minutes (2026-11-30, session 37):
+#              the --max-image-side search with --tile on VGG16 (2.6 s in release, 31 s under
+#              ASan; a report's contents: the search runs under ASan in image_side_cli_test's
+#              other cases, the tiling plan in tiling_plan_test and zoo_tiling_test).
 #            Back under ASan once the host kernels left its checks (below): the zoo oracle's
 #            Inception v4 and DenseNet-121 cases (9 and 8 s), the floor training test's
 #            DenseNet-121 (70 -> 2.6 s) and the split plans weighed whole (41 -> 10 s).
