@@ -106,7 +106,6 @@ schedule_inputs executor::schedule_inputs_of(const std::vector<double>& measured
   for (tensor_id t = 0; t < in.fused.size(); ++t) {
     layer_id& l = in.fused[t];
     if (l == invalid_layer || net_[l].type == layer_type::bn) continue;
-    in.fused_away.push_back(table_.of(l).output);
     in.fused_conv[t] = l;
     l = invalid_layer;
   }

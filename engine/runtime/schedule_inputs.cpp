@@ -163,7 +163,9 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     for (step_option& o : p.timing_options[s]) o.seconds *= ratio;
   }
   const std::vector<bool> bn_input = bn_input_tensors(net, table);
-  for (tensor_id t : in.fused_away) p.tensors[t].fused_away = true;
+  for (const layer_id conv : in.fused_conv) {
+    if (conv != invalid_layer) p.tensors[table.of(conv).output].fused_away = true;
+  }
   for (tensor_id t = 0; t < n; ++t) {
     schedule_tensor& x = p.tensors[t];
     if (!in.in_cache(t)) continue;

@@ -42,13 +42,11 @@ struct schedule_inputs {
   /// Per tensor, fused_bn_act_sources' answer where the backend runs fused replays
   /// (kernel_launcher::fuses_bn_act); empty: every rebuild replays its own layer.
   std::vector<layer_id> fused;
-  /// The CONV outputs the executor's fused CONV+ACT replays skip (written straight into the
-  /// ACT's output): a rebuild never puts them on the device, so the plan never holds one
-  /// there (schedule_tensor::fused_away).
-  std::vector<tensor_id> fused_away;
   /// Per tensor, the CONV whose fused replay rebuilds it (an ACT's output the plan prices as
-  /// two replays: `fused` names no layer for it), or invalid_layer; empty: none. Only the lower
-  /// bound reads it (schedule_tensor::least_rebuild_seconds).
+  /// two replays: `fused` names no layer for it), or invalid_layer; empty: none. That CONV's
+  /// output is skipped by the replay (written straight into the ACT's output), so the plan
+  /// never holds it on the device (schedule_tensor::fused_away), and the lower bound charges
+  /// the rebuild the CONV alone (schedule_tensor::least_rebuild_seconds).
   std::vector<layer_id> fused_conv;
   /// TSPLIT, per route step (empty: none staged): the micro-tensors a staged step reaches in
   /// host memory (schedule_use::on_host) and, for each, the device bytes of its slices in
