@@ -126,9 +126,9 @@ std::string below_largest_step_hint(const executor_options& options, bool moves_
 
 // Where large heap blocks are what makes the budget too small (every tensor rounded up to
 // whole blocks: MEMWEAVE_BLOCK_BYTES=1GiB made a 1.5 MB network need 147 GiB), says so, with
-// what 1 KiB blocks would need.
+// what 1 KiB blocks would need (`at_1k`).
 std::string blocks_hint(std::size_t block, std::size_t at_1k, std::size_t minimum) {
-  if (block <= 1024 || minimum <= at_1k + at_1k / 10) return {};
+  if (minimum <= at_1k + at_1k / 10) return {};
   return "; every tensor takes whole heap blocks of " + format_bytes(block) +
          " (MEMWEAVE_BLOCK_BYTES, executor_options::heap.block_bytes): in 1 KiB blocks it "
          "needs " +
@@ -209,7 +209,7 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
                             : "parameters and state " + format_bytes(persistent) + " plus " + step +
                                   format_bytes(worst_step) + " = " + minimum_text) +
           "; raise --budget to at least that, or lower " + options.shape_knobs +
-          blocks_hint(block, least_at(1024).total(), minimum) +
+          (block > 1024 ? blocks_hint(block, least_at(1024).total(), minimum) : std::string()) +
           below_largest_step_hint(options, moves_persistent, split,
                                   std::any_of(table.buckets().begin(), table.buckets().end(),
                                               [&](const gradient_bucket& b) {
