@@ -19,10 +19,7 @@ conv_step kernel_launcher::choose_conv(conv_workspace_selector& selector, const 
   const shape4& in = (*ctx_.net)[l.inputs[0]].output_shape;
   const std::string backend = conv_backend();
   auto pick = [&](k::conv_pass pass) -> const conv_candidate& {
-    const auto& candidates = selector.candidates(
-        conv_key(backend, pass, in, p), [&] { return conv_candidates(pass, in, p); },
-        [&](const conv_candidate& c) { return conv_candidate_runs(pass, in, p, c); });
-    return selector.choose(candidates, available);
+    return selector.choose(candidates_of(selector, backend, pass, in, p), available);
   };
   conv_step c;
   if (forward) {
@@ -59,12 +56,18 @@ void kernel_launcher::fill_conv_candidates(conv_workspace_selector& selector, bo
       passes.push_back(k::conv_pass::backward_filter);
       if (first_input_has_grad(*ctx_.table, l)) passes.push_back(k::conv_pass::backward_data);
     }
-    for (k::conv_pass pass : passes) {
-      (void)selector.candidates(
-          conv_key(backend, pass, in, p), [&] { return conv_candidates(pass, in, p); },
-          [&](const conv_candidate& c) { return conv_candidate_runs(pass, in, p, c); });
-    }
+    for (k::conv_pass pass : passes) (void)candidates_of(selector, backend, pass, in, p);
   }
+}
+
+const std::vector<conv_candidate>& kernel_launcher::candidates_of(conv_workspace_selector& selector,
+                                                                  const std::string& backend,
+                                                                  k::conv_pass pass,
+                                                                  const shape4& in,
+                                                                  const conv_params& p) {
+  return selector.candidates(
+      conv_key(backend, pass, in, p), [&] { return conv_candidates(pass, in, p); },
+      [&](const conv_candidate& c) { return conv_candidate_runs(pass, in, p, c); });
 }
 
 bool kernel_launcher::conv_candidate_runs(k::conv_pass pass, const shape4& in, const conv_params& p,

@@ -199,6 +199,12 @@ class kernel_launcher {
   /// steps choose among (choose_conv's keys): forward, backward filter, and backward data
   /// where the input has a gradient (the forward pass alone with `forward_only`).
   void fill_conv_candidates(conv_workspace_selector& selector, bool forward_only);
+  /// The candidates of one pass of a CONV through `selector`: its cache's (checked against
+  /// conv_candidate_runs), else this backend's, measured.
+  const std::vector<conv_candidate>& candidates_of(conv_workspace_selector& selector,
+                                                   const std::string& backend,
+                                                   kernels::host::conv_pass pass, const shape4& in,
+                                                   const conv_params& p);
   /// This backend's candidates for one pass of a CONV.
   virtual std::vector<conv_candidate> conv_candidates(kernels::host::conv_pass pass,
                                                       const shape4& in, const conv_params& p) = 0;
