@@ -44,14 +44,15 @@ void read_training_options(cli_args& args, network_run_options& o) {
   // line says what came from the file.
   const checkpoint_state* saved = o.init ? &o.init->state : nullptr;
   const bool saved_schedule = saved != nullptr && saved->schedule.has_value();
-  if (auto s = args.get("lr-schedule")) {
-    o.schedule = lr_schedule::parse(*s, "--lr-schedule");
+  const auto schedule = args.get("lr-schedule");
+  if (schedule) {
+    o.schedule = lr_schedule::parse(*schedule, "--lr-schedule");
   } else if (saved_schedule) {
     o.schedule = *saved->schedule;
   }
   const auto warmup = args.get_int("warmup", 0, std::numeric_limits<std::int32_t>::max());
   o.schedule.warmup = warmup ? *warmup : saved_schedule ? saved->schedule->warmup : 0;
-  const bool schedule_given = args.given().count("lr-schedule") != 0;
+  const bool schedule_given = schedule.has_value();
   if (saved != nullptr && !saved_schedule && !schedule_given && !warmup) {
     log(log_level::warn, "--init-from " + o.init_path +
                              ": the checkpoint records no learning-rate schedule: resuming "
