@@ -16,7 +16,8 @@
 //
 // Memory outside the heap's budget, like cuDNN's and cuBLAS's handles: 4 MiB of device
 // memory and a pinned word, taken at the first compressed offload (an out_of_memory then
-// fails that offload, which the transfer engine undoes) and given back with the codec.
+// fails that offload, which the transfer engine undoes) or before, by reserve (the executor's
+// staging codec, whose copies run inside a step), and given back with the codec.
 // Thread-compatible: the transfer engine calls encode and decode under its lock. Kernels are
 // enqueued with the stream's device current.
 #include "engine/runtime/cuda_fp16_codec.hpp"
@@ -93,6 +94,8 @@ class cuda_fp16_codec final : public fp16_codec {
       cuda_detail::launch_fp16_decode(cs, static_cast<std::int64_t>(n), decode_staging_, dst + at);
     }
   }
+
+  void reserve() override { take_memory(); }
 
  private:
   // Everything at once, before anything is enqueued: a failure leaves nothing half done.

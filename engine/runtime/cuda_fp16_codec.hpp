@@ -12,7 +12,8 @@
 namespace memweave {
 
 /// The codec for cuda device `dev` (which must outlive it). Its device and pinned memory
-/// (two staging buffers of 2 MiB and two words) is taken at the first compressed transfer.
+/// (two staging buffers of 2 MiB and two words) is taken at the first compressed transfer,
+/// or by reserve().
 std::unique_ptr<fp16_codec> make_cuda_fp16_codec(device& dev);
 
 }  // namespace memweave

@@ -314,6 +314,9 @@ executor::executor(const network& net, device& dev, const executor_options& requ
   if (options.split_compress && any_staged) {
     mark_fp16_staging();
     launcher_->prepare_fp16_staging();
+    // The whole-tensor copies' codec too (cuda's takes 4 MiB of device memory): taken in the
+    // first staged step, a full device failed that step half through.
+    staging_codec().reserve();
   }
   MEMWEAVE_EXPECTS(
       table_.buckets().empty() ||

@@ -34,6 +34,9 @@ class fp16_codec {
   /// Enqueues on `s` (the host-to-device stream): device_dst (4 * count bytes) holds
   /// fp32(host_src[i]) once the work ran; the link carries 2 * count bytes.
   virtual void decode(stream& s, void* device_dst, const void* host_src, std::size_t count) = 0;
+  /// Takes now whatever memory the codec's work needs (none on `host` and `null`), so that no
+  /// encode or decode fails for memory later, half through a step. Throws out_of_memory.
+  virtual void reserve() {}
 };
 
 /// The codec for `host` (conversions on the copy streams' worker threads) and `null`

@@ -282,6 +282,25 @@ TEST(cuda_executor_test, the_fp16_codec_gives_the_host_codecs_bits_and_largest_e
     in.synchronize();
     EXPECT_EQ(bits_of(got_back), bits_of(expected_back));
   }
+  // reserve() takes all the codec's memory (the executor's staging codec takes it at
+  // construction): a fresh codec's work takes none after it (the kernels' module is loaded
+  // by now, so the free bytes move only by what the codec allocates).
+  auto reserved = make_cuda_fp16_codec(*dev);
+  const std::size_t before = dev->memory().free_bytes;
+  reserved->reserve();
+  const std::size_t after_reserve = dev->memory().free_bytes;
+  EXPECT_LT(after_reserve, before) << "reserve took no device memory";
+  const std::vector<float> values = fp16_cases(false);
+  const std::size_t n = values.size();
+  device_block src(*dev, n * sizeof(float), false), back(*dev, n * sizeof(float), false);
+  device_block host(*dev, n * sizeof(std::uint16_t), true);
+  const std::size_t blocks_taken = dev->memory().free_bytes;
+  std::atomic<double> error{-1.0};
+  reserved->encode(out, host.p, src.p, n, error);
+  out.synchronize();
+  reserved->decode(in, back.p, host.p, n);
+  in.synchronize();
+  EXPECT_EQ(dev->memory().free_bytes, blocks_taken) << "encode or decode took memory";
 }
 
 // Training under `all` with FP16 compression (MEMWEAVE_SCHEDULE_COMPRESS=fp16, opt-in and
