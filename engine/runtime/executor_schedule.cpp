@@ -97,6 +97,7 @@ schedule_inputs executor::schedule_inputs_of(const std::vector<double>& measured
   in.budget_bytes = options_.budget_bytes;
   in.in_cache = [this](tensor_id t) { return in_cache(t); };
   if (options_.schedule.conv_mode_workspaces) in.conv_mode = &options_.conv_ws;
+  in.conv_run = &options_.conv_ws;
   in.measured_seconds = measured_seconds;
   in.copy_latency_s = copy_latency_s;
   // The plan fuses BN+ACT replays only (fused_bn_act_sources: CONV+ACT ones run fused but

@@ -63,6 +63,9 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
   p.step_seconds.assign(steps, 0.0);
   p.step_options.resize(steps);
   p.timing_options.resize(steps);
+  // Per step, the model's time of what a measured time replaces: the step, or for a CONV with
+  // options its fastest algorithm within the whole budget (below).
+  std::vector<double> measured_as(steps, 0.0);
   const auto staged_at = [&](std::size_t s) {
     return s < in.staged.size() && !in.staged[s].empty();
   };
@@ -72,6 +75,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     const layer& l = net[rs.layer];
     const bool forward = rs.direction == pass::forward;
     p.step_seconds[s] = model_seconds(in.model, net, *in.memory, l, forward);
+    measured_as[s] = p.step_seconds[s];
     // A staged step's convolution takes a workspace from what is free then (not planned for).
     if (staged_at(s)) continue;
     if (l.type != layer_type::conv) continue;
@@ -87,7 +91,7 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     }
     if (const auto o = mode_option(in, net, l, forward, passes)) {
       p.step_options[s] = {*o};
-      p.step_seconds[s] = o->seconds;
+      p.step_seconds[s] = measured_as[s] = o->seconds;
       continue;
     }
     std::vector<std::size_t> caps;
@@ -126,6 +130,12 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (unrounded[i] <= in.budget_bytes / workspace_share) options.push_back(all[i]);
     }
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (unrounded[i] <= in.budget_bytes) {
+        measured_as[s] = all[i].seconds;
+        break;
+      }
+    }
     if (options.size() < all.size()) p.timing_options[s] = std::move(all);
     p.step_seconds[s] = options.empty() ? p.step_seconds[s] : options.front().seconds;
   }
@@ -152,13 +162,26 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
       p.tensors[t].staged_fp16 = t < in.staged_fp16.size() && in.staged_fp16[t];
     }
   }
+  // A mode that names its algorithm (fixed, max, none) runs it whatever workspace the plan
+  // leaves the step: each of the step's options takes the measured time.
+  const bool one_algorithm = in.conv_run != nullptr && in.conv_run->mode != conv_ws_mode::dynamic;
   for (std::size_t s = 0; s < steps && s < in.measured_seconds.size(); ++s) {
     const double measured = in.measured_seconds[s];
     if (measured < 0 || !table.has_work(s)) continue;
+    if (one_algorithm) {
+      p.step_seconds[s] = measured;
+      for (step_option& o : p.step_options[s]) o.seconds = measured;
+      for (step_option& o : p.timing_options[s]) o.seconds = measured;
+      continue;
+    }
     // The device ran the step this much faster or slower than modelled: its other ways of
-    // running (a CONV's algorithms) are taken to differ by the same ratio.
-    const double ratio = p.step_seconds[s] > 0 ? measured / p.step_seconds[s] : 1.0;
-    p.step_seconds[s] = measured;
+    // running (a CONV's algorithms under dynamic selection) are taken to differ by the same
+    // ratio. The measured time stands for its fastest within the whole budget (what selection
+    // takes with room), in every workspace share's problem alike: scaled to each share's own
+    // fastest instead, a small share's larger workspaces (timing_options) ran faster than the
+    // step's fastest way in share 1's problem, on which the lower bound is taken.
+    const double ratio = measured_as[s] > 0 ? measured / measured_as[s] : 1.0;
+    p.step_seconds[s] = p.step_seconds[s] == measured_as[s] ? measured : p.step_seconds[s] * ratio;
     for (step_option& o : p.step_options[s]) o.seconds *= ratio;
     for (step_option& o : p.timing_options[s]) o.seconds *= ratio;
   }

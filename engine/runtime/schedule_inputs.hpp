@@ -34,9 +34,14 @@ struct schedule_inputs {
   /// runs, its workspace whole (schedule_options::conv_mode_workspaces); a fixed name the
   /// model's candidates lack (a cuDNN one) leaves the step dynamic selection's ladder.
   const conv_ws_options* conv_mode = nullptr;
+  /// The mode the executor runs its convolutions in, whether or not the plan takes it
+  /// (conv_mode): where it names one algorithm a CONV's measured time is every option's (the
+  /// step runs that algorithm whatever workspace it is left); under dynamic selection it is
+  /// the fastest's within the budget, and the other options scale from there.
+  const conv_ws_options* conv_run = nullptr;
   std::function<bool(tensor_id)> in_cache;  ///< the tensors the cache (and so the plan) moves
   /// Per step, its measured time (Capuchin: from a first iteration on a real device), which
-  /// replaces the model's; a step's CONV options are scaled by the same ratio. Empty, or a
+  /// replaces the model's; a step's CONV options take it as conv_run says. Empty, or a
   /// negative entry: the model's.
   std::vector<double> measured_seconds;
   /// Per tensor, fused_bn_act_sources' answer where the backend runs fused replays
