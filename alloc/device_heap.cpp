@@ -716,16 +716,23 @@ std::string device_heap_impl::describe_failure_locked(std::size_t bytes) const {
   }
   // The knob that sized this pool (the executor's --budget, replay's --pool) where its
   // caller named one: the pool variables do not size it then.
+  // Growth that failed taking an arena of the knob's size, larger than the request: a smaller
+  // one might be had (asking to set the knob the user set would help nobody).
+  const bool grown_too_far = grow_bytes_ != 0 && !growth_note_.empty() && need != 0 &&
+                             grow_bytes_ > (static_cast<std::size_t>(need) << block_shift_);
   if (!pool_knob_.empty()) {
     m += " Free or evict tensors, or raise " + pool_knob_;
     if (grow_bytes_ == 0 && !grow_knob_.empty()) {
       m += ", or set " + grow_knob_ + " to let the heap take further arenas";
+    } else if (grown_too_far && !grow_knob_.empty()) {
+      m += ", or lower " + grow_knob_ + " to an arena the device can give";
     }
     m += ".";
     return m;
   }
-  m += " Free or evict tensors, raise MEMWEAVE_POOL_BYTES or MEMWEAVE_POOL_FRACTION, or set "
-       "MEMWEAVE_POOL_GROW to let the heap take further arenas.";
+  m += " Free or evict tensors, raise MEMWEAVE_POOL_BYTES or MEMWEAVE_POOL_FRACTION, or ";
+  m += grown_too_far ? "lower MEMWEAVE_POOL_GROW to an arena the device can give."
+                     : "set MEMWEAVE_POOL_GROW to let the heap take further arenas.";
   return m;
 }
 

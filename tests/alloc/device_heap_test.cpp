@@ -456,6 +456,18 @@ TEST(device_heap_test, refused_growth_fails_the_allocation_and_says_why) {
   EXPECT_EQ(h.stats().failures, 1u);
   const std::string m = h.describe_failure(1024);
   EXPECT_NE(m.find("growing by a further arena of 64.00 KiB"), std::string::npos) << m;
+  // The arena that failed is the knob's, larger than the request: lower it (set, it is on).
+  EXPECT_NE(m.find("or lower MEMWEAVE_POOL_GROW to an arena the device can give."),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("set MEMWEAVE_POOL_GROW"), std::string::npos) << m;
+  // A request larger than the knob's arena failed at its own size: lowering the knob would not
+  // help.
+  dev.refuse_next(1);
+  EXPECT_EQ(h.try_allocate(128 * KiB), nullptr);
+  const std::string own = h.describe_failure(128 * KiB);
+  EXPECT_NE(own.find("growing by a further arena of 128.00 KiB"), std::string::npos) << own;
+  EXPECT_EQ(own.find("lower MEMWEAVE_POOL_GROW"), std::string::npos) << own;
   h.check_invariants();
   EXPECT_NE(h.try_allocate(1024), nullptr);  // the device gives the next one
   EXPECT_EQ(h.stats().arenas, 2u);
