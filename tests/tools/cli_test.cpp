@@ -255,5 +255,27 @@ TEST(cli_test, config_lists_every_variable) {
   EXPECT_NE(md.out.find("| `MEMWEAVE_DEVICE` | `auto` |"), std::string::npos) << md.out;
 }
 
+// config checks every value as the commands that read it do, the engine's forms too (it listed
+// MEMWEAVE_POLICY=bogus and MEMWEAVE_CONV_WS=zzz as if they were good).
+TEST(cli_test, config_refuses_a_bad_policy_or_convolution_mode_naming_the_variable) {
+  {
+    const scoped_env env("MEMWEAVE_POLICY", "utp,bogus");
+    const std::string e = error_of(config_command, {});
+    EXPECT_NE(e.find("MEMWEAVE_POLICY"), std::string::npos) << e;
+    EXPECT_NE(e.find("bogus"), std::string::npos) << e;
+  }
+  {
+    const scoped_env env("MEMWEAVE_CONV_WS", "zzz");
+    const std::string e = error_of(config_command, {});
+    EXPECT_NE(e.find("MEMWEAVE_CONV_WS"), std::string::npos) << e;
+    EXPECT_NE(e.find("zzz"), std::string::npos) << e;
+  }
+  const scoped_env policies("MEMWEAVE_POLICY", "utp,all");
+  const scoped_env mode("MEMWEAVE_CONV_WS", "fixed:direct");
+  const auto r = run(config_command, {});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("MEMWEAVE_POLICY = utp,all\n"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace memweave
