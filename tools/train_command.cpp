@@ -19,6 +19,7 @@
 #include "memweave/comm/communicator.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
 #include "rank_agreement.hpp"
@@ -132,6 +133,17 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
         << describe_tiling(o);
   if (o.init) {
     shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration;
+    // The base rate too, where the file gave it (its range is the solver's, from 0; --lr's
+    // starts above 0): a checkpoint's rate of 0 trained nothing, and nothing said so.
+    if (!o.lr_given) {
+      shown << ", base learning rate " << o.executor.learning_rate << " (the checkpoint's; --lr "
+            << "replaces it)";
+      if (o.executor.learning_rate == 0.0f) {
+        log(log_level::warn, "--init-from " + o.init_path +
+                                 ": the checkpoint's base learning rate is 0, so training "
+                                 "changes no weight; give --lr to train");
+      }
+    }
     // What the file decided of the rate, as it will be applied.
     if (o.schedule_from_checkpoint) {
       shown << ", learning-rate schedule " << o.schedule.describe()

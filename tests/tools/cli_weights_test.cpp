@@ -86,9 +86,10 @@ TEST(cli_weights, train_resumed_from_save_prints_the_losses_of_a_straight_run) {
   std::vector<std::string> resumed_with_its_schedule = losses(first.out);
   for (const auto& l : losses(file_schedule.out)) resumed_with_its_schedule.push_back(l);
   EXPECT_EQ(resumed_with_its_schedule, losses(straight.out)) << file_schedule.out;
-  EXPECT_NE(file_schedule.out.find("resuming at iteration 2, learning-rate schedule step:1:0.5 "
-                                   "warmup 2 (of --lr-schedule and --warmup, what is not given "
-                                   "is the checkpoint's)"),
+  EXPECT_NE(file_schedule.out.find("resuming at iteration 2, base learning rate 0.02 (the "
+                                   "checkpoint's; --lr replaces it), learning-rate schedule "
+                                   "step:1:0.5 warmup 2 (of --lr-schedule and --warmup, what is "
+                                   "not given is the checkpoint's)"),
             std::string::npos)
       << file_schedule.out;
   // Each on its own: the schedule given, the warm-up the file's (said on the resuming line).
@@ -152,6 +153,42 @@ TEST(cli_weights, a_save_past_the_last_recordable_iteration_is_refused_up_front)
   EXPECT_EQ(read_checkpoint(b).state.iteration, checkpoint_max_iteration);
   std::filesystem::remove(a);
   std::filesystem::remove(b);
+}
+
+// A checkpoint's base rate is the solver's range, from 0 (--lr's starts above it): resumed
+// from a rate of 0 the run trains nothing, and says so (it said nothing); --lr replaces it.
+TEST(cli_weights, a_checkpoints_learning_rate_of_0_is_shown_and_warned_about) {
+  const std::string a = temp("lr0.ckpt");
+  ASSERT_EQ(
+      run(train_command, net_args({"--iterations", "1", "--policy", "liveness", "--save", a})).code,
+      0);
+  // The learning rate (offset 32, f32) set to 0, the checksum made again.
+  std::string bytes = slurp(a);
+  const float zero = 0.0f;
+  std::memcpy(bytes.data() + 32, &zero, sizeof zero);
+  const std::uint64_t sum = transfer_checksum(bytes.data(), bytes.size() - 8);
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, sizeof sum);
+  std::ofstream(a, std::ios::binary | std::ios::trunc) << bytes;
+  ::testing::internal::CaptureStderr();
+  const auto r =
+      run(train_command, net_args({"--iterations", "1", "--policy", "liveness", "--init-from", a}));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("resuming at iteration 1, base learning rate 0 (the checkpoint's"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(err.find("the checkpoint's base learning rate is 0, so training changes no weight; "
+                     "give --lr to train"),
+            std::string::npos)
+      << err;
+  ::testing::internal::CaptureStderr();
+  const auto given = run(train_command, net_args({"--iterations", "1", "--policy", "liveness",
+                                                  "--init-from", a, "--lr", "0.01"}));
+  const std::string quiet = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(given.code, 0);
+  EXPECT_EQ(given.out.find("base learning rate"), std::string::npos) << given.out;
+  EXPECT_EQ(quiet.find("learning rate is 0"), std::string::npos) << quiet;
+  std::filesystem::remove(a);
 }
 
 TEST(cli_weights, bad_values_are_errors_naming_the_flag) {
