@@ -907,6 +907,7 @@ class converter {
     out_.logits = x.layer;
     out_.logits_value = n.input(0);
     out_.logits_per_image = product(x.dims, 1);
+    out_.logits_positions = product(x.dims, 2);
   }
 
   void finish(const std::string& output) {
@@ -918,6 +919,19 @@ class converter {
       out_.logits = it->second.layer;
       out_.logits_value = output;
       out_.logits_per_image = product(it->second.dims, 1);
+      out_.logits_positions = product(it->second.dims, 2);
+    }
+    if (classes_ > 0 && out_.logits_positions > 1) {
+      // The loss takes one vector per image: a map of scores per position (a segmentation
+      // head) trains as one classification over every score of the image, which is seldom
+      // what such a model means.
+      log(log_level::warn, "the scores '" + out_.logits_value + "' have " +
+                               std::to_string(out_.logits_positions) +
+                               " positions per image: memweave trains them as one "
+                               "classification over all " +
+                               std::to_string(out_.logits_per_image) +
+                               " values of an image (one label each), not one per position; "
+                               "pool or flatten them in the model if that is not meant");
     }
     if (classes_ > 0) {
       // The loss layer memweave appends takes a name no node of the model has (a node named

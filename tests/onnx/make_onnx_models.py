@@ -248,3 +248,7 @@ save("node_named_loss", [
     node("Gemm", ["r", "w2"], ["y"], transB=1),
 ], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
     [init("w", 6, 6), init("w2", 4, 6)])
+# A map of scores per position (a segmentation head's): trained as one classification over the
+# image's every score, with a warning.
+save("score_map", [node("Conv", ["x", "w"], ["y"])], [image()], "y", [init("w", 2, 3, 3, 3)],
+     out_shape=("N", 2, 6, 6))

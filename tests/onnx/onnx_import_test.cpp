@@ -183,6 +183,24 @@ TEST_F(OnnxImport, OneDimensionalWindowsGlobalPoolSigmoidAndReshapeByAConstant) 
   EXPECT_EQ(net[find(net, "y").inputs[0]].name, "s");
 }
 
+// The loss takes one vector per image: scores per position train as one classification over
+// all of them, said with a warning (a hostile run's segmentation head trained silently as 640
+// classes); a vector of scores, pooled or flattened, says nothing.
+TEST_F(OnnxImport, ScoresPerPositionAreWarnedAboutAndTrainAsOneClassification) {
+  ::testing::internal::CaptureStderr();
+  const imported_model m = import_onnx(model_path("score_map"), 2);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(m.net[m.net.data_layer()].output_shape.n, 2);
+  EXPECT_NE(warned.find("the scores 'y' have 36 positions per image: memweave trains them as one "
+                        "classification over all 72 values of an image"),
+            std::string::npos)
+      << warned;
+  ::testing::internal::CaptureStderr();
+  (void)import_onnx(model_path("conv1d"), 2);
+  const std::string quiet = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(quiet.find("positions per image"), std::string::npos) << quiet;
+}
+
 TEST_F(OnnxImport, BatchIsTheModelsOwnOrTheOneGiven) {
   EXPECT_EQ(import_onnx(model_path("fixed_batch"), 0).net.batch(), 2);
   const imported_model m = import_onnx(model_path("fixed_batch"), 5);
