@@ -907,7 +907,6 @@ class converter {
     out_.logits = x.layer;
     out_.logits_value = n.input(0);
     out_.logits_per_image = product(x.dims, 1);
-    out_.logits_positions = product(x.dims, 2);
   }
 
   void finish(const std::string& output) {
@@ -921,10 +920,11 @@ class converter {
       out_.logits_per_image = product(it->second.dims, 1);
       out_.logits_positions = product(it->second.dims, 2);
     }
-    if (classes_ > 0 && out_.logits_positions > 1) {
-      // The loss takes one vector per image: a map of scores per position (a segmentation
-      // head) trains as one classification over every score of the image, which is seldom
-      // what such a model means.
+    if (classes_ > 0 && out_.softmax_node.empty() && out_.logits_positions > 1) {
+      // The loss memweave appends takes one vector per image: a map of scores per position (a
+      // segmentation head) trains as one classification over every score of the image, which
+      // is seldom what such a model means (a Softmax of the model's own that reads them so,
+      // opset 11's over axes 1 and on, says it is).
       log(log_level::warn, "the scores '" + out_.logits_value + "' have " +
                                std::to_string(out_.logits_positions) +
                                " positions per image: memweave trains them as one "
