@@ -13,11 +13,15 @@
 //
 // Thread safety: mu_ guards the lists. Event queries run with mu_ held (they do not
 // block); waiting (drain) happens with mu_ released, on blocks already taken out of the
-// lists, so a concurrent allocation never waits behind another thread's drain. The heap
-// is called with or without mu_ held, never the other way round (lock order: mu_, then the
-// heap's own mutex).
+// lists, so a concurrent allocation never waits behind another thread's drain, unless it
+// would fail: blocks out of the lists but not yet back in the heap (in_transit_) are
+// memory on its way, and an allocation that found nothing pending waits for them before it
+// fails (it failed for memory that another thread's drain was about to give back). The
+// heap is called with or without mu_ held, never the other way round (lock order: mu_,
+// then the heap's own mutex).
 #include "memweave/alloc/stream_ordered_heap.hpp"
 
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -59,6 +63,8 @@ class stream_ordered_heap_impl {
   std::unordered_map<const void*, locator> by_ptr_;  // pending block -> where it is
   std::size_t pending_bytes_ = 0;
   std::uint64_t next_seq_ = 1;
+  std::size_t in_transit_ = 0;        // blocks extracted, not yet back in the heap
+  std::condition_variable returned_;  // in_transit_ went down
 
   // Removes the pending block `it` of stream list `sl` (mu_ held); returns it.
   pending_block remove_locked(stream_list& sl, size_map::iterator it) {
@@ -136,6 +142,8 @@ class stream_ordered_heap_impl {
     return out;
   }
 
+  // Gives `blocks` (extracted, counted in in_transit_) back to the heap, after waiting for
+  // their events when `wait`; the bytes returned.
   std::size_t release(std::vector<pending_block>& blocks, bool wait) noexcept {
     std::size_t bytes = 0;
     for (pending_block& b : blocks) {
@@ -150,7 +158,20 @@ class stream_ordered_heap_impl {
       b.done.reset();
       if (heap_.deallocate(b.p) == status::success) bytes += b.bytes;
     }
+    if (!blocks.empty()) {
+      std::lock_guard lock(mu_);
+      in_transit_ -= blocks.size();
+    }
+    returned_.notify_all();
     return bytes;
+  }
+
+  // Waits until no block is on its way back to the heap; whether any was. Never throws.
+  bool wait_for_transit() noexcept {
+    std::unique_lock lock(mu_);
+    if (in_transit_ == 0) return false;
+    returned_.wait(lock, [&] { return in_transit_ == 0; });
+    return true;
   }
 
   std::size_t reclaim() noexcept {
@@ -159,6 +180,7 @@ class stream_ordered_heap_impl {
       std::lock_guard lock(mu_);
       if (by_ptr_.empty()) return 0;
       ready = extract_locked(false);
+      in_transit_ += ready.size();
     } catch (...) {
       return 0;  // no memory for the list: nothing was taken out
     }
@@ -196,6 +218,7 @@ class stream_ordered_heap_impl {
       std::lock_guard lock(mu_);
       if (by_ptr_.empty()) return 0;
       all = extract_locked(true);
+      in_transit_ += all.size();
     } catch (...) {
       return 0;
     }
@@ -229,7 +252,9 @@ void* stream_ordered_heap::try_allocate(std::size_t bytes, std::uintptr_t stream
     if (void* p = m.take_locked(stream, need, SIZE_MAX)) return p;
   }
   if (!wait) return nullptr;
-  if (m.drain() == 0) return nullptr;  // nothing was pending: the first failure stands
+  // Nothing was pending, nor on its way back from another thread's reclaim or drain: the
+  // first failure stands.
+  if (m.drain() == 0 && !m.wait_for_transit()) return nullptr;
   return m.heap_.try_allocate(bytes);
 }
 

@@ -159,6 +159,33 @@ TEST_F(stream_ordered_heap_test, a_full_pool_waits_for_pending_frees_before_fail
   ASSERT_EQ(ordered_.deallocate(big, s2, nullptr), status::success);
 }
 
+// Two threads short of memory at once: the second finds nothing pending (the first's drain
+// took every block out to wait for its event) and waits for those blocks to come back rather
+// than failing for memory that was on its way (it got nullptr: a spurious out-of-memory).
+TEST_F(stream_ordered_heap_test, an_allocation_waits_for_blocks_another_threads_drain_returns) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(ordered_.try_allocate(k_mib, s1));
+  auto st = std::make_shared<manual_state>();
+  for (void* p : blocks) {
+    ASSERT_EQ(ordered_.deallocate(p, s1, std::make_unique<manual_event>(st)), status::success);
+  }
+  void* first = nullptr;
+  std::thread draining([&] { first = ordered_.try_allocate(2 * k_mib, s2); });
+  // The drain has taken every block out of the lists and waits for their event.
+  while (ordered_.pending().blocks != 0) std::this_thread::yield();
+  void* second = nullptr;
+  std::thread short_too([&] { second = ordered_.try_allocate(2 * k_mib, s2); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  st->complete();
+  draining.join();
+  short_too.join();
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr) << "failed for memory another thread's drain was returning";
+  EXPECT_NE(first, second);
+  ASSERT_EQ(ordered_.deallocate(first, s2, nullptr), status::success);
+  ASSERT_EQ(ordered_.deallocate(second, s2, nullptr), status::success);
+}
+
 TEST_F(stream_ordered_heap_test, double_and_foreign_frees_are_refused_without_change) {
   void* a = ordered_.try_allocate(k_mib, s1);
   auto st = std::make_shared<manual_state>();

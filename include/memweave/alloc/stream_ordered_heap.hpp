@@ -44,8 +44,9 @@ class stream_ordered_heap {
   /// At least `bytes` for work on `stream`, or nullptr. In order: a block pending on the
   /// same stream of at most twice the rounded size; the heap, after returning the
   /// completed pending blocks; any larger block pending on the stream; and, only when
-  /// `wait` is true, the heap again after waiting for every pending event. 0 bytes gives
-  /// nullptr. Never throws.
+  /// `wait` is true, the heap again after waiting for every pending event (and, where none
+  /// was pending, for the blocks another thread's reclaim or drain is returning). 0 bytes
+  /// gives nullptr. Never throws.
   void* try_allocate(std::size_t bytes, std::uintptr_t stream, bool wait = true) noexcept;
 
   /// Frees `p` for reuse at once on `stream` and on other streams once `done` is complete.
