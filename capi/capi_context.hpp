@@ -49,6 +49,9 @@ struct context {
   std::mutex host_mutex;  ///< guards host (its creation); the pool itself is thread-safe
   std::unique_ptr<pinned_host_pool> host;
   std::atomic<pinned_host_pool*> host_ptr{nullptr};  ///< host.get() once made (lock-free reads)
+  /// The device whose pool's device the host pool allocates its region through (guarded by
+  /// host_mutex): releasing that pool (cudaDeviceReset) releases the host pool first.
+  int host_ordinal = -1;
 
   ~context();  ///< host pool, then the pools (each drained), then the runtime
 };

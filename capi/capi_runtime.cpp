@@ -10,6 +10,7 @@
 #include "capi/capi_runtime.hpp"
 
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,8 @@ class simulated_runtime final : public runtime {
   std::unique_ptr<event> record(CUstream_st*, int) override { return nullptr; }
   void synchronize_stream(CUstream_st*, int) override {}
   void synchronize_device(int, device& dev) override { dev.synchronize(); }
+  bool capturing(CUstream_st*, int) override { return false; }
+  void forget_device(int) noexcept override {}
   std::uintptr_t stream_key(CUstream_st* stream, int) const noexcept override {
     return reinterpret_cast<std::uintptr_t>(stream);
   }
@@ -43,7 +46,8 @@ class simulated_runtime final : public runtime {
 
 [[noreturn]] void throw_cuda(cudaError_t e, const std::string& call) {
   (void)cudaGetLastError();
-  throw device_error(call + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  throw device_error(call + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e),
+                     static_cast<int>(e));
 }
 
 /// Events kept for reuse, by device (cudaEventCreate/Destroy on every free would cost more
@@ -72,6 +76,25 @@ class event_pool {
         cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync);
     if (rc != cudaSuccess) throw_cuda(rc, "cudaEventCreateWithFlags");
     return e;
+  }
+  /// Destroys the spare events of device `ordinal`.
+  void drop(int ordinal) noexcept {
+    std::vector<cudaEvent_t> gone;
+    try {
+      std::lock_guard lock(mu_);
+      for (auto it = free_.begin(); it != free_.end();) {
+        if (it->first == ordinal) {
+          gone.push_back(it->second);
+          it = free_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    } catch (...) {  // no memory for the list: the events stay, as before
+    }
+    for (cudaEvent_t e : gone) {
+      if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+    }
   }
   void put(int ordinal, cudaEvent_t e) noexcept {
     try {
@@ -217,6 +240,22 @@ class cuda_runtime final : public runtime {
     if (e != cudaSuccess) throw_cuda(e, "cudaStreamSynchronize (the freeing stream)");
   }
 
+  bool capturing(CUstream_st* stream, int default_device) override {
+    // A default-stream handle means the stream of its device: made current to be asked (a
+    // created stream's handle names its device itself).
+    std::optional<device_scope> on;
+    if (default_handle(stream)) on.emplace(stream_device(stream, default_device));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaError_t e = cudaStreamIsCapturing(stream, &status);
+    if (e == cudaErrorStreamCaptureImplicit) {
+      (void)cudaGetLastError();
+      return true;  // the legacy stream, which a capture elsewhere makes unusable
+    }
+    if (e != cudaSuccess)
+      throw_cuda(e, "cudaStreamIsCapturing (the stream of a stream-ordered call)");
+    return status != cudaStreamCaptureStatusNone;
+  }
+
   void synchronize_device(int ordinal, device&) override {
     const device_scope on(ordinal);
     const cudaError_t e = cudaDeviceSynchronize();
@@ -240,6 +279,8 @@ class cuda_runtime final : public runtime {
   bool is_default_stream(CUstream_st* stream) const noexcept override {
     return default_handle(stream);
   }
+
+  void forget_device(int ordinal) noexcept override { events_.drop(ordinal); }
 
  private:
   event_pool events_;  // outlives every caller_event: the pools are destroyed first

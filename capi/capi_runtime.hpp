@@ -48,6 +48,13 @@ class runtime {
   /// stream, stream_ordered_heap::no_reuse_stream for a handle that names a different
   /// stream on each thread (cudaStreamPerThread).
   virtual std::uintptr_t stream_key(CUstream_st* stream, int device) const noexcept = 0;
+  /// Whether work enqueued on `stream` (as in record) now would be captured into a CUDA
+  /// graph (cudaStreamIsCapturing: a capture active or invalidated; the legacy stream while
+  /// another stream's capture forbids its implicit synchronization). Throws device_error.
+  virtual bool capturing(CUstream_st* stream, int default_device) = 0;
+  /// Device `ordinal`'s resources are about to be destroyed (cudaDeviceReset): what the
+  /// runtime keeps of it (spare events) is destroyed now. Never throws.
+  virtual void forget_device(int ordinal) noexcept = 0;
   /// Whether `stream` is a handle naming a device's default stream (NULL, legacy,
   /// per-thread), which cannot be destroyed.
   virtual bool is_default_stream(CUstream_st* stream) const noexcept = 0;

@@ -237,6 +237,16 @@ memweave_status allocate(const char* what_call, void** ptr, std::size_t bytes, C
   if (stream_ordered) {
     try {
       ordinal = c->rt->stream_device(stream, -1);
+      // Under capture the allocation would be a node of the graph, made each time the graph
+      // runs: a block of the pool handed out now would be written by every launch of it,
+      // after memweave gave it to someone else.
+      if (c->rt->capturing(stream, ordinal)) {
+        return fail(MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                    std::string(what_call) + ": stream " + pointer_text(stream) +
+                        " is being captured into a CUDA graph, which owns what is allocated "
+                        "in it; memweave's pool cannot serve that (the interposer passes the "
+                        "call to the CUDA runtime): allocate before the capture");
+      }
     } catch (...) {
       return fail_from_current_exception(what_call);
     }
@@ -317,6 +327,16 @@ int release(const char* what_call, void* ptr, CUstream_st* stream, bool stream_o
       }
       return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
                   std::string(what_call) + "(" + pointer_text(ptr) + "): " + why);
+    }
+    // Under capture the free would be a node of the graph, run whenever the graph is: the
+    // block would go back to the pool now while the graph still uses it.
+    if (stream_ordered && c->rt->capturing(stream, default_device)) {
+      return fail(MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                  std::string(what_call) + "(" + pointer_text(ptr) + "): stream " +
+                      pointer_text(stream) +
+                      " is being captured into a CUDA graph; memweave cannot free a block of "
+                      "its pool whenever the graph runs; nothing changed: free it outside the "
+                      "capture");
     }
     std::unique_ptr<memweave::event> done;
     std::uintptr_t key = stream_ordered_heap::no_reuse_stream;
@@ -410,6 +430,10 @@ int fail_from_current_exception(const char* what_call, int unknown_rc) noexcept 
     return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER, prefix + e.what());
   } catch (const std::bad_alloc&) {
     return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION, prefix + "host memory is exhausted");
+  } catch (const device_error& e) {
+    // The runtime's own code where it gave one (a wait after a failed kernel: the caller
+    // tells cudaErrorIllegalAddress or cudaErrorCudartUnloading from the rest by it).
+    return fail(e.runtime_code() != 0 ? e.runtime_code() : unknown_rc, prefix + e.what());
   } catch (const std::exception& e) {
     return fail(unknown_rc, prefix + e.what());
   } catch (...) {
@@ -514,6 +538,7 @@ pinned_host_pool* host_pool(context& ctx, int* rc) noexcept {
     std::lock_guard<std::mutex> lock(ctx.host_mutex);
     if (!ctx.host) {
       ctx.host = std::make_unique<pinned_host_pool>(*dev_pool->dev, ctx.host_pool_bytes);
+      ctx.host_ordinal = dev_pool->ordinal;
       ctx.host_ptr.store(ctx.host.get(), std::memory_order_release);
     }
     return ctx.host.get();
@@ -646,10 +671,12 @@ memweave_status memweaveReleaseDevicePool(void) {
   busy_scope busy;
   try {
     std::unique_ptr<pool> released;
+    int ordinal = -1;
     {
       std::lock_guard lock(c->pools_mutex);
       pool* p = existing_current_pool(*c);
       if (p == nullptr) return MEMWEAVE_SUCCESS;
+      ordinal = p->ordinal;
       // Out of the table first: no lookup finds it from here on, and the next allocation on
       // the device makes a new pool.
       c->pools[static_cast<std::size_t>(p->ordinal)].store(nullptr, std::memory_order_release);
@@ -658,10 +685,27 @@ memweave_status memweaveReleaseDevicePool(void) {
       released = std::move(*it);
       c->owned_pools.erase(it);
     }
+    // The pinned host pool allocates through this pool's device, and the reset frees its
+    // region too (page-locked memory of the device's context): it goes first, and the next
+    // memweaveHostMalloc makes a new one (a pointer of the old one is as dead as cudaHostAlloc's
+    // after a reset).
+    std::unique_ptr<memweave::pinned_host_pool> host;
+    {
+      std::lock_guard lock(c->host_mutex);
+      if (c->host && c->host_ordinal == ordinal) {
+        c->host_ptr.store(nullptr, std::memory_order_release);
+        host = std::move(c->host);
+        c->host_ordinal = -1;
+      }
+    }
+    host.reset();
     // Destroyed here, outside the lock, in its members' order (capi_context.hpp): the pending
     // frees' events waited for (they die with the device's context), the arena freed while
     // the runtime still knows it, then the device.
     released.reset();
+    // The events kept for the device's frees die with its context too: dropped now, not
+    // recorded after the reset.
+    c->rt->forget_device(ordinal);
     return MEMWEAVE_SUCCESS;
   } catch (...) {
     return fail_from_current_exception("memweaveReleaseDevicePool");
@@ -851,6 +895,8 @@ const char* memweaveGetErrorString(memweave_status status) {
       return "no device";
     case MEMWEAVE_ERROR_NOT_SUPPORTED:
       return "operation not supported";
+    case MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+      return "operation not supported on a stream being captured";
     case MEMWEAVE_ERROR_UNKNOWN:
       return "unknown error";
     default:

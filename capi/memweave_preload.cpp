@@ -222,7 +222,11 @@ cudaError_t malloc_async(std::atomic<malloc_async_fn>& slot, const char* name, v
   last_error_scope errors;
   if (p == nullptr) return errors.served(cudaErrorInvalidValue);
   const int rc = memweaveMallocAsync(p, bytes, s);
-  if (memweave_unavailable(rc)) return errors.forwarded(real_malloc_async(slot, name, p, bytes, s));
+  // A stream being captured into a graph: the runtime makes the allocation a node of the
+  // graph, which owns it (its free in the capture goes to the runtime too: not memweave's).
+  if (rc == MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED || memweave_unavailable(rc)) {
+    return errors.forwarded(real_malloc_async(slot, name, p, bytes, s));
+  }
   log_out_of_memory(rc, "cudaMallocAsync");
   return errors.served(static_cast<cudaError_t>(rc));
 }

@@ -50,7 +50,10 @@ typedef int memweave_status;
 #define MEMWEAVE_ERROR_INVALID_DEVICE_POINTER 17 /* cudaErrorInvalidDevicePointer */
 #define MEMWEAVE_ERROR_NO_DEVICE 100             /* cudaErrorNoDevice */
 #define MEMWEAVE_ERROR_NOT_SUPPORTED 801         /* cudaErrorNotSupported */
-#define MEMWEAVE_ERROR_UNKNOWN 999               /* cudaErrorUnknown */
+/* cudaErrorStreamCaptureUnsupported: a stream-ordered call on a stream that is being
+ * captured into a CUDA graph (memweaveMallocAsync, memweaveFreeAsync) */
+#define MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define MEMWEAVE_ERROR_UNKNOWN 999 /* cudaErrorUnknown */
 
 /* Placement policy of the device heap (memweave_config.fit). */
 #define MEMWEAVE_FIT_DEFAULT 0 /* MEMWEAVE_FIT, default best */
@@ -145,7 +148,10 @@ MEMWEAVE_API memweave_status memweaveMalloc(void** ptr, size_t bytes);
  * the legacy default stream), from the pool of the stream's device (the current device's
  * for NULL, as cudaMallocAsync). It may return a block freed on the same stream whose free
  * the stream has not yet reached: the stream's order makes that safe, so use the block
- * on `stream` (or order other streams after it with an event). */
+ * on `stream` (or order other streams after it with an event). On a stream that is being
+ * captured into a CUDA graph (cudaStreamBeginCapture): MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * and *ptr = NULL, since an allocation made there belongs to the graph, which allocates it
+ * each time it runs (the interposer passes such calls to the CUDA runtime). */
 MEMWEAVE_API memweave_status memweaveMallocAsync(void** ptr, size_t bytes,
                                                  struct CUstream_st* stream);
 
@@ -153,14 +159,18 @@ MEMWEAVE_API memweave_status memweaveMallocAsync(void** ptr, size_t bytes,
  * returns the block to its pool. NULL is a successful no-op. A pointer that is not a live
  * allocation of a pool (foreign, freed twice, interior) returns
  * MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and changes nothing. A failure the wait reports
- * (a kernel that failed) is returned, with the block freed all the same. */
+ * (a kernel that failed) is returned with the CUDA runtime's code (cudaErrorIllegalAddress,
+ * cudaErrorLaunchFailure, ...), with the block freed all the same. */
 MEMWEAVE_API memweave_status memweaveFree(void* ptr);
 
 /* As cudaFreeAsync: frees `ptr` in `stream`'s order without waiting. The block is reused
  * at once by later allocations for the same stream, and by other streams only once the
  * stream has reached this point (an event recorded here has completed). Work on other
  * streams that still uses the block must be ordered before this point by the caller, as
- * with cudaFreeAsync. Errors as memweaveFree. */
+ * with cudaFreeAsync. Errors as memweaveFree; on a stream being captured into a CUDA graph,
+ * MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED and nothing changes (the free would happen
+ * whenever the graph runs, which memweave cannot follow: free the block outside the
+ * capture). */
 MEMWEAVE_API memweave_status memweaveFreeAsync(void* ptr, struct CUstream_st* stream);
 
 /* Call before destroying `stream` (cudaStreamDestroy) on which memweaveFreeAsync freed

@@ -212,8 +212,15 @@ TEST(fake_cuda, cuda_get_last_error_sees_interposed_failures_and_keeps_the_progr
   EXPECT_NE(r.output.find("largest free run"), std::string::npos) << r.output;
 }
 
+TEST(fake_cuda, a_capturing_streams_allocations_are_the_graphs_and_its_pool_frees_refused) {
+  expect_passes(run_probe("stream_capture", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
 TEST(fake_cuda, after_cuda_device_reset_allocations_come_from_a_new_pool) {
-  expect_passes(run_probe("device_reset", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+  // The pinned host pool loads jemalloc, which needs static TLS (README).
+  expect_passes(
+      run_probe("device_reset", {k_preload, "MEMWEAVE_POOL_BYTES=8M", "MEMWEAVE_HOST_POOL_BYTES=8M",
+                                 "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384"}));
 }
 
 TEST(fake_cuda, pytorch_entry_points_in_a_child_forked_while_logging_do_not_hang) {

@@ -78,7 +78,16 @@ class out_of_memory : public error {
 class device_error : public error {
  public:
   using error::error;
+  /// With the runtime's own code of the failure (a cudaError_t), which the C API returns
+  /// as it is (cudaFree after a kernel that failed: cudaErrorIllegalAddress, not unknown).
+  device_error(const std::string& what, int runtime_code)
+      : error(what), runtime_code_(runtime_code) {}
   status code() const noexcept override { return status::unknown; }
+  /// The runtime's code, or 0 where the runtime gave none.
+  int runtime_code() const noexcept { return runtime_code_; }
+
+ private:
+  int runtime_code_ = 0;
 };
 
 /// No device of the asked kind is present.

@@ -31,6 +31,9 @@
 
 extern "C" int fake_cudart_contexts(int device);
 extern "C" int fake_cudart_device_of(const void* p);
+extern "C" std::size_t fake_cudart_host_bytes();
+extern "C" long fake_cudart_events(int device);
+extern "C" void fake_cudart_fail_next_sync(int code);
 
 namespace {
 
@@ -421,6 +424,15 @@ void bad_frees() {
   CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
   CHECK(cudaFree(p) == cudaErrorInvalidValue, "double free");
   CHECK(cudaFreeAsync(p, nullptr) == cudaErrorInvalidValue, "double stream-ordered free");
+  // A kernel that failed shows at the wait cudaFree makes: its code comes back as the
+  // runtime's (it was cudaErrorUnknown), and the block is freed all the same.
+  void* q = nullptr;
+  CHECK(cudaMalloc(&q, k_block) == cudaSuccess, "cudaMalloc");
+  fake_cudart_fail_next_sync(static_cast<int>(cudaErrorIllegalAddress));
+  const cudaError_t e = cudaFree(q);
+  CHECK(e == cudaErrorIllegalAddress, "cudaFree after a failed kernel returned %d, not %d",
+        static_cast<int>(e), static_cast<int>(cudaErrorIllegalAddress));
+  CHECK(cudaFree(q) == cudaErrorInvalidValue, "the block was not freed");
 }
 
 // Two devices traced: each pool writes its own file (the path, and the path with
@@ -608,11 +620,35 @@ void device_reset() {
   auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
   CHECK(owns != nullptr, "libmemweave.so is not in the process (LD_PRELOAD?)");
   if (owns == nullptr) return;
+  auto host_malloc = memweave_symbol<int (*)(void**, std::size_t)>("memweaveHostMalloc");
   void* before = nullptr;
   CHECK(cudaMalloc(&before, k_block) == cudaSuccess, "cudaMalloc");
   CHECK(owns(before) == 1, "the block is not the pool's");
+  // The pinned host pool allocates its region through the device's pool, and a stream-ordered
+  // free keeps its event for reuse: the reset destroys both (page-locked memory and events of
+  // the device's context), so memweave lets go of them first.
+  void* pinned = nullptr;
+  CHECK(host_malloc != nullptr && host_malloc(&pinned, 4096) == MEMWEAVE_SUCCESS,
+        "memweaveHostMalloc");
+  CHECK(fake_cudart_host_bytes() > 0, "the host pool holds no page-locked region");
+  cudaStream_t before_reset = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&before_reset, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void* ordered = nullptr;
+  CHECK(cudaMallocAsync(&ordered, k_block, before_reset) == cudaSuccess, "cudaMallocAsync");
+  CHECK(cudaFreeAsync(ordered, before_reset) == cudaSuccess, "cudaFreeAsync");
+  CHECK(cudaStreamSynchronize(before_reset) == cudaSuccess, "sync");
+  CHECK(cudaStreamDestroy(before_reset) == cudaSuccess, "cudaStreamDestroy");
   CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset");
   CHECK(owns(before) == 0, "memweave still owns a block the reset freed");
+  CHECK(fake_cudart_host_bytes() == 0,
+        "the host pool kept its region (%zu bytes) through the reset, which frees it",
+        fake_cudart_host_bytes());
+  CHECK(fake_cudart_events(0) == 0, "memweave kept %ld events the reset destroys",
+        fake_cudart_events(0));
+  void* pinned_after = nullptr;
+  CHECK(host_malloc != nullptr && host_malloc(&pinned_after, 4096) == MEMWEAVE_SUCCESS,
+        "memweaveHostMalloc after the reset");
+  CHECK(fake_cudart_host_bytes() > 0, "no new page-locked region after the reset");
   void* after = nullptr;
   CHECK(cudaMalloc(&after, k_block) == cudaSuccess, "cudaMalloc after the reset");
   CHECK(owns(after) == 1, "the block after the reset is not a pool's");
@@ -736,6 +772,41 @@ void retired_stream() {
   CHECK(cudaStreamDestroy(t) == cudaSuccess, "cudaStreamDestroy (interposed)");
 }
 
+// Stream capture (CUDA graphs): an allocation on a capturing stream is the graph's, made by
+// the runtime (a block of the pool would be written by every launch of the graph after the
+// pool gave it away), as is its free there; a block of the pool is not freed in a capture
+// (the free would run whenever the graph does): the error, and the block stays live.
+void stream_capture() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not preloaded");
+  if (owns == nullptr) return;
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  void* before = nullptr;
+  CHECK(cudaMallocAsync(&before, k_block, s) == cudaSuccess, "cudaMallocAsync");
+  CHECK(owns(before) == 1, "a block before the capture is not the pool's");
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess, "capture");
+  void* in_graph = nullptr;
+  CHECK(cudaMallocAsync(&in_graph, k_block, s) == cudaSuccess, "cudaMallocAsync in a capture");
+  CHECK(in_graph != nullptr && owns(in_graph) == 0,
+        "an allocation in a capture came from the pool, not the runtime (the graph's)");
+  CHECK(cudaFreeAsync(in_graph, s) == cudaSuccess, "the graph's block freed in the capture");
+  CHECK(cudaFreeAsync(before, s) == cudaErrorStreamCaptureUnsupported,
+        "a block of the pool freed in a capture was not refused");
+  CHECK(cudaGetLastError() == cudaErrorStreamCaptureUnsupported,
+        "cudaGetLastError does not report the refusal");
+  CHECK(owns(before) == 1, "the refused free changed the block");
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess, "end of the capture");
+  void* after = nullptr;
+  CHECK(cudaMallocAsync(&after, k_block, s) == cudaSuccess, "cudaMallocAsync after");
+  CHECK(owns(after) == 1 && after != before, "after the capture the pool serves again");
+  CHECK(cudaFreeAsync(before, s) == cudaSuccess, "the block freed after the capture");
+  CHECK(cudaFreeAsync(after, s) == cudaSuccess, "cudaFreeAsync");
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess, "sync");
+  CHECK(cudaStreamDestroy(s) == cudaSuccess, "cudaStreamDestroy");
+}
+
 // PyTorch frees from any thread, also one that never chose a device: ordering the free on
 // another device's default stream leaves that thread as it was (no context, its default
 // device), where cudaSetDevice left it on the block's device (its next allocation there).
@@ -816,6 +887,8 @@ int main(int argc, char** argv) {
     error_at_exit();
   } else if (scenario == "retired_stream") {
     retired_stream();
+  } else if (scenario == "stream_capture") {
+    stream_capture();
   } else if (scenario == "torch_free_leaves_the_thread_as_it_was") {
     torch_free_leaves_the_thread_as_it_was();
   } else {

@@ -21,6 +21,8 @@
 //   copies enqueued between them would take at FAKE_CUDART_H2D_GBPS / FAKE_CUDART_D2H_GBPS
 //   (default 25 each); the copies themselves run at memcpy speed. GPU attributes are an
 //   H100 SXM's. FAKE_CUDART_HOST_ALLOC_FAILS=1 makes cudaHostAlloc fail.
+// - Stream capture as a flag of a created stream (cudaStreamBeginCapture, EndCapture,
+//   IsCapturing): no graph is built (EndCapture gives NULL), the work still runs.
 // Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
 // tables; stream work runs on the streams' threads).
 #include <cuda_runtime_api.h>
@@ -55,6 +57,9 @@ struct fake_stream {
   // (FAKE_CUDART_H2D_GBPS, FAKE_CUDART_D2H_GBPS): what events recorded here measure.
   // Guarded by state::mu.
   double copy_ms = 0;
+  // Between cudaStreamBeginCapture and cudaStreamEndCapture (guarded by state::mu). Only
+  // whether a capture is on is simulated: no graph is built, work still runs.
+  bool capturing = false;
 };
 
 struct fake_event {
@@ -84,6 +89,8 @@ struct state {
   double d2h_bytes_per_ms = 25e6;  // FAKE_CUDART_D2H_GBPS, default 25
   bool host_alloc_fails = false;   // FAKE_CUDART_HOST_ALLOC_FAILS=1: no page-locked memory
   std::atomic<long> copies{0};     // cudaMemcpyAsync calls
+  std::atomic<long> events[k_max_devices] = {};  // live events by device
+  std::atomic<int> fail_next_sync{0};            // fake_cudart_fail_next_sync's code, 0: none
 
   state() {
     if (const char* d = std::getenv("FAKE_CUDART_DEVICES")) devices = std::atoi(d);
@@ -279,6 +286,27 @@ int fake_cudart_contexts(int device) {
 /// How many cudaMemcpyAsync calls were made.
 long fake_cudart_copies() {
   return g().copies.load();
+}
+
+/// The bytes of live cudaHostAlloc allocations.
+std::size_t fake_cudart_host_bytes() {
+  state& s = g();
+  std::lock_guard lock(s.mu);
+  std::size_t bytes = 0;
+  for (const auto& [start, a] : s.allocations) bytes += a.host ? a.bytes : 0;
+  return bytes;
+}
+
+/// The next cudaDeviceSynchronize returns `code` (a failed kernel's, as the runtime reports it
+/// at the next synchronization).
+void fake_cudart_fail_next_sync(int code) {
+  g().fail_next_sync.store(code);
+}
+
+/// How many events of `device` exist (created, not destroyed).
+long fake_cudart_events(int device) {
+  if (device < 0 || device >= k_max_devices) return 0;
+  return g().events[device].load();
 }
 
 /// The device whose memory holds `p` (inside an allocation), or -1.
@@ -491,6 +519,9 @@ cudaError_t cudaDeviceSynchronize(void) {
   int d = 0;
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
   synchronize_device(d);
+  if (const int code = g().fail_next_sync.exchange(0); code != 0) {
+    return fail(static_cast<cudaError_t>(code));
+  }
   return cudaSuccess;
 }
 
@@ -529,6 +560,44 @@ cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
     return use_device(device) == cudaSuccess ? cudaSuccess : fail(cudaErrorNoDevice);
   }
   *device = reinterpret_cast<fake_stream*>(stream)->device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode /*mode*/) {
+  // The legacy stream cannot be captured (nor, here, the per-thread one).
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  std::lock_guard lock(g().mu);
+  auto* f = reinterpret_cast<fake_stream*>(stream);
+  if (f->capturing) return fail(cudaErrorIllegalState);
+  f->capturing = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
+  if (pGraph == nullptr) return fail(cudaErrorInvalidValue);
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return fail(cudaErrorIllegalState);
+  }
+  std::lock_guard lock(g().mu);
+  auto* f = reinterpret_cast<fake_stream*>(stream);
+  if (!f->capturing) return fail(cudaErrorIllegalState);
+  f->capturing = false;
+  *pGraph = nullptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* pCaptureStatus) {
+  if (pCaptureStatus == nullptr) return fail(cudaErrorInvalidValue);
+  *pCaptureStatus = cudaStreamCaptureStatusNone;
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return cudaSuccess;
+  }
+  std::lock_guard lock(g().mu);
+  if (reinterpret_cast<fake_stream*>(stream)->capturing) {
+    *pCaptureStatus = cudaStreamCaptureStatusActive;
+  }
   return cudaSuccess;
 }
 
@@ -579,12 +648,15 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/)
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
   auto* f = new fake_event();
   f->device = d;
+  ++g().events[d];
   *event = reinterpret_cast<cudaEvent_t>(f);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<fake_event*>(event);
+  auto* f = reinterpret_cast<fake_event*>(event);
+  if (f != nullptr) --g().events[f->device];
+  delete f;
   return cudaSuccess;
 }
 
