@@ -55,6 +55,18 @@ class stream_ordered_heap_test : public ::testing::Test {
     o.pool_bytes = pool;
     return o;
   }
+  // The whole pool in four blocks of 1 MiB freed on s1, pending on one event the test
+  // completes.
+  std::shared_ptr<manual_state> fill_with_pending_frees() {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(ordered_.try_allocate(k_mib, s1));
+    auto st = std::make_shared<manual_state>();
+    for (void* p : blocks) {
+      EXPECT_NE(p, nullptr);
+      EXPECT_EQ(ordered_.deallocate(p, s1, std::make_unique<manual_event>(st)), status::success);
+    }
+    return st;
+  }
   test::test_device dev_{64 * k_mib};
   device_heap heap_{dev_, options(4 * k_mib)};
   stream_ordered_heap ordered_{heap_};
@@ -139,12 +151,7 @@ TEST_F(stream_ordered_heap_test, reclaim_follows_each_streams_order_and_skips_bl
 }
 
 TEST_F(stream_ordered_heap_test, a_full_pool_waits_for_pending_frees_before_failing) {
-  std::vector<void*> blocks;
-  for (int i = 0; i < 4; ++i) blocks.push_back(ordered_.try_allocate(k_mib, s1));
-  auto st = std::make_shared<manual_state>();
-  for (void* p : blocks) {
-    ASSERT_EQ(ordered_.deallocate(p, s1, std::make_unique<manual_event>(st)), status::success);
-  }
+  const auto st = fill_with_pending_frees();
   EXPECT_EQ(ordered_.try_allocate(2 * k_mib, s2, /*wait=*/false), nullptr);
   std::thread completer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -163,12 +170,7 @@ TEST_F(stream_ordered_heap_test, a_full_pool_waits_for_pending_frees_before_fail
 // took every block out to wait for its event) and waits for those blocks to come back rather
 // than failing for memory that was on its way (it got nullptr: a spurious out-of-memory).
 TEST_F(stream_ordered_heap_test, an_allocation_waits_for_blocks_another_threads_drain_returns) {
-  std::vector<void*> blocks;
-  for (int i = 0; i < 4; ++i) blocks.push_back(ordered_.try_allocate(k_mib, s1));
-  auto st = std::make_shared<manual_state>();
-  for (void* p : blocks) {
-    ASSERT_EQ(ordered_.deallocate(p, s1, std::make_unique<manual_event>(st)), status::success);
-  }
+  const auto st = fill_with_pending_frees();
   void* first = nullptr;
   std::thread draining([&] { first = ordered_.try_allocate(2 * k_mib, s2); });
   // The drain has taken every block out of the lists and waits for their event.
