@@ -441,8 +441,9 @@ void* executor::acquire_staged(std::size_t s, std::span<const tensor_access> acc
     }
   }
   for (const bool keep : {true, false}) {
-    // A schedule says what stays whole (scheduled_step::whole), the rest of the step around it.
-    if (keep && schedule_) continue;
+    // A schedule says what stays whole (scheduled_step::whole), the rest of the step around it;
+    // an evaluation applies none (stage_step keeps from the budget then).
+    if (keep && schedule_ && !evaluating_) continue;
     stage_step(s, accesses, keep, workspace_bytes);
     release_handed_whole();
     try {

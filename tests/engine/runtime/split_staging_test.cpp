@@ -247,6 +247,32 @@ TEST(split_staging_test, the_memory_schedule_plans_around_staged_steps) {
   }
 }
 
+// An evaluation applies no schedule: on an executor that trains under one, its staged steps
+// keep whole what the budget holds beside the micro-step, as an executor that only evaluates
+// does, and one that trains under utp (it staged every micro-tensor the keeping pass would
+// have kept: the schedule's choice was skipped, and in an evaluation none is made). AlexNet
+// at 0.8 of its max(l_i): 3836992 bytes staged against 3145728.
+TEST(split_staging_test, an_evaluation_on_a_scheduled_executor_keeps_whole_what_the_budget_holds) {
+  const network net = test::zoo_net("alexnet", 16, 128, 0.0625);
+  const staged_run s = plan_below_largest_layer(net, "all", 0.8);
+  const auto evaluated = [&](const executor_options& o, bool train) {
+    auto dev = test::make_test_device("null", std::size_t{1} << 40);
+    executor ex(net, *dev, o);
+    if (train) ex.run_iteration(nullptr, 0);
+    (void)ex.evaluate(nullptr, 0, 1);
+    return std::make_pair(ex.report().bytes_staged, ex.schedule() != nullptr);
+  };
+  const auto [scheduled, has_schedule] = evaluated(s.options, true);
+  ASSERT_TRUE(has_schedule);
+  executor_options utp = s.options, only = s.options;
+  utp.policy = executor_policy::parse("utp");
+  only.evaluation_only = true;
+  const std::uint64_t evaluation_only = evaluated(only, false).first;
+  ASSERT_GT(evaluation_only, 0u);
+  EXPECT_EQ(scheduled, evaluation_only);
+  EXPECT_EQ(scheduled, evaluated(utp, true).first);
+}
+
 // A tensor that a staged step reads next may leave ahead of it, its copy hidden, and never come
 // back: the staged step takes its host copy (scheduled_gap::to_host, no prefetch). VGG16 at
 // batch 16 of 160-pixel images, width 1/16, at 0.95 of max(l_i).
