@@ -24,6 +24,15 @@
 #              the --max-image-side search with --tile on VGG16 (2.6 s in release, 31 s under
 #              ASan; a report's contents: the search runs under ASan in image_side_cli_test's
 #              other cases, the tiling plan in tiling_plan_test and zoo_tiling_test).
+#            - three more when a run took 20.5 minutes (2026-11-30, session 38: the same code
+#              had taken 18.5; its ASan tests 331 s): `all` weighing a named algorithm's
+#              workspaces against the ladder (36 s under ASan, 7.9 in release; planning with
+#              the mode's workspaces runs under ASan in schedule_test's
+#              planned_with_the_modes_workspaces_all_runs_as_planned_bit_identically), keeping
+#              rebuilt pieces until their use (40 s, 5.7; keep_rebuilt runs under ASan in the
+#              weighing test that times it), and plans from measured times checked against
+#              their bound (10 s, 1.8; re-planning runs under ASan in
+#              the_first_iteration_measured_on_host_replans_the_schedule_once).
 #            Back under ASan once the host kernels left its checks (below): the zoo oracle's
 #            Inception v4 and DenseNet-121 cases (9 and 8 s), the floor training test's
 #            DenseNet-121 (70 -> 2.6 s) and the split plans weighed whole (41 -> 10 s).
