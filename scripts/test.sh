@@ -50,7 +50,8 @@
 # The sanitizer builds carry line tables only (-g1): stack traces keep file and line, and
 # the builds take a fifth less time than with full debug information. The asan preset builds
 # at -O1 (2026-11-30: its build 391 -> about 350 s, its tests' time unchanged at 258 s), and
-# every optimized preset compiles the test files at -O1, asan at -O0 (cmake/memweave_helpers.cmake).
+# every optimized preset compiles the test files at -O1, asan at -O0
+# (cmake/memweave_helpers.cmake).
 # scripts/test.sh --slow also runs the slow tests (release). GPU tests (label gpu) skip
 # with a message when no CUDA device is present.
 set -euo pipefail
