@@ -918,20 +918,19 @@ class converter {
       out_.logits = it->second.layer;
       out_.logits_value = output;
       out_.logits_per_image = product(it->second.dims, 1);
-      out_.logits_positions = product(it->second.dims, 2);
-    }
-    if (classes_ > 0 && out_.softmax_node.empty() && out_.logits_positions > 1) {
       // The loss memweave appends takes one vector per image: a map of scores per position (a
       // segmentation head) trains as one classification over every score of the image, which
       // is seldom what such a model means (a Softmax of the model's own that reads them so,
       // opset 11's over axes 1 and on, says it is).
-      log(log_level::warn, "the scores '" + out_.logits_value + "' have " +
-                               std::to_string(out_.logits_positions) +
-                               " positions per image: memweave trains them as one "
-                               "classification over all " +
-                               std::to_string(out_.logits_per_image) +
-                               " values of an image (one label each), not one per position; "
-                               "pool or flatten them in the model if that is not meant");
+      const std::int64_t positions = product(it->second.dims, 2);
+      if (classes_ > 0 && positions > 1) {
+        log(log_level::warn, "the scores '" + output + "' have " + std::to_string(positions) +
+                                 " positions per image: memweave trains them as one "
+                                 "classification over all " +
+                                 std::to_string(out_.logits_per_image) +
+                                 " values of an image (one label each), not one per position; "
+                                 "pool or flatten them in the model if that is not meant");
+      }
     }
     if (classes_ > 0) {
       // The loss layer memweave appends takes a name no node of the model has (a node named

@@ -22,8 +22,7 @@ struct conversion {
   layer_handle logits;                     ///< what the loss layer reads
   std::string logits_value;                ///< its ONNX value
   std::int64_t logits_per_image = 0;
-  std::int64_t logits_positions = 1;  ///< of those, the positions (H·W, L; 1: a vector)
-  std::string softmax_node;           ///< the Softmax node that ends the graph ("" if none)
+  std::string softmax_node;  ///< the Softmax node that ends the graph ("" if none)
   std::map<std::string, std::vector<float>> weights;
   std::vector<onnx_weight_binding> bindings;
   std::int64_t opset = 0;
