@@ -29,6 +29,7 @@
 
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
+#include "recent_plans.hpp"
 
 namespace memweave {
 namespace {
@@ -1537,7 +1538,12 @@ memory_schedule plan_memory_schedule(const schedule_problem& problem,
     throw invalid_argument("schedule: copy latency " + std::to_string(problem.copy_latency_s) +
                            " s is not a finite time >= 0");
   }
-  return planner(problem, options).run();
+  // Sized to the repeats of one weighing (recent_plans.hpp).
+  static recent_plans<schedule_options, memory_schedule> recent(64, std::size_t{64} << 20);
+  if (std::optional<memory_schedule> known = recent.find(problem, options)) return *known;
+  memory_schedule planned = planner(problem, options).run();
+  recent.insert(problem, options, planned);
+  return planned;
 }
 
 double simulate_memory_schedule(const schedule_problem& problem, const memory_schedule& schedule) {

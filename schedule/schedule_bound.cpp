@@ -32,9 +32,11 @@
 #include <iterator>
 #include <limits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "memweave/schedule/memory_schedule.hpp"
+#include "recent_plans.hpp"
 
 namespace memweave {
 namespace {
@@ -169,9 +171,7 @@ std::uint32_t last_write(const schedule_tensor& t, const schedule_use* u) {
   }
 }
 
-}  // namespace
-
-schedule_bound bound_memory_schedule(const schedule_problem& p) {
+schedule_bound bound_problem(const schedule_problem& p) {
   const std::size_t steps = p.step_seconds.size();
   auto has_options = [&](std::size_t s) {
     return s < p.step_options.size() && !p.step_options[s].empty();
@@ -317,6 +317,17 @@ schedule_bound bound_memory_schedule(const schedule_problem& p) {
   }
   b.seconds = b.baseline_seconds + worst_extra;
   return b;
+}
+
+}  // namespace
+
+schedule_bound bound_memory_schedule(const schedule_problem& problem) {
+  // Each run that plans bounds its plan too: the weighing's trials bound the same problems.
+  static recent_plans<std::monostate, schedule_bound> recent(16, std::size_t{16} << 20);
+  if (std::optional<schedule_bound> known = recent.find(problem, {})) return *known;
+  const schedule_bound bound = bound_problem(problem);
+  recent.insert(problem, {}, bound);
+  return bound;
 }
 
 }  // namespace memweave

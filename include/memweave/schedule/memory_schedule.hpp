@@ -30,7 +30,8 @@
 // (a chain); one that replays need at several steps stays from the first to the last where
 // the steps between have room (scheduled_step::hold).
 //
-// Pure arithmetic on plain data: knows no engine type. Thread-compatible.
+// Pure arithmetic on plain data: knows no engine type. Thread-safe: planning shares only
+// the process's recent plans (schedule/recent_plans.hpp), behind a lock.
 #pragma once
 
 #include <cstddef>
@@ -60,6 +61,7 @@ struct schedule_use {
   /// use if that is in host memory.
   std::size_t slice_bytes = 0;
   double staged_seconds = 0.0;
+  bool operator==(const schedule_use&) const = default;
 };
 
 /// A tensor as the planner sees it.
@@ -98,12 +100,14 @@ struct schedule_tensor {
   /// Every other tensor the replay touches (its inputs, parameters, auxiliary outputs):
   /// each must be resident, or rebuilt first, at the step of the rebuild.
   std::vector<std::uint32_t> rebuild_touches;
+  bool operator==(const schedule_tensor&) const = default;
 };
 
 /// One way to run a step (a CONV's algorithms): its time and the workspace it takes.
 struct step_option {
   double seconds = 0.0;
   std::size_t extra_bytes = 0;
+  bool operator==(const step_option&) const = default;
 };
 
 /// The planner's input.
@@ -130,6 +134,7 @@ struct schedule_problem {
   /// What each copy costs besides its bytes (issuing it, the stream's turn-around): 0 in the
   /// model; measured on a real device, where it dominates small tensors' copies.
   double copy_latency_s = 0.0;
+  bool operator==(const schedule_problem&) const = default;
 };
 
 /// Controls (TFLMS's and LDFG's, where they make sense here).
@@ -231,6 +236,7 @@ struct schedule_options {
   /// The MEMWEAVE_SCHEDULE* variables (defaults as above); invalid_argument naming the
   /// variable when one is malformed or out of range.
   static schedule_options from_environment();
+  bool operator==(const schedule_options&) const = default;
 };
 
 enum class gap_action : std::uint8_t { keep, swap, drop };
