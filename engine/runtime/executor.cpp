@@ -605,7 +605,7 @@ void executor::finish_iteration() {
   reap_offloads(0, true);
   restore_persistent_placement();
   compute.synchronize();
-  staging_->retired.clear();  // the stream no longer reads them
+  (void)release_retired_staging();  // the stream no longer reads them
   loss_ = finish_reductions(loss_);
   if (transfers_) {
     // Write-backs of tensors that died meanwhile land (and are discarded) before the check.

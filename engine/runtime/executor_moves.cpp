@@ -193,8 +193,10 @@ void executor::offload_with_room(tensor_id t, const void* ptr, transfer_encoding
   try {
     engine.offload(t, ptr, bytes, written(t), encoding);
   } catch (const out_of_memory&) {
-    // ... and pinned staging buffers given back this iteration (cuda), the stream waited for.
-    if (engine.reclaim_host() == 0 && !release_retired_staging()) throw;
+    // ... and staging buffers given back this iteration, the stream waited for: both, as
+    // null, where plan found room, holds neither.
+    const bool reclaimed = engine.reclaim_host() > 0;
+    if (!release_retired_staging() && !reclaimed) throw;
     engine.offload(t, ptr, bytes, written(t), encoding);
   }
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 
 #include "engine/runtime/executor_transfers.hpp"
@@ -123,13 +124,19 @@ void executor::copy_from_staging(tensor_id t, void* device_dst) {
   staging_->bytes_fp16 += count * 2;
 }
 
-// Pinned staging buffers given back this iteration (cuda) stay in the pool until the stream is
-// done with them: where room is short, the stream is waited for and they go. False when
-// there were none (plain memory's, on the host, do not count in the pool: left alone).
+// Staging buffers given back this iteration stay allocated until the stream is done with
+// them, counted in the host pool (pinned ones by the pool itself, plain ones as
+// `retired_held`): where room is short, the stream is waited for and they go. On null none
+// is ever allocated, so plan decides with that room free and host and cuda decide the same
+// once they are released. False when there were none.
 bool executor::release_retired_staging() {
-  if (!launcher_->pins_staging() || staging_->retired.empty()) return false;
+  if (staging_->retired.empty()) return false;
   dev_.get_stream(stream_role::compute).synchronize();
   staging_->retired.clear();
+  if (staging_->retired_held != 0) {
+    staging_->retired_held = 0;
+    transfers_->engine.set_host_held_elsewhere(staging_->held);
+  }
   return true;
 }
 
@@ -137,7 +144,9 @@ float* executor::new_staging(tensor_id t) {
   retire_staging(t);
   const std::size_t bytes = staging_bytes(t);
   const std::size_t pool = transfers_->pool.capacity();
-  auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->held; };
+  auto used = [&] {
+    return transfers_->pool.bytes_in_use() + staging_->held + staging_->retired_held;
+  };
   const bool pinned = dev_.touches_memory() && launcher_->pins_staging();
   // Full: first what copies in flight still hold of buffers given back is waited for (as
   // offload_with_room), then host values that can be rebuilt make room.
@@ -178,18 +187,30 @@ float* executor::new_staging(tensor_id t) {
   staging_->holds[t] = true;
   transfers_->engine.set_host_held_elsewhere(staging_->held);
   if (dev_.touches_memory()) {
-    b = staging_buffer(new float[(bytes + sizeof(float) - 1) / sizeof(float)]);
+    b = staging_buffer(new float[(bytes + sizeof(float) - 1) / sizeof(float)],
+                       staging_free{nullptr, &staging_->plain_live, bytes});
+    staging_->plain_live += bytes;
+    // What plain staging memory really holds, retired buffers included, stays within the
+    // room the pool's accounting gives it.
+    if (transfers_->pool.bytes_in_use() + staging_->plain_live > pool) {
+      throw std::logic_error("executor: plain staging memory " +
+                             format_bytes(staging_->plain_live) + " beside the pool's " +
+                             format_bytes(transfers_->pool.bytes_in_use()) +
+                             " exceeds the host pool of " + format_bytes(pool));
+    }
   }
   return b.get();
 }
 
 void executor::retire_staging(tensor_id t) noexcept {
+  auto& b = staging_->buffer[t];
   if (staging_->holds[t]) {
     staging_->held -= staging_bytes(t);
     staging_->holds[t] = false;
-    transfers_->engine.set_host_held_elsewhere(staging_->held);
+    // Plain memory stays allocated while retired: still counted, as retired_held.
+    if (b != nullptr) staging_->retired_held += staging_bytes(t);
+    transfers_->engine.set_host_held_elsewhere(staging_->held + staging_->retired_held);
   }
-  auto& b = staging_->buffer[t];
   if (b == nullptr) return;
   try {
     staging_->retired.push_back(std::move(b));

@@ -51,20 +51,28 @@ bool staged_slice(const tensor_info& t, std::int64_t batch) noexcept;
 
 // A staged tensor's whole value in host memory: plain memory, or on a backend that copies
 // slices with cudaMemcpyAsync (kernel_launcher::pins_staging) page-locked memory from the
-// transfers' pinned pool, which then counts it (not staging::held).
+// transfers' pinned pool, which then counts it (not staging::held). Plain memory's bytes
+// are counted in `*plain_live` until freed.
 struct staging_free {
   pinned_host_pool* pool = nullptr;
+  std::size_t* plain_live = nullptr;
+  std::size_t bytes = 0;
   void operator()(float* p) const noexcept {
     if (pool != nullptr) {
       (void)pool->deallocate(p);
     } else {
       delete[] p;
+      if (plain_live != nullptr) *plain_live -= bytes;
     }
   }
 };
 using staging_buffer = std::unique_ptr<float[], staging_free>;
 
 struct executor::staging {
+  // Bytes of plain staging memory allocated and not yet freed, retired buffers' included:
+  // within the host pool beside what it holds (new_staging checks). Declared before the
+  // buffers, whose deleters count it down.
+  std::size_t plain_live = 0;
   std::vector<bool> step;              // per route step: staged
   std::vector<staging_buffer> buffer;  // per tensor: its whole value (host)
   // Per tensor: its whole value held as fp16 (executor_options::split_compress), `buffer`
@@ -83,6 +91,9 @@ struct executor::staging {
   std::vector<bool> holds;       // per tensor: counted in `held`
   std::size_t held = 0;  // bytes staged now: with the swapped tensors', within the host pool
   std::vector<staging_buffer> retired;  // buffers the stream may still read
+  // Of `retired`, plain memory's bytes: no longer staged, still allocated until the stream is
+  // done with them, so counted in the host pool beside `held` until released.
+  std::size_t retired_held = 0;
   // The running staged step's: what goes to the device whole, the micro-tensors, and the
   // buffer holding their slices.
   std::vector<tensor_access> whole;
