@@ -1538,11 +1538,21 @@ memory_schedule plan_memory_schedule(const schedule_problem& problem,
     throw invalid_argument("schedule: copy latency " + std::to_string(problem.copy_latency_s) +
                            " s is not a finite time >= 0");
   }
-  // Sized to the repeats of one weighing (recent_plans.hpp).
+  // Sized to the repeats of one weighing (recent_plans.hpp). Kept under the options the
+  // planner reads: the executor's own (which workspace shares to plan, whether to bound the
+  // plan, which controls were automatic) are reset, so the run finds what its weighing's
+  // trials (which take no bound) planned.
   static recent_plans<schedule_options, memory_schedule> recent(64, std::size_t{64} << 20);
-  if (std::optional<memory_schedule> known = recent.find(problem, options)) return *known;
+  schedule_options key = options;
+  const schedule_options defaults;
+  key.bound = defaults.bound;
+  key.workspace_share = defaults.workspace_share;
+  key.conv_mode_workspaces = defaults.conv_mode_workspaces;
+  key.headroom_auto = key.min_bytes_auto = key.link_charge_auto = key.slack_auto =
+      key.keep_rebuilt_auto = key.conv_mode_workspaces_auto = true;
+  if (std::optional<memory_schedule> known = recent.find(problem, key)) return std::move(*known);
   memory_schedule planned = planner(problem, options).run();
-  recent.insert(problem, options, planned);
+  recent.insert(problem, key, planned);
   return planned;
 }
 

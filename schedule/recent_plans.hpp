@@ -83,7 +83,18 @@ class recent_plans {
     return std::nullopt;
   }
 
-  void insert(const schedule_problem& problem, const Options& options, const Result& result) {
+  // Keeping is optional: memory short for the copy keeps nothing (never fails a plan made).
+  void insert(const schedule_problem& problem, const Options& options,
+              const Result& result) noexcept {
+    try {
+      insert_or_throw(problem, options, result);
+    } catch (...) {  // bad_alloc, or the lock's system_error
+    }
+  }
+
+ private:
+  void insert_or_throw(const schedule_problem& problem, const Options& options,
+                       const Result& result) {
     using recent_plans_detail::bytes_of;
     const std::size_t bytes = bytes_of(problem) + bytes_of(result);
     if (bytes > max_bytes_) return;  // would leave room for nothing else
@@ -105,7 +116,6 @@ class recent_plans {
     }
   }
 
- private:
   struct entry {
     std::shared_ptr<const schedule_problem> problem;
     Options options;
