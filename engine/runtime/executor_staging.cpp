@@ -185,7 +185,7 @@ float* executor::new_staging(tensor_id t) {
   }
   staging_->held += bytes;
   staging_->holds[t] = true;
-  transfers_->engine.set_host_held_elsewhere(staging_->held);
+  transfers_->engine.set_host_held_elsewhere(staging_->held + staging_->retired_held);
   if (dev_.touches_memory()) {
     b = staging_buffer(new float[(bytes + sizeof(float) - 1) / sizeof(float)],
                        staging_free{nullptr, &staging_->plain_live, bytes});
@@ -204,16 +204,20 @@ float* executor::new_staging(tensor_id t) {
 
 void executor::retire_staging(tensor_id t) noexcept {
   auto& b = staging_->buffer[t];
-  if (staging_->holds[t]) {
+  const bool plain = staging_->holds[t];
+  if (plain) {
     staging_->held -= staging_bytes(t);
     staging_->holds[t] = false;
-    // Plain memory stays allocated while retired: still counted, as retired_held.
-    if (b != nullptr) staging_->retired_held += staging_bytes(t);
     transfers_->engine.set_host_held_elsewhere(staging_->held + staging_->retired_held);
   }
   if (b == nullptr) return;
   try {
     staging_->retired.push_back(std::move(b));
+    if (plain) {
+      // Plain memory stays allocated while retired: still counted, as retired_held.
+      staging_->retired_held += staging_bytes(t);
+      transfers_->engine.set_host_held_elsewhere(staging_->held + staging_->retired_held);
+    }
   } catch (...) {
     // No room to defer the free: wait for the stream instead (it may still read b).
     try {
