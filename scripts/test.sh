@@ -33,6 +33,13 @@
 #              weighing test that times it), and plans from measured times checked against
 #              their bound (10 s, 1.8; re-planning runs under ASan in
 #              the_first_iteration_measured_on_host_replans_the_schedule_once).
+#            - two more when runs took 19.9 and 20.4 minutes (2026-11-30, session 39: builds
+#              were 11.5 of them on a slow hour): the depth search walking to its limit (a
+#              30,032-layer network planned; 4.4 s in release, 25 s under ASan; the search runs
+#              under ASan in cli_hardening_test's plan_exits_1_when_nothing_fits, --max-depth,
+#              and a_search_flushes_each_policys_answer_as_found, --max-batch) and `all`
+#              taking recompute's plan where that is faster in the model (3.2 s, 21 s; the
+#              weighing runs under ASan in all_keeps_the_fastest_headroom_run_on_the_null_device).
 #            Back under ASan once the host kernels left its checks (below): the zoo oracle's
 #            Inception v4 and DenseNet-121 cases (9 and 8 s), the floor training test's
 #            DenseNet-121 (70 -> 2.6 s) and the split plans weighed whole (41 -> 10 s).
