@@ -1548,8 +1548,12 @@ memory_schedule plan_memory_schedule(const schedule_problem& problem,
   key.bound = defaults.bound;
   key.workspace_share = defaults.workspace_share;
   key.conv_mode_workspaces = defaults.conv_mode_workspaces;
-  key.headroom_auto = key.min_bytes_auto = key.link_charge_auto = key.slack_auto =
-      key.keep_rebuilt_auto = key.conv_mode_workspaces_auto = true;
+  key.headroom_auto = defaults.headroom_auto;
+  key.min_bytes_auto = defaults.min_bytes_auto;
+  key.link_charge_auto = defaults.link_charge_auto;
+  key.slack_auto = defaults.slack_auto;
+  key.keep_rebuilt_auto = defaults.keep_rebuilt_auto;
+  key.conv_mode_workspaces_auto = defaults.conv_mode_workspaces_auto;
   if (std::optional<memory_schedule> known = recent.find(problem, key)) return std::move(*known);
   memory_schedule planned = planner(problem, options).run();
   recent.insert(problem, key, planned);

@@ -135,7 +135,7 @@ bool executor::release_retired_staging() {
   staging_->retired.clear();
   if (staging_->retired_held != 0) {
     staging_->retired_held = 0;
-    transfers_->engine.set_host_held_elsewhere(staging_->held);
+    transfers_->engine.set_host_held_elsewhere(staging_->counted());
   }
   return true;
 }
@@ -144,9 +144,7 @@ float* executor::new_staging(tensor_id t) {
   retire_staging(t);
   const std::size_t bytes = staging_bytes(t);
   const std::size_t pool = transfers_->pool.capacity();
-  auto used = [&] {
-    return transfers_->pool.bytes_in_use() + staging_->held + staging_->retired_held;
-  };
+  auto used = [&] { return transfers_->pool.bytes_in_use() + staging_->counted(); };
   const bool pinned = dev_.touches_memory() && launcher_->pins_staging();
   // Full: first what copies in flight still hold of buffers given back is waited for (as
   // offload_with_room), then host values that can be rebuilt make room.
@@ -185,7 +183,7 @@ float* executor::new_staging(tensor_id t) {
   }
   staging_->held += bytes;
   staging_->holds[t] = true;
-  transfers_->engine.set_host_held_elsewhere(staging_->held + staging_->retired_held);
+  transfers_->engine.set_host_held_elsewhere(staging_->counted());
   if (dev_.touches_memory()) {
     b = staging_buffer(new float[(bytes + sizeof(float) - 1) / sizeof(float)],
                        staging_free{nullptr, &staging_->plain_live, bytes});
@@ -208,25 +206,23 @@ void executor::retire_staging(tensor_id t) noexcept {
   if (plain) {
     staging_->held -= staging_bytes(t);
     staging_->holds[t] = false;
-    transfers_->engine.set_host_held_elsewhere(staging_->held + staging_->retired_held);
   }
-  if (b == nullptr) return;
-  try {
-    staging_->retired.push_back(std::move(b));
-    if (plain) {
-      // Plain memory stays allocated while retired: still counted, as retired_held.
-      staging_->retired_held += staging_bytes(t);
-      transfers_->engine.set_host_held_elsewhere(staging_->held + staging_->retired_held);
-    }
-  } catch (...) {
-    // No room to defer the free: wait for the stream instead (it may still read b).
+  if (b != nullptr) {
     try {
-      dev_.get_stream(stream_role::compute).synchronize();
+      staging_->retired.push_back(std::move(b));
+      // Plain memory stays allocated while retired: still counted, as retired_held.
+      if (plain) staging_->retired_held += staging_bytes(t);
     } catch (...) {
-      // The kernel's failure is reported by run_iteration; b's readers are done either way.
+      // No room to defer the free: wait for the stream instead (it may still read b).
+      try {
+        dev_.get_stream(stream_role::compute).synchronize();
+      } catch (...) {
+        // The kernel's failure is reported by run_iteration; b's readers are done either way.
+      }
+      b.reset();
     }
-    b.reset();
   }
+  if (plain) transfers_->engine.set_host_held_elsewhere(staging_->counted());
 }
 
 // Moves `t` into host staging memory before the staged step `step` (which accesses it as

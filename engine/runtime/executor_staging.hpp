@@ -94,6 +94,8 @@ struct executor::staging {
   // Of `retired`, plain memory's bytes: no longer staged, still allocated until the stream is
   // done with them, so counted in the host pool beside `held` until released.
   std::size_t retired_held = 0;
+  // What staging holds of the host pool: told to the transfer engine, checked by new_staging.
+  std::size_t counted() const noexcept { return held + retired_held; }
   // The running staged step's: what goes to the device whole, the micro-tensors, and the
   // buffer holding their slices.
   std::vector<tensor_access> whole;
