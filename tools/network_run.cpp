@@ -364,16 +364,16 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
   // An evaluation runs the forward steps alone.
   const bool evaluation = eo.evaluation_only;
   // The workspaces are the host's candidates': on cuda, whose CONV algorithms are cuDNN's
-  // and chosen where the step runs, none. cuda runs micro-batches only (no channel groups).
+  // and chosen where the step runs, none.
   const split_plan plan = naming_large_blocks(block, [&] {
     return plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget",
-                       host_algorithms, evaluation,
+                       true, evaluation,
                        host_algorithms ? promised_workspace_bytes(table, o.executor.conv_ws)
                                        : std::vector<std::size_t>{});
   });
   eo.split_parts = plan.parts(table.step_count());
   eo.channel_parts = plan.channel_parts(table.step_count());
-  eo.split_channel_groups = host_algorithms;
+  eo.split_channel_groups = true;
   eo.split_weighed = o.split_weighed && option_bool("MEMWEAVE_SPLIT_WEIGH");
   eo.split_regions = static_cast<int>(*option_int("MEMWEAVE_SPLIT_REGIONS"));
   eo.split_compress = option_string("MEMWEAVE_SPLIT_COMPRESS") == "fp16";

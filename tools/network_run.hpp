@@ -131,9 +131,8 @@ std::size_t heap_block_of(const network_run_options& o) noexcept;
 /// without --split. budget_too_small when even one image per micro-batch, one output
 /// channel per group, does not fit.
 /// On the host and null devices (`host_algorithms`) the micro-steps hold a fixed or max
-/// algorithm's workspace, a fixed one checked first (promised_workspace_bytes), and CONV/FC
-/// steps may run in output-channel groups; on cuda no workspace is planned and the steps
-/// split into micro-batches only (budget_too_small where one image does not fit).
+/// algorithm's workspace, a fixed one checked first (promised_workspace_bytes); on cuda no
+/// workspace is planned. CONV/FC steps may run in output-channel groups on every device.
 void split_parts_if_asked(const network& net, const network_run_options& o, executor_options& eo,
                           bool host_algorithms);
 /// One line per tiled segment of o.tiling, for the command's output ("" when none).

@@ -15,6 +15,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "device/cuda/cuda_check.hpp"
 #include "engine/kernels/cuda/cuda_kernels.hpp"
@@ -139,8 +141,8 @@ class cuda_copier final : public slice_copier {
   static void check(const staged_tensor& t) {
     if (t.channels != 0) {
       throw std::logic_error(
-          "cuda split step: a channel-cut micro-tensor, which only the host backend stages (the "
-          "executor refuses output-channel groups on cuda)");
+          "cuda split step: a channel-cut micro-tensor among the micro-batches' slices (the "
+          "channel groups copy those: run_cuda_channel_split_step)");
     }
   }
   struct error_sink {
@@ -257,6 +259,203 @@ void split_loss_backward(kc::cuda_kernel_context& ctx, const step_io& io,
   });
 }
 
+// The groups of one micro-batch of a CONV (groups 1) or FC step on the GPU: the host's
+// channel_groups (split_step.cpp) with the channel-cut tensors copied by cudaMemcpy2DAsync on
+// the step's stream, and y and dy used where they are (no packed copy: an image's channels of
+// a CONV are contiguous, an FC's rows are the GEMM's leading dimension).
+class cuda_channel_groups {
+ public:
+  cuda_channel_groups(kc::cuda_kernel_context& ctx, const layer& l,
+                      std::span<const staged_tensor> staged, std::int64_t batch,
+                      const cuda_conv_choice& conv)
+      : ctx_(ctx), l_(l), staged_(staged), batch_(batch), conv_(conv) {
+    int device = 0, max_pitch = 0;
+    MEMWEAVE_CUDA_CHECK(cudaGetDevice(&device));
+    MEMWEAVE_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device));
+    max_pitch_ = static_cast<std::size_t>(max_pitch);
+  }
+
+  // Returns the bytes its copies moved.
+  std::size_t run(const step_io& s, bool forward, int groups, std::span<const param_update> updates,
+                  const update_fn& update) {
+    const shape4& in = s.input_shapes[0];
+    const shape4& out = l_.output_shape;
+    const std::int64_t K = out.c, plane = out.h * out.w;
+    const bool conv = l_.type == layer_type::conv;
+    const std::int64_t wrow = conv ? in.c * std::get<conv_params>(l_.params).kernel_h *
+                                         std::get<conv_params>(l_.params).kernel_w
+                                   : in.per_image();
+    const bool bias =
+        conv ? std::get<conv_params>(l_.params).bias : std::get<fc_params>(l_.params).bias;
+    const std::vector<std::int64_t> bounds = micro_batch_bounds(K, groups);
+    std::size_t copied = 0;
+    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+      const std::int64_t k0 = bounds[i], size = bounds[i + 1] - k0;
+      for (const staged_tensor& t : staged_) {
+        if (t.read) copied += copy(t, k0, size, s.first_image, in.n, true);
+      }
+      group g;
+      g.k0 = k0;
+      g.size = size;
+      g.w = rows(s.params[0], k0, wrow);
+      if (bias) g.b = rows(s.params[1], k0, 1);
+      // y (forward) or dy: the group's packed rows in its micro buffer where staged, else its
+      // channels of the micro-batch's images in place.
+      float* y = const_cast<float*>(forward ? s.output : s.output_grad);
+      if (float* m = micro_of(y)) {
+        g.y = m;
+        g.pitch = size * plane;
+      } else {
+        g.y = y + k0 * plane;
+        g.pitch = K * plane;
+      }
+      if (!forward) {
+        g.dw = rows(s.param_grads[0], k0, wrow);
+        if (bias) g.db = rows(s.param_grads[1], k0, 1);
+      }
+      conv ? conv_group(s, forward, g) : fc_group(s, forward, g);
+      for (const param_update& u : updates) {
+        const std::int64_t row = static_cast<std::int64_t>(u.count) / K;
+        update(static_cast<std::size_t>(size * row), rows(const_cast<float*>(u.grad), k0, row),
+               rows(u.weight, k0, row), rows(u.momentum, k0, row));
+      }
+      for (const staged_tensor& t : staged_) {
+        if (t.written) copied += copy(t, k0, size, s.first_image, in.n, false);
+      }
+    }
+    return copied;
+  }
+
+ private:
+  // One group's view: its rows of W, b, dW, db, and its channels of y (or dy), image i's at
+  // y + i * pitch.
+  struct group {
+    std::int64_t k0 = 0, size = 0, pitch = 0;
+    const float* w = nullptr;
+    const float* b = nullptr;
+    float* dw = nullptr;
+    float* db = nullptr;
+    float* y = nullptr;
+  };
+
+  // Where the group's y (dy) is packed in its micro buffer, the micro-batch's images are one
+  // packed tensor: one call. In place its images' channels are K planes apart: image by image.
+  void conv_group(const step_io& s, bool forward, const group& g) {
+    conv_params p = std::get<conv_params>(l_.params);
+    p.out_channels = g.size;
+    const shape4& in = s.input_shapes[0];
+    const std::int64_t plane = l_.output_shape.h * l_.output_shape.w;
+    const std::int64_t images = g.pitch == g.size * plane ? in.n : 1;
+    const shape4 call{images, in.c, in.h, in.w};
+    const cuda_conv_choice& c = fitted(s, forward, call, p);
+    void* ws = s.workspace;
+    const std::size_t bytes = ws == nullptr ? 0 : s.workspace_bytes;
+    const kernels::host::grad_out dx =
+        forward || s.input_grads.empty() ? kernels::host::grad_out{} : s.input_grads[0];
+    for (std::int64_t i = 0; i < in.n; i += images) {
+      const float* x = s.inputs[0] + i * in.per_image();
+      float* y = g.y + i * g.pitch;
+      if (forward) {
+        kc::conv_forward(ctx_, static_cast<cudnnConvolutionFwdAlgo_t>(c.forward), ws, bytes, call,
+                         p, x, g.w, g.b, y);
+        continue;
+      }
+      if (dx.data != nullptr) {
+        // The first group writes dx (or adds to what other consumers wrote), the others add.
+        kc::conv_backward_data(ctx_, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.data), ws, bytes,
+                               call, p, g.w, y, dx.data + i * in.per_image(),
+                               dx.accumulate || g.k0 > 0);
+      }
+      kc::conv_backward_filter(ctx_, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.filter), ws,
+                               bytes, call, p, x, y, g.dw, g.db, s.accumulate_param_grads || i > 0);
+    }
+  }
+
+  void fc_group(const step_io& s, bool forward, const group& g) {
+    fc_params p = std::get<fc_params>(l_.params);
+    p.out_features = g.size;
+    const shape4& in = s.input_shapes[0];
+    if (forward) {
+      kc::fc_forward(ctx_, in, p, s.inputs[0], g.w, g.b, g.y, g.pitch);
+      return;
+    }
+    const kernels::host::grad_out dx =
+        s.input_grads.empty() ? kernels::host::grad_out{} : s.input_grads[0];
+    if (dx.data != nullptr) {
+      kc::fc_backward_data(ctx_, in, p, g.w, g.y, dx.data, dx.accumulate || g.k0 > 0, g.pitch);
+    }
+    kc::fc_backward_weights(ctx_, in, p, s.inputs[0], g.y, g.dw, g.db, s.accumulate_param_grads,
+                            g.pitch);
+  }
+
+  // The whole step's algorithms fitted to a call's images and a group's output channels (a
+  // step's calls come in at most two group sizes and two image counts: each fitted once).
+  const cuda_conv_choice& fitted(const step_io& s, bool forward, const shape4& call,
+                                 const conv_params& p) {
+    for (const fit& f : fitted_) {
+      if (f.channels == p.out_channels && f.images == call.n) return f.choice;
+    }
+    const std::size_t bytes = s.workspace == nullptr ? 0 : s.workspace_bytes;
+    cuda_conv_choice c = conv_;
+    if (forward) {
+      c.forward = fitting(ctx_, kc::conv_pass::forward, conv_.forward, call, p, bytes);
+    } else {
+      if (!s.input_grads.empty() && s.input_grads[0].data != nullptr) {
+        c.data = fitting(ctx_, kc::conv_pass::backward_data, conv_.data, call, p, bytes);
+      }
+      c.filter = fitting(ctx_, kc::conv_pass::backward_filter, conv_.filter, call, p, bytes);
+    }
+    fitted_.push_back({p.out_channels, call.n, c});
+    return fitted_.back().choice;
+  }
+
+  float* micro_of(const float* p) const { return detail::micro_buffer_of(staged_, p); }
+  float* rows(float* whole, std::int64_t k0, std::int64_t row) const {
+    return detail::group_rows(staged_, whole, k0, row);
+  }
+
+  // The group's rows of `t` (of the micro-batch's images where it has images) between its
+  // whole value in page-locked memory and its packed micro buffer, in stream order: one 2D
+  // copy where the whole value's pitch is within the device's limit (cudaMemcpy2DAsync fails
+  // beyond it: an image of over 2 GiB), else one copy per image; a tensor without images is
+  // one contiguous block of rows.
+  std::size_t copy(const staged_tensor& t, std::int64_t k0, std::int64_t size, std::int64_t first,
+                   std::int64_t n, bool in) const {
+    const bool images = t.n == batch_ && batch_ > 1;
+    const std::int64_t plane = t.per_image / t.channels;
+    const auto width = static_cast<std::size_t>(size * plane) * sizeof(float);
+    const auto pitch = static_cast<std::size_t>(t.per_image) * sizeof(float);
+    const std::int64_t height = images ? n : 1;
+    float* whole = t.whole + (images ? first * t.per_image : 0) + k0 * plane;
+    const cudaMemcpyKind kind = in ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    if (height > 1 && pitch <= max_pitch_) {
+      void* dst = in ? static_cast<void*>(t.micro) : whole;
+      const void* src = in ? static_cast<const void*>(whole) : t.micro;
+      MEMWEAVE_CUDA_CHECK(cudaMemcpy2DAsync(dst, in ? width : pitch, src, in ? pitch : width, width,
+                                            static_cast<std::size_t>(height), kind, ctx_.stream()));
+    } else {
+      for (std::int64_t i = 0; i < height; ++i) {
+        float* w = whole + i * t.per_image;
+        float* m = t.micro + i * size * plane;
+        MEMWEAVE_CUDA_CHECK(cudaMemcpyAsync(in ? m : w, in ? w : m, width, kind, ctx_.stream()));
+      }
+    }
+    return width * static_cast<std::size_t>(height);
+  }
+
+  kc::cuda_kernel_context& ctx_;
+  const layer& l_;
+  std::span<const staged_tensor> staged_;
+  std::int64_t batch_;
+  cuda_conv_choice conv_;
+  struct fit {
+    std::int64_t channels, images;
+    cuda_conv_choice choice;
+  };
+  std::vector<fit> fitted_;
+  std::size_t max_pitch_ = 0;  // cudaDevAttrMaxPitch: the most a 2D copy's pitch may be
+};
+
 }  // namespace
 
 void run_cuda_conv(kc::cuda_kernel_context& ctx, const step_io& io, bool forward,
@@ -308,6 +507,40 @@ std::size_t run_cuda_split_step(kc::cuda_kernel_context& ctx, const step_io& io,
   }
   copier.report_fp16_error(fp16_error);
   return micro.copied();
+}
+
+std::size_t run_cuda_channel_split_step(kc::cuda_kernel_context& ctx, const step_io& io,
+                                        bool forward, int groups, int parts,
+                                        std::span<const staged_tensor> staged,
+                                        const cuda_conv_choice& conv,
+                                        std::span<const param_update> updates,
+                                        const update_fn& update, double* fp16_error) {
+  if (groups <= 1 || !channel_splittable(*io.l)) {
+    const std::size_t copied =
+        run_cuda_split_step(ctx, io, forward, parts, staged, conv, fp16_error);
+    for (const param_update& u : updates) update(u.count, u.grad, u.weight, u.momentum);
+    return copied;
+  }
+  // The input and its gradient go micro-batch by micro-batch (run_cuda_split_step's staging),
+  // the channel-cut tensors group by group inside each.
+  std::vector<staged_tensor> slices, channel_cut;
+  for (const staged_tensor& t : staged) (t.channels > 0 ? channel_cut : slices).push_back(t);
+  cuda_copier copier(ctx, slices);
+  const micro_steps micro(io, forward, parts, slices, &copier);
+  if (micro.reversed_start() && !any_order_first_pass(io.l->type, forward)) {
+    throw std::logic_error("cuda split step of " + io.l->name +
+                           ": handed a micro-batch's slices, but its first pass runs in order");
+  }
+  const std::int64_t batch = io.input_shapes[0].n;
+  cuda_channel_groups run(ctx, *io.l, channel_cut, batch, conv);
+  std::size_t copied = 0;
+  micro.each([&](const step_io& s) {
+    // The updates after the last micro-batch's groups: backward runs them in image order.
+    const bool last = s.first_image + s.input_shapes[0].n == batch;
+    copied += run.run(s, forward, groups, last ? updates : std::span<const param_update>{}, update);
+  });
+  copier.report_fp16_error(fp16_error);
+  return micro.copied() + copied;
 }
 
 }  // namespace memweave::layers

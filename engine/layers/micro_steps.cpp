@@ -55,6 +55,21 @@ std::size_t slice_link_bytes(const staged_tensor& t, std::int64_t images) {
          (t.fp16 ? sizeof(std::uint16_t) : sizeof(float));
 }
 
+float* micro_buffer_of(std::span<const staged_tensor> staged, const float* p) noexcept {
+  if (p == nullptr) return nullptr;
+  for (const staged_tensor& t : staged) {
+    if (p >= t.whole && p < t.whole + t.n * t.per_image) return t.micro;
+  }
+  return nullptr;
+}
+
+float* group_rows(std::span<const staged_tensor> staged, float* whole, std::int64_t k0,
+                  std::int64_t row) noexcept {
+  if (whole == nullptr) return nullptr;
+  if (float* m = micro_buffer_of(staged, whole)) return m;
+  return whole + k0 * row;
+}
+
 bool starts_reversed(std::span<const staged_tensor> staged, std::size_t micro_batches) {
   if (micro_batches < 2) return false;
   return std::any_of(staged.begin(), staged.end(), [&](const staged_tensor& t) {

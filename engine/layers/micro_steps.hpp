@@ -28,6 +28,14 @@ namespace detail {
 /// The link bytes of `images` images of staged tensor `t`: fp16 ones cross as half.
 std::size_t slice_link_bytes(const staged_tensor& t, std::int64_t images);
 
+/// Channel groups (both backends): the micro buffer of the staged tensor whose whole value
+/// `p` points into (a micro-batch's y and dy point at its first image), or null.
+float* micro_buffer_of(std::span<const staged_tensor> staged, const float* p) noexcept;
+/// A group's rows [k0, ...) of `row` floats each of a tensor without images: its micro buffer
+/// where staged, else in place (null stays null).
+float* group_rows(std::span<const staged_tensor> staged, float* whole, std::int64_t k0,
+                  std::int64_t row) noexcept;
+
 /// No micro-batch.
 constexpr std::size_t k_none = static_cast<std::size_t>(-1);
 

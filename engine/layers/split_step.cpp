@@ -533,23 +533,9 @@ class channel_groups {
   }
 
  private:
-  // The staged tensor `p` points into (y and dy of a micro-batch point at its first image).
-  const staged_tensor* find(const float* p) const {
-    for (const staged_tensor& t : staged_) {
-      if (p != nullptr && p >= t.whole && p < t.whole + t.n * t.per_image) return &t;
-    }
-    return nullptr;
-  }
-  float* micro_of(const float* p) const {
-    const staged_tensor* t = find(p);
-    return t == nullptr ? nullptr : t->micro;
-  }
-  // The group's rows of a tensor without images: its micro buffer where staged, else in
-  // place.
+  float* micro_of(const float* p) const { return detail::micro_buffer_of(staged_, p); }
   float* rows(float* whole, const channel_group& g, std::int64_t row) const {
-    if (whole == nullptr) return nullptr;
-    if (float* m = micro_of(whole)) return m;
-    return whole + g.k0 * row;
+    return detail::group_rows(staged_, whole, g.k0, row);
   }
 
   // Copies the group's rows of `t` (of the micro-batch's images where it has images) between
@@ -568,12 +554,12 @@ class channel_groups {
   bool conv_;
 };
 
-bool channel_splittable(const layer& l) {
+}  // namespace
+
+bool channel_splittable(const layer& l) noexcept {
   return (l.type == layer_type::conv && std::get<conv_params>(l.params).groups == 1) ||
          l.type == layer_type::fc;
 }
-
-}  // namespace
 
 void run_channel_split_step(const k::kernel_context& ctx, const step_io& io, bool forward,
                             int parts) {

@@ -135,6 +135,9 @@ staged_link_bytes staged_directions(layer_type type, bool forward,
                                     std::span<const staged_tensor> staged, int parts = 1,
                                     bool input_grad = true, bool inference = false) noexcept;
 
+/// Whether a step of `l` runs in output-channel groups: CONV of groups 1, FC.
+bool channel_splittable(const layer& l) noexcept;
+
 /// Runs the forward (or backward) of io's CONV (groups 1) or FC layer on the host in `parts`
 /// groups of output channels (features), bounded as micro_batch_bounds(channels, parts):
 /// each group reads the whole input and its slice of the weights and bias, and writes its

@@ -169,7 +169,6 @@ class cuda_kernel_launcher final : public kernel_launcher {
   int cold_iterations() const override { return 1; }
   // The micro-steps' copies are cudaMemcpyAsync in stream order: from page-locked memory.
   bool pins_staging() const override { return true; }
-  bool runs_channel_groups() const override { return false; }
   void prepare_fp16_staging() override {
     const current_device scope(ordinal_);
     (void)context_->fp16_links();
@@ -222,16 +221,27 @@ class cuda_kernel_launcher final : public kernel_launcher {
     // Enqueued from this thread, in the stream's order (the loss read back by SOFTMAX).
     const step_kernel_args a = marshal(step);
     kc::cuda_kernel_context& ctx = *context_;
+    layers::cuda_conv_choice choice;
+    if (l.type == layer_type::conv) {
+      choice = {step.conv->cuda_forward, step.conv->cuda_data, step.conv->cuda_filter};
+    }
     if (step.channel_parts > 1) {
-      throw std::logic_error("cuda launcher: " + l.name +
-                             " asked to run in output-channel groups, which this backend does "
-                             "not (runs_channel_groups)");
+      // The solver's updates run on each group's rows (its weights may be staged: only a
+      // group's rows are on the device).
+      std::vector<layers::param_update> updates;
+      for (std::size_t i = 0; i < a.updates.size(); ++i) {
+        updates.push_back({a.updates[i].first, a.updates[i].second, a.momenta[i], a.counts[i]});
+      }
+      const sgd_options& o = ctx_.sgd;
+      layers::run_cuda_channel_split_step(
+          ctx, a.io, step.forward, step.channel_parts, step.parts, step.staged, choice, updates,
+          [&](std::size_t count, const float* g, float* w, float* v) {
+            kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, count, g, w, v);
+          },
+          step.fp16_error);
+      return;
     }
     if (step.parts > 1 || !step.staged.empty()) {
-      layers::cuda_conv_choice choice;
-      if (l.type == layer_type::conv) {
-        choice = {step.conv->cuda_forward, step.conv->cuda_data, step.conv->cuda_filter};
-      }
       layers::run_cuda_split_step(ctx, a.io, step.forward, step.parts, step.staged, choice,
                                   step.fp16_error);
     } else if (l.type == layer_type::conv) {

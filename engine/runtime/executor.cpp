@@ -336,14 +336,6 @@ executor::executor(const network& net, device& dev, const executor_options& requ
     }
     forward_conv_.assign(route_.layer_count(), conv_step{});
   }
-  // cuda runs micro-batches only (plan_splits without channel groups there:
-  // executor_options::split_channel_groups).
-  MEMWEAVE_EXPECTS(launcher_->runs_channel_groups() ||
-                       std::find_if(options.channel_parts.begin(), options.channel_parts.end(),
-                                    [](int c) { return c > 1; }) == options.channel_parts.end(),
-                   "output-channel groups (channel_parts) run on the host and null devices only: "
-                   "the cuda backend splits steps into micro-batches; plan the split without "
-                   "channel groups (split_channel_groups false), or run on --device host");
   last_write_.assign(n, 0);
   // Write-back starts below twice the most any step allocates anew.
   for (std::size_t st = 0; st < route_.step_count(); ++st) {

@@ -121,9 +121,6 @@ class kernel_launcher {
   /// page-locked memory: cuda's micro-steps copy them with cudaMemcpyAsync, which from
   /// pageable memory may read the source when enqueued, before the copy out that wrote it.
   virtual bool pins_staging() const { return false; }
-  /// Whether launch() runs a CONV/FC step in output-channel groups (layer_launch::
-  /// channel_parts): the host and null backends do; cuda runs micro-batches only.
-  virtual bool runs_channel_groups() const { return true; }
   /// Takes what fp16 micro-tensors cross through (cuda: the kernel context's fp16 buffers,
   /// outside the heap), once the executor knows some will: at construction, not in the
   /// middle of an iteration, where a device the heap has filled would fail it.

@@ -92,6 +92,18 @@ __global__ void accumulate_kernel(int64_t rows, int64_t row_length, const float*
   }
 }
 
+// One thread per column, its rows in order: deterministic.
+__global__ void column_sums_kernel(int64_t rows, int64_t cols, const float* __restrict__ src,
+                                   int64_t src_pitch, float* dst, bool accumulate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < cols;
+       j += stride) {
+    float sum = accumulate ? dst[j] : 0.0f;
+    for (int64_t r = 0; r < rows; ++r) sum = __fadd_rn(sum, src[r * src_pitch + j]);
+    dst[j] = sum;
+  }
+}
+
 __device__ inline bool label_ok(float l, int64_t classes) {
   return isfinite(l) && floorf(l) == l && l >= 0.0f && l < static_cast<float>(classes);
 }
@@ -321,6 +333,14 @@ void launch_accumulate(cudaStream_t stream, int64_t rows, int64_t row_length, co
   accumulate_kernel<<<grid_for(rows * row_length), k_threads, 0, stream>>>(
       rows, row_length, src, src_pitch, dst, dst_pitch);
   check_launch("accumulate_kernel");
+}
+
+void launch_column_sums(cudaStream_t stream, int64_t rows, int64_t cols, const float* src,
+                        int64_t src_pitch, float* dst, bool accumulate) {
+  if (cols <= 0) return;
+  column_sums_kernel<<<grid_for(cols), k_threads, 0, stream>>>(rows, cols, src, src_pitch, dst,
+                                                               accumulate);
+  check_launch("column_sums_kernel");
 }
 
 void launch_softmax_loss(cudaStream_t stream, int64_t n, int64_t classes, const float* x,

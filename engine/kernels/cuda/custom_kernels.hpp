@@ -38,6 +38,12 @@ void launch_accumulate(cudaStream_t stream, std::int64_t rows, std::int64_t row_
                        const float* src, std::int64_t src_pitch, float* dst,
                        std::int64_t dst_pitch);
 
+/// dst[j] = the sum over r < rows of src[r * src_pitch + j], for j < cols, in row order
+/// (accumulate: added to dst[j]): the bias gradient of an FC's output-channel group, whose
+/// rows of dy are `cols` of every image's `src_pitch` features.
+void launch_column_sums(cudaStream_t stream, std::int64_t rows, std::int64_t cols, const float* src,
+                        std::int64_t src_pitch, float* dst, bool accumulate);
+
 /// The sum over n images of lse(x_i) - x_i[label_i] (classes values per image, sums in
 /// double) divided by `divisor` (0: n, the mean), written to *loss by one block in a fixed
 /// order (accumulate: added to it, a split step's micro-batches after the first).

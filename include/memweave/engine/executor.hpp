@@ -197,12 +197,11 @@ struct executor_options {
   /// stay in host memory and one group's rows are on the device at a time; a persistent
   /// tensor so cut lives in host memory from the start. Bit-identical for FC and CONV
   /// `direct` (CONV's im2col algorithms round differently: ARCHITECTURE.md, TSPLIT). Not
-  /// with data parallelism (its gradient buckets reduce whole tensors). Host and null only:
-  /// cuda refuses it.
+  /// with data parallelism (its gradient buckets reduce whole tensors). On cuda the results
+  /// agree to float rounding (cuda_split_step.hpp's run_cuda_channel_split_step).
   std::vector<int> channel_parts;
   /// TSPLIT: whether the split plans `all`'s weighing makes (split_weighed) may cut CONV/FC
-  /// steps into output-channel groups (plan_splits' channel_splits). `train` and `eval` set
-  /// it false on cuda, whose kernels run micro-batches only.
+  /// steps into output-channel groups (plan_splits' channel_splits).
   bool split_channel_groups = true;
   /// TSPLIT: split_parts and channel_parts are plan_splits' fewest for budget_bytes (what
   /// `--split` gives): under `all` the weighing (weigh_alternatives) also runs the plans whose

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/layers/cuda_split_step.hpp"
@@ -279,6 +280,176 @@ TEST_F(cuda_split_step_test, conv_and_fc_add_the_micro_batches_weight_gradients)
   expect_near(t.host[dw], read(*t.device[dw]), 2e-3, 1e-3, "conv weight gradient");
   expect_near(t.host[db], read(*t.device[db]), 1e-4, 1e-4, "conv bias gradient");
   expect_near(t.host[dx], read(*t.device[dx]), 2e-3, 1e-3, "conv input gradient");
+}
+
+// Output-channel groups (run_cuda_channel_split_step): a CONV and an FC step in 3 groups inside
+// 1 and 3 micro-batches, the solver's updates group by group, against the host's whole step and
+// one update after it, to float rounding. Staged: the output, output gradient, parameters,
+// gradients and momenta in page-locked memory, one group's rows at a time through micro
+// buffers (the input and its gradient by micro-batch where split), the copies moving
+// staged_copy_bytes. In place: everything on the device, the groups' channels of y and dy K
+// apart (CONV image by image, FC through the GEMMs' leading dimension, its bias and bias
+// gradient through the custom kernels), dx added to what it held.
+TEST_F(cuda_split_step_test, channel_groups_run_their_rows_staged_and_in_place) {
+  constexpr int k_groups = 3;
+  constexpr float lr = 0.125f, momentum = 0.5f;
+  struct mode {
+    int parts;
+    bool staged;
+  };
+  for (const bool fc : {false, true}) {
+    for (const mode m :
+         {mode{1, true}, mode{k_parts, true}, mode{1, false}, mode{k_parts, false}}) {
+      const int parts = m.parts;
+      const bool dx_accumulate = !m.staged;
+      SCOPED_TRACE(std::string(fc ? "FC" : "CONV") + (m.staged ? " staged" : " in place") + " in " +
+                   std::to_string(parts) + " micro-batches");
+      layer l;
+      const shape4 in{7, 3, 6, 6};
+      if (fc) {
+        fc_params q;
+        q.out_features = 10;
+        q.bias = true;
+        l.type = layer_type::fc;
+        l.params = q;
+        l.output_shape = {7, 10, 1, 1};
+      } else {
+        conv_params p;
+        p.out_channels = 7, p.kernel_h = p.kernel_w = 3, p.pad_h = p.pad_w = 1;
+        p.bias = true;
+        l.type = layer_type::conv;
+        l.params = p;
+        l.output_shape = {7, 7, 6, 6};
+      }
+      const shape4 out = l.output_shape;
+      const std::int64_t K = out.c;
+      const std::size_t wcount = static_cast<std::size_t>(fc ? K * in.per_image() : K * in.c * 9);
+      const std::vector<float> x0 = random_vector(count_of(in), 51), w0 = random_vector(wcount, 52),
+                               b0 = random_vector(static_cast<std::size_t>(K), 53),
+                               dy0 = random_vector(count_of(out), 54),
+                               dx0 = random_vector(count_of(in), 55),
+                               vw0 = random_vector(wcount, 56),
+                               vb0 = random_vector(static_cast<std::size_t>(K), 57);
+      // The host's whole step, then one update.
+      step_tensors t;
+      const auto x = t.add(x0), w = t.add(w0), b = t.add(b0);
+      const auto y = t.add(std::vector<float>(count_of(out)));
+      const auto dy = t.add(dy0), dx = t.add(dx0);
+      const auto dw = t.add(std::vector<float>(wcount)), db = t.add(std::vector<float>(b0.size()));
+      const auto vw = t.add(vw0), vb = t.add(vb0);
+      layers::step_io ref;
+      ref.l = &l;
+      ref.input_shapes = {in};
+      ref.inputs = {t.h(x)};
+      ref.output = t.h(y);
+      ref.output_grad = t.h(dy);
+      ref.input_grads = {{t.h(dx), dx_accumulate}};
+      ref.params = {t.h(w), t.h(b)};
+      ref.param_grads = {t.h(dw), t.h(db)};
+      layers::layer_steps_for(l.type).forward(host_ctx(), ref);
+      layers::layer_steps_for(l.type).backward(host_ctx(), ref);
+      std::vector<float> w1 = w0, b1 = b0, vw1 = vw0, vb1 = vb0;
+      const auto sgd = [&](std::vector<float>& weights, std::vector<float>& v,
+                           const std::vector<float>& g) {
+        for (std::size_t i = 0; i < weights.size(); ++i) {
+          v[i] = momentum * v[i] + lr * g[i];
+          weights[i] -= v[i];
+        }
+      };
+      sgd(w1, vw1, t.host[dw]);
+      sgd(b1, vb1, t.host[db]);
+
+      // Staged: the whole values in page-locked memory. In place: t's device mirrors (y, dw
+      // and db start as garbage there too).
+      pinned_floats x_host(x0), dx_host(dx0), y_host(std::vector<float>(count_of(out), -7.0f)),
+          dy_host(dy0), w_host(w0), b_host(b0), dw_host(std::vector<float>(wcount, -7.0f)),
+          db_host(std::vector<float>(b0.size(), -7.0f)), vw_host(vw0), vb_host(vb0);
+      t.device[y]->write(std::vector<float>(count_of(out), -7.0f));
+      t.device[dw]->write(std::vector<float>(wcount, -7.0f));
+      t.device[db]->write(std::vector<float>(b0.size(), -7.0f));
+      const auto at = [&](const pinned_floats& host, std::size_t dev) {
+        return m.staged ? host.get() : t.d(dev);
+      };
+      const std::int64_t images = (in.n + parts - 1) / parts, rows = (K + k_groups - 1) / k_groups;
+      std::vector<std::unique_ptr<device_buffer>> micro;
+      std::vector<layers::staged_tensor> staged;
+      const auto stage = [&](const pinned_floats& whole, std::size_t count, std::int64_t n,
+                             bool read, bool written, bool cut) {
+        if (!m.staged) return;
+        layers::staged_tensor st;
+        st.whole = whole.get();
+        st.n = n;
+        st.per_image = static_cast<std::int64_t>(count) / n;
+        st.read = read;
+        st.written = written;
+        st.channels = cut ? K : 0;
+        std::int64_t floats = (n > 1 ? images : 1) * st.per_image;
+        if (cut) floats = floats / K * rows;
+        micro.push_back(std::make_unique<device_buffer>(static_cast<std::size_t>(floats)));
+        st.micro = micro.back()->get();
+        staged.push_back(st);
+      };
+      layers::step_io io;
+      io.l = &l;
+      io.input_shapes = {in};
+      io.inputs = {m.staged && parts > 1 ? x_host.get() : t.d(x)};
+      io.output = at(y_host, y);
+      io.output_grad = at(dy_host, dy);
+      io.input_grads = {{m.staged && parts > 1 ? dx_host.get() : t.d(dx), dx_accumulate}};
+      io.params = {at(w_host, w), at(b_host, b)};
+      io.param_grads = {at(dw_host, dw), at(db_host, db)};
+      const layers::cuda_conv_choice none{
+          conv_fallback_algorithm(conv_pass::forward, false),
+          conv_fallback_algorithm(conv_pass::backward_data, false),
+          conv_fallback_algorithm(conv_pass::backward_filter, false)};
+      const layers::update_fn update = [&](std::size_t count, const float* g, float* weights,
+                                           float* v) {
+        sgd_update(ctx(), lr, momentum, 0.0f, count, g, weights, v);
+      };
+      if (parts > 1) stage(x_host, x0.size(), in.n, true, false, false);
+      stage(w_host, wcount, 1, true, false, true);
+      stage(b_host, b0.size(), 1, true, false, true);
+      stage(y_host, count_of(out), in.n, false, true, true);
+      const std::size_t forward_copied = layers::run_cuda_channel_split_step(
+          ctx(), io, true, k_groups, parts, staged, none, {}, update);
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      EXPECT_EQ(forward_copied, layers::staged_copy_bytes(l.type, true, staged, parts));
+      expect_near(t.host[y], m.staged ? y_host.values() : t.device[y]->read(), 2e-3, 1e-3,
+                  "output");
+
+      staged.clear();
+      micro.clear();
+      if (parts > 1) {
+        stage(x_host, x0.size(), in.n, true, false, false);
+        stage(dx_host, dx0.size(), in.n, false, true, false);
+      }
+      stage(dy_host, count_of(out), in.n, true, false, true);
+      stage(w_host, wcount, 1, true, true, true);
+      stage(b_host, b0.size(), 1, true, true, true);
+      stage(dw_host, wcount, 1, parts > 1, true, true);
+      stage(db_host, b0.size(), 1, parts > 1, true, true);
+      stage(vw_host, wcount, 1, true, true, true);
+      stage(vb_host, b0.size(), 1, true, true, true);
+      const std::vector<layers::param_update> updates = {
+          {at(dw_host, dw), at(w_host, w), at(vw_host, vw), wcount},
+          {at(db_host, db), at(b_host, b), at(vb_host, vb), b0.size()}};
+      const std::size_t backward_copied = layers::run_cuda_channel_split_step(
+          ctx(), io, false, k_groups, parts, staged, none, updates, update);
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      EXPECT_EQ(backward_copied, layers::staged_copy_bytes(l.type, false, staged, parts));
+      const auto got = [&](const pinned_floats& host, std::size_t dev) {
+        return m.staged ? host.values() : t.device[dev]->read();
+      };
+      expect_near(t.host[dx], m.staged && parts > 1 ? dx_host.values() : t.device[dx]->read(), 2e-3,
+                  1e-3, "input gradient");
+      expect_near(t.host[dw], got(dw_host, dw), 2e-3, 1e-3, "weight gradient");
+      expect_near(t.host[db], got(db_host, db), 1e-4, 1e-4, "bias gradient");
+      expect_near(w1, got(w_host, w), 1e-3, 1e-3, "updated weights");
+      expect_near(b1, got(b_host, b), 1e-4, 1e-4, "updated bias");
+      expect_near(vw1, got(vw_host, vw), 1e-3, 1e-3, "weights' momenta");
+      expect_near(vb1, got(vb_host, vb), 1e-4, 1e-4, "bias's momenta");
+    }
+  }
 }
 
 // fp16 micro-tensors (MEMWEAVE_SPLIT_COMPRESS=fp16): an ADD's two inputs and its output held as

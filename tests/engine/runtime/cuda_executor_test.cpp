@@ -377,7 +377,7 @@ TEST(cuda_executor_test, the_schedule_is_replanned_from_the_second_iteration_not
 }
 
 // The budget of 0.6 x `net`'s max(l_i) (at least the split floor) and the split plan that fits
-// it, without channel groups (cuda runs micro-batches only).
+// it in micro-batches alone (no channel groups: those have their own test below).
 struct below_largest_layer {
   std::size_t max_layer_bytes = 0;
   std::size_t budget = 0;
@@ -400,6 +400,19 @@ below_largest_layer split_below_largest_layer(const network& net) {
   b.parts = plan.parts(table.step_count());
   b.split_steps = plan.split_count();
   return b;
+}
+
+// A staged run's first iteration on cuda step by step where `plan` (null) puts it: the heap's
+// bytes and live tensors, and the bytes staged.
+void expect_as_planned(const network& net, const executor_options& o) {
+  const policy_report planned = plan_on_null(net, o);
+  const policy_report first = train_on_cuda(net, o, 1).report;
+  ASSERT_EQ(first.steps.size(), planned.steps.size());
+  for (std::size_t st = 0; st < first.steps.size(); ++st) {
+    EXPECT_EQ(first.steps[st].heap_bytes, planned.steps[st].heap_bytes) << "step " << st;
+    EXPECT_EQ(first.steps[st].tensors_live, planned.steps[st].tensors_live) << "step " << st;
+  }
+  EXPECT_EQ(first.bytes_staged, planned.bytes_staged);
 }
 
 // TSPLIT on cuda: at 0.6 x max(l_i) the steps over the budget run micro-batch by micro-batch
@@ -430,15 +443,7 @@ TEST(cuda_executor_test, trains_below_the_largest_layer_in_micro_batches) {
       EXPECT_LE(peak, budget);
       EXPECT_LT(peak, split.max_layer_bytes);
       expect_losses_close(got.losses, whole.losses, name == "resnet50" ? 1 : iterations);
-      if (policy != "utp") continue;
-      const policy_report planned = plan_on_null(net, o);
-      const policy_report first = train_on_cuda(net, o, 1).report;
-      ASSERT_EQ(first.steps.size(), planned.steps.size());
-      for (std::size_t st = 0; st < first.steps.size(); ++st) {
-        EXPECT_EQ(first.steps[st].heap_bytes, planned.steps[st].heap_bytes) << "step " << st;
-        EXPECT_EQ(first.steps[st].tensors_live, planned.steps[st].tensors_live) << "step " << st;
-      }
-      EXPECT_EQ(first.bytes_staged, planned.bytes_staged);
+      if (policy == "utp") expect_as_planned(net, o);
     }
   }
 }
@@ -477,26 +482,38 @@ TEST(cuda_executor_test, fp16_micro_tensors_cross_as_half_the_bytes_within_fp16_
   }
 }
 
-// What cuda does not run is refused before anything is placed, naming it: CONV/FC steps in
-// output-channel groups.
-TEST(cuda_executor_test, channel_groups_are_refused_naming_them) {
-  MEMWEAVE_GPU_OR_SKIP("nothing to refuse on");
-  const network net = test::small_zoo("vgg16", 8);
+// Output-channel groups on cuda: VGG-16 at batch 1, whose largest steps do not fit at one image,
+// trains at 0.6 x max(l_i) with its CONV/FC steps over the budget cut into groups (their rows in
+// page-locked host memory under utp and all, one group's on the device at a time); the heap
+// stays within the budget and, under utp, step by step where `plan` (null) puts it; the losses
+// follow the unsplit cuda run.
+TEST(cuda_executor_test, trains_below_one_image_in_output_channel_groups) {
+  MEMWEAVE_GPU_OR_SKIP("nothing to split on");
+  const network net = test::small_zoo("vgg16", 1);
   const route r(net);
   const tensor_table table(net, r);
-  executor_options o = policy_options("utp", k_ample, "none");
-  o.channel_parts.assign(table.step_count(), 1);
-  for (std::size_t st = 0; st < table.step_count(); ++st) {
-    if (net[r.at(st).layer].type == layer_type::fc) o.channel_parts[st] = 2;
-  }
-  auto dev = cuda_device();
-  try {
-    executor ex(net, *dev, o);
-    ADD_FAILURE() << "channel groups accepted on cuda";
-  } catch (const invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("output-channel groups (channel_parts)"),
-              std::string::npos)
-        << e.what();
+  const layer_memory memory(table);
+  const split_plan ample =
+      plan_splits(net, table, memory, cost_model{}, std::size_t{1} << 40, 1024, "test", true);
+  const std::size_t budget =
+      std::max(static_cast<std::size_t>(0.6 * static_cast<double>(ample.max_layer_bytes)),
+               ample.floor_bytes);
+  const split_plan plan = plan_splits(net, table, memory, cost_model{}, budget, 1024, "test", true);
+  ASSERT_GT(plan.channel_split_count(), 0u) << "nothing cut into channel groups";
+  const cuda_run whole = train_on_cuda(net, policy_options("liveness", k_ample, "none"), 3);
+  for (const std::string policy : {"utp", "all"}) {
+    SCOPED_TRACE(policy + " budget " + std::to_string(budget));
+    executor_options o = policy_options(policy, budget, "none");
+    o.split_parts = plan.parts(table.step_count());
+    o.channel_parts = plan.channel_parts(table.step_count());
+    const cuda_run got = train_on_cuda(net, o, 3);
+    EXPECT_GT(got.report.staged_steps, 0u);
+    std::size_t peak = 0;
+    for (const step_record& st : got.report.steps) peak = std::max(peak, st.heap_bytes);
+    EXPECT_LE(peak, budget);
+    EXPECT_LT(peak, ample.max_layer_bytes);
+    expect_losses_close(got.losses, whole.losses, 3);
+    if (policy == "utp") expect_as_planned(net, o);
   }
 }
 
