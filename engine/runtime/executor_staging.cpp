@@ -409,6 +409,8 @@ layers::staged_tensor executor::micro_tensor(const tensor_access& a, std::int64_
 void executor::describe_staging(schedule_inputs& in) const {
   const std::size_t steps = route_.step_count();
   in.staged.assign(steps, {});
+  in.split_parts.assign(steps, 1);
+  for (std::size_t s = 0; s < steps; ++s) in.split_parts[s] = batch_parts_of(options_, s);
   in.staged_slice_bytes.assign(steps, {});
   in.staged_copy_bytes.assign(steps, {});
   in.staged_fp16 = staging_->fp16;

@@ -36,12 +36,12 @@ class null_kernel_launcher final : public kernel_launcher {
                                                           step.parts, input_grad, step.inference)) /
         ctx_.model.link_bytes_per_s;
     const layers::staged_link_bytes link = staged_link(step);
+    // A split step's kernels: its micro-steps, each reading the fixed tensors again.
+    const double kernels_s =
+        split_model_seconds(ctx_.model, *ctx_.table, *ctx_.memory, l, step.forward, step.accesses,
+                            step.parts, step.channel_parts, compute_s);
     ctx_.dev->get_stream(stream_role::compute)
-        .launch_with_link(
-            {},
-            model_seconds(ctx_.model, *ctx_.net, *ctx_.memory, l, step.forward, compute_s) +
-                staging_s,
-            link.to_device, link.to_host);
+        .launch_with_link({}, kernels_s + staging_s, link.to_device, link.to_host);
   }
 
  protected:

@@ -76,8 +76,14 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     const bool forward = rs.direction == pass::forward;
     p.step_seconds[s] = model_seconds(in.model, net, *in.memory, l, forward);
     measured_as[s] = p.step_seconds[s];
-    // A staged step's convolution takes a workspace from what is free then (not planned for).
-    if (staged_at(s)) continue;
+    // A staged step's convolution takes a workspace from what is free then (not planned for);
+    // its micro-steps lose what smaller kernels lose.
+    if (staged_at(s)) {
+      const int parts = s < in.split_parts.size() ? in.split_parts[s] : 1;
+      p.step_seconds[s] = measured_as[s] =
+          split_model_seconds(in.model, table, *in.memory, l, forward, table.accesses(s), parts, 1);
+      continue;
+    }
     if (l.type != layer_type::conv) continue;
     // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
     // of its passes within it (as workspace selection picks them with that much free).

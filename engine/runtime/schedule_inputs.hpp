@@ -59,6 +59,9 @@ struct schedule_inputs {
   /// planner charges those, and a copy out of one resident before, a copy in for a step on
   /// the device after: the executor's stage and fetch_staged, on the compute stream).
   std::vector<std::vector<tensor_access>> staged;
+  /// Per route step (empty: none), the micro-batches a staged step runs in: its kernels are
+  /// planned at split_model_seconds (what the null device charges them).
+  std::vector<int> split_parts;
   std::vector<std::vector<std::size_t>> staged_slice_bytes;
   std::vector<std::vector<std::uint64_t>> staged_copy_bytes;
   /// Per tensor (empty: none): held as fp16 in host memory (schedule_tensor::staged_fp16).

@@ -48,14 +48,20 @@ std::int64_t splittable_channels(const layer& l) noexcept {
 
 std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
                              std::size_t block_bytes, int channel_parts) {
+  return micro_step_bytes(table, table.net()[table.steps().at(s).layer], table.accesses(s), parts,
+                          block_bytes, channel_parts);
+}
+
+std::size_t micro_step_bytes(const tensor_table& table, const layer& l,
+                             std::span<const tensor_access> accesses, int parts,
+                             std::size_t block_bytes, int channel_parts) {
   const std::int64_t batch = batch_of(table);
   const std::int64_t images = largest_micro_batch(batch, parts);
-  const layer& l = table.net()[table.steps().at(s).layer];
   const std::int64_t K = splittable_channels(l);
   const std::int64_t c = std::clamp<std::int64_t>(channel_parts, 1, K);
   const std::int64_t channels = (K + c - 1) / c;  // the largest channel group
   std::size_t bytes = 0;
-  for (const tensor_access& a : table.accesses(s)) {
+  for (const tensor_access& a : accesses) {
     const tensor_info& t = table[a.tensor];
     if (t.role == tensor_role::workspace) continue;  // not in l_i either (layer_memory.hpp)
     std::size_t b = t.bytes;
@@ -66,6 +72,12 @@ std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts
     bytes += round_up(b, block_bytes);
   }
   return bytes;
+}
+
+double micro_steps_seconds(const cost_model& model, double compute_s, std::size_t micro_bytes,
+                           std::int64_t micro_steps) noexcept {
+  const auto k = static_cast<double>(std::max<std::int64_t>(micro_steps, 1));
+  return k * std::max(compute_s / k, static_cast<double>(micro_bytes) / model.memory_bytes_per_s);
 }
 
 std::vector<int> split_plan::parts(std::size_t step_count) const {
@@ -221,10 +233,9 @@ split_plan plan_splits(const network& net, const tensor_table& table, const laye
     st.split_s = st.whole_s;
     if (st.parts > 1 || st.channel_parts > 1) {
       const double k = st.parts, c = st.channel_parts;
-      st.split_s = k * c *
-                   std::max(flops / (k * c) / model.flops,
-                            static_cast<double>(st.micro_bytes - st.workspace_bytes) /
-                                model.memory_bytes_per_s);
+      st.split_s =
+          micro_steps_seconds(model, flops / model.flops, st.micro_bytes - st.workspace_bytes,
+                              std::int64_t{st.parts} * st.channel_parts);
       // BN's inputs are read by both passes (statistics, then normalisation).
       const double passes = l.type == layer_type::bn ? 2.0 : 1.0;
       st.link_s = (static_cast<double>(reads) * passes + static_cast<double>(writes)) * (k - 1) /

@@ -88,6 +88,21 @@ struct split_plan {
 /// each tensor rounded up to `block_bytes` (the heap's block).
 std::size_t micro_step_bytes(const tensor_table& table, std::size_t s, int parts,
                              std::size_t block_bytes, int channel_parts = 1);
+/// The same for a step of layer `l` touching `accesses` (a step's own, or a replayed
+/// forward's).
+std::size_t micro_step_bytes(const tensor_table& table, const layer& l,
+                             std::span<const tensor_access> accesses, int parts,
+                             std::size_t block_bytes, int channel_parts = 1);
+
+/// The cost model's time of a step run as `micro_steps` micro-steps (its micro-batches times
+/// its output-channel groups): each the larger of its share of `compute_s` (the whole
+/// step's compute) and its working set's traffic, `micro_bytes` at the model's device memory
+/// rate. The fixed tensors (weights) are read again by every micro-step: the efficiency
+/// smaller kernels lose. The null device charges a split step's kernels this (never less than
+/// the whole step), the memory schedule plans a staged step with it, and plan_splits reports
+/// it (split_step::split_s).
+double micro_steps_seconds(const cost_model& model, double compute_s, std::size_t micro_bytes,
+                           std::int64_t micro_steps) noexcept;
 
 /// Whether tensor `t` holds one slice per image of a batch of `batch` (activations, their
 /// gradients, the dropout mask, the labels): a micro-batch needs only its own slice.

@@ -275,10 +275,11 @@ TEST(split_staging_test, an_evaluation_on_a_scheduled_executor_keeps_whole_what_
 
 // A tensor that a staged step reads next may leave ahead of it, its copy hidden, and never come
 // back: the staged step takes its host copy (scheduled_gap::to_host, no prefetch). VGG16 at
-// batch 16 of 160-pixel images, width 1/16, at 0.95 of max(l_i).
+// batch 16 of 128-pixel images, width 1/16, at 0.99 of max(l_i) (where the weighing keeps the
+// schedule: with staged steps the cache alone is the faster in most such cases).
 TEST(split_staging_test, a_tensor_offloaded_for_a_staged_step_is_taken_from_its_host_copy) {
-  const network net = test::zoo_net("vgg16", 16, 160, 0.0625);
-  const staged_run s = plan_below_largest_layer(net, "all", 0.95);
+  const network net = test::zoo_net("vgg16", 16, 128, 0.0625);
+  const staged_run s = plan_below_largest_layer(net, "all", 0.99);
   auto null_dev = test::make_test_device("null", std::size_t{1} << 40);
   executor planned(net, *null_dev, s.options);
   ASSERT_NE(planned.schedule(), nullptr);
