@@ -142,6 +142,20 @@ class planner {
     }
     planning_budget_ =
         static_cast<std::size_t>(static_cast<double>(p.budget_bytes) * (1.0 - o.headroom));
+    // A TSPLIT staged step may fill the whole budget: the split plan fits its micro-steps to
+    // it, and what the step keeps whole besides is what the executor's stage_step keeps where
+    // no schedule runs (the budget beside the micro-step). The headroom is for the
+    // fragmentation of the actions around it. Held to the planning budget, a staged step near
+    // max(l_i) was over it with nothing left to move, and the schedule lost to the cache
+    // alone (VGG16 b16 of 224-pixel images, width 1/16, the fewest micro-batches at 0.99 of
+    // max(l_i): 9.6 ms per iteration on the cache alone, 8.4 with the schedule so;
+    // PERFORMANCE.md, session 40).
+    limit_.assign(steps, planning_budget_);
+    for (const schedule_tensor& x : p.tensors) {
+      for (const schedule_use& u : x.uses) {
+        if (u.on_host) limit_[u.step] = p.budget_bytes;
+      }
+    }
   }
 
   memory_schedule run() {
@@ -161,8 +175,8 @@ class planner {
       std::uint32_t worst = k_none;
       std::size_t worst_over = 0;
       for (std::uint32_t s = 0; s < bytes.size(); ++s) {
-        if (bytes[s] > planning_budget_ && bytes[s] - planning_budget_ > worst_over) {
-          worst = s, worst_over = bytes[s] - planning_budget_;
+        if (bytes[s] > limit_[s] && bytes[s] - limit_[s] > worst_over) {
+          worst = s, worst_over = bytes[s] - limit_[s];
         }
       }
       if (worst == k_none) break;
@@ -184,7 +198,7 @@ class planner {
     for (std::size_t st = 0; st < p_.step_seconds.size(); ++st) {
       s.baseline_seconds += has_options(st) ? p_.step_options[st][0].seconds : p_.step_seconds[st];
     }
-    s.fits = s.predicted_peak_bytes <= planning_budget_;
+    s.fits = all_fit(bytes);
     return s;
   }
 
@@ -356,7 +370,7 @@ class planner {
         const double landed = timeline::arrival(tl.offloaded[uses_[t][i].step], t);
         if (tl.start[g.release] - landed >= 0.1 * copy_seconds(t)) continue;
         while (g.release < g.prefetch && !takes_workspace(g.release) &&
-               bytes[g.release] + b <= planning_budget_) {
+               bytes[g.release] + b <= limit_[g.release]) {
           bytes[g.release] += b;
           ++g.release;
         }
@@ -471,7 +485,7 @@ class planner {
       auto room = [&](std::uint32_t from, std::uint32_t to) {
         for (std::uint32_t s = from + 1; s <= to; ++s) {
           const bool counted = std::binary_search(at.begin(), at.end(), s);
-          if (bytes[s] + (counted ? 0 : b) > planning_budget_) return false;
+          if (bytes[s] + (counted ? 0 : b) > limit_[s]) return false;
         }
         return true;
       };
@@ -723,9 +737,9 @@ class planner {
     overflow o;
     o.prefix.push_back(0);
     for (std::uint32_t s = 0; s < bytes.size(); ++s) {
-      if (bytes[s] > planning_budget_) {
+      if (bytes[s] > limit_[s]) {
         o.step.push_back(s);
-        o.bytes.push_back(bytes[s] - planning_budget_);
+        o.bytes.push_back(bytes[s] - limit_[s]);
         o.prefix.push_back(o.prefix.back() + o.bytes.back());
       }
     }
@@ -805,9 +819,11 @@ class planner {
     gaps_[t][gi + 1] = gap{};
     const std::vector<std::size_t> bytes = memory_curve();
     const std::uint32_t c = uses_[t][gi + 2].step;
-    if (std::any_of(bytes.begin() + step + 1, bytes.begin() + c,
-                    [&](std::size_t b) { return b > planning_budget_; })) {
-      gaps_[t][gi + 1] = g;
+    for (std::uint32_t s = step + 1; s < c; ++s) {
+      if (bytes[s] > limit_[s]) {
+        gaps_[t][gi + 1] = g;
+        break;
+      }
     }
   }
 
@@ -909,11 +925,12 @@ class planner {
         // An earlier prefetch holds its bytes over more steps, which the heap may not find
         // in one run where the plan is full (fragmentation is not modelled): there, it keeps
         // the headroom twice.
-        const std::size_t full = planning_budget_ - (p_.budget_bytes - planning_budget_);
-        if (back != 0 && std::any_of(bytes.begin() + (b - back), bytes.begin() + b + 1,
-                                     [&](std::size_t x) { return x > full; })) {
-          continue;
+        const std::size_t twice = p_.budget_bytes - planning_budget_;
+        bool full = false;
+        for (std::size_t x = b - back; back != 0 && x <= b; ++x) {
+          full = full || bytes[x] + twice > limit_[x];
         }
+        if (full) continue;
         simulate_into(trial_tl, emitted_trial(emission, t, k.gap, bytes));
         if (trial_tl.total < best_total) {
           best_total = trial_tl.total;
@@ -1120,7 +1137,7 @@ class planner {
     for (std::size_t st = 0; st < bytes.size(); ++st) {
       if (!has_options(st)) continue;
       const std::size_t others = bytes[st] - step_extra(st);
-      choice_[st] = fastest_within(st, others, planning_budget_);
+      choice_[st] = fastest_within(st, others, limit_[st]);
       // The fastest selection can take from the whole budget (the planned one always fits).
       timing[st] = p_.step_options[st][choice_[st]].seconds;
       for (const step_option& o : selectable(st)) {
@@ -1134,8 +1151,10 @@ class planner {
   }
 
   bool all_fit(const std::vector<std::size_t>& bytes) const {
-    return std::all_of(bytes.begin(), bytes.end(),
-                       [&](std::size_t b) { return b <= planning_budget_; });
+    for (std::size_t s = 0; s < bytes.size(); ++s) {
+      if (bytes[s] > limit_[s]) return false;
+    }
+    return true;
   }
 
   // Weighs every tensor idle at `worst` and commits the best action; false when none.
@@ -1225,7 +1244,7 @@ class planner {
         // puts `c` over the budget trades one overflow for another, at a step where those
         // tensors are then in use and nothing can take them off again (chain_room).
         const bool room =
-            !o_.chain_room || fixed[c] + pinned_by_rebuild(t, c, visited) <= planning_budget_;
+            !o_.chain_room || fixed[c] + pinned_by_rebuild(t, c, visited) <= limit_[c];
         if (chain >= 0 && room) {
           consider(gap_action::drop, a + 1, c - 1, chain);
         }
@@ -1245,7 +1264,7 @@ class planner {
     if (has_options(worst)) {
       const auto& o = p_.step_options[worst];
       const step_option& now = o[choice_[worst]];
-      const std::size_t over = bytes[worst] - std::min(bytes[worst], planning_budget_);
+      const std::size_t over = bytes[worst] - std::min(bytes[worst], limit_[worst]);
       for (std::uint32_t j = choice_[worst] + 1; j < o.size(); ++j) {
         if (o[j].extra_bytes >= now.extra_bytes) continue;
         const double v = static_cast<double>(std::min(now.extra_bytes - o[j].extra_bytes, over));
@@ -1372,6 +1391,7 @@ class planner {
   std::vector<std::uint32_t> choice_;   // per step: the option taken
   std::vector<double> timing_seconds_;  // per step: the time counted (when set)
   std::size_t planning_budget_ = 0;
+  std::vector<std::size_t> limit_;  // per step: planning_budget_, a staged step's the budget
 };
 
 }  // namespace

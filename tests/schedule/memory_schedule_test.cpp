@@ -512,6 +512,36 @@ TEST(memory_schedule_test, a_tensor_staged_in_host_memory_holds_no_device_bytes)
   EXPECT_THROW((void)plan_memory_schedule(p, no_headroom()), invalid_argument);
 }
 
+// A staged step is planned within the whole budget, the others within the planning budget the
+// headroom leaves: the split plan fits the staged step's micro-step to the budget, and what it
+// keeps whole besides is what the budget holds (held to the headroom's 92 MiB, x's slices
+// crossed the link here: 21 ms more).
+TEST(memory_schedule_test, a_staged_step_may_fill_the_whole_budget) {
+  schedule_problem p;
+  p.step_seconds.assign(4, 10e-3);
+  p.link_bytes_per_s = 16e9;
+  // x: written at 0, staged at 2 (its slices 4 MiB, 20 ms of copies), read whole at 3.
+  p.tensors.push_back(tensor(10 * k_mib, {0, 2, 3}));
+  p.tensors[0].uses[1].on_host = true;
+  p.tensors[0].uses[1].slice_bytes = 4 * k_mib;
+  p.tensors[0].uses[1].staged_seconds = 20e-3;
+  p.tensors.push_back(tensor(86 * k_mib, {2}));  // w: 90 MiB at step 2 with x's slices
+  p.budget_bytes = 100 * k_mib;
+  schedule_options o;
+  o.headroom = 0.08;  // planning budget 92 MiB
+  memory_schedule s = plan_memory_schedule(p, o);
+  EXPECT_TRUE(s.fits);
+  EXPECT_TRUE(s.gaps.empty());
+  // Whole, x fills the budget at 2 (96 MiB: over 92, within 100) and crosses no link.
+  EXPECT_EQ(s.steps[2].whole, std::vector<std::uint32_t>{0});
+  EXPECT_EQ(s.bytes_per_step[2], 96 * k_mib);
+  EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds, 1e-12);
+  // Over the budget itself, x's slices alone do not fit either: w at 2 is the step's own.
+  p.tensors[1].bytes = 97 * k_mib;
+  s = plan_memory_schedule(p, o);
+  EXPECT_FALSE(s.fits);
+}
+
 // A staged step's micro-tensor whose slices cost copy time stays whole on the device there
 // where the step has room and that shortens the iteration (scheduled_step::whole); where the
 // budget holds only its slices, it stays in host memory.

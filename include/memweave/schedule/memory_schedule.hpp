@@ -25,7 +25,9 @@
 // A TSPLIT staged step reaches some tensors in host memory, slice by slice
 // (schedule_use::on_host): a gap closing at such a use is kept or swapped one way (never
 // prefetched), one opening there takes no action, and after the greedy rounds the planner
-// keeps whole on the device those the staged step has room for where that saves time.
+// keeps whole on the device those the staged step has room for where that saves time. A
+// staged step is planned within the whole budget (its micro-steps are fitted to it), every
+// other step within the planning budget the headroom leaves.
 // A tensor dead by the time a replay needs it is rebuilt for that replay and freed after it
 // (a chain); one that replays need at several steps stays from the first to the last where
 // the steps between have room (scheduled_step::hold).
@@ -297,7 +299,9 @@ struct memory_schedule {
   /// Of bytes_swapped, the fp32 bytes that travel as fp16 (half of them cross the link).
   std::uint64_t bytes_compressed = 0;
   std::uint64_t rebuilds = 0;  ///< replays the schedule adds
-  bool fits = true;            ///< predicted_peak_bytes <= the planning budget
+  /// Every step within the planning budget (a TSPLIT staged step within the whole budget: its
+  /// micro-steps are fitted to it).
+  bool fits = true;
   /// The link charge and prefetch margin it was planned with (schedule_options: the executor
   /// tries several and keeps the fastest prediction).
   double link_charge = 0.0;
