@@ -1,10 +1,10 @@
 // The memory schedule planner. One greedy round: simulate the current schedule (memory per
 // step, and the timeline of compute and of the two copy streams), take the step most over
-// the planning budget, weigh every tensor idle there (inside a gap that is still `keep`) as
-// a swap and as a drop, and commit the action with the least added time per byte of
-// overflow it removes. Rounds repeat until every step fits, or until the step most over
-// budget has no idle tensor left: then the schedule does not fit (later actions could only
-// add uses there), and planning stops.
+// its planning budget (the budget less the headroom; a staged step's, the budget), weigh every
+// tensor idle there (inside a gap that is still `keep`) as a swap and as a drop, and commit the
+// action with the least added time per byte of overflow it removes. Rounds repeat until every step
+// fits, or until the step most over budget has no idle tensor left: then the schedule does not fit
+// (later actions could only add uses there), and planning stops.
 //
 // A parkable persistent tensor's gap around the iteration's end (its last use to its first)
 // is weighed as a swap too, at a step outside its uses: parked, it is away over steps
@@ -924,7 +924,8 @@ class planner {
         if (!all_fit(bytes)) continue;
         // An earlier prefetch holds its bytes over more steps, which the heap may not find
         // in one run where the plan is full (fragmentation is not modelled): there, it keeps
-        // the headroom twice.
+        // the headroom once more below each step's planning budget (twice the headroom
+        // where that is the budget less it).
         const std::size_t twice = p_.budget_bytes - planning_budget_;
         bool full = false;
         for (std::size_t x = b - back; back != 0 && x <= b; ++x) {

@@ -536,8 +536,14 @@ TEST(memory_schedule_test, a_staged_step_may_fill_the_whole_budget) {
   EXPECT_EQ(s.steps[2].whole, std::vector<std::uint32_t>{0});
   EXPECT_EQ(s.bytes_per_step[2], 96 * k_mib);
   EXPECT_NEAR(s.predicted_seconds, s.baseline_seconds, 1e-12);
+  // A step that is not staged keeps the headroom: with w used at 1 too, step 1 holds 96 MiB,
+  // within the budget (so the planner takes no action) but over its 92 MiB planning budget.
+  p.tensors[1] = tensor(86 * k_mib, {1, 2});
+  s = plan_memory_schedule(p, o);
+  EXPECT_FALSE(s.fits);
+  EXPECT_EQ(s.bytes_per_step[1], 96 * k_mib);
   // Over the budget itself, x's slices alone do not fit either: w at 2 is the step's own.
-  p.tensors[1].bytes = 97 * k_mib;
+  p.tensors[1] = tensor(97 * k_mib, {2});
   s = plan_memory_schedule(p, o);
   EXPECT_FALSE(s.fits);
 }

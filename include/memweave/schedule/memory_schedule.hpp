@@ -142,7 +142,9 @@ struct schedule_problem {
 /// Controls (TFLMS's and LDFG's, where they make sense here).
 struct schedule_options {
   /// Leave this fraction of the budget unplanned, for heap fragmentation (the reactive cache
-  /// is the safety net for it). 0.08: at 0.04, DenseNet-121's many concatenated tensors
+  /// is the safety net for it): every step is planned within the rest, the planning budget,
+  /// but a TSPLIT staged step, whose planning budget is the whole budget (its micro-step is
+  /// fitted to it). 0.08: at 0.04, DenseNet-121's many concatenated tensors
   /// fragment the heap enough at 0.9 x liveness's peak to make the cache evict 1.5k times.
   double headroom = 0.08;
   /// Whether the executor may also try half the headroom (executor::weigh_policy runs both
