@@ -443,7 +443,9 @@ void executor::describe_staging(schedule_inputs& in) const {
 // budget allows), the rest acquired and locked, then the micro buffer (with the step's
 // convolution workspace of `workspace_bytes` in it, returned; nullptr where 0). When the heap
 // cannot place them (the tensors kept whole split the free memory), every micro-tensor is
-// staged and, failing that too, the arena is emptied (repack) and the micro buffer taken first.
+// staged (under a schedule, every one but those it keeps whole: the schedule planned the step
+// with them) and, failing that too, the arena is emptied (repack) and the micro buffer taken
+// first.
 void* executor::acquire_staged(std::size_t s, std::span<const tensor_access> accesses,
                                std::vector<tensor_id>& locked, std::size_t workspace_bytes) {
   // What it reads that was dropped is rebuilt first (a staged replay uses the staging
