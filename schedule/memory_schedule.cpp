@@ -926,10 +926,10 @@ class planner {
         // in one run where the plan is full (fragmentation is not modelled): there, it keeps
         // the headroom once more below each step's planning budget (twice the headroom
         // where that is the budget less it).
-        const std::size_t twice = p_.budget_bytes - planning_budget_;
+        const std::size_t headroom = p_.budget_bytes - planning_budget_;
         bool full = false;
-        for (std::size_t x = b - back; back != 0 && x <= b; ++x) {
-          full = full || bytes[x] + twice > limit_[x];
+        for (std::size_t x = b - back; back != 0 && x <= b && !full; ++x) {
+          full = bytes[x] + headroom > limit_[x];
         }
         if (full) continue;
         simulate_into(trial_tl, emitted_trial(emission, t, k.gap, bytes));

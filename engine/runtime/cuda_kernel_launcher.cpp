@@ -228,13 +228,10 @@ class cuda_kernel_launcher final : public kernel_launcher {
     if (step.channel_parts > 1) {
       // The solver's updates run on each group's rows (its weights may be staged: only a
       // group's rows are on the device).
-      std::vector<layers::param_update> updates;
-      for (std::size_t i = 0; i < a.updates.size(); ++i) {
-        updates.push_back({a.updates[i].first, a.updates[i].second, a.momenta[i], a.counts[i]});
-      }
       const sgd_options& o = ctx_.sgd;
       layers::run_cuda_channel_split_step(
-          ctx, a.io, step.forward, step.channel_parts, step.parts, step.staged, choice, updates,
+          ctx, a.io, step.forward, step.channel_parts, step.parts, step.staged, choice,
+          param_updates(a),
           [&](std::size_t count, const float* g, float* w, float* v) {
             kc::sgd_update(ctx, o.learning_rate, o.momentum, o.weight_decay, count, g, w, v);
           },

@@ -71,10 +71,7 @@ class host_kernel_launcher final : public kernel_launcher {
     const k::kernel_context* context = &context_;
     const sgd_options* sgd = &ctx_.sgd;
     step_kernel_args a = marshal(step);
-    std::vector<layers::param_update> updates;
-    for (std::size_t i = 0; i < a.updates.size(); ++i) {
-      updates.push_back({a.updates[i].first, a.updates[i].second, a.momenta[i], a.counts[i]});
-    }
+    std::vector<layers::param_update> updates = param_updates(a);
     const layers::staged_link_bytes link = staged_link(step);
     ctx_.dev->get_stream(stream_role::compute)
         .launch_with_link(

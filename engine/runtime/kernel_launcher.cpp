@@ -90,6 +90,14 @@ void kernel_launcher::take_conv(k::conv_pass, const std::string& algorithm, host
   host = parse_conv_candidate(algorithm);
 }
 
+std::vector<layers::param_update> kernel_launcher::param_updates(const step_kernel_args& a) {
+  std::vector<layers::param_update> updates;
+  for (std::size_t i = 0; i < a.updates.size(); ++i) {
+    updates.push_back({a.updates[i].first, a.updates[i].second, a.momenta[i], a.counts[i]});
+  }
+  return updates;
+}
+
 layers::staged_link_bytes kernel_launcher::staged_link(const layer_launch& step) const {
   if (step.staged.empty()) return {};
   return layers::staged_directions(step.l->type, step.forward, step.staged, step.parts,

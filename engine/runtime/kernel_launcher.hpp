@@ -226,6 +226,8 @@ class kernel_launcher {
   step_kernel_args marshal(const layer_launch& step) const;
   /// Appends the solver's updates of layer `id` to `a`.
   void add_updates(layer_id id, step_kernel_args& a) const;
+  /// a's updates as the channel groups run them, group by group (split_step.hpp).
+  static std::vector<layers::param_update> param_updates(const step_kernel_args& a);
   /// What a staged step's own copies move over the link, by direction (staged_directions):
   /// what the device's link holds while the step runs (null, host). Nothing for a step that
   /// stages nothing.

@@ -41,13 +41,14 @@ double split_model_seconds(const cost_model& model, const tensor_table& table,
                            std::span<const tensor_access> accesses, int parts, int channel_parts,
                            double compute_s) {
   const network& net = table.net();
-  const double whole = model_seconds(model, net, memory, l, forward, compute_s);
   const std::int64_t batch = net[net.data_layer()].output_shape.n;
   const std::int64_t micro_batches =
       std::clamp<std::int64_t>(parts, 1, std::max<std::int64_t>(batch, 1));
   const std::int64_t groups = std::clamp<std::int64_t>(channel_parts, 1, splittable_channels(l));
-  if (micro_batches * groups <= 1) return whole;
+  if (micro_batches * groups <= 1) return model_seconds(model, net, memory, l, forward, compute_s);
+  // The flops once, for the whole step and its micro-steps.
   if (compute_s < 0) compute_s = compute_seconds(model, net, l, forward);
+  const double whole = model_seconds(model, net, memory, l, forward, compute_s);
   const std::size_t micro = micro_step_bytes(table, l, accesses, parts, 1, channel_parts);
   return std::max(whole, micro_steps_seconds(model, compute_s, micro, micro_batches * groups));
 }

@@ -74,16 +74,12 @@ schedule_problem make_problem(const schedule_inputs& in, std::size_t workspace_s
     const route_step rs = path.at(s);
     const layer& l = net[rs.layer];
     const bool forward = rs.direction == pass::forward;
-    p.step_seconds[s] = model_seconds(in.model, net, *in.memory, l, forward);
-    measured_as[s] = p.step_seconds[s];
-    // A staged step's convolution takes a workspace from what is free then (not planned for);
-    // its micro-steps lose what smaller kernels lose.
-    if (staged_at(s)) {
-      const int parts = s < in.split_parts.size() ? in.split_parts[s] : 1;
-      p.step_seconds[s] = measured_as[s] =
-          split_model_seconds(in.model, table, *in.memory, l, forward, table.accesses(s), parts, 1);
-      continue;
-    }
+    // A staged step's micro-steps lose what smaller kernels lose (model_seconds for the rest);
+    // its convolution takes a workspace from what is free then (not planned for).
+    const int parts = staged_at(s) && s < in.split_parts.size() ? in.split_parts[s] : 1;
+    p.step_seconds[s] = measured_as[s] =
+        split_model_seconds(in.model, table, *in.memory, l, forward, table.accesses(s), parts, 1);
+    if (staged_at(s)) continue;
     if (l.type != layer_type::conv) continue;
     // A CONV's options: for each workspace size some algorithm takes, the fastest algorithms
     // of its passes within it (as workspace selection picks them with that much free).

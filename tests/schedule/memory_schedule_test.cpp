@@ -24,6 +24,14 @@ schedule_tensor tensor(std::size_t bytes, std::vector<std::uint32_t> steps) {
   return t;
 }
 
+// Makes `u` a use in host memory (a TSPLIT staged step): its slices' bytes on the device and
+// the seconds their copies add.
+void stage(schedule_use& u, std::size_t slice_bytes, double staged_seconds) {
+  u.on_host = true;
+  u.slice_bytes = slice_bytes;
+  u.staged_seconds = staged_seconds;
+}
+
 // `steps` steps of `seconds` each; a tensor A of 100 MiB used at the first and last step,
 // and a tensor B of 100 MiB used at steps busy_from..busy_to (every step by default), so that
 // both are on the device there.
@@ -522,9 +530,7 @@ TEST(memory_schedule_test, a_staged_step_may_fill_the_whole_budget) {
   p.link_bytes_per_s = 16e9;
   // x: written at 0, staged at 2 (its slices 4 MiB, 20 ms of copies), read whole at 3.
   p.tensors.push_back(tensor(10 * k_mib, {0, 2, 3}));
-  p.tensors[0].uses[1].on_host = true;
-  p.tensors[0].uses[1].slice_bytes = 4 * k_mib;
-  p.tensors[0].uses[1].staged_seconds = 20e-3;
+  stage(p.tensors[0].uses[1], 4 * k_mib, 20e-3);
   p.tensors.push_back(tensor(86 * k_mib, {2}));  // w: 90 MiB at step 2 with x's slices
   p.budget_bytes = 100 * k_mib;
   schedule_options o;
@@ -557,9 +563,7 @@ TEST(memory_schedule_test, a_micro_tensor_stays_whole_where_the_staged_step_has_
   p.link_bytes_per_s = 16e9;
   // x: written at 0, staged at 2 (10 MiB of slices, 20 ms of copies), read whole at 4.
   p.tensors.push_back(tensor(100 * k_mib, {0, 2, 4}));
-  p.tensors[0].uses[1].on_host = true;
-  p.tensors[0].uses[1].slice_bytes = 10 * k_mib;
-  p.tensors[0].uses[1].staged_seconds = 20e-3;
+  stage(p.tensors[0].uses[1], 10 * k_mib, 20e-3);
   p.tensors.push_back(tensor(50 * k_mib, {1, 2, 3}));  // y
   p.budget_bytes = 150 * k_mib;
   memory_schedule s = plan_memory_schedule(p, no_headroom());
