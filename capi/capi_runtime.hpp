@@ -50,7 +50,9 @@ class runtime {
   virtual std::uintptr_t stream_key(CUstream_st* stream, int device) const noexcept = 0;
   /// Whether work enqueued on `stream` (as in record) now would be captured into a CUDA
   /// graph (cudaStreamIsCapturing: a capture active or invalidated; the legacy stream while
-  /// another stream's capture forbids its implicit synchronization). Throws device_error.
+  /// another stream's capture forbids its implicit synchronization). Ask it before
+  /// stream_device: cudaStreamGetDevice on a capturing stream invalidates the capture.
+  /// Throws device_error.
   virtual bool capturing(CUstream_st* stream, int default_device) = 0;
   /// Device `ordinal`'s resources are about to be destroyed (cudaDeviceReset): what the
   /// runtime keeps of it (spare events) is destroyed now. Never throws.

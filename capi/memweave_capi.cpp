@@ -236,17 +236,19 @@ memweave_status allocate(const char* what_call, void** ptr, std::size_t bytes, C
   int ordinal = -1;
   if (stream_ordered) {
     try {
-      ordinal = c->rt->stream_device(stream, -1);
       // Under capture the allocation would be a node of the graph, made each time the graph
       // runs: a block of the pool handed out now would be written by every launch of it,
-      // after memweave gave it to someone else.
-      if (c->rt->capturing(stream, ordinal)) {
+      // after memweave gave it to someone else. Asked first: cudaStreamGetDevice on a
+      // capturing stream invalidates its capture (CUDA 13 on an H200), which the runtime's
+      // own allocation the interposer then forwards to would fail with.
+      if (c->rt->capturing(stream, -1)) {
         return fail(MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED,
                     std::string(what_call) + ": stream " + pointer_text(stream) +
                         " is being captured into a CUDA graph, which owns what is allocated "
                         "in it; memweave's pool cannot serve that (the interposer passes the "
                         "call to the CUDA runtime): allocate before the capture");
       }
+      ordinal = c->rt->stream_device(stream, -1);
     } catch (...) {
       return fail_from_current_exception(what_call);
     }

@@ -19,8 +19,12 @@ programs=(tests/comm/memweave_nccl_communicator_test tests/device/memweave_cuda_
   tests/engine/kernels_cuda/memweave_cuda_kernels_test
   tests/engine/kernels_cuda/memweave_cuda_layer_steps_test
   tests/engine/kernels_cuda/memweave_cuda_split_step_test
-  tests/engine/runtime/memweave_cuda_executor_test tools/memweave)
+  tests/engine/runtime/memweave_cuda_executor_test tools/memweave
+  tests/capi/memweave_cuda_dropin_test tests/capi/memweave_cuda_dropin_probe
+  capi/libmemweave_preload.so)
 for p in "${programs[@]}"; do cp "$build/$p" "$stage/bin/"; done
+# The page-locked host pool dlopens jemalloc (ldd below does not see it).
+cp -L "$(ldconfig -p | awk '/libjemalloc\.so\.2 .*x86-64/ {print $NF; exit}')" "$stage/lib/"
 # What the programs load from Debian (ldd here), not the CUDA libraries: the machine's own.
 ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u |
   grep -vE '/(libcuda|libcudart|libcublas|libcublasLt|libcudnn[^/]*|libnccl|libnvrtc|libnvJitLink)\.so' |

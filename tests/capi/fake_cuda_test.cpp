@@ -6,100 +6,31 @@
 // scenario of the probe in a child process under a timeout (a deadlock fails, it does
 // not hang) and passes when the probe found its expectations true.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace {
 
-struct run_result {
-  int exit_code = -1;
-  bool timed_out = false;
-  std::string output;
-};
+using run_result = memweave::test::child_result;
 
 // Runs the probe's `scenario` with this environment less MEMWEAVE_*, FAKE_CUDART_* and
 // LD_PRELOAD, plus the stand-in runtime's directory first in LD_LIBRARY_PATH and `extra`.
 // `probe`: the program (the C API probe unless said).
 run_result run_probe(const std::string& scenario, const std::vector<std::string>& extra,
                      int timeout_s = 60, const char* probe = MEMWEAVE_FAKE_CUDA_PROBE_PATH) {
-  std::vector<std::string> env;
   std::string library_path = std::string("LD_LIBRARY_PATH=") + MEMWEAVE_FAKE_CUDART_DIR;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "MEMWEAVE_", 9) == 0 || std::strncmp(*e, "FAKE_CUDART_", 12) == 0 ||
-        std::strncmp(*e, "LD_PRELOAD=", 11) == 0 || std::strncmp(*e, "ASAN_OPTIONS=", 13) == 0) {
-      continue;
-    }
-    if (std::strncmp(*e, "LD_LIBRARY_PATH=", 16) == 0) {
-      library_path += std::string(":") + (*e + 16);
-      continue;
-    }
-    env.emplace_back(*e);
-  }
+  if (const char* old = std::getenv("LD_LIBRARY_PATH")) library_path += std::string(":") + old;
+  auto env = memweave::test::environment_without(
+      {"MEMWEAVE_", "FAKE_CUDART_", "LD_PRELOAD=", "ASAN_OPTIONS=", "LD_LIBRARY_PATH="});
   env.push_back(library_path);
   env.emplace_back("ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0");
   for (const auto& x : extra) env.push_back(x);
-  std::vector<char*> envp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  run_result r;
-  int fds[2];
-  if (::pipe(fds) != 0) return r;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::string path = probe;
-  std::string arg = scenario;
-  char* argv[] = {path.data(), arg.data(), nullptr};
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, path.c_str(), &actions, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (spawned != 0) {
-    ::close(fds[0]);
-    r.output = "posix_spawn failed: " + std::string(std::strerror(spawned));
-    return r;
-  }
-  // Reads the output on a thread; the child is killed when it runs past the timeout.
-  std::thread reader([&] {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n <= 0) break;
-      r.output.append(buf, static_cast<std::size_t>(n));
-    }
-  });
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  for (;;) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      r.timed_out = true;
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  reader.join();
-  ::close(fds[0]);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return memweave::test::run_child({probe, scenario}, env, timeout_s);
 }
 
 const std::string k_preload = std::string("LD_PRELOAD=") + MEMWEAVE_PRELOAD_PATH;

@@ -2,20 +2,15 @@
 // shared cudart only) run with LD_PRELOAD and MEMWEAVE_DEVICE=host gets its cudaMalloc,
 // cudaFree and cudaMemGetInfo from memweave's pool. Needs no GPU: pool memory on the host
 // backend is host-addressable, and the runtime is reached only for foreign pointers.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "support/child_process.hpp"
 
 namespace {
 
@@ -26,54 +21,17 @@ struct run_result {
 };
 
 // Runs `program` with this process's environment, less MEMWEAVE_* and LD_PRELOAD, plus
-// `extra` ("NAME=value").
+// `extra` ("NAME=value"); its key=value lines in `values`.
 run_result run(const std::string& program, const std::vector<std::string>& extra) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "MEMWEAVE_", 9) == 0 || std::strncmp(*e, "LD_PRELOAD=", 11) == 0 ||
-        std::strncmp(*e, "ASAN_OPTIONS=", 13) == 0) {
-      continue;
-    }
-    env.emplace_back(*e);
-  }
+  auto env = memweave::test::environment_without({"MEMWEAVE_", "LD_PRELOAD=", "ASAN_OPTIONS="});
   // In an ASan build the probe is instrumented too, and ASan insists on coming first in the
   // initial library list; the preloaded library (which itself needs the ASan runtime) comes
   // before it. The check is only about interception order, so turn it off for the child.
   env.emplace_back("ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0");
   for (const auto& x : extra) env.push_back(x);
-  std::vector<char*> envp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  run_result r;
-  int fds[2];
-  if (::pipe(fds) != 0) return r;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::string path = program;
-  char* argv[] = {path.data(), nullptr};
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, path.c_str(), &actions, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (spawned != 0) {
-    ::close(fds[0]);
-    r.output = "posix_spawn failed: " + std::string(std::strerror(spawned));
-    return r;
-  }
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n <= 0) break;
-    r.output.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const auto child = memweave::test::run_child({program}, env, 120);
+  run_result r{child.exit_code, child.output, {}};
+  if (child.timed_out) r.output += "\n(the probe hung and was killed after 120 s)";
   std::istringstream lines(r.output);
   for (std::string line; std::getline(lines, line);) {
     const auto eq = line.find('=');

@@ -21,8 +21,10 @@
 //   copies enqueued between them would take at FAKE_CUDART_H2D_GBPS / FAKE_CUDART_D2H_GBPS
 //   (default 25 each); the copies themselves run at memcpy speed. GPU attributes are an
 //   H100 SXM's. FAKE_CUDART_HOST_ALLOC_FAILS=1 makes cudaHostAlloc fail.
-// - Stream capture as a flag of a created stream (cudaStreamBeginCapture, EndCapture,
-//   IsCapturing): no graph is built (EndCapture gives NULL), the work still runs.
+// - Stream capture as a state of a created stream (cudaStreamBeginCapture, EndCapture,
+//   IsCapturing): no graph is built (EndCapture gives NULL), the work still runs. As the
+//   real runtime does (CUDA 13 on an H200, session 41), cudaStreamGetDevice on a capturing
+//   stream invalidates the capture: EndCapture then fails.
 // Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
 // tables; stream work runs on the streams' threads).
 #include <cuda_runtime_api.h>
@@ -58,8 +60,9 @@ struct fake_stream {
   // Guarded by state::mu.
   double copy_ms = 0;
   // Between cudaStreamBeginCapture and cudaStreamEndCapture (guarded by state::mu). Only
-  // whether a capture is on is simulated: no graph is built, work still runs.
-  bool capturing = false;
+  // whether a capture is on, and whether it was invalidated, is simulated: no graph is
+  // built, work still runs.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
 };
 
 struct fake_event {
@@ -559,7 +562,10 @@ cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return use_device(device) == cudaSuccess ? cudaSuccess : fail(cudaErrorNoDevice);
   }
-  *device = reinterpret_cast<fake_stream*>(stream)->device;
+  std::lock_guard lock(g().mu);
+  auto* f = reinterpret_cast<fake_stream*>(stream);
+  if (f->capture == cudaStreamCaptureStatusActive) f->capture = cudaStreamCaptureStatusInvalidated;
+  *device = f->device;
   return cudaSuccess;
 }
 
@@ -570,8 +576,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode /*
   }
   std::lock_guard lock(g().mu);
   auto* f = reinterpret_cast<fake_stream*>(stream);
-  if (f->capturing) return fail(cudaErrorIllegalState);
-  f->capturing = true;
+  if (f->capture != cudaStreamCaptureStatusNone) return fail(cudaErrorIllegalState);
+  f->capture = cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 
@@ -582,10 +588,12 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
   }
   std::lock_guard lock(g().mu);
   auto* f = reinterpret_cast<fake_stream*>(stream);
-  if (!f->capturing) return fail(cudaErrorIllegalState);
-  f->capturing = false;
+  const cudaStreamCaptureStatus was = f->capture;
+  if (was == cudaStreamCaptureStatusNone) return fail(cudaErrorIllegalState);
+  f->capture = cudaStreamCaptureStatusNone;
   *pGraph = nullptr;
-  return cudaSuccess;
+  return was == cudaStreamCaptureStatusActive ? cudaSuccess
+                                              : fail(cudaErrorStreamCaptureInvalidated);
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* pCaptureStatus) {
@@ -595,9 +603,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* 
     return cudaSuccess;
   }
   std::lock_guard lock(g().mu);
-  if (reinterpret_cast<fake_stream*>(stream)->capturing) {
-    *pCaptureStatus = cudaStreamCaptureStatusActive;
-  }
+  *pCaptureStatus = reinterpret_cast<fake_stream*>(stream)->capture;
   return cudaSuccess;
 }
 
