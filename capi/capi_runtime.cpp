@@ -115,6 +115,42 @@ class event_pool {
 };
 
 /// An event recorded on a caller's stream; back to the pool with the object.
+// Relaxes the calling thread's stream-capture mode while it lives: a capture begun in
+// cudaStreamCaptureModeGlobal (PyTorch's default), in any thread, forbids every other
+// thread in the default mode "potentially unsafe" calls, cudaEventQuery among them, and such
+// a call fails and invalidates that capture (PyTorch's graph capture over memweave's
+// entry points on an H200, session 41). The events memweave queries and waits for were
+// recorded outside any capture (a free in a capture is refused), which is what makes those
+// calls safe; relaxed, the runtime lets this thread make them. PyTorch's own allocator does
+// the same around its cudaMalloc.
+class relaxed_capture_mode {
+ public:
+  relaxed_capture_mode() noexcept {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      exchanged_ = false;
+    }
+  }
+  ~relaxed_capture_mode() {
+    if (exchanged_ && cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+  }
+  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;  // the thread's, while exchanged
+  bool exchanged_ = true;
+};
+
+// The errors of a call that a stream capture refused: the event's state is unknown, not
+// failed.
+bool refused_by_a_capture(cudaError_t e) noexcept {
+  return e == cudaErrorStreamCaptureUnsupported || e == cudaErrorStreamCaptureInvalidated ||
+         e == cudaErrorStreamCaptureImplicit || e == cudaErrorStreamCaptureWrongThread;
+}
+
 class caller_event final : public event {
  public:
   caller_event(event_pool& pool, int ordinal, cudaEvent_t e) noexcept
@@ -126,15 +162,19 @@ class caller_event final : public event {
   cudaEvent_t handle() const noexcept { return event_; }
 
   bool query() override {
+    const relaxed_capture_mode relaxed;
     const cudaError_t e = cudaEventQuery(event_);
     if (e == cudaSuccess) return true;
-    if (e == cudaErrorNotReady) {
+    // Not known to be done: the block stays pending (releasing it could hand out memory the
+    // freeing stream still uses).
+    if (e == cudaErrorNotReady || refused_by_a_capture(e)) {
       (void)cudaGetLastError();
       return false;
     }
     throw_cuda(e, "cudaEventQuery (a stream-ordered free)");
   }
   void synchronize() override {
+    const relaxed_capture_mode relaxed;
     const cudaError_t e = cudaEventSynchronize(event_);
     if (e != cudaSuccess) throw_cuda(e, "cudaEventSynchronize (a stream-ordered free)");
   }

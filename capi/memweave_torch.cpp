@@ -5,6 +5,12 @@
 // later allocations for that stream, and by other streams once an event recorded at the
 // free has completed. The pool is the one of the device PyTorch names.
 //
+// CUDA graphs (torch.cuda.graph): an allocation during the capture is a block of the pool,
+// which the graph's replays then use; a free during the capture keeps the block allocated
+// (memweave_torch_free). The runtime calls the pool makes meanwhile (queries of earlier
+// frees' events) run in the relaxed capture mode, which PyTorch's global-mode capture
+// would otherwise refuse, invalidating the capture.
+//
 // Errors: the signatures carry none. A failed free is logged and ignored. A failed
 // allocation THROWS a std::runtime_error ("memweave: CUDA out of memory. ..." with the
 // request, free bytes, largest free run and fragmentation; "memweave: cannot serve device
@@ -16,6 +22,7 @@
 // Thread-safe as the C API is.
 #include "memweave/memweave_torch.h"
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -74,7 +81,21 @@ void memweave_torch_free(void* ptr, ssize_t /*size*/, int device, struct CUstrea
   // PyTorch frees on the block's stream without making the block's device current: its
   // default stream (NULL) is `device`'s, not the current device's. The free logs nothing:
   // it returns the reason, logged here.
-  if (capi::release("memweave_torch_free", ptr, stream, true, device) != MEMWEAVE_SUCCESS) {
+  const int rc = capi::release("memweave_torch_free", ptr, stream, true, device);
+  if (rc == MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+    // A tensor that dies inside a CUDA graph's capture: every replay of the graph still
+    // writes its block, and a pluggable allocator is not told when the graph goes, so the
+    // block stays allocated for the life of the process (PyTorch's own allocator keeps it
+    // for the graph's private pool). Said once: a capture may free many.
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true)) {
+      log(log_level::warn,
+          "memweave_torch_free: tensors freed during a CUDA graph capture keep their memory "
+          "(the graph's replays still use it; a pluggable allocator is not told when the "
+          "graph is destroyed): " +
+              std::string(memweaveGetLastErrorMessage()));
+    }
+  } else if (rc != MEMWEAVE_SUCCESS) {
     log(log_level::error,
         std::string("memweave_torch_free: ") + memweaveGetLastErrorMessage() + "; ignored");
   }

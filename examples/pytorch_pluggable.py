@@ -39,6 +39,10 @@ Notes:
   and the fragmentation (also logged). The CUDA context stays usable: free tensors and
   retry. (It is a RuntimeError, not ``torch.cuda.OutOfMemoryError``: a library outside
   PyTorch can only raise a plain C++ exception.)
+* CUDA graphs (``torch.cuda.graph``): the graph's tensors come from memweave's pool; a
+  tensor freed during the capture keeps its memory for the rest of the process (its
+  replays still write it, and a pluggable allocator is not told when the graph is
+  destroyed; memweave warns once).
 * Without a usable GPU memweave refuses (``MEMWEAVE_DEVICE=auto`` means cuda here); it
   never hands PyTorch simulated host memory unless ``MEMWEAVE_DEVICE=host`` says so.
 """

@@ -7,11 +7,14 @@
 // "FAIL: ..." lines.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_cudart/probe_check.hpp"
@@ -102,6 +105,55 @@ void stream_capture(bool preloaded) {
   CHECK_CUDA(cudaStreamDestroy(s), cudaSuccess, "cudaStreamDestroy");
 }
 
+// A host function that sleeps: keeps the work before a free running, its event pending.
+void CUDART_CB sleep_150_ms(void*) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+}
+
+// PyTorch's graph capture (torch.cuda.graph: the global mode) over its entry points, as
+// PyTorch calls them: an allocation in the capture reclaims earlier frees by querying their
+// events, which a global-mode capture forbids unless memweave's thread is relaxed; a free in
+// the capture keeps its block; the capture ends, instantiates and launches.
+void torch_capture_global() {
+  auto tm = memweave_symbol<void* (*)(ssize_t, int, cudaStream_t)>("memweave_torch_malloc");
+  auto tf = memweave_symbol<void (*)(void*, ssize_t, int, cudaStream_t)>("memweave_torch_free");
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(tm != nullptr && tf != nullptr && owns != nullptr, "libmemweave.so is not preloaded");
+  if (tm == nullptr || tf == nullptr || owns == nullptr) return;
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess, "stream");
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess, "stream");
+  void* a = tm(k_block, 0, s1);
+  CHECK_CUDA(cudaMemsetAsync(a, 0x11, k_block, s1), cudaSuccess, "memset");
+  CHECK_CUDA(cudaLaunchHostFunc(s1, sleep_150_ms, nullptr), cudaSuccess, "a host function");
+  tf(a, k_block, 0, s1);  // pending on s1 behind the host function
+  CHECK_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal), cudaSuccess, "capture");
+  void* b = tm(k_block, 0, s2);
+  CHECK(b != nullptr && b != a, "the block s1 still uses was handed to the capture");
+  if (b != nullptr) {
+    CHECK_CUDA(cudaMemsetAsync(b, 0x22, k_block, s2), cudaSuccess, "a memset in the capture");
+  }
+  tf(b, k_block, 0, s2);
+  CHECK(b != nullptr && owns(b) == 1, "a block freed in the capture went back to the pool");
+  cudaGraph_t graph = nullptr;
+  CHECK_CUDA(cudaStreamEndCapture(s2, &graph), cudaSuccess, "end of the capture");
+  cudaGraphExec_t exec = nullptr;
+  if (graph != nullptr) {
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess, "instantiation");
+  }
+  if (exec != nullptr) CHECK_CUDA(cudaGraphLaunch(exec, s2), cudaSuccess, "launch");
+  CHECK_CUDA(cudaDeviceSynchronize(), cudaSuccess, "the streams' work");
+  if (b != nullptr) CHECK(mismatches(b, k_block, 0x22) == 0, "the graph did not fill its block");
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  void* c = tm(k_block, 0, s2);
+  CHECK(c != nullptr && c != b, "after the capture the pool handed out the graph's block");
+  tf(c, k_block, 0, s2);
+  CHECK_CUDA(cudaStreamSynchronize(s2), cudaSuccess, "sync");
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+
 // cudaDeviceReset frees every allocation of the device, memweave's arena and its page-locked
 // host region among them, and destroys the events it kept: after it a cudaMalloc must be a
 // new pool's device memory, memweaveHostMalloc a new page-locked region's, and both usable.
@@ -167,11 +219,14 @@ int main(int argc, char** argv) {
     stream_capture(true);
   } else if (scenario == "stream_capture_runtime") {
     stream_capture(false);
+  } else if (scenario == "torch_capture_global") {
+    torch_capture_global();
   } else if (scenario == "device_reset") {
     device_reset();
   } else {
     std::printf(
-        "FAIL: unknown scenario '%s' (stream_capture, stream_capture_runtime, device_reset)\n",
+        "FAIL: unknown scenario '%s' (stream_capture, stream_capture_runtime, "
+        "torch_capture_global, device_reset)\n",
         scenario.c_str());
     return 2;
   }

@@ -45,6 +45,10 @@ TEST(cuda_dropin, a_captured_graph_allocates_its_own_and_runs_while_the_pool_ser
   expect_scenario_passes("stream_capture");
 }
 
+TEST(cuda_dropin, pytorchs_global_mode_capture_over_the_entry_points_ends_and_launches) {
+  expect_scenario_passes("torch_capture_global");
+}
+
 TEST(cuda_dropin, after_cuda_device_reset_the_pools_are_new_and_usable) {
   expect_scenario_passes("device_reset");
 }

@@ -147,6 +147,10 @@ TEST(fake_cuda, a_capturing_streams_allocations_are_the_graphs_and_its_pool_free
   expect_passes(run_probe("stream_capture", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
 }
 
+TEST(fake_cuda, pytorchs_global_mode_capture_is_not_invalidated_by_the_pools_event_queries) {
+  expect_passes(run_probe("torch_capture_global", {"MEMWEAVE_POOL_BYTES=8M"}));
+}
+
 TEST(fake_cuda, after_cuda_device_reset_allocations_come_from_a_new_pool) {
   // The pinned host pool loads jemalloc, which needs static TLS (README).
   expect_passes(

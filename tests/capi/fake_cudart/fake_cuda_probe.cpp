@@ -194,6 +194,39 @@ void torch_streams() {
   CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
 }
 
+// PyTorch's graph capture (torch.cuda.graph begins it in the global mode) over its entry
+// points: an allocation in the capture reclaims earlier frees, querying their events, which a
+// global-mode capture forbids every thread not in the relaxed mode; unguarded, the query
+// failed, invalidated the capture, and the pool released the block its stream still read
+// (session 41 on an H200). The block freed inside the capture stays allocated.
+void torch_capture_global() {
+  void* h = open_memweave();
+  if (h == nullptr) return ++probe_failures(), void();
+  auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
+  auto tf = reinterpret_cast<torch_free_fn>(::dlsym(h, "memweave_torch_free"));
+  auto owns = reinterpret_cast<int (*)(const void*)>(::dlsym(h, "memweaveOwns"));
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+  void* a = tm(k_block, 0, s1);
+  launch_write(s1, a, k_block, 0x11);
+  launch_read(s1, a, k_block, 0x11, 150);
+  tf(a, k_block, 0, s1);  // pending on s1 behind the reader
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+  void* b = tm(k_block, 0, s2);
+  CHECK(b != nullptr && b != a, "the block s1 still reads was handed to the capture");
+  tf(b, k_block, 0, s2);
+  CHECK(owns(b) == 1, "a block freed in the capture went back to the pool");
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s2, &graph) == cudaSuccess,
+        "the capture was invalidated by memweave's calls");
+  cudaDeviceSynchronize();
+  CHECK(g_mismatches.load() == 0, "%ld reads saw another user's bytes", g_mismatches.load());
+  void* c = tm(k_block, 0, s2);
+  CHECK(c != nullptr && c != b, "after the capture: %p (the graph's block %p)", c, b);
+  tf(c, k_block, 0, s2);
+}
+
 // Out of memory through PyTorch's entry points: pending frees of another stream are waited
 // for, and a request that still cannot be served throws an out-of-memory error (never NULL).
 void torch_oom() {
@@ -889,6 +922,8 @@ int main(int argc, char** argv) {
     retired_stream();
   } else if (scenario == "stream_capture") {
     stream_capture();
+  } else if (scenario == "torch_capture_global") {
+    torch_capture_global();
   } else if (scenario == "torch_free_leaves_the_thread_as_it_was") {
     torch_free_leaves_the_thread_as_it_was();
   } else {

@@ -24,7 +24,12 @@
 // - Stream capture as a state of a created stream (cudaStreamBeginCapture, EndCapture,
 //   IsCapturing): no graph is built (EndCapture gives NULL), the work still runs. As the
 //   real runtime does (CUDA 13 on an H200, session 41), cudaStreamGetDevice on a capturing
-//   stream invalidates the capture: EndCapture then fails.
+//   stream invalidates the capture: EndCapture then fails. The capture modes: while a
+//   capture begun in cudaStreamCaptureModeGlobal is on (in any thread), or one in
+//   ThreadLocal mode on the calling thread, a thread whose own mode
+//   (cudaThreadExchangeStreamCaptureMode) is not Relaxed may not query or wait for an event:
+//   the call fails with cudaErrorStreamCaptureUnsupported and invalidates those captures
+//   (cudaEventQuery during PyTorch's global-mode capture on the H200, session 41).
 // Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
 // tables; stream work runs on the streams' threads).
 #include <cuda_runtime_api.h>
@@ -39,6 +44,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -63,6 +69,8 @@ struct fake_stream {
   // whether a capture is on, and whether it was invalidated, is simulated: no graph is
   // built, work still runs.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeRelaxed;
+  std::thread::id capturing_thread;
 };
 
 struct fake_event {
@@ -139,6 +147,7 @@ state& g() {
 thread_local int t_device = -1;  // -1: never chosen (cudaGetDevice says 0)
 thread_local bool t_context = false;
 thread_local cudaError_t t_last = cudaSuccess;
+thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
 
 cudaError_t fail(cudaError_t e) {
   t_last = e;
@@ -569,7 +578,7 @@ cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode /*mode*/) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
   // The legacy stream cannot be captured (nor, here, the per-thread one).
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return fail(cudaErrorStreamCaptureUnsupported);
@@ -578,6 +587,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode /*
   auto* f = reinterpret_cast<fake_stream*>(stream);
   if (f->capture != cudaStreamCaptureStatusNone) return fail(cudaErrorIllegalState);
   f->capture = cudaStreamCaptureStatusActive;
+  f->capture_mode = mode;
+  f->capturing_thread = std::this_thread::get_id();
   return cudaSuccess;
 }
 
@@ -679,7 +690,33 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (mode == nullptr) return fail(cudaErrorInvalidValue);
+  std::swap(*mode, t_capture_mode);
+  return cudaSuccess;
+}
+
+// Whether a capture forbids this thread a potentially unsafe call (see the top): if so, those
+// captures are invalidated and the call is to fail with cudaErrorStreamCaptureUnsupported.
+static bool unsafe_call_refused() {
+  if (t_capture_mode == cudaStreamCaptureModeRelaxed) return false;
+  std::lock_guard lock(g().mu);
+  bool refused = false;
+  for (fake_stream* f : g().streams) {
+    if (f->capture != cudaStreamCaptureStatusActive) continue;
+    const bool forbids = f->capture_mode == cudaStreamCaptureModeGlobal ||
+                         (f->capture_mode == cudaStreamCaptureModeThreadLocal &&
+                          f->capturing_thread == std::this_thread::get_id());
+    if (forbids) {
+      f->capture = cudaStreamCaptureStatusInvalidated;
+      refused = true;
+    }
+  }
+  return refused;
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (unsafe_call_refused()) return fail(cudaErrorStreamCaptureUnsupported);
   try {
     return reinterpret_cast<fake_event*>(event)->e.query() ? cudaSuccess : fail(cudaErrorNotReady);
   } catch (...) {
@@ -700,6 +737,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (unsafe_call_refused()) return fail(cudaErrorStreamCaptureUnsupported);
   try {
     reinterpret_cast<fake_event*>(event)->e.synchronize();
   } catch (...) {
