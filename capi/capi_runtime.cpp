@@ -300,7 +300,10 @@ class cuda_runtime final : public runtime {
     const device_scope on(ordinal);
     const cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
-      throw_cuda(e, "cudaDeviceSynchronize of device " + std::to_string(ordinal));
+      // Refused by a capture: the device is not known to be idle (one code for all of them,
+      // which the C API's free reads).
+      throw_cuda(refused_by_a_capture(e) ? cudaErrorStreamCaptureUnsupported : e,
+                 "cudaDeviceSynchronize of device " + std::to_string(ordinal));
     }
   }
 

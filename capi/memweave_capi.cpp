@@ -366,9 +366,19 @@ int release(const char* what_call, void* ptr, CUstream_st* stream, bool stream_o
     if (!stream_ordered || (done == nullptr && key == stream_ordered_heap::no_reuse_stream)) {
       try {
         c->rt->synchronize_device(pl->ordinal, *pl->dev);
-      } catch (...) {
+      } catch (const device_error& e) {
+        // A stream capture refused the wait (cudaFree is as refused there): work may still
+        // use the block, so nothing changes.
+        if (e.runtime_code() == MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+          return fail(MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                      std::string(what_call) + "(" + pointer_text(ptr) + "): " + e.what() +
+                          ": a stream is being captured into a CUDA graph, which forbids "
+                          "waiting for the device; nothing changed: free it after the capture");
+        }
         // The device failed (a sticky error): its work is over, so the block is free; the
         // caller still learns of the failure, as from cudaFree.
+        rc = fail_from_current_exception(what_call);
+      } catch (...) {
         rc = fail_from_current_exception(what_call);
       }
     }

@@ -151,6 +151,10 @@ TEST(fake_cuda, pytorchs_global_mode_capture_is_not_invalidated_by_the_pools_eve
   expect_passes(run_probe("torch_capture_global", {"MEMWEAVE_POOL_BYTES=8M"}));
 }
 
+TEST(fake_cuda, a_cuda_free_a_global_capture_forbids_to_wait_is_refused_and_changes_nothing) {
+  expect_passes(run_probe("free_during_global_capture", {k_preload, "MEMWEAVE_POOL_BYTES=8M"}));
+}
+
 TEST(fake_cuda, after_cuda_device_reset_allocations_come_from_a_new_pool) {
   // The pinned host pool loads jemalloc, which needs static TLS (README).
   expect_passes(

@@ -840,6 +840,30 @@ void stream_capture() {
   CHECK(cudaStreamDestroy(s) == cudaSuccess, "cudaStreamDestroy");
 }
 
+// A synchronous cudaFree while a global-mode capture is on: the wait for the device it
+// needs is refused, so the free is refused and changes nothing (before: the refusal was
+// taken for a failed device, whose work is over, and the block went back to the pool with
+// work perhaps still using it).
+void free_during_global_capture() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not preloaded");
+  if (owns == nullptr) return;
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, k_block) == cudaSuccess, "cudaMalloc");
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess, "capture");
+  CHECK(owns(p) == 1, "the block is not the pool's");
+  CHECK(cudaFree(p) == cudaErrorStreamCaptureUnsupported, "cudaFree in a capture not refused");
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(s, &graph);  // invalidated by the refused wait, as by cudaFree
+  (void)cudaGetLastError();
+  // Still live: its free now succeeds (a block the refused free had given back would be a
+  // double free).
+  CHECK(cudaFree(p) == cudaSuccess, "cudaFree after the capture");
+  CHECK(cudaStreamDestroy(s) == cudaSuccess, "cudaStreamDestroy");
+}
+
 // PyTorch frees from any thread, also one that never chose a device: ordering the free on
 // another device's default stream leaves that thread as it was (no context, its default
 // device), where cudaSetDevice left it on the block's device (its next allocation there).
@@ -922,6 +946,8 @@ int main(int argc, char** argv) {
     retired_stream();
   } else if (scenario == "stream_capture") {
     stream_capture();
+  } else if (scenario == "free_during_global_capture") {
+    free_during_global_capture();
   } else if (scenario == "torch_capture_global") {
     torch_capture_global();
   } else if (scenario == "torch_free_leaves_the_thread_as_it_was") {

@@ -27,9 +27,10 @@
 //   stream invalidates the capture: EndCapture then fails. The capture modes: while a
 //   capture begun in cudaStreamCaptureModeGlobal is on (in any thread), or one in
 //   ThreadLocal mode on the calling thread, a thread whose own mode
-//   (cudaThreadExchangeStreamCaptureMode) is not Relaxed may not query or wait for an event:
-//   the call fails with cudaErrorStreamCaptureUnsupported and invalidates those captures
-//   (cudaEventQuery during PyTorch's global-mode capture on the H200, session 41).
+//   (cudaThreadExchangeStreamCaptureMode) is not Relaxed may not query or wait for an event
+//   nor wait for the device: the call fails with cudaErrorStreamCaptureUnsupported and
+//   invalidates those captures (cudaEventQuery during PyTorch's global-mode capture on the
+//   H200, session 41).
 // Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
 // tables; stream work runs on the streams' threads).
 #include <cuda_runtime_api.h>
@@ -285,6 +286,25 @@ int fake_cu_ctx_pop_current(void** ctx) {
 
 }  // namespace
 
+// Whether a capture forbids this thread a potentially unsafe call (see the top): if so, those
+// captures are invalidated and the call is to fail with cudaErrorStreamCaptureUnsupported.
+static bool unsafe_call_refused() {
+  if (t_capture_mode == cudaStreamCaptureModeRelaxed) return false;
+  std::lock_guard lock(g().mu);
+  bool refused = false;
+  for (fake_stream* f : g().streams) {
+    if (f->capture != cudaStreamCaptureStatusActive) continue;
+    const bool forbids = f->capture_mode == cudaStreamCaptureModeGlobal ||
+                         (f->capture_mode == cudaStreamCaptureModeThreadLocal &&
+                          f->capturing_thread == std::this_thread::get_id());
+    if (forbids) {
+      f->capture = cudaStreamCaptureStatusInvalidated;
+      refused = true;
+    }
+  }
+  return refused;
+}
+
 extern "C" {
 
 // ---- test hooks (not CUDA) ----
@@ -528,6 +548,7 @@ cudaError_t cudaDeviceReset(void) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  if (unsafe_call_refused()) return fail(cudaErrorStreamCaptureUnsupported);
   int d = 0;
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
   synchronize_device(d);
@@ -694,25 +715,6 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
   if (mode == nullptr) return fail(cudaErrorInvalidValue);
   std::swap(*mode, t_capture_mode);
   return cudaSuccess;
-}
-
-// Whether a capture forbids this thread a potentially unsafe call (see the top): if so, those
-// captures are invalidated and the call is to fail with cudaErrorStreamCaptureUnsupported.
-static bool unsafe_call_refused() {
-  if (t_capture_mode == cudaStreamCaptureModeRelaxed) return false;
-  std::lock_guard lock(g().mu);
-  bool refused = false;
-  for (fake_stream* f : g().streams) {
-    if (f->capture != cudaStreamCaptureStatusActive) continue;
-    const bool forbids = f->capture_mode == cudaStreamCaptureModeGlobal ||
-                         (f->capture_mode == cudaStreamCaptureModeThreadLocal &&
-                          f->capturing_thread == std::this_thread::get_id());
-    if (forbids) {
-      f->capture = cudaStreamCaptureStatusInvalidated;
-      refused = true;
-    }
-  }
-  return refused;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
