@@ -154,6 +154,29 @@ void torch_capture_global() {
   cudaStreamDestroy(s2);
 }
 
+// A synchronous cudaFree of a pool block while a global-mode capture is on: its wait for the
+// device is refused there (as the runtime's own cudaFree is), so the free is refused and
+// the block stays live: its free after the capture succeeds.
+void free_during_global_capture() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not preloaded");
+  if (owns == nullptr) return;
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, k_block), cudaSuccess, "cudaMalloc");
+  CHECK(owns(p) == 1, "the block is not the pool's");
+  cudaStream_t s = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess, "stream");
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess, "capture");
+  CHECK_CUDA(cudaFree(p), cudaErrorStreamCaptureUnsupported, "cudaFree in a capture");
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+  std::printf("the capture's end after the refused free: %s\n", cudaGetErrorName(ended));
+  (void)cudaGetLastError();
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  CHECK_CUDA(cudaFree(p), cudaSuccess, "cudaFree after the capture (the block was still live)");
+  CHECK_CUDA(cudaStreamDestroy(s), cudaSuccess, "cudaStreamDestroy");
+}
+
 // cudaDeviceReset frees every allocation of the device, memweave's arena and its page-locked
 // host region among them, and destroys the events it kept: after it a cudaMalloc must be a
 // new pool's device memory, memweaveHostMalloc a new page-locked region's, and both usable.
@@ -221,12 +244,14 @@ int main(int argc, char** argv) {
     stream_capture(false);
   } else if (scenario == "torch_capture_global") {
     torch_capture_global();
+  } else if (scenario == "free_during_global_capture") {
+    free_during_global_capture();
   } else if (scenario == "device_reset") {
     device_reset();
   } else {
     std::printf(
         "FAIL: unknown scenario '%s' (stream_capture, stream_capture_runtime, "
-        "torch_capture_global, device_reset)\n",
+        "torch_capture_global, free_during_global_capture, device_reset)\n",
         scenario.c_str());
     return 2;
   }

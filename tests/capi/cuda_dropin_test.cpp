@@ -49,6 +49,10 @@ TEST(cuda_dropin, pytorchs_global_mode_capture_over_the_entry_points_ends_and_la
   expect_scenario_passes("torch_capture_global");
 }
 
+TEST(cuda_dropin, a_cuda_free_a_global_capture_forbids_to_wait_is_refused_and_changes_nothing) {
+  expect_scenario_passes("free_during_global_capture");
+}
+
 TEST(cuda_dropin, after_cuda_device_reset_the_pools_are_new_and_usable) {
   expect_scenario_passes("device_reset");
 }
