@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device/cuda/cuda_device.hpp"
+#include "device/cuda/relaxed_capture_mode.hpp"
 #endif
 
 namespace memweave::capi {
@@ -114,35 +115,7 @@ class event_pool {
   std::vector<std::pair<int, cudaEvent_t>> free_;
 };
 
-/// An event recorded on a caller's stream; back to the pool with the object.
-// Relaxes the calling thread's stream-capture mode while it lives: a capture begun in
-// cudaStreamCaptureModeGlobal (PyTorch's default), in any thread, forbids every other
-// thread in the default mode "potentially unsafe" calls, cudaEventQuery among them, and such
-// a call fails and invalidates that capture (PyTorch's graph capture over memweave's
-// entry points on an H200, session 41). The events memweave queries and waits for were
-// recorded outside any capture (a free in a capture is refused), which is what makes those
-// calls safe; relaxed, the runtime lets this thread make them. PyTorch's own allocator does
-// the same around its cudaMalloc.
-class relaxed_capture_mode {
- public:
-  relaxed_capture_mode() noexcept {
-    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
-      (void)cudaGetLastError();
-      exchanged_ = false;
-    }
-  }
-  ~relaxed_capture_mode() {
-    if (exchanged_ && cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
-      (void)cudaGetLastError();
-    }
-  }
-  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
-  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;  // the thread's, while exchanged
-  bool exchanged_ = true;
-};
+using cuda_backend::relaxed_capture_mode;
 
 // The errors of a call that a stream capture refused: the event's state is unknown, not
 // failed.
@@ -151,6 +124,8 @@ bool refused_by_a_capture(cudaError_t e) noexcept {
          e == cudaErrorStreamCaptureImplicit || e == cudaErrorStreamCaptureWrongThread;
 }
 
+/// An event recorded on a caller's stream; back to the pool with the object. Its query and
+/// wait run in the relaxed capture mode (relaxed_capture_mode.hpp).
 class caller_event final : public event {
  public:
   caller_event(event_pool& pool, int ordinal, cudaEvent_t e) noexcept
@@ -302,8 +277,14 @@ class cuda_runtime final : public runtime {
     if (e != cudaSuccess) {
       // Refused by a capture: the device is not known to be idle (one code for all of them,
       // which the C API's free reads).
-      throw_cuda(refused_by_a_capture(e) ? cudaErrorStreamCaptureUnsupported : e,
-                 "cudaDeviceSynchronize of device " + std::to_string(ordinal));
+      if (!refused_by_a_capture(e)) {
+        throw_cuda(e, "cudaDeviceSynchronize of device " + std::to_string(ordinal));
+      }
+      (void)cudaGetLastError();
+      throw device_error(std::string("cudaDeviceSynchronize of device ") + std::to_string(ordinal) +
+                             " failed: " + cudaGetErrorName(e) +
+                             " (a stream of the device is being captured into a CUDA graph)",
+                         static_cast<int>(cudaErrorStreamCaptureUnsupported));
     }
   }
 

@@ -8,8 +8,11 @@
 // CUDA graphs (torch.cuda.graph): an allocation during the capture is a block of the pool,
 // which the graph's replays then use; a free during the capture keeps the block allocated
 // (memweave_torch_free). The runtime calls the pool makes meanwhile (queries of earlier
-// frees' events) run in the relaxed capture mode, which PyTorch's global-mode capture
-// would otherwise refuse, invalidating the capture.
+// frees' events, a new arena) run in the relaxed capture mode, which PyTorch's global-mode
+// capture would otherwise refuse, invalidating the capture. Not covered: a tensor made in
+// the capture and freed after it (a graph output the program drops) goes back to the pool
+// while the graph may still replay into it; keep a graph's outputs alive as long as the
+// graph, as PyTorch's documentation of static outputs asks.
 //
 // Errors: the signatures carry none. A failed free is logged and ignored. A failed
 // allocation THROWS a std::runtime_error ("memweave: CUDA out of memory. ..." with the
@@ -84,15 +87,17 @@ void memweave_torch_free(void* ptr, ssize_t /*size*/, int device, struct CUstrea
   const int rc = capi::release("memweave_torch_free", ptr, stream, true, device);
   if (rc == MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
     // A tensor that dies inside a CUDA graph's capture: every replay of the graph still
-    // writes its block, and a pluggable allocator is not told when the graph goes, so the
-    // block stays allocated for the life of the process (PyTorch's own allocator keeps it
-    // for the graph's private pool). Said once: a capture may free many.
+    // writes its block, and these entry points are not told when the graph goes (memweave
+    // provides none of the pluggable allocator's pool hooks), so the block stays allocated
+    // for the life of the process (PyTorch's own allocator keeps it in the graph's private
+    // pool until the graph is released). Said once: a capture may free many, and each
+    // capture keeps its own.
     static std::atomic<bool> told{false};
     if (!told.exchange(true)) {
       log(log_level::warn,
           "memweave_torch_free: tensors freed during a CUDA graph capture keep their memory "
-          "(the graph's replays still use it; a pluggable allocator is not told when the "
-          "graph is destroyed): " +
+          "for the rest of the process (the graph's replays still use it and memweave is not "
+          "told when the graph is destroyed; each capture keeps its own): " +
               std::string(memweaveGetLastErrorMessage()));
     }
   } else if (rc != MEMWEAVE_SUCCESS) {

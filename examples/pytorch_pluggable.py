@@ -40,9 +40,10 @@ Notes:
   retry. (It is a RuntimeError, not ``torch.cuda.OutOfMemoryError``: a library outside
   PyTorch can only raise a plain C++ exception.)
 * CUDA graphs (``torch.cuda.graph``): the graph's tensors come from memweave's pool; a
-  tensor freed during the capture keeps its memory for the rest of the process (its
-  replays still write it, and a pluggable allocator is not told when the graph is
-  destroyed; memweave warns once).
+  tensor freed during the capture keeps its memory for the rest of the process, each
+  capture its own (its replays still write it, and memweave is not told when the graph is
+  destroyed; memweave warns once). Keep the graph's outputs alive as long as the graph: a
+  tensor made in the capture and freed after it goes back to the pool.
 * Without a usable GPU memweave refuses (``MEMWEAVE_DEVICE=auto`` means cuda here); it
   never hands PyTorch simulated host memory unless ``MEMWEAVE_DEVICE=host`` says so.
 """

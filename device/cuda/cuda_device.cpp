@@ -32,6 +32,7 @@
 
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_throughput.hpp"
+#include "device/cuda/relaxed_capture_mode.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
@@ -300,6 +301,7 @@ class cuda_device final : public device {
   void* allocate(std::size_t bytes) override {
     if (bytes == 0) return nullptr;
     device_scope scope(ordinal_);
+    const relaxed_capture_mode relaxed;  // an arena taken while a graph is captured
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e == cudaSuccess) return p;
@@ -328,6 +330,7 @@ class cuda_device final : public device {
     if (bytes == 0) return nullptr;
     device_scope scope(ordinal_);
     void* p = nullptr;
+    const relaxed_capture_mode relaxed;
     const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
     if (e == cudaSuccess) return p;
     (void)cudaGetLastError();

@@ -160,9 +160,9 @@ MEMWEAVE_API memweave_status memweaveMallocAsync(void** ptr, size_t bytes,
  * allocation of a pool (foreign, freed twice, interior) returns
  * MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and changes nothing. A failure the wait reports
  * (a kernel that failed) is returned with the CUDA runtime's code (cudaErrorIllegalAddress,
- * cudaErrorLaunchFailure, ...), with the block freed all the same. While a stream capture
- * forbids the wait (a capture begun in cudaStreamCaptureModeGlobal, as cudaFree is refused
- * there): MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED and nothing changes. */
+ * cudaErrorLaunchFailure, ...), with the block freed all the same. While a stream of the
+ * device is being captured into a CUDA graph the wait is refused (as cudaFree is there):
+ * MEMWEAVE_ERROR_STREAM_CAPTURE_UNSUPPORTED and nothing changes. */
 MEMWEAVE_API memweave_status memweaveFree(void* ptr);
 
 /* As cudaFreeAsync: frees `ptr` in `stream`'s order without waiting. The block is reused

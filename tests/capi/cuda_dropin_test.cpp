@@ -25,7 +25,10 @@ std::string beside_or_built(const char* built) {
 // `preloaded` false: the probe over the runtime alone (a control).
 void expect_scenario_passes(const std::string& scenario, bool preloaded = true) {
   MEMWEAVE_GPU_OR_SKIP("the interposer on the real CUDA runtime");
-  auto env = memweave::test::environment_without({"MEMWEAVE_", "LD_PRELOAD="});
+  auto env = memweave::test::environment_without(
+      {"MEMWEAVE_", "LD_PRELOAD=", "ASAN_OPTIONS=", "GLIBC_TUNABLES="});
+  // As the other preloading tests: ASan's check of the library order is off for the child.
+  env.emplace_back("ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0");
   if (preloaded) env.push_back("LD_PRELOAD=" + beside_or_built(MEMWEAVE_PRELOAD_PATH));
   env.emplace_back("MEMWEAVE_POOL_BYTES=64M");
   env.emplace_back("MEMWEAVE_HOST_POOL_BYTES=8M");

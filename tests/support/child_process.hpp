@@ -3,11 +3,13 @@
 // deadlocks fails its test instead of hanging the suite.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
@@ -36,7 +38,9 @@ inline std::vector<std::string> environment_without(std::initializer_list<const 
   return env;
 }
 
-/// Runs `argv` (argv[0] the program's path) with exactly `env`; SIGKILLs it after `timeout_s`.
+/// Runs `argv` (argv[0] the program's path) with exactly `env`, in a process group of its
+/// own; SIGKILLs the group after `timeout_s` (children it forked too, which could otherwise
+/// hold the output pipe open).
 inline child_result run_child(std::vector<std::string> argv, std::vector<std::string> env,
                               int timeout_s) {
   child_result r;
@@ -47,14 +51,19 @@ inline child_result run_child(std::vector<std::string> argv, std::vector<std::st
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
   int fds[2];
-  if (::pipe(fds) != 0) return r;
+  if (::pipe2(fds, O_CLOEXEC) != 0) return r;  // the dup2 below clears it on the child's ends
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
   posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
   pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  const int spawned = ::posix_spawn(&pid, args[0], &actions, &attributes, args.data(), envp.data());
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (spawned != 0) {
@@ -67,6 +76,7 @@ inline child_result run_child(std::vector<std::string> argv, std::vector<std::st
     char buf[4096];
     for (;;) {
       const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       r.output.append(buf, static_cast<std::size_t>(n));
     }
@@ -77,7 +87,7 @@ inline child_result run_child(std::vector<std::string> argv, std::vector<std::st
     if (::waitpid(pid, &status, WNOHANG) == pid) break;
     if (std::chrono::steady_clock::now() > deadline) {
       r.timed_out = true;
-      ::kill(pid, SIGKILL);
+      ::kill(-pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       break;
     }

@@ -25,12 +25,12 @@
 //   IsCapturing): no graph is built (EndCapture gives NULL), the work still runs. As the
 //   real runtime does (CUDA 13 on an H200, session 41), cudaStreamGetDevice on a capturing
 //   stream invalidates the capture: EndCapture then fails. The capture modes: while a
-//   capture begun in cudaStreamCaptureModeGlobal is on (in any thread), or one in
-//   ThreadLocal mode on the calling thread, a thread whose own mode
-//   (cudaThreadExchangeStreamCaptureMode) is not Relaxed may not query or wait for an event
-//   nor wait for the device: the call fails with cudaErrorStreamCaptureUnsupported and
-//   invalidates those captures (cudaEventQuery during PyTorch's global-mode capture on the
-//   H200, session 41).
+//   capture begun in cudaStreamCaptureModeGlobal is on (in any thread), or a non-relaxed one
+//   of the calling thread, a thread whose own mode
+//   (cudaThreadExchangeStreamCaptureMode) is not Relaxed may not query or wait for an event:
+//   the call fails with cudaErrorStreamCaptureUnsupported and invalidates those captures
+//   (cudaEventQuery during PyTorch's global-mode capture on the H200, session 41). Waiting for
+//   the device while any of its streams is captured, in any mode, fails the same way.
 // Only the calls memweave and its tests make are here. Thread-safe (one mutex for the
 // tables; stream work runs on the streams' threads).
 #include <cuda_runtime_api.h>
@@ -286,21 +286,38 @@ int fake_cu_ctx_pop_current(void** ctx) {
 
 }  // namespace
 
-// Whether a capture forbids this thread a potentially unsafe call (see the top): if so, those
-// captures are invalidated and the call is to fail with cudaErrorStreamCaptureUnsupported.
+// Whether a capture forbids this thread a potentially unsafe call (see the top): a thread in
+// the Global mode by its own non-relaxed capture or any thread's global one, in ThreadLocal
+// by its own non-relaxed capture, in Relaxed by none. If so, those captures are invalidated
+// and the call is to fail with cudaErrorStreamCaptureUnsupported.
 static bool unsafe_call_refused() {
   if (t_capture_mode == cudaStreamCaptureModeRelaxed) return false;
   std::lock_guard lock(g().mu);
   bool refused = false;
   for (fake_stream* f : g().streams) {
     if (f->capture != cudaStreamCaptureStatusActive) continue;
-    const bool forbids = f->capture_mode == cudaStreamCaptureModeGlobal ||
-                         (f->capture_mode == cudaStreamCaptureModeThreadLocal &&
-                          f->capturing_thread == std::this_thread::get_id());
-    if (forbids) {
+    const bool own = f->capturing_thread == std::this_thread::get_id() &&
+                     f->capture_mode != cudaStreamCaptureModeRelaxed;
+    const bool global = t_capture_mode == cudaStreamCaptureModeGlobal &&
+                        f->capture_mode == cudaStreamCaptureModeGlobal;
+    if (own || global) {
       f->capture = cudaStreamCaptureStatusInvalidated;
       refused = true;
     }
+  }
+  return refused;
+}
+
+// Waiting for a whole device while any of its streams is being captured is invalid in every
+// mode (the wait would take in the captured work): those captures are invalidated and the
+// call is to fail with cudaErrorStreamCaptureUnsupported.
+static bool device_wait_refused(int device) {
+  std::lock_guard lock(g().mu);
+  bool refused = false;
+  for (fake_stream* f : g().streams) {
+    if (f->device != device || f->capture != cudaStreamCaptureStatusActive) continue;
+    f->capture = cudaStreamCaptureStatusInvalidated;
+    refused = true;
   }
   return refused;
 }
@@ -548,9 +565,9 @@ cudaError_t cudaDeviceReset(void) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
-  if (unsafe_call_refused()) return fail(cudaErrorStreamCaptureUnsupported);
   int d = 0;
   if (cudaError_t e = use_device(&d); e != cudaSuccess) return fail(e);
+  if (device_wait_refused(d)) return fail(cudaErrorStreamCaptureUnsupported);
   synchronize_device(d);
   if (const int code = g().fail_next_sync.exchange(0); code != 0) {
     return fail(static_cast<cudaError_t>(code));
