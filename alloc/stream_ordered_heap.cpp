@@ -150,6 +150,14 @@ class stream_ordered_heap_impl {
       if (wait && b.done != nullptr) {
         try {
           b.done->synchronize();
+        } catch (const wait_refused& e) {
+          // Not known to be done: the block is kept out of use for good (leaked) rather than
+          // handed to someone while the freeing stream may still use it.
+          log(log_level::error, std::string("stream_ordered_heap: waiting for a pending free: ") +
+                                    e.what() + "; the block (" + std::to_string(b.bytes) +
+                                    " bytes) is kept out of use");
+          b.done.reset();
+          continue;
         } catch (const std::exception& e) {
           log(log_level::error, std::string("stream_ordered_heap: waiting for a pending free: ") +
                                     e.what() + "; releasing the block");
@@ -305,6 +313,8 @@ status stream_ordered_heap::deallocate(void* p, std::uintptr_t stream, std::uniq
     if (b.done != nullptr) {
       try {
         b.done->synchronize();
+      } catch (const wait_refused&) {
+        return status::success;  // may still be in use: kept out of use (see release)
       } catch (...) {
       }
     }

@@ -151,6 +151,12 @@ class caller_event final : public event {
   void synchronize() override {
     const relaxed_capture_mode relaxed;
     const cudaError_t e = cudaEventSynchronize(event_);
+    if (refused_by_a_capture(e)) {
+      (void)cudaGetLastError();
+      throw wait_refused(std::string("cudaEventSynchronize (a stream-ordered free) refused: ") +
+                             cudaGetErrorName(e),
+                         static_cast<int>(e));
+    }
     if (e != cudaSuccess) throw_cuda(e, "cudaEventSynchronize (a stream-ordered free)");
   }
 

@@ -45,6 +45,14 @@ class manual_event final : public event {
   std::shared_ptr<manual_state> s_;
 };
 
+/// An event whose runtime refuses to say whether its work is done (a CUDA graph capture
+/// forbids the query and the wait).
+class refusing_event final : public event {
+ public:
+  bool query() override { return false; }
+  void synchronize() override { throw wait_refused("the wait is refused (a capture)", 900); }
+};
+
 constexpr std::size_t k_mib = std::size_t{1} << 20;
 constexpr std::uintptr_t s1 = 0x100, s2 = 0x200;
 
@@ -164,6 +172,22 @@ TEST_F(stream_ordered_heap_test, a_full_pool_waits_for_pending_frees_before_fail
   EXPECT_EQ(ordered_.try_allocate(4 * k_mib, s2), nullptr) << "nothing pending: fails at once";
   EXPECT_NE(ordered_.describe_failure(4 * k_mib).find("largest free run"), std::string::npos);
   ASSERT_EQ(ordered_.deallocate(big, s2, nullptr), status::success);
+}
+
+// A pending free whose wait the runtime refuses (a capture) is not known to be done: rather
+// than hand out a block its stream may still use, the heap keeps it out of use.
+TEST_F(stream_ordered_heap_test, a_block_whose_wait_is_refused_is_never_handed_out) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(ordered_.try_allocate(k_mib, s1));
+  for (void* p : blocks) {
+    ASSERT_NE(p, nullptr);
+    ASSERT_EQ(ordered_.deallocate(p, s1, std::make_unique<refusing_event>()), status::success);
+  }
+  EXPECT_EQ(ordered_.try_allocate(k_mib, s2), nullptr)
+      << "a block whose free may still be running was handed to another stream";
+  EXPECT_EQ(ordered_.pending().blocks, 0u);
+  EXPECT_EQ(heap_.stats().bytes_in_use, 4 * k_mib) << "the blocks are kept, not freed";
+  heap_.check_invariants();
 }
 
 // Two threads short of memory at once: the second finds nothing pending (the first's drain

@@ -90,6 +90,14 @@ class device_error : public error {
   int runtime_code_ = 0;
 };
 
+/// A wait for (or query of) device work that the runtime refused without saying whether the
+/// work is done (a CUDA graph capture forbids it): the work may still be running, so what it
+/// uses must not be handed out.
+class wait_refused : public device_error {
+ public:
+  using device_error::device_error;
+};
+
 /// No device of the asked kind is present.
 class no_device_error : public error {
  public:
