@@ -150,7 +150,7 @@ class device_heap_impl {
   fit_policy fit() const noexcept { return fit_; }
   std::size_t round_up(std::size_t bytes) const noexcept;
   std::string describe_failure(std::size_t bytes) const;
-  void start_trace(const std::string& path);
+  void start_trace(const std::string& path, const std::string& knob);
   void stop_trace() noexcept { replace_trace(nullptr); }
   device& get_device() const noexcept { return dev_; }
   std::vector<heap_run> runs() const;
@@ -286,7 +286,7 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
   }
   if (!options.trace_path.empty()) {
     try {
-      start_trace(options.trace_path);
+      start_trace(options.trace_path, options.trace_knob);
     } catch (...) {
       dev_.deallocate(reinterpret_cast<void*>(arenas_[0].base), arenas_[0].bytes);
       throw;
@@ -312,8 +312,9 @@ device_heap_impl::~device_heap_impl() {
 void device_heap_impl::add_arena(std::size_t bytes) {
   const std::size_t n = arena_count_.load(std::memory_order_relaxed);
   if (n == max_arenas) {
-    throw out_of_memory("the heap already has " + std::to_string(max_arenas) +
-                            " arenas; raise MEMWEAVE_POOL_GROW so that each is larger",
+    throw out_of_memory("the heap already has " + std::to_string(max_arenas) + " arenas; raise " +
+                            (grow_knob_.empty() ? std::string("MEMWEAVE_POOL_GROW") : grow_knob_) +
+                            " so that each is larger",
                         bytes, 0, 0);
   }
   const std::uint64_t blocks = bytes / block_;
@@ -808,8 +809,14 @@ void device_heap_impl::replace_trace(std::shared_ptr<detail::trace_writer> next)
   }
 }
 
-void device_heap_impl::start_trace(const std::string& path) {
-  replace_trace(std::make_shared<detail::trace_writer>(path, block_));
+void device_heap_impl::start_trace(const std::string& path, const std::string& knob) {
+  // The running trace is finished and closed before the new file is opened: it may be the
+  // same file, which opening truncates, and its batches still to be written would then land
+  // over the new trace's (session 42's hostile run: a restart on the same path returned
+  // success and left a file that no longer read). A new file that cannot be opened leaves no
+  // trace running, the old one complete.
+  replace_trace(nullptr);
+  replace_trace(std::make_shared<detail::trace_writer>(path, block_, knob));
 }
 
 // ---------------------------------------------------------------- inspection
@@ -978,8 +985,8 @@ std::size_t device_heap::round_up(std::size_t bytes) const noexcept {
 std::string device_heap::describe_failure(std::size_t bytes) const {
   return impl_->describe_failure(bytes);
 }
-void device_heap::start_trace(const std::string& path) {
-  impl_->start_trace(path);
+void device_heap::start_trace(const std::string& path, const std::string& knob) {
+  impl_->start_trace(path, knob);
 }
 void device_heap::stop_trace() noexcept {
   impl_->stop_trace();

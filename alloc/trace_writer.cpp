@@ -17,15 +17,32 @@
 
 namespace memweave::detail {
 
-trace_writer::trace_writer(const std::string& path, std::size_t block_bytes)
+trace_writer::trace_writer(const std::string& path, std::size_t block_bytes,
+                           const std::string& knob)
     : start_(std::chrono::steady_clock::now()), path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Non-blocking for the open only: a FIFO with no reader fails it (ENXIO) instead of
+  // blocking the caller, who holds the heap's or the C API's locks; the writes then block as
+  // on any file.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd_ >= 0) {
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags == -1 || ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+      const int err = errno;
+      ::close(fd_);
+      fd_ = -1;
+      errno = err;
+    }
+  }
   owner_ = ::getpid();
   if (fd_ < 0) {
+    const int err = errno;
     throw invalid_argument("cannot open the heap trace file '" + path +
-                           "' for writing: " + std::strerror(errno) +
-                           "; check the directory exists and is writable, or change "
-                           "MEMWEAVE_TRACE / heap_options::trace_path");
+                           "' for writing: " + std::strerror(err) +
+                           (err == ENXIO ? " (a FIFO that no process reads: start its reader "
+                                           "first)"
+                                         : "") +
+                           "; check that the directory exists and is writable, or change " +
+                           (knob.empty() ? std::string("MEMWEAVE_TRACE") : knob));
   }
   const std::string header =
       std::string(trace_header) + " block_bytes=" + std::to_string(block_bytes) + "\n";

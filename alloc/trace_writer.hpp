@@ -36,9 +36,9 @@ class trace_writer {
   /// Records per batch (about 2 MiB of buffer).
   static constexpr std::size_t batch_records = 1 << 16;
 
-  /// Opens `path` and writes the header. Throws invalid_argument naming the path and the
-  /// system's reason.
-  trace_writer(const std::string& path, std::size_t block_bytes);
+  /// Opens `path` and writes the header. Throws invalid_argument naming the path, the
+  /// system's reason and `knob`, what set the path (empty: MEMWEAVE_TRACE).
+  trace_writer(const std::string& path, std::size_t block_bytes, const std::string& knob);
   /// Closes the file if close() was not called. Never throws.
   ~trace_writer();
   trace_writer(const trace_writer&) = delete;

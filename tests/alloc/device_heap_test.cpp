@@ -3,11 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -640,6 +643,50 @@ TEST(device_heap_test, trace_can_be_stopped_and_restarted) {
   EXPECT_EQ(read_trace(second).size(), 1u);
   std::remove(first.c_str());
   std::remove(second.c_str());
+}
+
+// Restarted on the file it is writing: the old trace is finished before the file is opened
+// again, so the file holds the new trace alone and reads. Opened first, the new writer
+// truncated the file under the old one, whose last batch then landed over the new trace
+// (session 42's hostile run: success returned, a file that no longer read).
+TEST(device_heap_test, a_trace_restarted_on_its_own_file_holds_the_new_trace_alone) {
+  const std::string path = temp_path("trace_restarted");
+  test_device dev(16 * MiB);
+  device_heap h(dev, options_of(8 * MiB));
+  h.start_trace(path);
+  std::vector<void*> live;
+  for (int i = 0; i < 200; ++i) live.push_back(h.try_allocate(1000 + i));
+  h.start_trace(path);
+  h.deallocate(live[0]);
+  h.stop_trace();
+  const auto events = read_trace(path);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].op, trace_op::free);
+  EXPECT_EQ(events[0].bytes, 1000u);
+  for (std::size_t i = 1; i < live.size(); ++i) h.deallocate(live[i]);
+  std::remove(path.c_str());
+}
+
+// A FIFO no process reads is an error naming it, not a call blocked (with the heap's and
+// the C API's locks held) until a reader comes.
+TEST(device_heap_test, a_trace_to_a_fifo_without_a_reader_is_refused_without_blocking) {
+  const std::string path = temp_path("trace_fifo");
+  std::remove(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  test_device dev(16 * MiB);
+  device_heap h(dev, options_of(1 * MiB));
+  try {
+    h.start_trace(path, "the test's knob");
+    FAIL() << "expected invalid_argument";
+  } catch (const invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a FIFO that no process reads"), std::string::npos) << what;
+    EXPECT_NE(what.find("the test's knob"), std::string::npos) << what;
+  }
+  void* a = h.try_allocate(1000);
+  EXPECT_NE(a, nullptr) << "the heap works on, untraced";
+  h.deallocate(a);
+  std::remove(path.c_str());
 }
 
 // A trace that fails on the way (a full device) tells on_trace_error when it ends, once; a

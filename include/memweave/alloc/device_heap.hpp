@@ -49,7 +49,9 @@ struct heap_options {
   /// (the C API's "memweave_config.grow_bytes"); empty: none (a pool that is a budget, which
   /// growing would exceed). Without pool_knob the remedy names MEMWEAVE_POOL_GROW.
   std::string grow_knob;
-  std::string trace_path;  ///< empty = no trace; else start_trace(trace_path)
+  std::string trace_path;  ///< empty = no trace; else start_trace(trace_path, trace_knob)
+  /// What set trace_path, named when the file cannot be opened (empty: MEMWEAVE_TRACE).
+  std::string trace_knob;
   /// Called (from stop_trace() or the destructor, never throwing out) with what went wrong
   /// when a trace ends incomplete (a write failed, events were lost); the failure is also
   /// logged. A caller that reports outputs sets it: the trace is finished work that was lost.
@@ -151,9 +153,10 @@ class device_heap {
   std::string describe_failure(std::size_t bytes) const;
 
   /// Starts writing every allocation and free to `path` (see memweave/alloc/trace.hpp);
-  /// a trace already running is stopped first. Throws invalid_argument naming the path
-  /// and the system's reason when it cannot be opened.
-  void start_trace(const std::string& path);
+  /// a trace already running is stopped first (and stays stopped, complete, when `path`
+  /// cannot be opened). Throws invalid_argument naming the path, the system's reason and
+  /// `knob`, what set the path (empty: MEMWEAVE_TRACE), when it cannot be opened.
+  void start_trace(const std::string& path, const std::string& knob = {});
   /// Flushes and closes the trace; a no-op when none runs.
   void stop_trace() noexcept;
 
