@@ -17,6 +17,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -415,6 +416,19 @@ std::size_t pinned_host_pool::allocation_size(const void* p) const noexcept {
   std::lock_guard<std::mutex> lock(impl_->live_mutex_);
   auto it = impl_->live_.find(p);
   return it == impl_->live_.end() ? 0 : it->second;
+}
+
+std::size_t pinned_host_pool::largest_allocation() const noexcept {
+  impl& s = *impl_;
+  const int flags = s.flags_ | MALLOCX_ALIGN(k_min_alignment);
+  for (std::size_t want = s.capacity_; want > 0; want -= std::max<std::size_t>(want / 16, 1)) {
+    if (void* p = s.je_.mallocx(want, flags)) {
+      const std::size_t size = s.je_.sallocx(p, 0);
+      s.je_.dallocx(p, s.flags_);
+      return size;
+    }
+  }
+  return 0;
 }
 
 std::size_t pinned_host_pool::capacity() const noexcept {

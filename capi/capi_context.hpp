@@ -37,12 +37,20 @@ struct context {
   device_options device_settings;   ///< what the devices are made with (kind resolved)
   heap_options heap_settings;       ///< what each pool's heap is made with
   std::size_t host_pool_bytes = 0;  ///< region size for the pinned host pool
+  /// What set host_pool_bytes, named in the pool's failures (empty: MEMWEAVE_HOST_POOL_BYTES).
+  std::string host_pool_knob;
   std::unique_ptr<runtime> rt;
 
   std::mutex pools_mutex;  ///< guards owned_pools, the stores into pools and trace_path
   /// The trace memweaveTraceStart runs (pools made while it runs trace too), else the
   /// configured one (memweave_config.trace_path, MEMWEAVE_TRACE); "" for none.
   std::string trace_path;
+  /// What set trace_path, named when a trace file cannot be opened.
+  std::string trace_knob;
+  /// Per device, the pools made under the running trace so far: a pool made after the
+  /// device's pool was released (cudaDeviceReset) traces to a file of its own, the earlier
+  /// pool's trace staying whole (trace_path_of's `generation`). Cleared with trace_path.
+  std::array<unsigned, k_max_devices> traced_pools{};
   std::vector<std::unique_ptr<pool>> owned_pools;
   std::array<std::atomic<pool*>, k_max_devices> pools{};  ///< by ordinal (lock-free reads)
 
@@ -74,8 +82,10 @@ pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc,
 
 /// The heap trace file of device `ordinal` when traces go to `path`: `path` itself for
 /// device 0 (and the simulated devices), `path` + ".device<N>" for device N, so that the
-/// pools of several devices never write one file (each replays as one heap).
-std::string trace_path_of(const std::string& path, int ordinal);
+/// pools of several devices never write one file (each replays as one heap); the pool made
+/// after the device's `generation`-th release (cudaDeviceReset) appends ".reset<generation>",
+/// so that a new pool never truncates the trace of the one before it.
+std::string trace_path_of(const std::string& path, int ordinal, unsigned generation = 0);
 
 /// The pool whose arenas hold `p`, or nullptr. Lock-free.
 pool* owner_of(context& ctx, const void* p) noexcept;

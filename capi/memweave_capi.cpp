@@ -161,9 +161,12 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
     }
     if (config->grow_bytes != 0) hopt.grow_bytes = config->grow_bytes;
     // A pool sized by a field: growth's remedy is a field too.
-    if (!hopt.pool_knob.empty()) hopt.grow_knob = "memweave_config.grow_bytes";
+    if (!hopt.pool_knob.empty() || config->grow_bytes != 0) {
+      hopt.grow_knob = "memweave_config.grow_bytes";
+    }
     if (config->trace_path != nullptr && *config->trace_path != '\0') {
       hopt.trace_path = config->trace_path;
+      hopt.trace_knob = "memweave_config.trace_path";
     }
     host_bytes = config->host_pool_bytes;
     // Checked here, not at the first memweaveHostMalloc, and named as the caller set it.
@@ -184,9 +187,14 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
   auto ctx = std::make_unique<context>();
   ctx->device_settings = dopt;
   ctx->trace_path = hopt.trace_path;
+  ctx->trace_knob = hopt.trace_knob;
   hopt.trace_path.clear();  // each pool traces to its own file (trace_path_of)
+  hopt.trace_knob.clear();
   ctx->heap_settings = hopt;
   ctx->host_pool_bytes = host_bytes;
+  if (config != nullptr && config->host_pool_bytes != 0) {
+    ctx->host_pool_knob = "memweave_config.host_pool_bytes";
+  }
   ctx->rt = make_runtime(kind_of(dopt.kind));
   return ctx;
 }
@@ -199,8 +207,23 @@ pool* make_pool_locked(context& ctx, int ordinal) {
   dopt.cuda_ordinal = ordinal;
   p->dev = make_device(dopt);
   heap_options hopt = ctx.heap_settings;
-  if (!ctx.trace_path.empty()) hopt.trace_path = trace_path_of(ctx.trace_path, ordinal);
+  unsigned generation = 0;
+  if (!ctx.trace_path.empty()) {
+    generation = ctx.traced_pools[static_cast<std::size_t>(ordinal)];
+    hopt.trace_path = trace_path_of(ctx.trace_path, ordinal, generation);
+    hopt.trace_knob = ctx.trace_knob;
+  }
   p->heap = std::make_unique<device_heap>(*p->dev, hopt);
+  if (!ctx.trace_path.empty()) {
+    ++ctx.traced_pools[static_cast<std::size_t>(ordinal)];
+    if (generation != 0) {
+      log(log_level::info, "memweave: device " + std::to_string(ordinal) +
+                               "'s pool was released (cudaDeviceReset, "
+                               "memweaveReleaseDevicePool); the new pool's heap trace goes to '" +
+                               hopt.trace_path + "', the earlier one's stays in '" +
+                               trace_path_of(ctx.trace_path, ordinal, generation - 1) + "'");
+    }
+  }
   p->ordered = std::make_unique<stream_ordered_heap>(*p->heap);
   pool* raw = p.get();
   ctx.owned_pools.push_back(std::move(p));
@@ -473,8 +496,10 @@ context* ensure(int* rc) noexcept {
   }
 }
 
-std::string trace_path_of(const std::string& path, int ordinal) {
-  return ordinal == 0 ? path : path + ".device" + std::to_string(ordinal);
+std::string trace_path_of(const std::string& path, int ordinal, unsigned generation) {
+  std::string p = ordinal == 0 ? path : path + ".device" + std::to_string(ordinal);
+  if (generation != 0) p += ".reset" + std::to_string(generation);
+  return p;
 }
 
 pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc, int arena_rc) noexcept {
@@ -608,7 +633,9 @@ memweave_status memweaveInit(const memweave_config* config) {
 
 memweave_status memweaveFinalize(void) {
   using namespace memweave::capi;
-  if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveFinalize");
+  // The pools are the parent's: a child has nothing of them to release, and it reads as not
+  // initialized (memweaveIsInitialized), which finalizing may follow unconditionally.
+  if (g_forked.load(std::memory_order_relaxed)) return MEMWEAVE_SUCCESS;
   busy_scope busy;
   try {
     const init_lock lock;
@@ -809,10 +836,14 @@ memweave_status memweaveTraceStart(const char* path) {
   try {
     // Every pool, each to its own file (trace_path_of), and the pools made while it runs.
     std::lock_guard<std::mutex> lock(c->pools_mutex);
+    const std::string knob = "memweaveTraceStart's path";
+    c->traced_pools = {};
     for (const auto& p : c->owned_pools) {
-      p->heap->start_trace(memweave::capi::trace_path_of(path, p->ordinal));
+      p->heap->start_trace(memweave::capi::trace_path_of(path, p->ordinal), knob);
+      c->traced_pools[static_cast<std::size_t>(p->ordinal)] = 1;
     }
     c->trace_path = path;
+    c->trace_knob = knob;
     return MEMWEAVE_SUCCESS;
   } catch (...) {
     return fail_from_current_exception("memweaveTraceStart");
@@ -835,6 +866,7 @@ memweave_status memweaveTraceStop(void) {
     std::lock_guard<std::mutex> lock(c->pools_mutex);
     for (const auto& p : c->owned_pools) p->heap->stop_trace();
     c->trace_path.clear();
+    c->traced_pools = {};
   }
   return MEMWEAVE_SUCCESS;
 }
@@ -861,8 +893,12 @@ memweave_status memweaveHostMalloc(void** ptr, std::size_t bytes) {
                       memweave::format_bytes(bytes) + ") do not fit in the pinned host pool: " +
                       memweave::format_bytes(h->bytes_in_use()) + " of " +
                       memweave::format_bytes(h->capacity()) +
-                      " in use; free host memory or raise MEMWEAVE_HOST_POOL_BYTES "
-                      "(memweave_config.host_pool_bytes)");
+                      " in use, the largest allocation it can give now " +
+                      memweave::format_bytes(h->largest_allocation()) +
+                      " (one allocation takes at most about 7/8 of an empty pool: jemalloc's "
+                      "size classes); free host memory or raise " +
+                      (c->host_pool_knob.empty() ? std::string("MEMWEAVE_HOST_POOL_BYTES")
+                                                 : c->host_pool_knob));
     } catch (...) {
       return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION, "");
     }

@@ -18,8 +18,9 @@
  *
  * In a process forked after memweave was initialized (its pools' streams and threads stay
  * in the parent), every call that would reach a pool returns MEMWEAVE_ERROR_NOT_SUPPORTED
- * naming the fork; memweaveOwns says 0 there, and the interposer passes the calls to the
- * runtime.
+ * naming the fork; memweaveOwns and memweaveIsInitialized say 0 there, memweaveFinalize
+ * succeeds releasing nothing (the pools are the parent's), and the interposer passes the
+ * calls to the runtime.
  *
  * Streams (cudaStream_t) are written `struct CUstream_st*`, what cuda_runtime_api.h
  * defines cudaStream_t as, so that this header needs no CUDA header. */
@@ -79,7 +80,9 @@ typedef struct memweave_config {
   size_t device_bytes;
   /* Write every heap allocation and free to this file (MEMWEAVE_TRACE, none): device 0's
    * (and a simulated device's); device N's to this path with ".device<N>" appended, so
-   * that each file replays as one heap. */
+   * that each file replays as one heap; the pool made after a device's pool was released
+   * (cudaDeviceReset, memweaveReleaseDevicePool) with ".reset<K>" appended after that, the
+   * K-th release, so that the earlier trace stays whole. */
   const char* trace_path;
   /* Size of the pinned host pool (MEMWEAVE_HOST_POOL_BYTES, 4 GiB). */
   size_t host_pool_bytes;
@@ -210,9 +213,11 @@ MEMWEAVE_API memweave_status memweaveResetPeak(void);
 
 /* Starts writing every heap allocation and free to `path` (replay with `memweave replay`):
  * of every device's pool, those made so far and those made while the trace runs, device
- * 0's to `path` and device N's to `path` with ".device<N>" appended (one heap a file);
- * a running trace is stopped first. MEMWEAVE_ERROR_INVALID_VALUE when a file cannot be
- * opened (the message says why). */
+ * 0's to `path` and device N's to `path` with ".device<N>" appended (one heap a file; a
+ * pool made after a release, ".reset<K>" appended too, as memweave_config.trace_path's);
+ * a running trace is stopped (flushed and closed) first, so `path` may be the file it
+ * writes. MEMWEAVE_ERROR_INVALID_VALUE when a file cannot be opened (the message says why;
+ * no trace then runs). */
 MEMWEAVE_API memweave_status memweaveTraceStart(const char* path);
 
 /* Flushes and closes the trace; success when none runs. */

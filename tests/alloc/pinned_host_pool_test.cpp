@@ -234,6 +234,31 @@ TEST_F(pinned_host_pool_test, one_allocation_can_span_most_of_the_region) {
   EXPECT_EQ(pool.deallocate(big), status::success);
 }
 
+// What a failure's message names as the largest allocation the pool can give is exactly
+// that: it can be had, and one byte more cannot (empty, and with half the region live).
+TEST_F(pinned_host_pool_test, largest_allocation_is_what_one_allocation_can_take_now) {
+  pinned_host_pool pool(dev_, 16 * k_mib);
+  const std::size_t empty = pool.largest_allocation();
+  EXPECT_GE(empty, 12 * k_mib) << "a fresh region serves most of itself as one block";
+  EXPECT_LT(empty, 16 * k_mib);
+  EXPECT_EQ(pool.allocate(empty + 1), nullptr);
+  void* p = pool.allocate(empty);
+  ASSERT_NE(p, nullptr);
+  EXPECT_LE(pool.largest_allocation(), 16 * k_mib - empty) << "only the rest beside it";
+  EXPECT_EQ(pool.deallocate(p), status::success);
+  void* half = pool.allocate(8 * k_mib);
+  ASSERT_NE(half, nullptr);
+  const std::size_t rest = pool.largest_allocation();
+  EXPECT_GT(rest, 0u);
+  EXPECT_LE(rest, 8 * k_mib);
+  EXPECT_EQ(pool.allocate(rest + 1), nullptr);
+  void* q = pool.allocate(rest);
+  EXPECT_NE(q, nullptr);
+  EXPECT_EQ(pool.deallocate(q), status::success);
+  EXPECT_EQ(pool.deallocate(half), status::success);
+  EXPECT_EQ(pool.stats().live_allocations, 0u) << "probing leaves nothing allocated";
+}
+
 TEST_F(pinned_host_pool_test, exhaustion_by_small_allocations_recovers_too) {
   pinned_host_pool pool(dev_, 16 * k_mib);
   std::vector<void*> live;

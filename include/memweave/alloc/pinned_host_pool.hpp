@@ -77,6 +77,12 @@ class pinned_host_pool {
   /// Bytes of the pinned region.
   std::size_t capacity() const noexcept;
 
+  /// The largest allocation the pool could serve now, found by trying sizes downwards
+  /// (within 1/16; jemalloc does not say): for a failure's message, not for a fast path.
+  /// Below capacity() even when empty: jemalloc's size classes (four per doubling) leave
+  /// the largest one allocation about 7/8 of the region.
+  std::size_t largest_allocation() const noexcept;
+
   /// Sum of the usable sizes (jemalloc's sallocx) of the live allocations.
   std::size_t bytes_in_use() const noexcept;
 

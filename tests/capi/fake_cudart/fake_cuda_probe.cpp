@@ -617,9 +617,15 @@ void fork_child_refuses() {
   auto f = memweave_symbol<int (*)(void*)>("memweaveFree");
   auto host_free = memweave_symbol<int (*)(void*)>("memweaveHostFree");
   auto message = memweave_symbol<const char* (*)()>("memweaveGetLastErrorMessage");
-  CHECK(m != nullptr && f != nullptr && host_free != nullptr && message != nullptr,
+  auto initialized = memweave_symbol<int (*)()>("memweaveIsInitialized");
+  auto finalize = memweave_symbol<int (*)()>("memweaveFinalize");
+  CHECK(m != nullptr && f != nullptr && host_free != nullptr && message != nullptr &&
+            initialized != nullptr && finalize != nullptr,
         "libmemweave.so is not preloaded");
-  if (m == nullptr || f == nullptr || host_free == nullptr || message == nullptr) return;
+  if (m == nullptr || f == nullptr || host_free == nullptr || message == nullptr ||
+      initialized == nullptr || finalize == nullptr) {
+    return;
+  }
   std::atomic<bool> stop{false};
   std::thread busy([&] {
     while (!stop.load()) {
@@ -637,7 +643,11 @@ void fork_child_refuses() {
                            std::strstr(message(), "forked") != nullptr &&
                            f(p) == MEMWEAVE_ERROR_NOT_SUPPORTED &&
                            host_free(p) == MEMWEAVE_ERROR_NOT_SUPPORTED;
-      std::_Exit(refused ? 0 : 3);
+      // Not initialized there, and finalizing (allowed unconditionally) agrees: it
+      // succeeds, releasing nothing of the parent's (it said "not supported").
+      const bool agree = initialized() == 0 && finalize() == MEMWEAVE_SUCCESS &&
+                         m(&q, 8192) == MEMWEAVE_ERROR_NOT_SUPPORTED;
+      std::_Exit(refused && agree ? 0 : 3);
     }
     int status = 0;
     ::waitpid(child, &status, 0);
