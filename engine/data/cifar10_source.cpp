@@ -92,7 +92,13 @@ class cifar10_source final : public data_source {
                   float* images, float* labels) override {
     const std::size_t count = records_.size() / k_record;
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::size_t r = static_cast<std::size_t>(iteration * batch + first + i) % count;
+      // In 128 bits: a resumed run's iteration goes up to 2^53 (checkpoint_max_iteration),
+      // whose product with a batch over 1024 overflowed int64 (session 42's hostile run:
+      // undefined behaviour, wrapped record indices in release).
+      const auto at =
+          static_cast<unsigned __int128>(iteration) * static_cast<std::uint64_t>(batch) +
+          static_cast<std::uint64_t>(first + i);
+      const auto r = static_cast<std::size_t>(at % count);
       const unsigned char* rec = records_.data() + r * k_record;
       labels[i] = static_cast<float>(rec[0]);
       for (std::size_t j = 0; j < k_pixels; ++j) {

@@ -247,6 +247,12 @@ TEST(data_source_test, cifar10_records_are_read_in_order_and_normalized) {
   EXPECT_EQ(labels[1], 7.0f);
   EXPECT_FLOAT_EQ(images[0], 2 / 255.0f - 0.5f);
   EXPECT_FLOAT_EQ(images[3072 + 5], 5 / 255.0f - 0.5f);
+  // A run resumed at the checkpoint's largest iteration, 2^53, with a batch of 2048: its
+  // first image is record (2^53 * 2048) mod 3 = 1. In int64 the product overflowed (2^64
+  // wrapped to 0: record 0, and undefined behaviour; session 42's hostile run).
+  src->fill_slice(std::int64_t{1} << 53, 2048, 0, 2, images.data(), labels.data());
+  EXPECT_EQ(labels[0], 8.0f);
+  EXPECT_EQ(labels[1], 9.0f);
   std::filesystem::remove(path);
 }
 
