@@ -29,29 +29,11 @@
 #include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
+#include "memweave/core/quoted.hpp"
 
 namespace memweave {
 
 namespace {
-
-// At most 60 characters, control characters (a binary file's NULs) as \xNN; other bytes as
-// they are (a UTF-8 path reads as itself).
-std::string quote(std::string_view s) {
-  constexpr std::size_t max_shown = 60;
-  std::string out = "'";
-  for (const char c : s.substr(0, max_shown)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7f) {
-      out += c;
-    } else {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02x", u);
-      out += hex;
-    }
-  }
-  if (s.size() > max_shown) out += "...";
-  return out + "'";
-}
 
 // Splits on runs of spaces/tabs.
 std::vector<std::string_view> fields_of(std::string_view line) {
@@ -82,13 +64,13 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
   const auto f = fields_of(line);
   if (f.size() != 5) {
     throw invalid_argument(at + "expected 5 fields 't_ns op offset bytes stream', found " +
-                           std::to_string(f.size()) + " in " + quote(line));
+                           std::to_string(f.size()) + " in " + quoted(line));
   }
   trace_event e;
   e.line = line_no;
   if (!parse_number(f[0], e.t_ns)) {
     throw invalid_argument(at + "field 1 (t_ns) must be a non-negative integer, found " +
-                           quote(f[0]));
+                           quoted(f[0]));
   }
   if (f[1] == "a") {
     e.op = trace_op::alloc;
@@ -96,20 +78,21 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
     e.op = trace_op::free;
   } else {
     throw invalid_argument(at + "field 2 (op) must be 'a' (allocation) or 'f' (free), found " +
-                           quote(f[1]));
+                           quoted(f[1]));
   }
   if (!parse_number(f[2], e.offset)) {
     throw invalid_argument(at + "field 3 (offset) must be a non-negative integer, found " +
-                           quote(f[2]));
+                           quoted(f[2]));
   }
   if (!parse_number(f[3], e.bytes) || e.bytes == 0 || e.bytes > k_max_tensor_bytes) {
-    throw invalid_argument(at + "field 4 (bytes) must be a positive integer, found " + quote(f[3]) +
-                           " (at most " + std::to_string(k_max_tensor_bytes) + ", 128 TiB)");
+    throw invalid_argument(at + "field 4 (bytes) must be a positive integer, found " +
+                           quoted(f[3]) + " (at most " + std::to_string(k_max_tensor_bytes) +
+                           ", 128 TiB)");
   }
   if (!parse_number(f[4], e.stream) || e.stream < 0) {
     throw invalid_argument(at + "field 5 (stream) must be an integer from 0 to " +
                            std::to_string(std::numeric_limits<int>::max()) + ", found " +
-                           quote(f[4]));
+                           quoted(f[4]));
   }
   return e;
 }
@@ -123,7 +106,7 @@ std::size_t check_header(std::string_view rest, const std::string& at) {
   std::uint64_t block = 0;
   if (f.size() != 1 || !f[0].starts_with(key) || !parse_number(f[0].substr(key.size()), block) ||
       !valid_block_bytes(block) || block > (std::uint64_t{1} << 30)) {
-    throw invalid_argument(at + "the header's " + quote(rest) +
+    throw invalid_argument(at + "the header's " + quoted(rest) +
                            " is not ' block_bytes=N' with N a power of two from 256 to 1 GiB "
                            "(the heap's block size)");
   }
@@ -134,7 +117,7 @@ std::size_t check_header(std::string_view rest, const std::string& at) {
 
 std::vector<trace_event> parse_trace(std::string_view text, std::string_view source,
                                      std::size_t* block_bytes) {
-  const std::string where = "trace " + quote(source);
+  const std::string where = "trace " + quoted(source);
   std::vector<trace_event> events;
   std::uint64_t line_no = 0;
   bool header_seen = false;
@@ -151,8 +134,8 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
     const std::string at = where + " line " + std::to_string(line_no) + ": ";
     if (!header_seen) {
       if (!line.starts_with(trace_header)) {
-        throw invalid_argument(at + "expected the header " + quote(trace_header) + ", found " +
-                               quote(line) + "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
+        throw invalid_argument(at + "expected the header " + quoted(trace_header) + ", found " +
+                               quoted(line) + "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
       }
       const std::size_t block = check_header(line.substr(trace_header.size()), at);
       if (block_bytes != nullptr) *block_bytes = block;
@@ -184,7 +167,7 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
     }
   }
   if (!header_seen) {
-    throw invalid_argument(where + " is empty: expected the header " + quote(trace_header));
+    throw invalid_argument(where + " is empty: expected the header " + quoted(trace_header));
   }
   return events;
 }

@@ -16,6 +16,7 @@
 
 #include "memweave/core/atomic_file.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/quoted.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/core/whole_file.hpp"
 #include "memweave/swap/transfer_engine.hpp"
@@ -33,6 +34,12 @@ constexpr char k_magic[8] = {'M', 'W', 'C', 'K', 'P', 'T', '\r', '\n'};
 constexpr std::size_t k_header_bytes = 48;
 constexpr std::size_t k_trailer_bytes = 8;  // checksum
 constexpr std::uint32_t k_max_name = 4096;
+
+// A tensor name read from a file, in a message: any bytes may be there (a NUL cut the
+// message at it, a newline broke it: session 42's hostile run).
+std::string shown(const std::string& name) {
+  return quoted(name, 256);
+}
 
 template <class T>
 void put(std::string& out, T v) {
@@ -222,6 +229,16 @@ checkpoint_file read_checkpoint(const std::string& path) {
                            std::to_string(checkpoint_version));
   }
   const std::size_t end = bytes.size() - k_trailer_bytes;
+  // The checksum first: a corrupt file is then named so, not by whichever field its damage
+  // reached first (a flipped byte read as a name length, or as a name).
+  std::uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + end, sizeof stored);
+  const std::uint64_t computed = transfer_checksum(bytes.data(), end);
+  if (stored != computed) {
+    throw invalid_argument("checkpoint '" + path + "' is truncated or corrupt: checksum " +
+                           hex(computed) + " computed, " + hex(stored) +
+                           " stored (its last 8 bytes sum what precedes them)");
+  }
   reader r(bytes, end, path);
   checkpoint_file f;
   const auto count = r.get<std::uint32_t>("the tensor count");
@@ -257,24 +274,24 @@ checkpoint_file read_checkpoint(const std::string& path) {
     }
     t.name.assign(r.take(name_bytes, which + " (name)"), name_bytes);
     std::int64_t dims[4];
-    for (std::int64_t& d : dims) d = r.get<std::int64_t>(which + " '" + t.name + "' (shape)");
+    for (std::int64_t& d : dims) d = r.get<std::int64_t>(which + " " + shown(t.name) + " (shape)");
     t.shape = {dims[0], dims[1], dims[2], dims[3]};
     std::uint64_t elements = 1;
     for (std::int64_t d : dims) {
       // Each dimension at least 1, and the product bounded by what is left of the file.
       if (d < 1) {
-        throw invalid_argument("checkpoint '" + path + "' is corrupt: tensor '" + t.name +
-                               "' has shape " + to_string(t.shape) +
+        throw invalid_argument("checkpoint '" + path + "' is corrupt: tensor " + shown(t.name) +
+                               " has shape " + to_string(t.shape) +
                                " (each dimension must be at least 1)");
       }
       if (static_cast<std::uint64_t>(d) > r.left() / sizeof(float) / elements) {
-        throw invalid_argument("checkpoint '" + path + "' is truncated or corrupt: tensor '" +
-                               t.name + "' has shape " + to_string(t.shape) + ", more than the " +
-                               std::to_string(r.left()) + " bytes left hold");
+        throw invalid_argument("checkpoint '" + path + "' is truncated or corrupt: tensor " +
+                               shown(t.name) + " has shape " + to_string(t.shape) +
+                               ", more than the " + std::to_string(r.left()) + " bytes left hold");
       }
       elements *= static_cast<std::uint64_t>(d);
     }
-    const char* p = r.take(elements * sizeof(float), which + " '" + t.name + "' (values)");
+    const char* p = r.take(elements * sizeof(float), which + " " + shown(t.name) + " (values)");
     t.values.resize(elements);
     std::memcpy(t.values.data(), p, elements * sizeof(float));
     f.tensors.push_back(std::move(t));
@@ -284,13 +301,6 @@ checkpoint_file read_checkpoint(const std::string& path) {
                            " bytes follow its " + std::to_string(count) +
                            " tensors before the checksum");
   }
-  std::uint64_t stored = 0;
-  std::memcpy(&stored, bytes.data() + end, sizeof stored);
-  const std::uint64_t computed = transfer_checksum(bytes.data(), end);
-  if (stored != computed) {
-    throw invalid_argument("checkpoint '" + path + "' is corrupt: checksum " + hex(computed) +
-                           " computed, " + hex(stored) + " stored");
-  }
   // Sound bytes, but values no run that trains leaves: training from them gives NaN at once
   // (the ONNX importer refuses them alike).
   for (const checkpoint_tensor& t : f.tensors) {
@@ -299,7 +309,7 @@ checkpoint_file read_checkpoint(const std::string& path) {
       const float v = t.values[i];
       if (std::isfinite(v) && !(variance && v < 0)) continue;
       throw invalid_argument(
-          "checkpoint '" + path + "': tensor '" + t.name + "' holds " + format_number(v) +
+          "checkpoint '" + path + "': tensor " + shown(t.name) + " holds " + format_number(v) +
           " at index " + std::to_string(i) + ": " +
           (variance ? "a variance must be finite and not negative" : "values must be finite") +
           " (from a run that diverged?); give another checkpoint");
@@ -320,12 +330,12 @@ checkpoint_state load_checkpoint(executor& ex, const checkpoint_file& f, const s
   for (const checkpoint_tensor& t : f.tensors) {
     const tensor_id id = ex.table().find(t.name);
     if (id == invalid_tensor || !ex.table()[id].persistent) {
-      unknown.push_back("'" + t.name + "'");
+      unknown.push_back(shown(t.name));
     } else if (ex.table()[id].shape != t.shape) {
-      shapes.push_back("'" + t.name + "' has shape " + to_string(t.shape) + " in the file, " +
+      shapes.push_back(shown(t.name) + " has shape " + to_string(t.shape) + " in the file, " +
                        to_string(ex.table()[id].shape) + " in the network");
     }
-    if (!seen.insert(t.name).second) twice.push_back("'" + t.name + "'");
+    if (!seen.insert(t.name).second) twice.push_back(shown(t.name));
   }
   for (const std::string& name : ex.persistent_names()) {
     if (!seen.contains(name)) missing.push_back("'" + name + "'");

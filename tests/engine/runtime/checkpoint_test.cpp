@@ -121,6 +121,12 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   expect_refused(bytes.substr(0, 30), "truncated");
   expect_refused(bytes.substr(0, bytes.size() / 2), "truncated");
   expect_refused(bytes.substr(0, bytes.size() - 1), "truncated or corrupt");
+  // A damaged record is named by the checksum, checked first: a version flipped to 1 read
+  // version 2's schedule as a tensor record, whose name then held a NUL that cut the message
+  // off ("tensor '\x01", session 42's hostile run).
+  std::string old_version = bytes;
+  old_version[8] = 1;
+  expect_refused(old_version, "truncated or corrupt: checksum");
   std::string flipped = bytes;
   flipped[bytes.size() / 2] ^= 0x10;  // inside some tensor's values
   expect_refused(flipped, "checksum");
@@ -211,6 +217,23 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   expect_refused(slurp(other_path), "missing from the file (18): 'bn1.gamma'");
   // Not loaded, but readable: the file itself is sound.
   EXPECT_EQ(read_checkpoint(other_path).tensors.size(), ex3.persistent_names().size());
+  // A name with any bytes in it (a file sealed by hand): shown with its control bytes as
+  // \xNN, the message whole after it. Raw, a NUL ended the message where the command line
+  // printed it, and a newline broke its line (session 42's hostile run).
+  {
+    checkpoint_file odd = read_checkpoint(good);
+    odd.tensors.front().name = std::string("w\0\n\"x", 5);
+    try {
+      (void)load_checkpoint(fresh, odd, bad);
+      ADD_FAILURE() << "a tensor the network lacks was loaded";
+    } catch (const invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("'w\\x00\\x0a\"x'"), std::string::npos) << what;
+      EXPECT_EQ(what.find('\0'), std::string::npos);
+      EXPECT_NE(what.find("missing from the file"), std::string::npos) << what;
+    }
+    EXPECT_EQ(fresh.read_persistent(), before);
+  }
   EXPECT_THROW((void)load_checkpoint(fresh, temp_path("absent")), invalid_argument);
   try {
     (void)load_checkpoint(fresh, std::filesystem::temp_directory_path().string());
