@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "memweave/core/atomic_file.hpp"
 #include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
@@ -170,32 +171,21 @@ void conv_algorithm_cache::save(const std::string& path, const std::string& fing
       return;
     }
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) {
-      throw invalid_argument("cannot write conv algorithm cache '" + tmp +
-                             "': " + std::strerror(errno) + "; fix MEMWEAVE_CONV_CACHE");
+  std::string text = std::string(k_header) + fingerprint + "\n";
+  char buf[64];
+  for (const auto& [key, candidates] : entries_) {
+    text += key;
+    for (const auto& c : candidates) {
+      std::snprintf(buf, sizeof buf, "%.9g", c.seconds);
+      text += '\t' + c.algorithm + ' ' + std::to_string(c.workspace_bytes) + ' ' + buf;
     }
-    out << k_header << fingerprint << "\n";
-    char buf[64];
-    for (const auto& [key, candidates] : entries_) {
-      out << key;
-      for (const auto& c : candidates) {
-        std::snprintf(buf, sizeof buf, "%.9g", c.seconds);
-        out << '\t' << c.algorithm << ' ' << c.workspace_bytes << ' ' << buf;
-      }
-      out << '\n';
-    }
-    if (!out.flush()) {
-      throw invalid_argument("writing conv algorithm cache '" + tmp +
-                             "' failed: " + std::strerror(errno));
-    }
+    text += '\n';
   }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    throw invalid_argument("cannot move '" + tmp + "' to '" + path + "': " + ec.message());
-  }
+  // Through a temporary file of this process's own, removed when anything fails: with a
+  // fixed "<path>.tmp" a user's file of that name was overwritten and renamed onto the cache,
+  // two runs wrote one temporary file, and a full disk left an empty one behind (session
+  // 42's hostile run).
+  write_file_atomically(path, text, "the conv algorithm cache (MEMWEAVE_CONV_CACHE)");
   dirty_ = false;
 }
 

@@ -132,6 +132,33 @@ TEST(conv_algorithm_cache_test, a_file_that_is_not_a_conv_cache_is_never_written
   std::filesystem::remove(path);
 }
 
+// A user's file named like a temporary file beside the cache is not touched by a save: with
+// a fixed "<path>.tmp" it was written over and renamed onto the cache (session 42's hostile
+// run). The cache is written whole, and nothing is left beside it.
+TEST(conv_algorithm_cache_test, a_save_leaves_files_beside_the_cache_alone) {
+  const std::string path = temp("beside");
+  const std::string precious = "precious\n";
+  std::ofstream(path + ".tmp") << precious;
+  conv_algorithm_cache c;
+  c.insert("k", {{"direct", 0, 0.5}});
+  c.save(path, "fp");
+  std::ifstream in(path + ".tmp");
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, precious);
+  conv_algorithm_cache back;
+  EXPECT_TRUE(back.load(path, "fp"));
+  EXPECT_NE(back.find("k"), nullptr);
+  std::size_t beside = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
+    beside += e.path().filename().string().starts_with(
+        std::filesystem::path(path).filename().string() + ".tmp-");
+  }
+  EXPECT_EQ(beside, 0u);
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".tmp");
+}
+
 // A cache of another backend, device or thread count (a GPU's cuDNN timings, the host's at
 // another thread count) is not written over by a run that cannot use it: a run elsewhere
 // threw those timings away, and the next run there measured them all again.
