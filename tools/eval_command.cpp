@@ -14,6 +14,7 @@
 #include "memweave/core/units.hpp"
 #include "network_run.hpp"
 #include "report_writers.hpp"
+#include "stop_signal.hpp"
 #include "training_options.hpp"
 
 namespace memweave {
@@ -183,7 +184,11 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   report.iterations = static_cast<int>(batches);
   report.first_batch = first;
   bool any = false;
+  // Ctrl-C or SIGTERM: the policies evaluated are printed and written, the rest not begun
+  // (stop_signal.hpp; the running one finishes its batches first).
+  const stop_signal_scope stop_scope;
   for (const std::string& policy : o.policies) {
+    if (stop_requested() != 0) break;
     report.policies.push_back(
         evaluate_policy(net, o, policy, dev, source.get(), first, batches, out, report.device));
     any = any || report.policies.back().fits;
@@ -192,6 +197,7 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
     from_knob("--json", [&] { write_file(o.json, report, write_json); });
     out << "wrote " << o.json << "\n";
   }
+  if (const int signal = stop_requested(); signal != 0) throw stopped_by_signal(signal);
   for (const policy_report& p : report.policies) {
     if (p.failed) throw invalid_argument(p.failure);
   }

@@ -12,6 +12,7 @@
 #include "memweave/alloc/static_tls.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
+#include "stop_signal.hpp"
 
 namespace {
 
@@ -66,7 +67,8 @@ commands:
           [--pool SIZE] [--fit best,first]
   config  list the MEMWEAVE_* variables with their values (--markdown: README table)
 
-exit codes: 0 ran and fits, 1 does not fit, 2 bad input, 3 internal error
+exit codes: 0 ran and fits, 1 does not fit, 2 bad input, 3 internal error,
+            130/143 stopped by SIGINT/SIGTERM (what finished is printed and written)
 
 networks: alexnet vgg16 resnet50 resnet101 resnet152 resnet:<n1>,<n2>,<n3>,<n4>
           inception_v4 densenet121, or an ONNX model file PATH.onnx (its weights are the
@@ -114,6 +116,12 @@ int main(int argc, char** argv) {
     if (command == "config") return written(memweave::config_command(argc, argv, std::cout));
     std::cerr << "memweave: unknown command '" << command << "'\n" << k_usage;
     return 2;
+  } catch (const memweave::stopped_by_signal& e) {
+    // What finished was printed and written; the exit status a shell gives a process that
+    // the signal ended.
+    std::cout.flush();
+    std::cerr << "memweave: " << e.what() << "\n";
+    return 128 + e.signal();
   } catch (const memweave::device_error& e) {
     std::cerr << "memweave: device error: " << e.what() << "\n";
     return 3;

@@ -32,6 +32,7 @@
 #include "memweave/engine/split_plan.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
 #include "report_writers.hpp"
+#include "stop_signal.hpp"
 #include "timeline_writer.hpp"
 
 namespace memweave {
@@ -662,6 +663,9 @@ policy_report run_policy(const network& net, const network_run_options& o,
   std::vector<double> losses;
   try {
     for (int it = 0; it < iterations; ++it) {
+      // A stop asked (Ctrl-C, SIGTERM): the iterations run are finished work, reported,
+      // saved and written as a whole run's are, with how many ran.
+      if (stop_requested() != 0) break;
       const std::int64_t batch = o.first_iteration + it;
       solver_settings now = base;
       now.learning_rate = static_cast<float>(o.schedule.rate(base.learning_rate, batch));
@@ -710,8 +714,18 @@ policy_report run_policy(const network& net, const network_run_options& o,
     save_timeline();
     return report;
   }
+  // Fewer than asked where a signal stopped the run.
+  const int done = static_cast<int>(losses.size());
   report = ex->report();
   report.losses = std::move(losses);
+  report.iterations_run = done;
+  if (done < iterations) {
+    report.stopped_by = signal_name(stop_requested());
+    if (done == 0) {  // nothing ran: no figures to give
+      report.fits = false;
+      report.failure = "stopped by " + report.stopped_by + " before its first iteration";
+    }
+  }
   // What the run leaves besides its report: a failure to write one (a full disk) loses
   // neither the row nor the other outputs.
   const auto keep_going = [&](const std::function<void()>& write) {
@@ -724,14 +738,14 @@ policy_report run_policy(const network& net, const network_run_options& o,
       from_knob("--save", [&] {
         // The base rate, not the last iteration's scheduled one the executor holds: a run
         // resumed from the file takes it as its --lr and schedules it again.
-        checkpoint_state state = checkpoint_state_of(*ex, o.first_iteration + iterations);
+        checkpoint_state state = checkpoint_state_of(*ex, o.first_iteration + done);
         state.solver.learning_rate = base.learning_rate;
         state.schedule = o.schedule;  // which a resumed run continues
         save_checkpoint(*ex, o.save, state);
       });
       if (progress) {
-        *progress << "saved the weights after iteration " << o.first_iteration + iterations
-                  << " to " << o.save << "\n";
+        *progress << "saved the weights after iteration " << o.first_iteration + done << " to "
+                  << o.save << "\n";
       }
     });
   }
@@ -747,9 +761,9 @@ policy_report run_policy(const network& net, const network_run_options& o,
       report.timed_first = settled_first;
     } else {
       report.seconds_per_iteration = measured_s / measured;
-      report.timed_first = iterations == 1 ? 1 : 2;
+      report.timed_first = done == 1 ? 1 : 2;
     }
-    report.timed_last = iterations;
+    report.timed_last = done;
     report.images_per_s = static_cast<double>(net.batch()) / report.seconds_per_iteration;
   }
   if (parallel(o)) {
@@ -765,7 +779,12 @@ int run_policies(const network& net, const network_run_options& o, const device_
                  int iterations, data_source* data, run_report& report, std::ostream& out,
                  std::ostream* progress) {
   std::exception_ptr first_error, output_error;
+  // Ctrl-C or SIGTERM stops at the next iteration and writes what finished (stop_signal.hpp);
+  // not under data parallelism, whose ranks must stop together (the signal ends them there).
+  std::optional<stop_signal_scope> stop_scope;
+  if (!parallel(o)) stop_scope.emplace();
   for (const std::string& policy : o.policies) {
+    if (stop_requested() != 0) break;  // the policies not begun are not run
     try {
       report.policies.push_back(run_policy(net, o, policy, dev, iterations, data, progress,
                                            &report.device, &output_error));
@@ -788,6 +807,7 @@ int run_policies(const network& net, const network_run_options& o, const device_
     write_summary(out, report);
     keep_failures(output_error, [&] { write_run_outputs(o, report, out); });
   }
+  if (const int signal = stop_requested(); signal != 0) throw stopped_by_signal(signal);
   if (first_error) std::rethrow_exception(first_error);
   if (output_error) std::rethrow_exception(output_error);
   for (const auto& p : report.policies) {

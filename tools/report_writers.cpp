@@ -63,6 +63,8 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"fits\": " << (p.fits ? "true" : "false")
         << ",\n      \"failed\": " << (p.failed ? "true" : "false")
         << ",\n      \"failure\": " << json_string(p.failure)
+        << ",\n      \"stopped_by\": " << json_string(p.stopped_by)
+        << ",\n      \"iterations_run\": " << p.iterations_run
         << ",\n      \"image_side\": " << p.image_side
         << ",\n      \"peak_bytes\": " << p.peak_bytes
         << ",\n      \"peak_live_bytes\": " << p.peak_live_bytes
@@ -355,6 +357,10 @@ void write_summary(std::ostream& out, const run_report& r) {
     }
     out << "\n";
     if (!p.fits) out << "  " << p.policy << ": " << p.failure << "\n";
+    if (!p.stopped_by.empty() && p.iterations_run > 0) {
+      out << "  " << p.policy << ": stopped by " << p.stopped_by << " after " << p.iterations_run
+          << " of " << r.iterations << " iterations: its figures are those iterations'\n";
+    }
     if (!p.rank_reports.empty()) {
       out << "  " << p.policy << ": " << p.ranks << " ranks (budget per rank), tightest rank "
           << p.tightest_rank << ";";
