@@ -105,8 +105,8 @@ std::unique_ptr<device> make_cuda(const device_options& options) {
   throw no_device_error(
       "the cuda device was asked for (MEMWEAVE_DEVICE=cuda) but this memweave was built "
       "without the cuda backend; rebuild with the CUDA toolkit and cuDNN "
-      "(-DMEMWEAVE_WITH_CUDA=ON), or run with MEMWEAVE_DEVICE=host (simulated device) or "
-      "MEMWEAVE_DEVICE=null (planning)");
+      "(-DMEMWEAVE_WITH_CUDA=ON), or run on the simulated device (--device host, "
+      "MEMWEAVE_DEVICE=host), or plan without a device (`memweave plan`, MEMWEAVE_DEVICE=null)");
 #endif
 }
 

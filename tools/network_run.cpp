@@ -234,7 +234,12 @@ network_run_options read_network_run_options(cli_args& args) {
     MEMWEAVE_EXPECTS(seen.insert(p).second,
                      policy_knob + " lists '" + p + "' twice; give each policy once");
   }
-  o.budget_bytes = args.get_bytes("budget", 1, k_max_tensor_bytes).value_or(0);
+  // At most 64 TiB, half of x86-64's 128 TiB of user address space: `plan`'s null device
+  // reserves the budget's addresses (it touches no memory), and above about 80-100 TiB that
+  // reservation failed, even `plan --max-batch` (session 42's hostile run); no device holds
+  // that much.
+  constexpr std::uint64_t k_max_budget = std::uint64_t{64} << 40;
+  o.budget_bytes = args.get_bytes("budget", 1, k_max_budget).value_or(0);
   o.executor.heap = heap_options::from_environment();
   MEMWEAVE_EXPECTS(o.budget_bytes == 0 || o.executor.heap.grow_bytes == 0,
                    "MEMWEAVE_POOL_GROW=" + option_raw("MEMWEAVE_POOL_GROW").value_or("") +
@@ -297,8 +302,14 @@ network_run_options read_network_run_options(cli_args& args) {
 }
 
 bool is_onnx_net(const std::string& net) {
+  // Any case: a model saved as X.ONNX is one too (it was taken for an unknown zoo name).
   const std::string ext = ".onnx";
-  return net.size() > ext.size() && net.compare(net.size() - ext.size(), ext.size(), ext) == 0;
+  if (net.size() <= ext.size()) return false;
+  for (std::size_t i = 0; i < ext.size(); ++i) {
+    const char c = net[net.size() - ext.size() + i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != ext[i]) return false;
+  }
+  return true;
 }
 
 void load_onnx_net(network_run_options& o) {

@@ -11,11 +11,12 @@
 namespace memweave {
 
 void read_init_from(cli_args& args, network_run_options& o, bool solver) {
-  const auto path = args.get("init-from");
-  if (!path) return;
-  o.init_path = *path;
+  // An empty path is refused as every path option's is ("cannot read checkpoint ''").
+  const std::string path = args.get_path("init-from");
+  if (path.empty()) return;
+  o.init_path = path;
   o.init = std::make_shared<const checkpoint_file>(
-      from_knob("--init-from", [&] { return read_checkpoint(*path); }));
+      from_knob("--init-from", [&] { return read_checkpoint(path); }));
   const checkpoint_state& st = o.init->state;
   o.first_iteration = st.iteration;
   if (!o.seed_given) o.executor.seed = st.seed;

@@ -496,8 +496,9 @@ std::unique_ptr<device> make_cuda_device(int ordinal) {
   const int n = device_count(&why);
   if (n == 0) {
     throw no_device_error("the cuda device was asked for but no CUDA GPU can be used (" + why +
-                          "); run with MEMWEAVE_DEVICE=host for the simulated device, or "
-                          "MEMWEAVE_DEVICE=null to plan without one");
+                          "); run on the simulated device (--device host, "
+                          "MEMWEAVE_DEVICE=host), or plan without one (`memweave plan`, "
+                          "MEMWEAVE_DEVICE=null)");
   }
   if (ordinal < 0 || ordinal >= n) {
     throw no_device_error("MEMWEAVE_CUDA_DEVICE=" + std::to_string(ordinal) + " but " +

@@ -136,8 +136,8 @@ std::unique_ptr<data_source> make_data_source(const std::string& spec, const sha
     }
     return source;
   }
-  throw invalid_argument("unknown data source '" + spec +
-                         "': expected 'synthetic' or 'cifar10:PATH'");
+  throw invalid_argument("--data '" + spec +
+                         "' is not a data source: expected 'synthetic' or 'cifar10:PATH'");
 }
 
 }  // namespace memweave

@@ -54,24 +54,30 @@ void expect_non_negative(const std::string& name, layer_type type, const char* f
 // Every tensor of a layer must be addressable: its element count and bytes computed without
 // overflow, and no larger than k_max_tensor_bytes. Names the layer, the tensor and its shape.
 void expect_addressable(const std::string& name, layer_type type, const std::string& tensor,
-                        const shape4& s) {
+                        const shape4& s, const char* remedy) {
   std::optional<std::int64_t> count = s.n;
   for (std::int64_t d : {s.c, s.h, s.w, std::int64_t{sizeof(float)}}) {
     if (count) count = checked_mul(*count, d);
   }
   if (count && *count >= 0 && static_cast<std::uint64_t>(*count) <= k_max_tensor_bytes) return;
-  throw invalid_argument(who(name, type) + ": its " + tensor + " of shape " + to_string(s) +
-                         " would take " +
-                         (count && *count >= 0 ? format_bytes(static_cast<std::size_t>(*count))
-                                               : std::string("more than 2^63 bytes")) +
-                         ", more than the " + format_bytes(k_max_tensor_bytes) +
-                         " of an address space; lower the batch, the image side or the width");
+  throw invalid_argument(
+      who(name, type) + ": its " + tensor + " of shape " + to_string(s) + " would take " +
+      (count && *count >= 0 ? format_bytes(static_cast<std::size_t>(*count))
+                            : std::string("more than 2^63 bytes")) +
+      ", more than the " + format_bytes(k_max_tensor_bytes) + " of an address space; " + remedy);
 }
 
 void expect_addressable(const std::string& name, layer_type type, const inferred_layer& r) {
-  expect_addressable(name, type, "output", r.output);
-  for (const auto& p : r.param_tensors) expect_addressable(name, type, p.name, p.shape);
-  for (const auto& a : r.aux_tensors) expect_addressable(name, type, a.name, a.shape);
+  // A parameter holds no images: the batch does not size it (session 42's hostile run: a
+  // weight too large for --width 10000 asked to lower the batch too).
+  const char* activations = "lower the batch, the image side or the width";
+  expect_addressable(name, type, "output", r.output, activations);
+  for (const auto& p : r.param_tensors) {
+    expect_addressable(name, type, p.name, p.shape,
+                       "lower the width, or the image side where a fully connected layer reads a "
+                       "feature map (the batch does not size parameters)");
+  }
+  for (const auto& a : r.aux_tensors) expect_addressable(name, type, a.name, a.shape, activations);
 }
 
 shape4 vec(std::int64_t c) {

@@ -168,7 +168,9 @@ TEST(cli_outputs_test, outputs_that_cannot_be_written_are_refused_before_the_run
 }
 
 TEST(cli_outputs_test, an_empty_output_path_is_an_error_not_no_output) {
-  for (const char* knob : {"--json", "--csv", "--svg", "--trace-timeline", "--save"}) {
+  // --init-from too, an input: it said "cannot read checkpoint ''" (session 42's hostile run).
+  for (const char* knob :
+       {"--json", "--csv", "--svg", "--trace-timeline", "--save", "--init-from"}) {
     expect_has(error_of(train_command, small_train({knob, ""})),
                std::string(knob) + " '' is an empty path");
   }

@@ -213,6 +213,15 @@ TEST(network_builder_test, tensor_larger_than_the_address_space_is_rejected_nami
   p.kernel_h = p.kernel_w = 1;
   expect_contains(error_of([&] { c.conv(x, p, "wide"); }),
                   {"layer 'wide' (CONV)", "2x8192x65536x65536", "address space"});
+  // A weight too large: the batch does not size it, and its remedy does not say so.
+  conv_params heavy;
+  heavy.out_channels = std::int64_t{1} << 22;
+  heavy.kernel_h = heavy.kernel_w = 3;
+  network_builder d("m");
+  layer_handle y = d.data({2, std::int64_t{1} << 22, 4, 4}, 10);  // 512 MiB
+  const std::string weight = error_of([&] { d.conv(y, heavy, "heavy"); });
+  expect_contains(weight, {"layer 'heavy' (CONV)", "address space", "the batch does not size"});
+  EXPECT_EQ(weight.find("lower the batch"), std::string::npos) << weight;
   conv_params huge = p;
   huge.pad_h = std::int64_t{1} << 62;  // would overflow the output side's arithmetic
   expect_contains(error_of([&] { c.conv(x, huge, "padded"); }),
