@@ -10,7 +10,7 @@ out=$2/stopped_by_signal
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "FAIL: $*"; echo "--- output:"; cat "$out/log"; exit 1; }
 "$memweave" train --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
-  --device host --conv-ws fixed:direct --iterations 400 --policy liveness,offload \
+  --device host --conv-ws fixed:direct --iterations 150 --policy liveness,offload \
   --json "$out/run.json" >"$out/log" 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do
@@ -25,10 +25,10 @@ rc=$?
 [ $rc -eq 130 ] || fail "exit status $rc, expected 130"
 grep -q "stopped by SIGINT: what finished was printed and written" "$out/log" ||
   fail "no word of the stop"
-grep -q "offload: stopped by SIGINT after [0-9]* of 400 iterations" "$out/log" ||
+grep -q "offload: stopped by SIGINT after [0-9]* of 150 iterations" "$out/log" ||
   fail "the stopped policy's row does not say how many iterations ran"
 [ -f "$out/run.json" ] || fail "--json was not written"
 grep -q '"policy": "liveness"' "$out/run.json" || fail "liveness is not in the json"
-grep -q '"iterations_run": 400' "$out/run.json" || fail "liveness did not run its 400"
+grep -q '"iterations_run": 150' "$out/run.json" || fail "liveness did not run its 150"
 grep -q '"stopped_by": "SIGINT"' "$out/run.json" || fail "the json does not say offload stopped"
 echo "PASS: exit 130, liveness whole, offload stopped and written"
