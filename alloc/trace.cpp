@@ -64,13 +64,13 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
   const auto f = fields_of(line);
   if (f.size() != 5) {
     throw invalid_argument(at + "expected 5 fields 't_ns op offset bytes stream', found " +
-                           std::to_string(f.size()) + " in " + quoted(line));
+                           std::to_string(f.size()) + " in " + quote_text(line));
   }
   trace_event e;
   e.line = line_no;
   if (!parse_number(f[0], e.t_ns)) {
     throw invalid_argument(at + "field 1 (t_ns) must be a non-negative integer, found " +
-                           quoted(f[0]));
+                           quote_text(f[0]));
   }
   if (f[1] == "a") {
     e.op = trace_op::alloc;
@@ -78,21 +78,21 @@ trace_event parse_event(std::string_view line, std::uint64_t line_no, const std:
     e.op = trace_op::free;
   } else {
     throw invalid_argument(at + "field 2 (op) must be 'a' (allocation) or 'f' (free), found " +
-                           quoted(f[1]));
+                           quote_text(f[1]));
   }
   if (!parse_number(f[2], e.offset)) {
     throw invalid_argument(at + "field 3 (offset) must be a non-negative integer, found " +
-                           quoted(f[2]));
+                           quote_text(f[2]));
   }
   if (!parse_number(f[3], e.bytes) || e.bytes == 0 || e.bytes > k_max_tensor_bytes) {
     throw invalid_argument(at + "field 4 (bytes) must be a positive integer, found " +
-                           quoted(f[3]) + " (at most " + std::to_string(k_max_tensor_bytes) +
+                           quote_text(f[3]) + " (at most " + std::to_string(k_max_tensor_bytes) +
                            ", 128 TiB)");
   }
   if (!parse_number(f[4], e.stream) || e.stream < 0) {
     throw invalid_argument(at + "field 5 (stream) must be an integer from 0 to " +
                            std::to_string(std::numeric_limits<int>::max()) + ", found " +
-                           quoted(f[4]));
+                           quote_text(f[4]));
   }
   return e;
 }
@@ -106,7 +106,7 @@ std::size_t check_header(std::string_view rest, const std::string& at) {
   std::uint64_t block = 0;
   if (f.size() != 1 || !f[0].starts_with(key) || !parse_number(f[0].substr(key.size()), block) ||
       !valid_block_bytes(block) || block > (std::uint64_t{1} << 30)) {
-    throw invalid_argument(at + "the header's " + quoted(rest) +
+    throw invalid_argument(at + "the header's " + quote_text(rest) +
                            " is not ' block_bytes=N' with N a power of two from 256 to 1 GiB "
                            "(the heap's block size)");
   }
@@ -117,7 +117,7 @@ std::size_t check_header(std::string_view rest, const std::string& at) {
 
 std::vector<trace_event> parse_trace(std::string_view text, std::string_view source,
                                      std::size_t* block_bytes) {
-  const std::string where = "trace " + quoted(source);
+  const std::string where = "trace " + quote_text(source);
   std::vector<trace_event> events;
   std::uint64_t line_no = 0;
   bool header_seen = false;
@@ -134,8 +134,9 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
     const std::string at = where + " line " + std::to_string(line_no) + ": ";
     if (!header_seen) {
       if (!line.starts_with(trace_header)) {
-        throw invalid_argument(at + "expected the header " + quoted(trace_header) + ", found " +
-                               quoted(line) + "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
+        throw invalid_argument(at + "expected the header " + quote_text(trace_header) + ", found " +
+                               quote_text(line) +
+                               "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
       }
       const std::size_t block = check_header(line.substr(trace_header.size()), at);
       if (block_bytes != nullptr) *block_bytes = block;
@@ -167,7 +168,7 @@ std::vector<trace_event> parse_trace(std::string_view text, std::string_view sou
     }
   }
   if (!header_seen) {
-    throw invalid_argument(where + " is empty: expected the header " + quoted(trace_header));
+    throw invalid_argument(where + " is empty: expected the header " + quote_text(trace_header));
   }
   return events;
 }

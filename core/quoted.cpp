@@ -4,7 +4,7 @@
 
 namespace memweave {
 
-std::string quoted(std::string_view s, std::size_t max_shown) {
+std::string quote_text(std::string_view s, std::size_t max_shown) {
   std::string out = "'";
   for (const char c : s.substr(0, max_shown)) {
     const auto u = static_cast<unsigned char>(c);

@@ -15,6 +15,7 @@
 
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
+#include "memweave/core/quoted.hpp"
 #include "onnx/defs/schema.h"
 #include "onnx_model_file.hpp"
 
@@ -99,8 +100,21 @@ class converter {
 
  private:
   void read_opset() {
-    for (const auto& o : model_.opset_import())
-      if (o.domain().empty() || o.domain() == "ai.onnx") out_.opset = o.version();
+    // '' and 'ai.onnx' name one domain, but the ONNX checker validates each node by the
+    // entry of its own spelling: two different versions would have the model checked as one
+    // opset and read as the other (session 42's hostile run: Softmax checked as opset 13,
+    // trained as opset 11's).
+    for (const auto& o : model_.opset_import()) {
+      if (!o.domain().empty() && o.domain() != "ai.onnx") continue;
+      if (out_.opset != 0 && o.version() != out_.opset) {
+        throw invalid_argument("the model imports the default ONNX domain twice, as opset " +
+                               std::to_string(out_.opset) + " and as opset " +
+                               std::to_string(o.version()) +
+                               " (its '' and 'ai.onnx' entries name one domain); import one "
+                               "version");
+      }
+      out_.opset = o.version();
+    }
     if (out_.opset == 0)
       throw invalid_argument(
           "the model imports no opset of the default ONNX domain; "
@@ -122,6 +136,16 @@ class converter {
     std::vector<const onnx::ValueInfoProto*> inputs;
     for (const auto& in : graph_.input())
       if (!constants_.count(in.name())) inputs.push_back(&in);
+    if (inputs.empty()) {
+      std::string names;
+      for (const auto& in : graph_.input()) {
+        names += (names.empty() ? "" : ", ") + quote_text(in.name());
+      }
+      throw invalid_argument("the graph has no input that is not an initializer (inputs: " +
+                             (names.empty() ? std::string("none") : names) +
+                             "); a memweave network reads its images from one: give the "
+                             "images' input without an initializer of the same name");
+    }
     if (inputs.size() != 1) {
       std::string names;
       for (const auto* in : inputs) names += (names.empty() ? "'" : ", '") + in->name() + "'";
@@ -448,7 +472,8 @@ class converter {
         pads[i + s] = total - pads[i];
       }
     } else if (auto_pad != "NOTSET") {
-      fail(n, "auto_pad '" + auto_pad + "' is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER");
+      fail(n, "auto_pad " + quote_text(auto_pad) +
+                  " is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER");
     }
     for (std::size_t i = 0; i < s; ++i)
       if (pads[i] != pads[i + s])
@@ -555,8 +580,9 @@ class converter {
   void gemm(const onnx::NodeProto& n) {
     // broadcast (opset < 7) allowed C to broadcast, which every bias the engine takes does.
     check_attributes(n, {"alpha", "beta", "broadcast", "transA", "transB"});
-    if (int_attr(n, "transA", 0) != 0)
-      fail(n, "transA = 1 is not supported (the input must be (N, K), batch first)");
+    if (const std::int64_t t = int_attr(n, "transA", 0); t != 0)
+      fail(n, "transA = " + std::to_string(t) +
+                  " is not supported (only 0: the input must be (N, K), batch first)");
     const bool trans_b = int_attr(n, "transB", 0) != 0;
     const float alpha = float_attr(n, "alpha", 1.0f), beta = float_attr(n, "beta", 1.0f);
     if (alpha == 0.0f) fail(n, "alpha = 0 multiplies the weights away; nothing to train");
@@ -636,10 +662,10 @@ class converter {
     }
     const value& x = laid_out(n, 0);
     if (!attribute(n, "kernel_shape")) fail(n, "attribute 'kernel_shape' is required");
-    if (int_attr(n, "ceil_mode", 0) != 0)
-      fail(n,
-           "ceil_mode = 1 is not supported (the engine's pooling rounds the output size "
-           "down, as ceil_mode = 0)");
+    if (const std::int64_t c = int_attr(n, "ceil_mode", 0); c != 0)
+      fail(n, "ceil_mode = " + std::to_string(c) +
+                  " is not supported (only 0: the engine's pooling rounds the output size "
+                  "down)");
     const window g = read_window(n, x.dims, {});
     if (g.dh != 1 || g.dw != 1) fail(n, "dilations other than 1 are not supported for pooling");
     if (mode == pool_mode::average && (g.ph > 0 || g.pw > 0) &&
@@ -682,10 +708,10 @@ class converter {
       fail(n,
            "spatial = 0 (statistics per element) is not supported; the engine normalizes per "
            "channel");
-    if (int_attr(n, "training_mode", 0) != 0)
-      fail(n,
-           "training_mode = 1 is not supported: export the model in evaluation mode "
-           "(memweave's training updates the statistics itself)");
+    if (const std::int64_t t = int_attr(n, "training_mode", 0); t != 0)
+      fail(n, "training_mode = " + std::to_string(t) +
+                  " is not supported (only 0): export the model in evaluation mode "
+                  "(memweave's training updates the statistics itself)");
     expect_single_output(n, "a training statistic");
     const value& x = laid_out(n, 0);
     const std::int64_t c = x.dims[1];
@@ -835,8 +861,11 @@ class converter {
         if (infer >= 0) fail(n, "shape " + text(shape) + " has two -1");
         infer = static_cast<int>(i);
         continue;
-      } else if (i == 0 && to[i] == model_batch_) {
-        to[i] = batch_;  // the batch the model was exported with, now --batch
+      } else if (i == 0 && model_batch_ > 0 && to[i] == model_batch_) {
+        // The batch the model was exported with, now --batch. Not a 0 where the file's batch
+        // is symbolic (model_batch_ 0): with allowzero that asks for an empty tensor, which
+        // was taken for the batch (session 42's hostile run).
+        to[i] = batch_;
       }
       if (to[i] < 0 || __builtin_mul_overflow(known, to[i], &known))
         fail(n, "shape " + text(shape) + " is not a shape of the input's " +
@@ -848,6 +877,9 @@ class converter {
         fail(n, "shape " + text(shape) + " does not divide the input's " + std::to_string(total) +
                     " elements");
       to[static_cast<std::size_t>(infer)] = total / known;
+    } else if (known != total) {
+      fail(n, "shape " + text(shape) + " is not a shape of the input's " + std::to_string(total) +
+                  " elements");
     }
     if (to == x.dims) return (void)(values_[n.output(0)] = x);
     flat_view(n, x, to);

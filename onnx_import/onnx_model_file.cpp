@@ -12,6 +12,7 @@
 
 #include "memweave/core/atomic_file.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/quoted.hpp"
 #include "onnx/checker.h"
 
 namespace memweave::onnx_detail {
@@ -87,6 +88,24 @@ onnx::ModelProto load_model(const std::string& path, const std::string& knob) {
     throw invalid_argument(file_error(knob, path,
                                       "parses but holds no ONNX graph or IR version: not an "
                                       "ONNX model (truncated, or another protobuf)"));
+  // External data is refused before the checker runs: the checker looks for the files
+  // (relative to the working directory, not the model's), so whether a location exists
+  // changed the message, and the message told whether any path exists (session 42's hostile
+  // run). The importer does not read external data anyway.
+  const auto refuse_external = [&](const onnx::TensorProto& t, const std::string& what) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) expect_type(t, t.data_type(), what);
+  };
+  for (const onnx::TensorProto& t : model.graph().initializer()) {
+    refuse_external(t, file_error(knob, path, "initializer " + quote_text(t.name())));
+  }
+  for (const onnx::NodeProto& n : model.graph().node()) {
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      if (a.type() == onnx::AttributeProto::TENSOR) {
+        refuse_external(a.t(),
+                        file_error(knob, path, "node " + quote_text(n.name()) + "'s " + a.name()));
+      }
+    }
+  }
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception& e) {

@@ -210,10 +210,14 @@ inferred_layer infer_lrn(const std::string& name, const lrn_params& p, const lay
   if (p.size < 1 || p.size % 2 == 0 || p.size > (std::int64_t{1} << 31) - 1)
     throw invalid_argument(who(name, t) + ": size = " + std::to_string(p.size) +
                            "; expected an odd window from 1 to 2147483647");
-  if (!(p.k > 0.0f) || !std::isfinite(p.k) || !std::isfinite(p.alpha) || !std::isfinite(p.beta))
-    throw invalid_argument(
-        who(name, t) + ": k = " + std::to_string(p.k) + ", alpha = " + std::to_string(p.alpha) +
-        ", beta = " + std::to_string(p.beta) + "; expected k > 0 and finite alpha, beta");
+  // alpha and beta at least 0, as the kernels require: a negative one passed here and failed
+  // the step on the device, an internal error after `plan` had said it fits (session 42's
+  // hostile run).
+  if (!(p.k > 0.0f) || !std::isfinite(p.k) || !(p.alpha >= 0.0f) || !std::isfinite(p.alpha) ||
+      !(p.beta >= 0.0f) || !std::isfinite(p.beta))
+    throw invalid_argument(who(name, t) + ": k = " + format_number(p.k) + ", alpha = " +
+                           format_number(p.alpha) + ", beta = " + format_number(p.beta) +
+                           "; expected k > 0 and finite alpha >= 0 and beta >= 0");
   return {in.output_shape, {}, {}};
 }
 

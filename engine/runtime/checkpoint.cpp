@@ -38,7 +38,7 @@ constexpr std::uint32_t k_max_name = 4096;
 // A tensor name read from a file, in a message: any bytes may be there (a NUL cut the
 // message at it, a newline broke it: session 42's hostile run).
 std::string shown(const std::string& name) {
-  return quoted(name, 256);
+  return quote_text(name, 256);
 }
 
 template <class T>

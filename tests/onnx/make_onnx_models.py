@@ -224,6 +224,39 @@ save("matmul_late_bias", [
 save("huge_weights", [node("Gemm", ["x", "w"], ["y"], transB=1)],
      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y",
      [numpy_helper.from_array(np.full((4, 6), 3e38, dtype=np.float32), "w")])
+# Session 42's hostile run. The default domain imported twice, as '' 13 and 'ai.onnx' 11: the
+# checker validates the Softmax by its own spelling (13), the importer read the last (11).
+graph = helper.make_graph(
+    [node("Softmax", ["x"], ["y"], axis=1)], "err_opset_twice", [image(c=3, h=2, w=2)],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 2, 2])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                helper.make_opsetid("ai.onnx", 11)])
+onnx.checker.check_model(model)
+onnx.save(model, os.path.join(OUT, "err_opset_twice.onnx"))
+# LRN with a negative alpha: refused at import, not by the kernel (exit 3 after plan said fits).
+one_conv("err_lrn_negative_alpha",
+         [node("LRN", ["c"], ["l"], size=3, alpha=-1e-4, beta=0.75, bias=1.0)], "l")
+# allowzero with a 0 first: an empty tensor, taken for the batch where the batch is symbolic.
+save("err_reshape_zero_batch", [node("Reshape", ["x", "shape"], ["r"], allowzero=1)], [image()],
+     "r", [ints("shape", [0, 192])], opset=14)
+# The only graph input is also an initializer: the advice was to give the others as ones.
+save("err_input_is_initializer", [node("Relu", ["x"], ["y"])],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [init("x", 2, 6)])
+# transA = -1 was reported as "transA = 1".
+save("err_gemm_trans_a_negative", [node("Gemm", ["x", "w"], ["y"], transA=-1)],
+     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])], "y", [init("w", 6, 4)])
+# A weight stored in a side file: refused before the checker looks for the file (the message
+# depended on the working directory and told whether a path exists). Not checked here either.
+external = init("w", 4, 6)
+external.ClearField("raw_data")
+external.data_location = TensorProto.EXTERNAL
+external.external_data.add(key="location", value="/etc/passwd")
+graph = helper.make_graph(
+    [node("Gemm", ["x", "w"], ["y"], transB=1)], "err_external_data",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [external])
+onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+          os.path.join(OUT, "err_external_data.onnx"))
 # A weight stored as a sparse initializer (not read: it was said to be computed by the graph).
 sparse = helper.make_sparse_tensor(
     numpy_helper.from_array(np.array([1.0, 2.0], dtype=np.float32), "w"),

@@ -65,6 +65,17 @@ TEST_F(OnnxCli, AnEvaluationWhoseLossIsNotFiniteIsAnError) {
       << e;
 }
 
+// Training from them: the first loss comes before any update, so no learning rate made it (it
+// was blamed on --lr; session 42's hostile run).
+TEST_F(OnnxCli, ANonFiniteFirstLossNamesTheWeightsNotTheLearningRate) {
+  const std::string e =
+      error_of(train_command, {"--net", model_path("huge_weights"), "--batch", "2", "--iterations",
+                               "1", "--policy", "liveness", "--device", "host"});
+  EXPECT_NE(e.find("the loss of iteration 1 is"), std::string::npos) << e;
+  EXPECT_NE(e.find("before any update: the weights (the model's)"), std::string::npos) << e;
+  EXPECT_EQ(e.find("--lr"), std::string::npos) << e;
+}
+
 TEST_F(OnnxCli, ExportsTheTrainedWeights) {
   const std::string out = test::scratch_dir() + "/cli_trained.onnx";
   const auto r = run(train_command,

@@ -257,6 +257,12 @@ TEST_F(OnnxImport, RefusesWhatTheEngineCannotRunNamingNodeAndOperator) {
       {"err_tied_identity", {"node 'y' (Gemm)", "initializer 'w' is also h.weight", "tied"}},
       {"err_sparse_weight", {"node 'y' (Gemm)", "('w') is a sparse initializer"}},
       {"err_alpha_tiny", {"node 'y' (Gemm)", "alpha = 1.40129846e-45", "out of range"}},
+      {"err_opset_twice", {"the default ONNX domain twice, as opset 13 and as opset 11"}},
+      {"err_lrn_negative_alpha", {"(LRN)", "alpha = -0.0001", "alpha >= 0"}},
+      {"err_reshape_zero_batch", {"node 'r' (Reshape)", "[0, 192]", "is not a shape of"}},
+      {"err_input_is_initializer", {"no input that is not an initializer", "'x'"}},
+      {"err_gemm_trans_a_negative", {"node 'y' (Gemm)", "transA = -1"}},
+      {"err_external_data", {"initializer 'w'", "stored outside the model file"}},
   };
   for (const auto& [model, parts] : cases) {
     const std::string path = model_path(model);

@@ -11,6 +11,6 @@ namespace memweave {
 
 /// `s` between single quotes, at most `max_shown` bytes of it (then "..."), each control byte
 /// (below 0x20, and 0x7f) as \xNN; other bytes as they are, so a UTF-8 name reads as itself.
-std::string quoted(std::string_view s, std::size_t max_shown = 60);
+std::string quote_text(std::string_view s, std::size_t max_shown = 60);
 
 }  // namespace memweave
