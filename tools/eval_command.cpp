@@ -21,13 +21,6 @@ namespace memweave {
 
 namespace {
 
-// Where the weights evaluated come from.
-std::string weights_text(const network_run_options& o) {
-  return o.init                       ? "from " + o.init_path
-         : !o.initial_weights.empty() ? std::string("the model's")
-                                      : std::string("initial (seed)");
-}
-
 // One policy's evaluation on a fresh device, printed; its row (fits false where it does not
 // fit the budget).
 policy_report evaluate_policy(const network& net, const network_run_options& o,

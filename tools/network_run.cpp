@@ -439,6 +439,12 @@ bool parallel(const network_run_options& o) noexcept {
 
 }  // namespace
 
+std::string weights_text(const network_run_options& o) {
+  return o.init                       ? "from " + o.init_path
+         : !o.initial_weights.empty() ? std::string("the model's")
+                                      : std::string("initial (seed)");
+}
+
 std::string trace_path_of(const network_run_options& o, const std::string& policy) {
   std::string path = o.executor.heap.trace_path;
   if (path.empty()) return path;
@@ -694,9 +700,15 @@ policy_report run_policy(const network& net, const network_run_options& o,
         report.losses = std::move(losses);
         report.fits = false;
         report.failed = true;
-        report.failure = "policy " + policy + ": the loss of iteration " + std::to_string(it + 1) +
-                         " is " + std::to_string(loss) + ": training diverged; lower --lr (now " +
-                         lr + ")";
+        // The first loss comes before any update: no learning rate made it (a model's weights
+        // near float's largest were blamed on --lr; session 42's hostile run).
+        report.failure = it == 0 ? "policy " + policy + ": the loss of iteration 1 is " +
+                                       std::to_string(loss) + ", before any update: the weights (" +
+                                       weights_text(o) +
+                                       ") give outputs that are not finite; check their values"
+                                 : "policy " + policy + ": the loss of iteration " +
+                                       std::to_string(it + 1) + " is " + std::to_string(loss) +
+                                       ": training diverged; lower --lr (now " + lr + ")";
         save_timeline();
         return report;
       }

@@ -152,6 +152,10 @@ network_run_options read_network_run_options(cli_args& args);
 /// unset.
 std::string trace_path_of(const network_run_options& o, const std::string& policy);
 
+/// Where the weights a run starts from come from: "from PATH" (--init-from), "the model's"
+/// (--net PATH.onnx), "initial (seed)".
+std::string weights_text(const network_run_options& o);
+
 /// The host link of the planning (null) device, GB/s: MEMWEAVE_HOST_LINK_GBPS when set,
 /// else the cost model's, so that its copies take what the schedule planned them to.
 double null_link_gbps(const network_run_options& o);

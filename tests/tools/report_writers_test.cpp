@@ -38,6 +38,23 @@ TEST(report_writers_test, json_escapes_strings_and_keeps_field_names) {
       << j;
 }
 
+// A layer named by a model file with bytes that are not UTF-8: U+FFFD in their place, valid
+// UTF-8 (here "é", "€", "😀") as it is (session 42's hostile run: the --json file no JSON reader
+// took).
+TEST(report_writers_test, json_writes_bytes_that_are_not_utf8_as_the_replacement_character) {
+  run_report r = sample();
+  r.policies[0].steps[1].layer =
+      "a\xff\xfe\x80"
+      "b \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 \xed\xa0\x80 \xc3";
+  std::ostringstream out;
+  write_json(out, r);
+  const std::string j = out.str();
+  EXPECT_NE(j.find("\"layer\": \"a\\ufffd\\ufffd\\ufffdb \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 "
+                   "\\ufffd\\ufffd\\ufffd \\ufffd\""),
+            std::string::npos)
+      << j;
+}
+
 // A review: where the fewest split plan did not run to the end (host memory ran out), the
 // summary said it "runs 0 ms per iteration".
 TEST(report_writers_test, a_fewest_split_plan_that_did_not_fit_is_said_so) {
