@@ -336,7 +336,7 @@ void executor::ensure_resident(tensor_id t, std::size_t step) {
 // next `prefetch_distance` checkpoint layers read, into memory the heap can give without
 // evicting anything (a prefetch must not push out what is needed sooner).
 void executor::prefetch_ahead(std::size_t step) {
-  if (!transfers_) return;
+  if (!transfers_ || residency_->on_host_tensors() == 0) return;
   stream& compute = dev_.get_stream(stream_role::compute);
   int checkpoints = 0;
   bool recorded = false;

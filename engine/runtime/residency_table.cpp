@@ -22,45 +22,51 @@ void residency_table::count_out(tensor_id t) noexcept {
   --tensors_live_;
 }
 
+void residency_table::set(tensor_id t, residency to) noexcept {
+  on_host_ -= state_[t] == residency::on_host;
+  on_host_ += to == residency::on_host;
+  state_[t] = to;
+}
+
 void residency_table::persistent_allocated(tensor_id t) noexcept {
   count_in(t);
 }
 
 void residency_table::allocated(tensor_id t) noexcept {
-  state_[t] = residency::resident;
+  set(t, residency::resident);
   count_in(t);
 }
 
 void residency_table::left_device(tensor_id t, residency to) noexcept {
-  state_[t] = to;
+  set(t, to);
   count_out(t);
 }
 
 void residency_table::offload_started(tensor_id t, void* ptr) noexcept {
   aside_[t] = ptr;
-  state_[t] = residency::offloading;
+  set(t, residency::offloading);
 }
 
 void residency_table::offload_landed(tensor_id t) noexcept {
   aside_[t] = nullptr;
-  state_[t] = residency::on_host;
+  set(t, residency::on_host);
   count_out(t);
 }
 
 void residency_table::prefetch_started(tensor_id t, void* ptr) noexcept {
   aside_[t] = ptr;
-  state_[t] = residency::prefetching;
+  set(t, residency::prefetching);
   count_in(t);
 }
 
 void residency_table::back_in_cache(tensor_id t) noexcept {
   aside_[t] = nullptr;
-  state_[t] = residency::resident;
+  set(t, residency::resident);
 }
 
 void residency_table::staged(tensor_id t) noexcept {
   if (state_[t] == residency::resident) count_out(t);
-  state_[t] = residency::staged;
+  set(t, residency::staged);
 }
 
 void residency_table::freed(tensor_id t) noexcept {
@@ -77,11 +83,11 @@ void residency_table::freed(tensor_id t) noexcept {
       break;
   }
   aside_[t] = nullptr;
-  state_[t] = residency::absent;
+  set(t, residency::absent);
 }
 
 void residency_table::unborn(tensor_id t, residency before) noexcept {
-  state_[t] = before;
+  set(t, before);
 }
 
 void residency_table::forget_dropped() noexcept {

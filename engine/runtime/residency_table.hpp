@@ -71,7 +71,7 @@ class residency_table {
   void staged(tensor_id t) noexcept;
   /// staged or on_host -> dropped: its host value was given back (host memory ran out), to
   /// be rebuilt.
-  void host_value_dropped(tensor_id t) noexcept { state_[t] = residency::dropped; }
+  void host_value_dropped(tensor_id t) noexcept { set(t, residency::dropped); }
   /// Any -> absent: whatever it held is given back (by the caller, before).
   void freed(tensor_id t) noexcept;
   /// absent -> `before` (absent or dropped): a birth undone before the tensor held a value.
@@ -89,6 +89,10 @@ class residency_table {
   std::size_t bytes_live() const noexcept { return bytes_live_; }
   /// Tensors holding device memory.
   std::size_t tensors_live() const noexcept { return tensors_live_; }
+  /// Tensors on_host: none, and there is nothing to prefetch (prefetch_ahead walked the
+  /// route to its end at every step of a network without checkpoint layers: a 20,000-layer
+  /// chain's planning, quadratic).
+  std::size_t on_host_tensors() const noexcept { return on_host_; }
   /// Starts a step's peaks at 0.
   void begin_step() noexcept { step_peak_live_ = step_peak_heap_ = 0; }
   /// Raises the step's peaks to what is live now and to `heap_bytes_in_use`.
@@ -99,6 +103,7 @@ class residency_table {
  private:
   void count_in(tensor_id t) noexcept;
   void count_out(tensor_id t) noexcept;
+  void set(tensor_id t, residency to) noexcept;  // every change of state_, counting on_host_
 
   const tensor_table& table_;
   std::vector<residency> state_;  // per tensor
@@ -106,6 +111,7 @@ class residency_table {
   std::vector<bool> copied_;      // per tensor: a host copy exists or is on its way
   std::size_t bytes_live_ = 0;
   std::size_t tensors_live_ = 0;
+  std::size_t on_host_ = 0;         // tensors on_host
   std::size_t step_peak_live_ = 0;  // max bytes_live_ within the current step
   std::size_t step_peak_heap_ = 0;  // max heap bytes in use within the current step
 };

@@ -56,6 +56,41 @@ TEST_F(residency_table_test, a_round_trip_to_host_counts_device_memory_only_whil
   EXPECT_EQ(r_.tensors_live(), 0u);
 }
 
+// The count of tensors only in host memory follows every way in and out of on_host: with
+// none, prefetch_ahead does not walk the route (it did at every step of a network without
+// checkpoint layers).
+TEST_F(residency_table_test, tensors_on_host_are_counted_through_every_transition) {
+  const tensor_id a = table_.of(net_[1].id).output, b = table_.of(net_[2].id).output;
+  EXPECT_EQ(r_.on_host_tensors(), 0u);
+  r_.allocated(a);
+  r_.left_device(a, residency::on_host);  // evicted with a host copy
+  EXPECT_EQ(r_.on_host_tensors(), 1u);
+  r_.allocated(b);
+  r_.offload_started(b, &slot_);
+  EXPECT_EQ(r_.on_host_tensors(), 1u);
+  r_.offload_landed(b);
+  EXPECT_EQ(r_.on_host_tensors(), 2u);
+  r_.prefetch_started(b, &slot_);
+  EXPECT_EQ(r_.on_host_tensors(), 1u);
+  r_.back_in_cache(b);
+  r_.staged(a);
+  EXPECT_EQ(r_.on_host_tensors(), 0u);
+  r_.freed(a);
+  r_.allocated(a);
+  r_.left_device(a, residency::on_host);
+  r_.host_value_dropped(a);
+  EXPECT_EQ(r_.on_host_tensors(), 0u);
+  r_.unborn(a, residency::absent);
+  r_.allocated(a);
+  r_.left_device(a, residency::on_host);
+  r_.freed(a);
+  EXPECT_EQ(r_.on_host_tensors(), 0u);
+  r_.allocated(a);
+  r_.left_device(a, residency::on_host);
+  r_.allocated(a);  // brought back by the cache
+  EXPECT_EQ(r_.on_host_tensors(), 0u);
+}
+
 TEST_F(residency_table_test, freeing_a_tensor_without_device_memory_changes_no_counter) {
   const tensor_id t = table_.of(net_[1].id).output;
   r_.allocated(t);
