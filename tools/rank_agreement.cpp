@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -12,6 +13,8 @@
 
 #include "memweave/comm/communicator.hpp"
 #include "memweave/core/error.hpp"
+#include "memweave/core/log.hpp"
+#include "memweave/core/whole_file.hpp"
 #include "memweave/swap/transfer_engine.hpp"
 
 extern char** environ;
@@ -61,6 +64,27 @@ std::string agreement_text(const std::map<std::string, std::string>& options) {
       all[name] = eq == std::string::npos ? "" : entry.substr(eq + 1);
     }
   }
+  // The input files' contents too, not only their paths: each rank reads its own file (one
+  // path, other files on other nodes: session 42's hostile run trained apart without a word
+  // from another checkpoint, and MPI ended the job at a truncated message with another
+  // model). A file that cannot be read is the command's to report.
+  for (const char* input : {"net", "init-from"}) {
+    const auto it = options.find(input);
+    if (it == options.end()) continue;
+    const std::string& path = it->second;
+    const bool model = path.size() > 5 && (path.ends_with(".onnx") || path.ends_with(".ONNX"));
+    if (std::string(input) == "net" && !model) continue;  // a zoo name
+    std::string digest = "unreadable";
+    try {
+      const std::string bytes = read_whole_file(path, "input");
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "%016llx",
+                    static_cast<unsigned long long>(transfer_checksum(bytes.data(), bytes.size())));
+      digest = std::string("checksum ") + hex + ", " + std::to_string(bytes.size()) + " bytes";
+    } catch (const error&) {
+    }
+    all["--" + std::string(input) + "'s file"] = digest;
+  }
   std::string text;
   for (const auto& [name, value] : all) {
     std::string v = value;
@@ -70,6 +94,16 @@ std::string agreement_text(const std::map<std::string, std::string>& options) {
     text += name + "=" + v + "\n";
   }
   return text;
+}
+
+void warn_outputs_of_other_ranks(const communicator& comm,
+                                 const std::map<std::string, std::string>& options) {
+  if (comm.rank() == 0) return;
+  for (const auto& [name, value] : options) {
+    if (!k_outputs.contains(name)) continue;
+    log(log_level::warn, "rank " + std::to_string(comm.rank()) + ": --" + name + " " + value +
+                             " is not written: rank 0 writes the outputs (give them to rank 0)");
+  }
 }
 
 void check_ranks_agree(communicator& comm, const std::string& text) {
@@ -92,6 +126,10 @@ void check_ranks_agree(communicator& comm, const std::string& text) {
   std::string first(static_cast<std::size_t>(all[2]), '\0');
   if (comm.rank() == 0) first = text;
   comm.broadcast_host(std::as_writable_bytes(std::span<char>(first.data(), first.size())), 0);
+  // Every rank has rank 0's text before any throws: a rank that agrees threw first, and its
+  // failure notice ended the broadcast on the rank that differs, which then named no option
+  // (1 run in 6 at 3 ranks; session 42's hostile run).
+  (void)comm.allgather(std::array<double, 1>{0.0});
   const std::string advice =
       "; start every rank with the same command line and MEMWEAVE_* variables (the output "
       "options, and MEMWEAVE_CUDA_DEVICE, _LOG, _TRACE and _CONV_CACHE, may differ)";

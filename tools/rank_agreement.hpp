@@ -15,9 +15,15 @@ class communicator;
 
 /// What must agree across the ranks: `options` (the command line's --name -> value, of which
 /// the output paths are left out: rank 0 alone writes them) and the MEMWEAVE_* variables of
-/// this process but those that name this rank's own device, log level or files, one
+/// this process but those that name this rank's own device, log level or files, and the
+/// checksum of the files --net (a model) and --init-from name (each rank reads its own), one
 /// "name=value" line each, in name order.
 std::string agreement_text(const std::map<std::string, std::string>& options);
+
+/// On a rank but 0: one warning per output option given (--json, --save, ...), which rank 0
+/// alone writes (they were dropped without a word).
+void warn_outputs_of_other_ranks(const communicator& comm,
+                                 const std::map<std::string, std::string>& options);
 
 /// Compares `text` (agreement_text) across the ranks of `comm`: returns when every rank's is
 /// rank 0's, else throws invalid_argument on every rank (so each fails, none waits for the

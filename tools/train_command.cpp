@@ -71,6 +71,7 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   check_output_paths(o, data);
   // Before any collective: ranks given other options would not match them (or train apart).
   check_ranks_agree(comm, agreement_text(args.given()));
+  warn_outputs_of_other_ranks(comm, args.given());
 
   // Data parallelism: this rank's share of the global batch (a model file's own batch, when
   // --batch does not set it, is read first).

@@ -169,6 +169,17 @@ void tensor_table::build_accesses() {
   std::vector<char> deferred(net.size(), 0);
   for (const gradient_bucket& b : buckets_)
     for (layer_id l : b.layers) deferred[l] = 1;
+  // Per step, the buckets that close or update there, in bucket order: every step walked
+  // every bucket's layers, quadratic in the depth (`plan --ranks` on a 30,000-layer ResNet:
+  // 41 s against 1.8 without; session 42's hostile run).
+  std::vector<std::vector<std::size_t>> bucket_steps(steps);
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    for (const std::size_t at : {buckets_[i].close_step, buckets_[i].update_step}) {
+      if (at < steps && (bucket_steps[at].empty() || bucket_steps[at].back() != i)) {
+        bucket_steps[at].push_back(i);
+      }
+    }
+  }
   for (std::size_t s = 0; s < steps; ++s) {
     const std::size_t step_begin = accesses_.size();
     const route_step st = r.at(s);
@@ -210,7 +221,8 @@ void tensor_table::build_accesses() {
         put(lt.bwd_workspace, access_mode::write);
       }
     }
-    for (const gradient_bucket& b : buckets_) {
+    for (const std::size_t i : bucket_steps[s]) {
+      const gradient_bucket& b = buckets_[i];
       for (layer_id id : b.layers) {
         const layer_tensors& bt = layers_[id];
         if (b.close_step == s && id != st.layer) {

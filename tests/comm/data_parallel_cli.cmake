@@ -71,6 +71,31 @@ if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: the ranks we
   message(FATAL_ERROR "no rank named the difference:\n${all}")
 endif()
 
+# One path, other files: each rank reads its own --init-from, compared by contents (session
+# 42's hostile run: a rank resumed from another checkpoint trained apart without a word).
+file(MAKE_DIRECTORY ${OUT}/dp_r0 ${OUT}/dp_r1)
+execute_process(COMMAND ${MEMWEAVE} ${common} --batch 4 --save ${OUT}/dp_r0/ck.bin
+                RESULT_VARIABLE rc0 OUTPUT_QUIET ERROR_VARIABLE err0)
+execute_process(COMMAND ${MEMWEAVE} ${common} --batch 4 --seed 9
+                        --save ${OUT}/dp_r1/ck.bin
+                RESULT_VARIABLE rc1 OUTPUT_QUIET ERROR_VARIABLE err1)
+if(NOT rc0 EQUAL 0 OR NOT rc1 EQUAL 0)
+  message(FATAL_ERROR "saving the two checkpoints failed:\n${err0}\n${err1}")
+endif()
+execute_process(
+  COMMAND ${MPIEXEC} --tag-output -n 1 -wdir ${OUT}/dp_r0 ${MEMWEAVE} ${common} --batch 4
+          --init-from ck.bin : -n 1 -wdir ${OUT}/dp_r1 ${MEMWEAVE} ${common} --batch 4
+          --init-from ck.bin
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+set(all "${out}${err}")
+if(NOT rc MATCHES "^[1-9][0-9]*$")
+  message(FATAL_ERROR "ranks resumed from different checkpoints, yet the job succeeded:\n${all}")
+endif()
+if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: the ranks were started with different options: --init-from's file checksum" AND
+   NOT all MATCHES "\\[1,0\\]<stderr>:memweave: error: rank 0 of 2: the ranks were started with different options: rank\\(s\\) 1 differ")
+  message(FATAL_ERROR "no rank named the checkpoints' difference:\n${all}")
+endif()
+
 # --trace-timeline is rank 0's (one valid JSON file), MEMWEAVE_TRACE each rank's own file
 # (rank 1's with .rank1): before, every rank wrote the same paths and neither could be read.
 file(REMOVE ${OUT}/dp_timeline.json ${OUT}/dp_heap.trace ${OUT}/dp_heap.trace.rank1)
