@@ -53,23 +53,28 @@ if(NOT CMAKE_MATCH_2 EQUAL expected OR NOT out MATCHES "ring allreduce of [0-9.]
   message(FATAL_ERROR "plan --ranks 8: global batch ${CMAKE_MATCH_2}, expected ${expected}:\n${out}")
 endif()
 
-# Ranks started with different options (an MPMD command line): every rank fails at once,
-# the one that differs naming the option and both values (before, --iterations 2 against 3
-# hung in the last collective, a different --net ended inside MPI with no word of memweave's).
-execute_process(
-  COMMAND ${MPIEXEC} --tag-output -n 1 ${MEMWEAVE} ${common} --batch 4
-          : -n 1 ${MEMWEAVE} ${common} --batch 4 --seed 7
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
-set(all "${out}${err}")
-if(NOT rc MATCHES "^[1-9][0-9]*$")
-  message(FATAL_ERROR "ranks with different options, yet the job succeeded (${rc}):\n${all}")
-endif()
-# (The job ends in MPI_Abort, after which mpirun may drop a rank's last lines: one of the
-# two messages must be there.)
-if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: the ranks were started with different options: --seed 7 on rank 1, --seed not given on rank 0" AND
-   NOT all MATCHES "\\[1,0\\]<stderr>:memweave: error: rank 0 of 2: the ranks were started with different options: rank\\(s\\) 1 differ")
-  message(FATAL_ERROR "no rank named the difference:\n${all}")
-endif()
+# Ranks started with different options (an MPMD command line, `mpmd` after the first rank's
+# arguments): every rank fails at once, the one that differs naming what differs (`named`, a
+# regex) with both values. The job ends in MPI_Abort, after which mpirun may drop a rank's
+# last lines: rank 1's message or rank 0's must be there.
+function(expect_ranks_refused what named)
+  execute_process(COMMAND ${MPIEXEC} --tag-output ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  set(all "${out}${err}")
+  if(NOT rc MATCHES "^[1-9][0-9]*$")
+    message(FATAL_ERROR "${what}, yet the job succeeded (${rc}):\n${all}")
+  endif()
+  set(started "the ranks were started with different options")
+  if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: ${started}: ${named}" AND
+     NOT all MATCHES "\\[1,0\\]<stderr>:memweave: error: rank 0 of 2: ${started}: rank\\(s\\) 1 differ")
+    message(FATAL_ERROR "${what}: no rank named the difference:\n${all}")
+  endif()
+endfunction()
+
+# Before, --iterations 2 against 3 hung in the last collective, a different --net ended inside
+# MPI with no word of memweave's.
+expect_ranks_refused("ranks with different options" "--seed 7 on rank 1, --seed not given on rank 0"
+  -n 1 ${MEMWEAVE} ${common} --batch 4 : -n 1 ${MEMWEAVE} ${common} --batch 4 --seed 7)
 
 # One path, other files: each rank reads its own --init-from, compared by contents (session
 # 42's hostile run: a rank resumed from another checkpoint trained apart without a word).
@@ -82,19 +87,9 @@ execute_process(COMMAND ${MEMWEAVE} ${common} --batch 4 --seed 9
 if(NOT rc0 EQUAL 0 OR NOT rc1 EQUAL 0)
   message(FATAL_ERROR "saving the two checkpoints failed:\n${err0}\n${err1}")
 endif()
-execute_process(
-  COMMAND ${MPIEXEC} --tag-output -n 1 -wdir ${OUT}/dp_r0 ${MEMWEAVE} ${common} --batch 4
-          --init-from ck.bin : -n 1 -wdir ${OUT}/dp_r1 ${MEMWEAVE} ${common} --batch 4
-          --init-from ck.bin
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
-set(all "${out}${err}")
-if(NOT rc MATCHES "^[1-9][0-9]*$")
-  message(FATAL_ERROR "ranks resumed from different checkpoints, yet the job succeeded:\n${all}")
-endif()
-if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: the ranks were started with different options: --init-from's file checksum" AND
-   NOT all MATCHES "\\[1,0\\]<stderr>:memweave: error: rank 0 of 2: the ranks were started with different options: rank\\(s\\) 1 differ")
-  message(FATAL_ERROR "no rank named the checkpoints' difference:\n${all}")
-endif()
+expect_ranks_refused("ranks resumed from different checkpoints" "--init-from's file checksum"
+  -n 1 -wdir ${OUT}/dp_r0 ${MEMWEAVE} ${common} --batch 4 --init-from ck.bin
+  : -n 1 -wdir ${OUT}/dp_r1 ${MEMWEAVE} ${common} --batch 4 --init-from ck.bin)
 
 # --trace-timeline is rank 0's (one valid JSON file), MEMWEAVE_TRACE each rank's own file
 # (rank 1's with .rank1): before, every rank wrote the same paths and neither could be read.
