@@ -813,8 +813,10 @@ int run_policies(const network& net, const network_run_options& o, const device_
                                            &report.device, &output_error));
       if (o.amend) o.amend(report.policies.back());
     } catch (const std::exception& e) {
-      if (parallel(o)) throw;  // every rank stops (train_command.cpp)
-      // Kept as a row; the policies after it still run and everything is written.
+      // Kept as a row; the policies after it still run and everything is written. Under data
+      // parallelism every rank stops (train_command.cpp: the failure reached all of them), but
+      // only after rank 0 wrote what the policies before it finished (they were thrown away:
+      // session 42's hostile run).
       policy_report failed;
       failed.policy = policy;
       failed.fits = false;
@@ -822,6 +824,7 @@ int run_policies(const network& net, const network_run_options& o, const device_
       failed.failure = e.what();
       report.policies.push_back(std::move(failed));
       if (!first_error) first_error = std::current_exception();
+      if (parallel(o)) break;
     }
     const std::string trace = trace_path_of(o, policy);
     if (!trace.empty()) out << "heap trace of " << policy << ": " << trace << "\n";

@@ -39,6 +39,26 @@ if(NOT all MATCHES "\\[1,1\\]<stderr>:memweave: error: rank 1 of 2: out of budge
   message(FATAL_ERROR "rank 1 did not report running out of budget:\n${all}")
 endif()
 
+# A later policy out of budget on rank 1: the job fails (1), but rank 0 first prints and
+# writes what the policy before it finished (it threw that away; session 42's hostile run).
+file(REMOVE ${OUT}/dp_partial.json)
+execute_process(
+  COMMAND ${MPIEXEC} -n 2 ${MEMWEAVE} train --net resnet:1,1,1,1 --image-side 32 --classes 5
+          --width 0.0625 --device host --threads 1 --iterations 2 --conv-ws fixed:direct
+          --batch 7 --budget 700KiB --policy offload,liveness --json ${OUT}/dp_partial.json
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 100)
+if(NOT rc EQUAL 1 OR NOT EXISTS ${OUT}/dp_partial.json)
+  message(FATAL_ERROR "a later policy out of budget: exit ${rc} (expected 1), the json "
+                      "written first:\n${out}\n${err}")
+endif()
+file(READ ${OUT}/dp_partial.json json)
+string(JSON first GET "${json}" policies 0 policy)
+string(JSON first_fits GET "${json}" policies 0 fits)
+string(JSON second_fits GET "${json}" policies 1 fits)
+if(NOT first STREQUAL "offload" OR NOT first_fits OR second_fits)
+  message(FATAL_ERROR "rows: ${first} fits ${first_fits}, then fits ${second_fits}:\n${json}")
+endif()
+
 # `plan --ranks`: the global batch is the per-device one times the devices, and the
 # allreduce is modelled.
 execute_process(
