@@ -45,7 +45,9 @@ std::map<std::string, std::string> lines_of(const std::string& text) {
 std::string shown(const std::map<std::string, std::string>& m, const std::string& name) {
   const auto it = m.find(name);
   if (it == m.end()) return name + (name.starts_with("--") ? " not given" : " not set");
-  return name.starts_with("--") ? name + " " + it->second : name + "=" + it->second;
+  if (!name.starts_with("--")) return name + "=" + it->second;
+  // A flag without a value read "--tile  on rank 1".
+  return it->second.empty() ? name + " given" : name + " " + it->second;
 }
 
 }  // namespace

@@ -77,13 +77,18 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   // --batch does not set it, is read first).
   const std::int64_t ranks = comm.size(), rank = comm.rank();
   std::int64_t global = o.zoo.batch;
+  const bool batch_given = global != 0;
   if (global == 0 && ranks > 1) global = make_run_network(o, false, nullptr).batch();
-  // (0 is left only to one rank: the model file's batch, read with the model below.)
-  MEMWEAVE_EXPECTS(global == 0 || global >= ranks,
-                   "--batch " + std::to_string(global) + " is smaller than the " +
-                       std::to_string(ranks) +
-                       " ranks: each rank needs at least one image of the "
-                       "global batch; raise --batch or start fewer ranks");
+  // (0 is left only to one rank: the model file's batch, read with the model below.) Named as
+  // given: a model's own batch is not --batch (it read "--batch 2" to a user who gave none).
+  MEMWEAVE_EXPECTS(
+      global == 0 || global >= ranks,
+      (batch_given ? "--batch " + std::to_string(global)
+                   : "the model's own batch of " + std::to_string(global) + " (no --batch given)") +
+          " is smaller than the " + std::to_string(ranks) +
+          " ranks: each rank needs at least one image of the "
+          "global batch; " +
+          (batch_given ? "raise --batch" : "give a larger --batch") + " or start fewer ranks");
   const std::int64_t first = rank * global / ranks;
   o.zoo.batch = (rank + 1) * global / ranks - first;
   o.executor.comm = &comm;

@@ -96,6 +96,11 @@ endfunction()
 expect_ranks_refused("ranks with different options" "--seed 7 on rank 1, --seed not given on rank 0"
   -n 1 ${MEMWEAVE} ${common} --batch 4 : -n 1 ${MEMWEAVE} ${common} --batch 4 --seed 7)
 
+# A flag without a value (it read "--tile  on rank 1").
+expect_ranks_refused("ranks with and without --tile" "--tile given on rank 1, --tile not given on rank 0"
+  -n 1 ${MEMWEAVE} ${common} --batch 4 --budget 64MiB
+  : -n 1 ${MEMWEAVE} ${common} --batch 4 --budget 64MiB --tile)
+
 # One path, other files: each rank reads its own --init-from, compared by contents (session
 # 42's hostile run: a rank resumed from another checkpoint trained apart without a word).
 file(MAKE_DIRECTORY ${OUT}/dp_r0 ${OUT}/dp_r1)
