@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "memweave/comm/communicator.hpp"
 #include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
@@ -106,6 +107,11 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
 }  // namespace
 
 int eval_command(int argc, const char* const* argv, std::ostream& out) {
+  // Under mpirun every rank evaluated the whole run and wrote the same outputs (session 42's
+  // mpirun run).
+  MEMWEAVE_EXPECTS(!launched_with_several_ranks(),
+                   "memweave eval was started by an MPI launcher with several ranks: only "
+                   "train runs data-parallel; evaluate in one process");
   cli_args args(argc, argv, 2, {"split", "tile"});
   network_run_options o = read_network_run_options(args);
   read_init_from(args, o, false);

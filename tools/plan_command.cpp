@@ -3,6 +3,7 @@
 #include "commands.hpp"
 #include "image_side_search.hpp"
 #include "largest_fit.hpp"
+#include "memweave/comm/communicator.hpp"
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
@@ -159,6 +160,11 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
 }  // namespace
 
 int plan_command(int argc, const char* const* argv, std::ostream& out) {
+  // Under mpirun every rank planned the whole run and wrote the same outputs (session 42's
+  // mpirun run): data parallelism is planned in one process.
+  MEMWEAVE_EXPECTS(!launched_with_several_ranks(),
+                   "memweave plan was started by an MPI launcher with several ranks: only "
+                   "train runs data-parallel; plan it in one process with --ranks N");
   cli_args args(argc, argv, 2, {"max-batch", "max-depth", "max-image-side", "split", "tile"});
   network_run_options o = read_network_run_options(args);
   // The planner's host memory is address space (committed only where jemalloc writes its

@@ -51,6 +51,15 @@ TEST(cli_hardening_test, a_bad_data_source_names_data_and_a_model_in_capitals_is
   expect_has(e, "/nonexistent-memweave/model.ONNX");
 }
 
+// plan and eval under mpirun ran whole on every rank, each writing the same outputs (session
+// 42's mpirun run): refused, pointing at --ranks / one process.
+TEST(cli_hardening_test, plan_and_eval_under_an_mpi_launcher_are_refused) {
+  const scoped_env ranks("OMPI_COMM_WORLD_SIZE", "2");
+  expect_has(error_of(plan_command, {"--net", "resnet50"}),
+             "plan it in one process with --ranks N");
+  expect_has(error_of(eval_command, {"--net", "resnet50"}), "only train runs data-parallel");
+}
+
 TEST(cli_hardening_test, iterations_beyond_an_int_are_rejected_not_wrapped) {
   for (const char* n : {"4294967296", "4294967297"}) {
     expect_has(error_of(train_command, small_train({"--iterations", n})),
