@@ -38,12 +38,17 @@ std::vector<T> raw_values(const onnx::TensorProto& t, std::int64_t count, const 
   return v;
 }
 
-void expect_type(const onnx::TensorProto& t, std::int32_t type, const std::string& what) {
+// Refuses a tensor whose data lives outside the model file, which the importer does not read.
+void expect_inside(const onnx::TensorProto& t, const std::string& what) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL)
     throw invalid_argument(what +
                            ": its data is stored outside the model file (external "
                            "data), which the importer does not read; save the model with "
                            "its weights inside (onnx.save(..., save_as_external_data=False))");
+}
+
+void expect_type(const onnx::TensorProto& t, std::int32_t type, const std::string& what) {
+  expect_inside(t, what);
   if (t.data_type() != type)
     throw invalid_argument(what + ": element type " + data_type_name(t.data_type()) +
                            "; expected " + data_type_name(type));
@@ -92,17 +97,14 @@ onnx::ModelProto load_model(const std::string& path, const std::string& knob) {
   // (relative to the working directory, not the model's), so whether a location exists
   // changed the message, and the message told whether any path exists (session 42's hostile
   // run). The importer does not read external data anyway.
-  const auto refuse_external = [&](const onnx::TensorProto& t, const std::string& what) {
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) expect_type(t, t.data_type(), what);
-  };
   for (const onnx::TensorProto& t : model.graph().initializer()) {
-    refuse_external(t, file_error(knob, path, "initializer " + quote_text(t.name())));
+    expect_inside(t, file_error(knob, path, "initializer " + quote_text(t.name())));
   }
   for (const onnx::NodeProto& n : model.graph().node()) {
     for (const onnx::AttributeProto& a : n.attribute()) {
       if (a.type() == onnx::AttributeProto::TENSOR) {
-        refuse_external(a.t(),
-                        file_error(knob, path, "node " + quote_text(n.name()) + "'s " + a.name()));
+        expect_inside(a.t(),
+                      file_error(knob, path, "node " + quote_text(n.name()) + "'s " + a.name()));
       }
     }
   }

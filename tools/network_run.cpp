@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -303,13 +304,11 @@ network_run_options read_network_run_options(cli_args& args) {
 
 bool is_onnx_net(const std::string& net) {
   // Any case: a model saved as X.ONNX is one too (it was taken for an unknown zoo name).
-  const std::string ext = ".onnx";
-  if (net.size() <= ext.size()) return false;
-  for (std::size_t i = 0; i < ext.size(); ++i) {
-    const char c = net[net.size() - ext.size() + i];
-    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != ext[i]) return false;
-  }
-  return true;
+  const std::string_view ext = ".onnx";
+  return net.size() > ext.size() &&
+         std::equal(
+             ext.begin(), ext.end(), net.end() - static_cast<std::ptrdiff_t>(ext.size()),
+             [](char e, char c) { return e == std::tolower(static_cast<unsigned char>(c)); });
 }
 
 void load_onnx_net(network_run_options& o) {

@@ -16,6 +16,7 @@
 #include "memweave/core/log.hpp"
 #include "memweave/core/whole_file.hpp"
 #include "memweave/swap/transfer_engine.hpp"
+#include "network_run.hpp"
 
 extern char** environ;
 
@@ -74,8 +75,7 @@ std::string agreement_text(const std::map<std::string, std::string>& options) {
     const auto it = options.find(input);
     if (it == options.end()) continue;
     const std::string& path = it->second;
-    const bool model = path.size() > 5 && (path.ends_with(".onnx") || path.ends_with(".ONNX"));
-    if (std::string(input) == "net" && !model) continue;  // a zoo name
+    if (std::string(input) == "net" && !is_onnx_net(path)) continue;  // a zoo name
     std::string digest = "unreadable";
     try {
       const std::string bytes = read_whole_file(path, "input");
