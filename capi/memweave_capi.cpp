@@ -119,7 +119,10 @@ std::unique_ptr<context> make_context(const memweave_config* config) {
   std::size_t host_bytes = 0;
   if (config != nullptr) {
     if (config->device != nullptr && *config->device != '\0') dopt.kind = config->device;
-    if (config->device_bytes != 0) dopt.capacity_bytes = config->device_bytes;
+    if (config->device_bytes != 0) {
+      dopt.capacity_bytes = config->device_bytes;
+      dopt.capacity_knob = "memweave_config.device_bytes";
+    }
     if (config->pool_bytes != 0) {
       hopt.pool_bytes = config->pool_bytes;
       hopt.pool_knob = "memweave_config.pool_bytes";  // what the heap's errors name

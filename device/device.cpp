@@ -113,7 +113,8 @@ std::unique_ptr<device> make_cuda(const device_options& options) {
 void check_simulated(const device_options& options) {
   MEMWEAVE_EXPECTS(options.capacity_bytes > 0,
                    "device_options::capacity_bytes is 0; expected a positive capacity for the "
-                   "host and null devices (MEMWEAVE_DEVICE_BYTES, e.g. 8GiB)");
+                   "host and null devices (" +
+                       options.capacity_knob + ", e.g. 8GiB)");
   // The variable's range, so that code and environment accept the same speeds. Below its
   // 1e-4 GB/s a copy of up to 2^47 bytes would last longer than a steady_clock duration
   // holds: the wait overflowed, which turned the throttle off.
@@ -134,10 +135,12 @@ std::unique_ptr<device> make_device(const device_options& options) {
     d = make_cuda(options);
   } else if (k == "host" || k == "auto") {
     check_simulated(options);
-    d = std::make_unique<host_backend::host_device>(options.capacity_bytes, options.host_link_gbps);
+    d = std::make_unique<host_backend::host_device>(options.capacity_bytes, options.host_link_gbps,
+                                                    options.capacity_knob);
   } else if (k == "null") {
     check_simulated(options);
-    d = std::make_unique<null_backend::null_device>(options.capacity_bytes, options.host_link_gbps);
+    d = std::make_unique<null_backend::null_device>(options.capacity_bytes, options.host_link_gbps,
+                                                    options.capacity_knob);
   } else {
     throw invalid_argument("device kind '" + k +
                            "' is not one of auto|cuda|host|null; fix MEMWEAVE_DEVICE "

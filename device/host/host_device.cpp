@@ -308,10 +308,11 @@ void host_stream::execute(task& t) noexcept {
 
 // ---- host_device ------------------------------------------------------------------------
 
-host_device::host_device(std::size_t capacity_bytes, double host_link_gbps)
+host_device::host_device(std::size_t capacity_bytes, double host_link_gbps,
+                         const std::string& capacity_knob)
     : host_link_gbps_(host_link_gbps),
       memory_("host device memory", PROT_READ | PROT_WRITE, capacity_bytes,
-              "raise MEMWEAVE_DEVICE_BYTES (device_options::capacity_bytes)"),
+              "raise " + capacity_knob),
       pinned_("host device pinned memory", PROT_READ | PROT_WRITE,
               std::numeric_limits<std::size_t>::max(), "free pinned memory") {
   if (host_link_gbps > 0) link_ = std::make_unique<host_link>(host_link_gbps * 1e9);

@@ -111,7 +111,9 @@ class host_stream final : public stream {
 /// one simulated link.
 class host_device final : public device {
  public:
-  host_device(std::size_t capacity_bytes, double host_link_gbps);
+  /// `capacity_knob` names what sets the capacity in out-of-memory errors.
+  host_device(std::size_t capacity_bytes, double host_link_gbps,
+              const std::string& capacity_knob = "MEMWEAVE_DEVICE_BYTES");
   /// Drains and joins the streams, then unmaps memory. Never throws.
   ~host_device() override;
 

@@ -99,10 +99,10 @@ void null_stream::wait(event& e) {
   }
 }
 
-null_device::null_device(std::size_t capacity_bytes, double host_link_gbps)
+null_device::null_device(std::size_t capacity_bytes, double host_link_gbps,
+                         const std::string& capacity_knob)
     : link_gbps_(host_link_gbps > 0 ? host_link_gbps : k_default_link_gbps),
-      memory_("null device memory", PROT_NONE, capacity_bytes,
-              "raise MEMWEAVE_DEVICE_BYTES (device_options::capacity_bytes)"),
+      memory_("null device memory", PROT_NONE, capacity_bytes, "raise " + capacity_knob),
       pinned_("null device pinned memory", PROT_READ | PROT_WRITE,
               std::numeric_limits<std::size_t>::max(), "free pinned memory") {
   for (std::size_t i = 0; i < streams_.size(); ++i) {

@@ -77,7 +77,9 @@ class null_stream final : public stream {
 /// The planning device.
 class null_device final : public device {
  public:
-  null_device(std::size_t capacity_bytes, double host_link_gbps);
+  /// `capacity_knob` names what sets the capacity in out-of-memory errors.
+  null_device(std::size_t capacity_bytes, double host_link_gbps,
+              const std::string& capacity_knob = "MEMWEAVE_DEVICE_BYTES");
 
   device_kind kind() const noexcept override { return device_kind::null; }
   std::string name() const override;

@@ -535,6 +535,11 @@ TEST_F(memweave_capi_test, pool_larger_than_the_device_is_an_allocation_error) {
   EXPECT_EQ(memweaveInit(&c), MEMWEAVE_ERROR_MEMORY_ALLOCATION);
   // The field the caller set, not the environment variable.
   EXPECT_NE(last_error().find("memweave_config.pool_bytes"), std::string::npos) << last_error();
+  // The device's size was set by a field too (session 42's hostile run: the message named
+  // MEMWEAVE_DEVICE_BYTES, which this caller never set).
+  EXPECT_NE(last_error().find("raise memweave_config.device_bytes"), std::string::npos)
+      << last_error();
+  EXPECT_EQ(last_error().find("MEMWEAVE_DEVICE_BYTES"), std::string::npos) << last_error();
   EXPECT_EQ(memweaveIsInitialized(), 0);
 }
 

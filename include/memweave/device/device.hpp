@@ -157,6 +157,9 @@ struct device_options {
   std::string kind = "auto";                ///< auto|cuda|host|null (MEMWEAVE_DEVICE)
   int cuda_ordinal = 0;                     ///< MEMWEAVE_CUDA_DEVICE
   std::size_t capacity_bytes = 8ull << 30;  ///< host/null capacity (MEMWEAVE_DEVICE_BYTES)
+  /// What set capacity_bytes, as the device's out-of-memory errors name it (the C API's
+  /// `memweave_config.device_bytes` when it was set there).
+  std::string capacity_knob = "MEMWEAVE_DEVICE_BYTES";
   /// Host<->device link, GB/s (1e9 bytes/s; MEMWEAVE_HOST_LINK_GBPS): `host` throttles its
   /// copies to it (0 = as fast as memcpy); `null` costs copies with it (0 = 16 GB/s).
   double host_link_gbps = 0.0;
