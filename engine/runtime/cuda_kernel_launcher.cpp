@@ -19,6 +19,7 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "engine/kernels/cuda/cuda_kernels.hpp"
+#include "engine/layers/cuda_limits.hpp"
 #include "engine/layers/cuda_split_step.hpp"
 #include "engine/runtime/cuda_current_device.hpp"
 #include "engine/runtime/cuda_fp16_codec.hpp"
@@ -134,6 +135,8 @@ class cuda_kernel_launcher final : public kernel_launcher {
  public:
   explicit cuda_kernel_launcher(const launcher_context& c)
       : kernel_launcher(c), ordinal_(stream_device(compute_handle())) {
+    // Before any step: a layer cuDNN refuses would otherwise fail the first iteration.
+    layers::check_cuda_runs(*ctx_.net);
     const current_device scope(ordinal_);
     context_ = std::make_unique<kc::cuda_kernel_context>(compute_handle());
     pin_batches();

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/runtime/executor_transfers.hpp"
+#include "engine/runtime/kernel_launcher.hpp"
 #include "engine/runtime/residency_table.hpp"
 #include "engine/runtime/schedule_inputs.hpp"
 #include "memweave/core/error.hpp"

@@ -7,8 +7,15 @@
 #include <string>
 
 #include "engine/kernels/cuda/cudnn_descriptors.hpp"
+#include "engine/layers/cuda_limits.hpp"
 
 namespace memweave::kernels::cuda {
+
+// The executor refuses a network out of these bounds before it runs (check_cuda_runs).
+static_assert(layers::k_cudnn_lrn_min_size == CUDNN_LRN_MIN_N &&
+              layers::k_cudnn_lrn_max_size == CUDNN_LRN_MAX_N);
+static_assert(layers::k_cudnn_lrn_min_k == CUDNN_LRN_MIN_K &&
+              layers::k_cudnn_lrn_min_beta == CUDNN_LRN_MIN_BETA);
 
 using detail::k_one;
 using detail::k_zero;
