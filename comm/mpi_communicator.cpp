@@ -196,6 +196,12 @@ class mpi_communicator final : public communicator {
     return peer_code_.load(std::memory_order_acquire);
   }
 
+  std::string peer_failure() const override {
+    // failed_rank_ and failed_what_ are written once, before peer_code_'s release store.
+    if (peer_failure_code() == 0) return {};
+    return rank_failed(failed_rank_, failed_what_).what();
+  }
+
   void fail(const std::string& what, int exit_code) noexcept override {
     if (size_ == 1) return;
     {

@@ -125,6 +125,7 @@ class nccl_communicator final : public communicator {
   }
   void barrier() override { host_->barrier(); }
   int peer_failure_code() const noexcept override { return host_->peer_failure_code(); }
+  std::string peer_failure() const override { return host_->peer_failure(); }
   void fail(const std::string& what, int exit_code) noexcept override {
     // Pending NCCL operations would wait forever for the failed rank: abort them first.
     if (comm_ != nullptr) (void)ncclCommAbort(comm_), comm_ = nullptr;

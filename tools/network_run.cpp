@@ -43,7 +43,6 @@ namespace {
 // Ranges of the options that are not variables. Each is far above any real use and keeps
 // the value inside the type it is stored in; sizes beyond them are caught as tensors
 // larger than the address space (engine/graph), naming the layer.
-constexpr std::int64_t k_max_batch = std::numeric_limits<std::int32_t>::max();
 constexpr std::int64_t k_max_classes = 1 << 24;
 constexpr double k_min_width = 1e-6;
 constexpr double k_min_learning_rate = 1e-12;
@@ -428,6 +427,11 @@ std::optional<network> make_run_network_or_unfit(network_run_options& o, bool we
     out << "memweave " << command << " " << o.net << ": --tile does not fit: " << e.what() << "\n";
     return std::nullopt;
   }
+}
+
+std::string failure_text(const std::exception& e, const communicator* comm) {
+  if (comm != nullptr && comm->peer_failure_code() != 0) return "stopped: " + comm->peer_failure();
+  return e.what();
 }
 
 namespace {
@@ -820,7 +824,7 @@ int run_policies(const network& net, const network_run_options& o, const device_
       failed.policy = policy;
       failed.fits = false;
       failed.failed = true;
-      failed.failure = e.what();
+      failed.failure = failure_text(e, o.executor.comm);
       report.policies.push_back(std::move(failed));
       if (!first_error) first_error = std::current_exception();
       if (parallel(o)) break;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,6 +31,9 @@ namespace memweave {
 
 /// The largest --image-side (a network at it has tensors beyond any address space anyway).
 inline constexpr std::int64_t k_max_image_side = std::int64_t{1} << 20;
+/// The largest --batch (the global batch under data parallelism): an int32, as frameworks
+/// index a batch.
+inline constexpr std::int64_t k_max_batch = std::numeric_limits<std::int32_t>::max();
 
 /// The options common to train and plan.
 struct network_run_options {
@@ -218,5 +222,10 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
 int run_policies(const network& net, const network_run_options& o, const device_options& dev,
                  int iterations, data_source* data, run_report& report, std::ostream& out,
                  std::ostream* progress);
+
+/// What a rank reports of a failure `e`: where another rank's failure stopped this one (its
+/// collective abandoned, which the stream wrapped in its own advice), "stopped: rank N failed:
+/// <that rank's message>"; else e.what(). `comm` may be null (one process).
+std::string failure_text(const std::exception& e, const communicator* comm);
 
 }  // namespace memweave

@@ -14,6 +14,7 @@
 #include "report_writers.hpp"
 #include "split_report.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <optional>
@@ -95,7 +96,10 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
     // The limits: 2^20 images; n3 = 10000 (a ResNet of 30,000 layers, built in a second and
     // a quarter of a GiB: at 100000 a probe took 7.6 s and 2.5 GB, and a large budget made
     // the search run for minutes and hold gigabytes).
-    const std::int64_t limit = depth ? 10000 : std::int64_t{1} << 20;
+    // On N devices the global batch stays within --batch's range (it was reported past it:
+    // 18224 per device on 2^20 devices, a global batch of 19109249024).
+    const std::int64_t batch_limit = std::min(std::int64_t{1} << 20, k_max_batch / c.ranks);
+    const std::int64_t limit = depth ? 10000 : batch_limit;
     std::string smallest_refused;  // why the smallest value does not fit, where a layer says
     const largest_fit r = search_largest(1, limit, [&](std::int64_t v) {
       network_run_options probe = o;
@@ -138,7 +142,12 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
     } else {
       out << "batch " << r.value;
     }
-    if (r.value == limit) out << " (the search's limit: larger ones were not tried)";
+    if (r.value == limit && !depth && limit < (std::int64_t{1} << 20)) {
+      out << " (the search's limit: a global batch above " << k_max_batch
+          << ", --batch's largest, was not tried)";
+    } else if (r.value == limit) {
+      out << " (the search's limit: larger ones were not tried)";
+    }
     // Flushed: a long search of a later policy (all at a large depth) must not hold back
     // the answers found.
     out << "  (" << r.probes << " planner runs, " << std::fixed << std::setprecision(2) << r.seconds

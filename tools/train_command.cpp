@@ -190,9 +190,10 @@ int train_command(int argc, const char* const* argv, std::ostream& out) {
                                                                        : 3;
     const int peer = comm->peer_failure_code();
     const int code = peer != 0 ? peer : own;
+    const std::string what = failure_text(e, comm.get());
     // One write, so that the launcher does not interleave it with other ranks' lines.
     std::cerr << ("memweave: error: rank " + std::to_string(comm->rank()) + " of " +
-                  std::to_string(comm->size()) + ": " + e.what() + "\n")
+                  std::to_string(comm->size()) + ": " + what + "\n")
               << std::flush;
     comm->fail(e.what(), code);
     return code;

@@ -368,6 +368,18 @@ TEST(cli_hardening_test, plan_over_ranks_says_how_an_uneven_batch_splits) {
              "--net-gbps is the network between the devices of --ranks");
 }
 
+// On 2^20 devices the largest batch per device stops where the global batch reaches --batch's
+// largest (it reported 18224 a device, a global batch of 19109249024; session 42's note).
+TEST(cli_hardening_test, the_batch_search_over_ranks_stays_within_batchs_range) {
+  const auto r = run(plan_command, {"--net", "resnet:1,1,1,1", "--image-side", "32", "--width",
+                                    "0.0625", "--classes", "5", "--policy", "liveness", "--ranks",
+                                    "1048576", "--max-batch", "--budget", "1GiB"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  expect_has(r.out,
+             "batch 2047 per device, global batch 2146435072 (the search's limit: a "
+             "global batch above 2147483647, --batch's largest, was not tried)");
+}
+
 // At a budget that holds any depth the search stops at its limit, and says so (it went to
 // n3 = 100000 before: minutes and gigabytes at 4 GiB).
 TEST(cli_hardening_test, the_depth_search_stops_at_its_limit_and_says_so) {

@@ -88,6 +88,9 @@ class communicator {
   /// because another did ends the job with that rank's code, not with its own collective's
   /// failure (an internal error's 3, or whichever rank aborted first).
   virtual int peer_failure_code() const noexcept { return 0; }
+  /// "rank N failed: <its message>" once peer_failure_code() is not 0, else "": what a rank
+  /// that stopped because of it reports, rather than its own abandoned collective's error.
+  virtual std::string peer_failure() const { return {}; }
 };
 
 /// The one-rank communicator.
