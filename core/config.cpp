@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "memweave/core/error.hpp"
@@ -279,19 +281,23 @@ void check_range(const option_info& info, const std::string& value, std::string_
 // Throws when `value` does not have the row's form and range; errors name `knob`.
 void check(const option_info& info, const std::string& value, std::string_view knob) {
   switch (info.form) {
-    case f::bytes:
-      check_range(info, value, knob, static_cast<double>(parse_bytes(value, knob)));
-      break;
+    case f::bytes: {
+      // 16 EiB and more is out of the row's range too (it said "not a size below 16 EiB").
+      const std::optional<std::size_t> bytes = parse_bytes_unbounded(value, knob);
+      check_range(info, value, knob,
+                  bytes ? static_cast<double>(*bytes) : std::numeric_limits<double>::infinity());
+    } break;
     case f::fraction: {
-      const double v = parse_double(value, knob);
+      const double v = parse_double_unbounded(value, knob);
       if (!(v > 0.0 && v <= 1.0)) {
-        throw invalid_argument(knob_value(knob, value) + " is not a fraction in (0, 1]; " +
+        throw invalid_argument(knob_value(knob, value) +
+                               " is out of range: expected a fraction in (0, 1]; " +
                                std::string(knob_remedy(knob)));
       }
       break;
     }
     case f::number:
-      check_range(info, value, knob, parse_double(value, knob));
+      check_range(info, value, knob, parse_double_unbounded(value, knob));
       break;
     case f::integer: {
       // parse_int's own message would name int64's range, not the row's.
@@ -299,8 +305,17 @@ void check(const option_info& info, const std::string& value, std::string_view k
       try {
         v = parse_int(value, knob, INT64_MIN, INT64_MAX);
       } catch (const invalid_argument&) {
-        throw invalid_argument(knob_value(knob, value) + " is not " + range_text(info) + "; " +
-                               std::string(knob_remedy(knob)));
+        // Digits past int64 are out of the row's range (the wording of every other number).
+        const std::size_t first = value.find_first_not_of(" \t");
+        const std::size_t digits = first == std::string::npos                   ? first
+                                   : value[first] == '-' || value[first] == '+' ? first + 1
+                                                                                : first;
+        const std::size_t last = value.find_last_not_of(" \t");
+        const bool whole = digits != std::string::npos && digits <= last &&
+                           value.find_first_not_of("0123456789", digits) > last;
+        throw invalid_argument(knob_value(knob, value) +
+                               (whole ? " is out of range: expected " : " is not ") +
+                               range_text(info) + "; " + std::string(knob_remedy(knob)));
       }
       check_range(info, value, knob, static_cast<double>(v));
       break;

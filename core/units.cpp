@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "memweave/core/error.hpp"
@@ -43,7 +44,7 @@ std::string_view knob_remedy(std::string_view what) {
   return what.starts_with("--") ? "change the option" : "fix or unset it";
 }
 
-std::size_t parse_bytes(std::string_view text, std::string_view what) {
+std::optional<std::size_t> parse_bytes_unbounded(std::string_view text, std::string_view what) {
   constexpr std::string_view expected =
       "a size (a number with optional suffix K, M, G, T, e.g. 8GiB)";
   std::string_view s = trim(text);
@@ -84,19 +85,47 @@ std::size_t parse_bytes(std::string_view text, std::string_view what) {
     bad(what, text, "a whole number of bytes, or a size with a unit (K, M, G, T, e.g. 1.5GiB)");
   }
   const double bytes = number * scale;
-  if (!std::isfinite(bytes) || bytes >= 1.8e19) {
-    bad(what, text, "a size below 16 EiB (the range of the option is smaller still)");
-  }
+  if (!std::isfinite(bytes) || bytes >= 1.8e19) return std::nullopt;
   return static_cast<std::size_t>(bytes);
 }
 
-double parse_double(std::string_view text, std::string_view what) {
-  std::string_view s = trim(text);
+std::size_t parse_bytes(std::string_view text, std::string_view what) {
+  const std::optional<std::size_t> bytes = parse_bytes_unbounded(text, what);
+  if (!bytes) {
+    throw invalid_argument(knob_value(what, text) +
+                           " is out of range: expected a size below 16 EiB; " +
+                           std::string(knob_remedy(what)));
+  }
+  return *bytes;
+}
+
+std::size_t parse_bytes(std::string_view text, std::string_view what, std::size_t min,
+                        std::size_t max) {
+  const std::optional<std::size_t> bytes = parse_bytes_unbounded(text, what);
+  if (!bytes || *bytes < min || *bytes > max) {
+    throw invalid_argument(knob_value(what, text) + " is out of range: expected a size from " +
+                           format_bytes(min) + " to " + format_bytes(max) + "; " +
+                           std::string(knob_remedy(what)));
+  }
+  return *bytes;
+}
+
+double parse_double_unbounded(std::string_view text, std::string_view what) {
+  const std::string_view s = trim(text);
   double v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v)) {
-    bad(what, text, "a number");
-  }
+  const bool whole = !s.empty() && end == s.data() + s.size();
+  // Read whole but past what a double holds (1e400, 1e-400): strtod's rounding, +-inf or 0,
+  // so that the caller's range check calls it out of range (it was "not a number").
+  if (whole && ec == std::errc::result_out_of_range)
+    return std::strtod(std::string(s).c_str(), nullptr);
+  if (!whole || ec != std::errc() || std::isnan(v)) bad(what, text, "a number");
+  return v;
+}
+
+double parse_double(std::string_view text, std::string_view what) {
+  const double v = parse_double_unbounded(text, what);
+  if (!std::isfinite(v)) bad(what, text, "a finite number");
   return v;
 }
 
@@ -129,7 +158,7 @@ std::int64_t parse_int(std::string_view text, std::string_view what, std::int64_
 }
 
 double parse_double(std::string_view text, std::string_view what, double min, double max) {
-  const double v = parse_double(text, what);
+  const double v = parse_double_unbounded(text, what);
   if (!(v >= min && v <= max)) {
     throw invalid_argument(knob_value(what, text) + " is out of range: expected a number from " +
                            format_number(min) + " to " + format_number(max) + "; " +

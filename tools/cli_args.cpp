@@ -97,13 +97,7 @@ std::optional<std::size_t> cli_args::get_bytes(const std::string& name, std::siz
                                                std::size_t maximum) {
   auto v = get(name);
   if (!v) return std::nullopt;
-  const std::size_t b = parse_bytes(*v, "--" + name);
-  if (b < minimum || b > maximum) {
-    throw invalid_argument(knob_value("--" + name, *v) + " is out of range: expected a size from " +
-                           format_bytes(minimum) + " to " + format_bytes(maximum) +
-                           "; change the option");
-  }
-  return b;
+  return parse_bytes(*v, "--" + name, minimum, maximum);
 }
 
 std::optional<std::int64_t> cli_args::get_int(const std::string& name, std::int64_t minimum,

@@ -124,11 +124,16 @@ std::string int_error(const char* knob, const char* value) {
 }
 
 TEST(config_test, a_bad_whole_number_is_told_the_rows_own_range) {
-  for (const char* value : {"abc", "1.5", "99999999999999999999999"}) {
+  for (const char* value : {"abc", "1.5", "99999999999999999999999", "-99999999999999999999"}) {
     const std::string what = int_error("MEMWEAVE_PREFETCH_DISTANCE", value);
     EXPECT_NE(what.find("--knob '" + std::string(value) + "'"), std::string::npos) << what;
     EXPECT_NE(what.find("a whole number from 1 to 1048576;"), std::string::npos) << what;
     EXPECT_EQ(what.find("9223372036854775807"), std::string::npos) << what;
+    // Digits past int64 are out of range, as any other number too large; text is not one.
+    const bool digits = std::string(value).find_first_not_of("-0123456789") == std::string::npos;
+    EXPECT_NE(what.find(digits ? "is out of range: expected" : "is not a whole number"),
+              std::string::npos)
+        << what;
   }
   const std::string regions = int_error("MEMWEAVE_SPLIT_REGIONS", "x");
   EXPECT_NE(regions.find("is not a whole number from 0 to 1024;"), std::string::npos) << regions;
@@ -176,6 +181,34 @@ TEST(config_test, block_bytes_are_bounded_and_a_size_range_reads_as_sizes) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Sizes and numbers past what their types hold read as every value out of range does.
+template <typename Read>
+std::string error_of_read(const char* name, const char* value, Read read) {
+  scoped_env env(name, value);
+  try {
+    (void)read(name);
+  } catch (const invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(config_test, sizes_and_numbers_past_their_types_are_out_of_the_rows_range) {
+  const std::string block = error_of_read("MEMWEAVE_BLOCK_BYTES", "99999999999999999999GiB",
+                                          [](const char* n) { return option_bytes(n); });
+  EXPECT_NE(block.find("is out of range: expected a size from 256 B to 1.00 GiB"),
+            std::string::npos)
+      << block;
+  const std::string link = error_of_read("MEMWEAVE_HOST_LINK_GBPS", "1e400",
+                                         [](const char* n) { return option_double(n); });
+  EXPECT_NE(link.find("MEMWEAVE_HOST_LINK_GBPS='1e400' is out of range"), std::string::npos)
+      << link;
+  const std::string fraction = error_of_read("MEMWEAVE_POOL_FRACTION", "1e400",
+                                             [](const char* n) { return option_double(n); });
+  EXPECT_NE(fraction.find("is out of range: expected a fraction in (0, 1]"), std::string::npos)
+      << fraction;
 }
 
 TEST(config_test, asking_for_an_unknown_option_is_a_programming_error) {

@@ -47,10 +47,45 @@ TEST(units_test, a_byte_count_is_whole_and_an_overflow_says_too_large) {
       (void)parse_bytes(big, "--budget");
       FAIL() << "accepted " << big;
     } catch (const invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("is not a size below 16 EiB"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("is out of range: expected a size below 16 EiB"),
+                std::string::npos)
           << e.what();
     }
   }
+  // With the option's own range, a size past any std::size_t is out of that range (it was
+  // "not a size below 16 EiB (the range of the option is smaller still)"; session 42).
+  try {
+    (void)parse_bytes("99999999999999999999", "--budget", 1024, std::size_t{64} << 40);
+    FAIL();
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--budget '99999999999999999999' is out of range: "
+                                         "expected a size from 1.00 KiB to 64.00 TiB; change"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(parse_bytes("2KiB", "--budget", 1024, 4096), 2048u);
+}
+
+// A number a double cannot hold is out of the option's range, as a large one is; it was "not
+// a number" (session 42's note: the wording differed between flags).
+TEST(units_test, a_number_past_a_doubles_range_is_out_of_range) {
+  for (const char* big : {"1e400", "-1e400", "inf"}) {
+    try {
+      (void)parse_double(big, "--lr", 1e-12, 1e3);
+      FAIL() << "accepted " << big;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--lr '" + std::string(big) +
+                                           "' is out of range: expected a number from 1e-12 "
+                                           "to 1000"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // Below the least subnormal: 0, as strtod rounds it, in range where 0 is.
+  EXPECT_EQ(parse_double("1e-400", "--momentum", 0.0, 1.0), 0.0);
+  EXPECT_THROW((void)parse_double("1e-400", "--lr", 1e-12, 1e3), invalid_argument);
+  EXPECT_THROW((void)parse_double("nan", "--lr", 1e-12, 1e3), invalid_argument);
+  EXPECT_THROW((void)parse_double("1e400", "X"), invalid_argument);
 }
 
 TEST(units_test, numbers_and_booleans_are_strict) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,9 +14,21 @@ namespace memweave {
 /// written KB/KiB, MB/MiB, ... ("8GiB", "512M", "1.5G", "4096"). Throws invalid_argument
 /// naming `what` (e.g. the variable) and the value when it is malformed.
 std::size_t parse_bytes(std::string_view text, std::string_view what);
+/// As parse_bytes, a size in [min, max]: one out of it (16 EiB and more too) is "out of
+/// range", naming the range.
+std::size_t parse_bytes(std::string_view text, std::string_view what, std::size_t min,
+                        std::size_t max);
+/// As parse_bytes, but a size of 16 EiB or more (no std::size_t holds it) is nullopt: for a
+/// caller that checks its own range and calls such a size out of it.
+std::optional<std::size_t> parse_bytes_unbounded(std::string_view text, std::string_view what);
 
 /// Parses a finite floating-point number; throws invalid_argument naming `what`.
 double parse_double(std::string_view text, std::string_view what);
+/// As parse_double, but a number written whole that a double cannot hold is +-infinity past
+/// its range and 0 below its least subnormal (strtod's rounding), and "inf" is infinity: for a
+/// caller that checks its own range and calls such a value out of it. NaN and malformed text
+/// throw.
+double parse_double_unbounded(std::string_view text, std::string_view what);
 
 /// Parses a non-negative integer; throws invalid_argument naming `what`.
 std::uint64_t parse_uint(std::string_view text, std::string_view what);
