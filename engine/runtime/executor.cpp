@@ -536,6 +536,7 @@ void executor::restore_persistent_placement() {
   bool placed = !persistent_moved_;
   for (tensor_id t : plan_.persistent) {
     if (parked_[t] && residency_->state(t) != residency::on_host) placed = false;
+    if (channel_cut_[t] && residency_->state(t) != residency::staged) placed = false;
   }
   if (placed) return;
   for (tensor_id t : plan_.persistent) {
@@ -545,9 +546,17 @@ void executor::restore_persistent_placement() {
   compute.record(*transfers_->ready);
   for (std::size_t i = plan_.persistent.size(); i-- > 0;) {
     const tensor_id t = plan_.persistent[i];
-    // Parked, or cut by channel groups (it stays where it is: host memory, or, fetched by a
-    // step that ran whole, host memory again once evicted above).
-    if (parked_[t] || channel_cut_[t]) continue;
+    if (parked_[t]) continue;
+    // Cut by channel groups: back in host staging memory, where the constructor put it.
+    // Fetched by a step that ran whole and evicted above, it was left as a host copy, and the
+    // next iteration found it there instead (a prefetch where the first iteration, and
+    // `plan`, had a staging copy: session 43's hostile run, bytes moved differing from the
+    // second iteration on).
+    if (channel_cut_[t]) {
+      if (residency_->state(t) != residency::staged)
+        stage(t, access_mode::read, route_.step_count());
+      continue;
+    }
     allocate_persistent(t);
     transfers_->engine.prefetch(t, cache_->ptr(t), transfers_->ready.get());
     transfers_->engine.make_ready(t, compute);
