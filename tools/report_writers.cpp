@@ -86,6 +86,7 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"parked_bytes\": " << p.parked_bytes
         << ",\n      \"schedule_misses\": " << p.schedule_misses
         << ",\n      \"predicted_seconds\": " << json_number(p.predicted_seconds)
+        << ",\n      \"schedule_measured\": " << (p.schedule_measured ? "true" : "false")
         << ",\n      \"bound_seconds\": " << json_number(p.bound_seconds)
         << ",\n      \"weighed\": {\"all_seconds\": " << json_number(p.weighed_all_seconds)
         << ", \"recompute_seconds\": " << json_number(p.weighed_recompute_seconds)
@@ -435,7 +436,7 @@ void write_summary(std::ostream& out, const run_report& r) {
       out << "  " << p.policy << ": memory schedule of " << p.scheduled_swaps << " swaps and "
           << p.scheduled_drops << " drops (rebuilt by replays), predicted " << std::setprecision(4)
           << 1e3 * p.predicted_seconds << " ms per iteration in the "
-          << (p.replan.replanned ? "measured times" : "plan's model") << "; " << p.schedule_misses
+          << (p.schedule_measured ? "measured times" : "plan's model") << "; " << p.schedule_misses
           << " tensors not where it put them, " << p.evictions << " safety-net evictions\n";
       if (p.scheduled_parks != 0) {
         out << "  " << p.policy << ": " << p.scheduled_parks << " of the swaps park persistent "

@@ -535,6 +535,10 @@ class executor {
   int trial_iterations_ = -1;  // -1: no trial running
   double trial_seconds_[2] = {0.0, 0.0};
   std::unique_ptr<memory_schedule> other_schedule_;  // the one not running during the trial
+  // The schedule the last iteration ran, where its end put another in place (re-planned, or
+  // the trial's turn): report() describes the iteration it reports, not the next one.
+  std::unique_ptr<memory_schedule> ran_schedule_;
+  bool ran_measured_ = false;  // ran_schedule_ was planned from measured times
   void continue_replan_trial(double iteration_seconds);
   // The schedule is still to be re-planned from an iteration's measured times.
   bool replan_pending() const noexcept {

@@ -96,7 +96,10 @@ struct policy_report {
   std::uint64_t scheduled_to_host = 0;
   std::uint64_t schedule_misses = 0;  ///< all: scheduled actions the safety net pre-empted
   double predicted_seconds = 0.0;     ///< all: the schedule's modelled iteration time
-  double bound_seconds = 0.0;         ///< all: the least any exact schedule could take
+  /// all: the schedule the last iteration ran (the one these figures describe) was planned
+  /// from measured times, and predicted_seconds is in them, not in the model.
+  bool schedule_measured = false;
+  double bound_seconds = 0.0;  ///< all: the least any exact schedule could take
   /// all under a budget: the modelled iterations it was weighed by before it started (0: not
   /// weighed, or the policy could not run there), and whether it ran as recompute for it.
   double weighed_all_seconds = 0.0;

@@ -821,6 +821,20 @@ TEST(schedule_test, the_first_iteration_measured_on_host_replans_the_schedule_on
     EXPECT_EQ(decided.model_iteration_seconds, 0.0);  // nothing to try
     EXPECT_TRUE(same_gaps(run.schedules[4], model));
   }
+  // Each report describes the schedule its iteration ran, not the one its end put in place
+  // for the next (the first ran the model's; the schedule recorded after iteration i - 1 ran
+  // the i-th): its swaps, drops and prediction, and whether that was in measured times.
+  for (int i = 0; i < iterations; ++i) {
+    const memory_schedule& ran = i == 0 ? model : run.schedules[i - 1];
+    std::uint64_t swaps = 0;
+    for (const scheduled_gap& g : ran.gaps) swaps += g.action == gap_action::swap ? 1 : 0;
+    EXPECT_EQ(run.reports[i].scheduled_swaps, swaps) << i;
+    EXPECT_EQ(run.reports[i].scheduled_swaps + run.reports[i].scheduled_drops, ran.gaps.size())
+        << i;
+    EXPECT_EQ(run.reports[i].predicted_seconds, ran.predicted_seconds) << i;
+    const bool measured = first.replanned && (i >= 5 ? decided.replanned : i % 2 == 1);
+    EXPECT_EQ(run.reports[i].schedule_measured, measured) << i;
+  }
   // Once: the later iterations run the schedule kept, unchanged, and say so.
   for (int i = 5; i < iterations; ++i) {
     EXPECT_TRUE(same_gaps(run.schedules[4], run.schedules[i]));
