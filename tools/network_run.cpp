@@ -375,12 +375,21 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
   const bool evaluation = eo.evaluation_only;
   // The workspaces are the host's candidates': on cuda, whose CONV algorithms are cuDNN's
   // and chosen where the step runs, none.
-  const split_plan plan = naming_large_blocks(block, [&] {
-    return plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget",
-                       true, evaluation,
-                       host_algorithms ? promised_workspace_bytes(table, o.executor.conv_ws)
-                                       : std::vector<std::size_t>{});
-  });
+  split_plan plan;
+  try {
+    plan = naming_large_blocks(block, [&] {
+      return plan_splits(net, table, memory, o.executor.model, o.budget_bytes, block, "--budget",
+                         true, evaluation,
+                         host_algorithms ? promised_workspace_bytes(table, o.executor.conv_ws)
+                                         : std::vector<std::size_t>{});
+    });
+  } catch (const budget_too_small&) {
+    // Below the split floor. A policy that moves nothing to host memory runs its split steps
+    // whole on the device anyway (l_i must fit): it runs unsplit, and its row names its own
+    // floor (every row was told the split floor, 20 KiB where liveness needed 435).
+    if (eo.policy.evict_to_host) throw;
+    return;
+  }
   eo.split_parts = plan.parts(table.step_count());
   eo.channel_parts = plan.channel_parts(table.step_count());
   eo.split_channel_groups = true;

@@ -116,6 +116,26 @@ TEST(split_cli_test, below_the_split_floor_the_report_files_are_still_written) {
   std::filesystem::remove(json);
 }
 
+// Liveness moves nothing to host memory: its split steps run whole on the device, so below
+// the split floor its row names its own floor, not the micro-step (it was told "at least 20.00
+// KiB", and at that budget then 435.00 KiB; session 43's hostile run).
+TEST(split_cli_test, below_the_split_floor_a_policy_that_stages_nothing_names_its_own_floor) {
+  const auto r =
+      run(plan_command, {"--net", "resnet:1,1,1,1", "--width", "0.0625", "--image-side", "32",
+                         "--classes", "5", "--batch", "4", "--conv-ws", "fixed:direct", "--split",
+                         "--policy", "liveness,utp", "--budget", "10000"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("  liveness: budget 9.77 KiB is below what policy liveness can run "
+                       "resnet14 at batch 4 with: parameters and state 368.00 KiB plus the "
+                       "tensors of step 111 (conv1 backward) 67.00 KiB = 435.00 KiB"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  utp: budget of 9.77 KiB (--budget) is below the smallest micro-step "
+                       "of step 98"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(split_cli_test, no_split_where_every_step_fits) {
   const auto r = run(plan_command, at("1GiB"));
   EXPECT_EQ(r.code, 0) << r.out;
