@@ -820,6 +820,9 @@ int run_policies(const network& net, const network_run_options& o, const device_
   if (!parallel(o)) stop_scope.emplace();
   for (const std::string& policy : o.policies) {
     if (stop_requested() != 0) break;  // the policies not begun are not run
+    // A second early: file times are coarser than the clock (a file from an earlier run is
+    // older still).
+    const auto started = std::filesystem::file_time_type::clock::now() - std::chrono::seconds(1);
     try {
       report.policies.push_back(run_policy(net, o, policy, dev, iterations, data, progress,
                                            &report.device, &output_error));
@@ -839,7 +842,14 @@ int run_policies(const network& net, const network_run_options& o, const device_
       if (parallel(o)) break;
     }
     const std::string trace = trace_path_of(o, policy);
-    if (!trace.empty()) out << "heap trace of " << policy << ": " << trace << "\n";
+    if (!trace.empty()) {
+      // A policy that stopped before its heap was made (below its floor) wrote none: the line
+      // named a file that was not there (session 43's hostile run).
+      std::error_code ec;
+      const bool written = std::filesystem::last_write_time(trace, ec) >= started && !ec;
+      out << "heap trace of " << policy << ": "
+          << (written ? trace : "none written (it stopped before its heap was made)") << "\n";
+    }
   }
   if (!parallel(o) || o.executor.comm->rank() == 0) {
     write_summary(out, report);

@@ -5,6 +5,7 @@
 #include <iomanip>
 
 #include "largest_fit.hpp"
+#include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/engine/layer_memory.hpp"
@@ -126,7 +127,11 @@ int plan_split_largest(network_run_options o, std::ostream& out) {
   out << "memweave plan " << o.net << " --split: the largest batch the search finds `all` "
       << "trains within " << format_bytes(o.budget_bytes)
       << ", the steps over it in micro-batches, the fewest each (host pool "
-      << format_bytes(o.executor.host_pool_bytes) << ")\n";
+      << format_bytes(o.executor.host_pool_bytes != 0
+                          ? o.executor.host_pool_bytes
+                          // The variable's, which the executor takes (it printed 0 B).
+                          : option_bytes("MEMWEAVE_HOST_POOL_BYTES").value_or(0))
+      << ")\n";
   constexpr std::int64_t limit = 1 << 20;
   const largest_fit r = search_largest(1, limit, [&](std::int64_t v) {
     zoo_options z = o.zoo;

@@ -96,6 +96,26 @@ TEST(cli_hardening_test, each_policy_keeps_its_own_trace) {
   EXPECT_FALSE(std::filesystem::exists(trace));
 }
 
+// A policy below its floor stops before its heap is made: no trace, and the line says so (it
+// named the file as if written; session 43's hostile run).
+TEST(cli_hardening_test, a_policy_that_made_no_heap_names_no_trace_file) {
+  const std::string trace = temp("floor.trace");
+  std::filesystem::remove(trace + ".liveness");
+  {
+    scoped_env env("MEMWEAVE_TRACE", trace.c_str());
+    const auto r =
+        run(train_command, small_train({"--policy", "liveness,utp", "--budget", "6MiB", "--conv-ws",
+                                        "fixed:direct", "--iterations", "1"}));
+    expect_has(r.out,
+               "heap trace of liveness: none written (it stopped before its heap was "
+               "made)");
+    expect_has(r.out, "heap trace of utp: " + trace + ".utp");
+  }
+  EXPECT_FALSE(std::filesystem::exists(trace + ".liveness"));
+  EXPECT_GT(read_trace(trace + ".utp").size(), 100u);
+  std::filesystem::remove(trace + ".utp");
+}
+
 TEST(cli_hardening_test, numbers_are_checked_against_their_real_type_and_range) {
   expect_has(error_of(plan_command, with({"--threads", "4294967297"})),
              "--threads '4294967297' is out of range: expected 0 or a whole number from 1 to "
