@@ -28,10 +28,7 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
            "trace it\n";
     o.executor.heap.trace_path.clear();
   }
-  device_options dev;
-  dev.kind = "null";
-  dev.capacity_bytes = o.budget_bytes;
-  dev.host_link_gbps = null_link_gbps(o);
+  const device_options dev = planning_device(o, o.budget_bytes);
   // --tile: cut for this side, the segments kept in `segments` where asked.
   auto network_at = [&](std::int64_t side, std::vector<tiled_segment_choice>* segments = nullptr) {
     zoo_options z = o.zoo;

@@ -474,6 +474,16 @@ double null_link_gbps(const network_run_options& o) {
   return set > 0 ? set : o.executor.model.link_bytes_per_s / 1e9;
 }
 
+device_options planning_device(const network_run_options& o, std::size_t capacity) {
+  device_options dev;
+  dev.kind = "null";
+  dev.capacity_bytes = capacity;
+  if (option_raw("MEMWEAVE_DEVICE_BYTES"))
+    dev.capacity_bytes = *option_bytes("MEMWEAVE_DEVICE_BYTES");
+  dev.host_link_gbps = null_link_gbps(o);
+  return dev;
+}
+
 std::string timeline_path_of(const network_run_options& o, const std::string& policy) {
   if (o.timeline.empty() || o.policies.size() <= 1) return o.timeline;
   // trace.json -> trace.utp.json (a viewer still knows it by its extension).

@@ -164,6 +164,11 @@ std::string weights_text(const network_run_options& o);
 /// else the cost model's, so that its copies take what the schedule planned them to.
 double null_link_gbps(const network_run_options& o);
 
+/// The planning (null) device of `plan` and its searches: `capacity` bytes, or those of
+/// MEMWEAVE_DEVICE_BYTES where it is set (as `train --device host` takes them: plan said a
+/// budget fits that train refused as beyond the device), and null_link_gbps's link.
+device_options planning_device(const network_run_options& o, std::size_t capacity);
+
 /// The --trace-timeline file of `policy`: the path itself when one policy runs, the policy
 /// named before its ".json" when several do ("t.json" -> "t.utp.json"); "" when unset.
 std::string timeline_path_of(const network_run_options& o, const std::string& policy);

@@ -73,10 +73,7 @@ std::string describe_communication(const policy_report& p, const cluster& c, dou
 int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostream& out) {
   MEMWEAVE_EXPECTS(o.budget_bytes != 0, std::string(depth ? "--max-depth" : "--max-batch") +
                                             " needs --budget (the memory to fit in)");
-  device_options dev;
-  dev.kind = "null";
-  dev.capacity_bytes = o.budget_bytes;
-  dev.host_link_gbps = null_link_gbps(o);
+  const device_options dev = planning_device(o, o.budget_bytes);
   const auto blocks = depth ? resnet_blocks(o.net) : std::array<std::int64_t, 4>{};
   load_onnx_net(o);  // read once, imported at each probe's batch
   if (!o.executor.heap.trace_path.empty()) {
@@ -273,10 +270,8 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   // report and its files are written as without --split.
   const bool split_fits = !o.split || plan_split(net, o, out) == 0;
   if (global == 0) global = net.batch();  // one device, the model file's batch
-  device_options dev;
-  dev.kind = "null";
-  dev.capacity_bytes = o.budget_bytes ? o.budget_bytes : unbudgeted_plan_bytes(net);
-  dev.host_link_gbps = null_link_gbps(o);
+  const device_options dev =
+      planning_device(o, o.budget_bytes ? o.budget_bytes : unbudgeted_plan_bytes(net));
   run_report report;
   report.command = "plan";
   report.network = o.net;

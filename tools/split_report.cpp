@@ -39,10 +39,7 @@ split_probe probe(const network& net, const network_run_options& o) {
   }
   network_run_options ro = o;
   ro.split = true;
-  device_options dev;
-  dev.kind = "null";
-  dev.capacity_bytes = o.budget_bytes;
-  dev.host_link_gbps = null_link_gbps(ro);
+  const device_options dev = planning_device(ro, o.budget_bytes);
   p.fits = plan_fits_budget(net, ro, "all", dev);
   return p;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -94,6 +95,26 @@ TEST(cli_hardening_test, each_policy_keeps_its_own_trace) {
     std::filesystem::remove(path);
   }
   EXPECT_FALSE(std::filesystem::exists(trace));
+}
+
+// plan's null device is as large as MEMWEAVE_DEVICE_BYTES says where it is set, as train's
+// host device is: plan said a budget beyond it fits, train refused it (session 43's run).
+TEST(cli_hardening_test, plan_takes_the_device_size_train_takes) {
+  const scoped_env small("MEMWEAVE_DEVICE_BYTES", "2MiB");
+  const std::vector<std::string> a =
+      small_train({"--policy", "utp", "--budget", "6MiB", "--conv-ws", "fixed:direct"});
+  std::vector<std::string> planned(a);
+  const auto device = std::find(planned.begin(), planned.end(), "--device");
+  planned.erase(device, device + 2);  // plan's device is null
+  const std::string plan_says = error_of(plan_command, planned);
+  const std::string train_says = error_of(train_command, [&] {
+    std::vector<std::string> t = a;
+    t.insert(t.end(), {"--iterations", "1"});
+    return t;
+  }());
+  for (const std::string& m : {plan_says, train_says}) {
+    expect_has(m, "budget 6.00 MiB exceeds the device's free memory 2.00 MiB");
+  }
 }
 
 // A policy below its floor stops before its heap is made: no trace, and the line says so (it
