@@ -1132,7 +1132,8 @@ policy_report executor::report() const {
     r.weighed_fewest_split_seconds = choice_.fewest_split_s;
     r.mixed_split_steps = choice_.mixed_split_steps;
     r.weighed_whole_split_seconds = choice_.whole_split_s;
-    r.weighed_headroom = options_.schedule.headroom;
+    // The schedule's own: where it fit only without headroom, 0, not the option's.
+    r.weighed_headroom = schedule_ ? schedule_->headroom : options_.schedule.headroom;
     r.weighed_workspace_share = options_.schedule.workspace_share;
     r.weighed_keep_rebuilt = options_.schedule.keep_rebuilt;
     r.weighed_min_bytes = options_.schedule.min_bytes;

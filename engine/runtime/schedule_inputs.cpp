@@ -299,12 +299,14 @@ std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_o
   // none is made (a 2116-layer ResNet at half its peak planned for 7 s to no schedule).
   if (memory_schedule_cannot_fit(p, options)) return std::nullopt;
   memory_schedule planned = plan_memory_schedule(p, options);
+  planned.headroom = options.headroom;
   if (!planned.fits) {
     // The greedy choice can corner itself (a step left with nothing idle): plan again with
     // swaps charged only for their stalls, which moves more and drops less.
     schedule_options free_link = options;
     free_link.link_charge = 0;
     planned = plan_memory_schedule(p, free_link);
+    planned.headroom = options.headroom;
   }
   if (!planned.fits) {
     // Near max(l_i) a step's own tensors fill the budget: plan again without reserving
@@ -313,6 +315,7 @@ std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_o
     tight.headroom = 0;
     p.step_options.clear();
     planned = plan_memory_schedule(p, tight);
+    planned.headroom = 0;  // reported as such: MEMWEAVE_SCHEDULE_HEADROOM=0.9 read as applied
   }
   // A schedule that still cannot bring every step under the budget would leave the reactive
   // cache to work around a half-done plan: there the cache alone does better, as the floor

@@ -308,6 +308,9 @@ struct memory_schedule {
   /// tries several and keeps the fastest prediction).
   double link_charge = 0.0;
   double slack_copy_share = 0.0;
+  /// The headroom it was planned within: the option's, or 0 where it fit only without
+  /// (plan_executor_schedule's last retry, near max(l_i)).
+  double headroom = 0.0;
 };
 
 /// The least iteration time any exact schedule of a problem can reach in its model (no

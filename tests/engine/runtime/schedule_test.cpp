@@ -549,6 +549,25 @@ TEST(schedule_test, weighed_all_trains_on_host_as_planned_and_bit_identically) {
   EXPECT_GE(as_recompute, 1);
 }
 
+// A headroom the greedy cannot plan within (90 % of the budget kept free) falls back to none:
+// the report says 0, the schedule's, not the option's (MEMWEAVE_SCHEDULE_HEADROOM=0.9 read as
+// applied; session 43's hostile run); one it can keep is reported as it is.
+TEST(schedule_test, the_headroom_reported_is_the_one_the_schedule_was_planned_within) {
+  const network net = activation_heavy("resnet50");
+  const std::size_t peak =
+      plan_run(net, policy_options("liveness", 0, "fixed:direct")).report.peak_bytes;
+  for (const double headroom : {0.9, 0.04}) {
+    executor_options o = scheduled_options("all", peak / 2, "fixed:direct");
+    o.weigh_alternatives = true;
+    o.schedule.headroom = headroom;
+    o.schedule.headroom_auto = false;
+    const planned_run run = plan_run(net, o);
+    ASSERT_NE(run.report.scheduled_swaps + run.report.scheduled_drops, 0u) << headroom;
+    EXPECT_EQ(run.report.weighed_headroom, headroom == 0.9 ? 0.0 : headroom);
+    EXPECT_EQ(run.schedule.headroom, run.report.weighed_headroom);
+  }
+}
+
 // Left unset, the headroom and the share of the budget planned for CONV workspaces are weighed
 // too: 0.08 and half of it, a sixteenth, a quarter and all of the budget, each pair run on the
 // null device (fragmentation included), the fastest kept; where half the headroom wins, a
