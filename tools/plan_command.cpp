@@ -179,6 +179,13 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
     o.executor.host_pool_bytes = std::size_t{256} << 30;
     o.executor.host_pool_knob = "plan's 256 GiB without --host-pool";
   }
+  // The null device is the model: a link set for it is the one the schedule plans with (it
+  // charged copies at MEMWEAVE_HOST_LINK_GBPS and planned them at the preset's 16 GB/s, and
+  // the report named both).
+  if (const double link = *option_double("MEMWEAVE_HOST_LINK_GBPS"); link > 0) {
+    o.executor.model.link_bytes_per_s = link * 1e9;
+    o.model_from_device = false;  // the null device has no figures of its own to give
+  }
   const bool max_batch = args.flag("max-batch"), max_depth = args.flag("max-depth");
   cluster c;
   c.ranks = static_cast<int>(args.get_int("ranks", 1, 1 << 20).value_or(1));

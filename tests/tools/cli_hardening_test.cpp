@@ -4,8 +4,8 @@
 // failure.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -29,6 +29,14 @@ std::vector<std::string> small_train(std::vector<std::string> extra) {
       "--net",   "resnet:1,1,1,1", "--batch",  "2",    "--image-side", "32",
       "--width", "0.25",           "--device", "host", "--threads",    "2"};
   a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+// The same for `plan`, whose device is null.
+std::vector<std::string> small_plan(std::vector<std::string> extra) {
+  std::vector<std::string> a = small_train(std::move(extra));
+  const auto device = std::find(a.begin(), a.end(), "--device");
+  a.erase(device, device + 2);
   return a;
 }
 
@@ -101,20 +109,25 @@ TEST(cli_hardening_test, each_policy_keeps_its_own_trace) {
 // host device is: plan said a budget beyond it fits, train refused it (session 43's run).
 TEST(cli_hardening_test, plan_takes_the_device_size_train_takes) {
   const scoped_env small("MEMWEAVE_DEVICE_BYTES", "2MiB");
-  const std::vector<std::string> a =
-      small_train({"--policy", "utp", "--budget", "6MiB", "--conv-ws", "fixed:direct"});
-  std::vector<std::string> planned(a);
-  const auto device = std::find(planned.begin(), planned.end(), "--device");
-  planned.erase(device, device + 2);  // plan's device is null
-  const std::string plan_says = error_of(plan_command, planned);
-  const std::string train_says = error_of(train_command, [&] {
-    std::vector<std::string> t = a;
-    t.insert(t.end(), {"--iterations", "1"});
-    return t;
-  }());
+  const std::vector<std::string> options = {"--policy", "utp",       "--budget",
+                                            "6MiB",     "--conv-ws", "fixed:direct"};
+  const std::string plan_says = error_of(plan_command, small_plan(options));
+  std::vector<std::string> trained = small_train(options);
+  trained.insert(trained.end(), {"--iterations", "1"});
+  const std::string train_says = error_of(train_command, trained);
   for (const std::string& m : {plan_says, train_says}) {
     expect_has(m, "budget 6.00 MiB exceeds the device's free memory 2.00 MiB");
   }
+}
+
+// plan's null device stands for the model: a link set for it is the schedule's link too (the
+// device charged 1 GB/s, the schedule planned 16 and the report named both).
+TEST(cli_hardening_test, plan_plans_with_the_link_its_device_charges) {
+  const scoped_env slow("MEMWEAVE_HOST_LINK_GBPS", "1");
+  const auto r = run(plan_command, small_plan({"--policy", "all", "--budget", "6MiB"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  expect_has(r.out, "link 1 GB/s)");
+  expect_has(r.out, "cost model: 12.0 TFLOP/s fp32, 500 GB/s device memory, link 1.0 GB/s");
 }
 
 // A policy below its floor stops before its heap is made: no trace, and the line says so (it
@@ -553,14 +566,14 @@ TEST(cli_hardening_test, variables_that_do_nothing_in_the_run_are_warned_about) 
 
 // Large heap blocks round every tensor up: a split or tiling floor they push over the budget
 // names them (MEMWEAVE_BLOCK_BYTES=1GiB gave a 1.5 MB network an 11 GiB floor, blamed on
-// --budget alone).
+// --budget alone). Under utp: liveness stages nothing, and below the split floor runs unsplit.
 TEST(cli_hardening_test, a_floor_raised_by_large_heap_blocks_names_them) {
   const scoped_env blocks("MEMWEAVE_BLOCK_BYTES", "1GiB");
   for (const char* technique : {"--split", "--tile"}) {
     SCOPED_TRACE(technique);
-    const auto r = run(plan_command,
-                       {"--net", "resnet:1,1,1,1", "--width", "0.125", "--image-side", "32",
-                        "--batch", "4", "--policy", "liveness", "--budget", "100MiB", technique});
+    const auto r =
+        run(plan_command, {"--net", "resnet:1,1,1,1", "--width", "0.125", "--image-side", "32",
+                           "--batch", "4", "--policy", "utp", "--budget", "100MiB", technique});
     EXPECT_NE(r.out.find("whole heap blocks of 1.00 GiB (MEMWEAVE_BLOCK_BYTES)"), std::string::npos)
         << r.out;
   }
