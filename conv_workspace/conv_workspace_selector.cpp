@@ -26,7 +26,8 @@ conv_ws_options conv_ws_options::parse(const std::string& mode, const std::strin
   } else {
     throw invalid_argument(knob_value(what, mode) +
                            " is not a workspace mode: expected dynamic, none, max or "
-                           "fixed:<algorithm> (e.g. fixed:direct)");
+                           "fixed:<algorithm> (e.g. fixed:direct); " +
+                           std::string(knob_remedy(what)));
   }
   return o;
 }

@@ -427,6 +427,17 @@ std::string option_string(std::string_view name) {
   return *v;
 }
 
+std::string option_error(std::string_view name) {
+  const auto v = option_raw(name);
+  if (!v) return {};
+  try {
+    check(row(name), *v);
+  } catch (const invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+
 void validate_environment() {
   for (const auto& info : k_options) {
     if (auto v = option_raw(info.name)) check(info, *v);

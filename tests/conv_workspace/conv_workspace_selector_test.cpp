@@ -64,6 +64,18 @@ TEST(conv_workspace_selector_test, candidates_are_measured_once_per_key) {
 TEST(conv_workspace_selector_test, bad_modes_and_candidate_sets_are_rejected) {
   EXPECT_THROW(conv_ws_options::parse("fastest", "MEMWEAVE_CONV_WS"), invalid_argument);
   EXPECT_THROW(conv_ws_options::parse("fixed:", "MEMWEAVE_CONV_WS"), invalid_argument);
+  // What to do, as every refused value says, for the knob the user set.
+  for (const auto& [knob, remedy] :
+       {std::pair{"MEMWEAVE_CONV_WS", "fix or unset it"}, {"--conv-ws", "change the option"}}) {
+    try {
+      (void)conv_ws_options::parse("fastest", knob);
+      ADD_FAILURE() << knob;
+    } catch (const invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("fixed:direct); ") + remedy),
+                std::string::npos)
+          << e.what();
+    }
+  }
   auto s = make("dynamic");
   EXPECT_THROW(s.candidates("k",
                             [] {

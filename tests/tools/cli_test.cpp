@@ -277,5 +277,30 @@ TEST(cli_test, config_refuses_a_bad_policy_or_convolution_mode_naming_the_variab
   EXPECT_NE(r.out.find("MEMWEAVE_POLICY = utp,all\n"), std::string::npos) << r.out;
 }
 
+// A refused value does not hide the others: every row is listed, each refused one with why,
+// then config fails naming the first (one bad variable made it list nothing; session 43).
+TEST(cli_test, config_lists_every_variable_before_it_refuses_a_bad_one) {
+  const scoped_env threads("MEMWEAVE_THREADS", "x");
+  const scoped_env policy("MEMWEAVE_POLICY", "bogus");
+  const char* argv[] = {"memweave", "config"};
+  std::ostringstream out;
+  std::string e;
+  try {
+    (void)config_command(2, argv, out);
+  } catch (const error& refused) {
+    e = refused.what();
+  }
+  EXPECT_NE(e.find("MEMWEAVE_THREADS='x'"), std::string::npos) << e;
+  EXPECT_NE(e.find("(and 1 more, above)"), std::string::npos) << e;
+  const std::string listed = out.str();
+  EXPECT_NE(listed.find("MEMWEAVE_POOL_FRACTION = 0.9  [default]"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("REFUSED: MEMWEAVE_THREADS='x' is not 0 or a whole number"),
+            std::string::npos)
+      << listed;
+  EXPECT_NE(listed.find("REFUSED: MEMWEAVE_POLICY: unknown memory policy 'bogus'"),
+            std::string::npos)
+      << listed;
+}
+
 }  // namespace
 }  // namespace memweave

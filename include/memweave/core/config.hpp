@@ -56,6 +56,11 @@ const option_info* find_option(std::string_view name) noexcept;
 /// Throws std::logic_error when `name` is not in the table (a programming error).
 std::optional<std::string> option_raw(std::string_view name);
 
+/// Why the environment's value of `name` is refused (the message validate_environment would
+/// throw), or "" when it is unset or good. Throws std::logic_error when `name` is not in the
+/// table.
+std::string option_error(std::string_view name);
+
 /// From now on `name` reads as unset (its default applies where read at all) and
 /// validate_environment skips it: the command line gave the option that sets what it sets,
 /// and a variable so overridden is not read, not even checked (README). Call before any
