@@ -284,6 +284,26 @@ executor::executor(const network& net, device& dev, const executor_options& requ
       }
     }
   }
+  if (options.policy.planned) {
+    // The schedule may drop any rebuildable tensor, whatever the recompute plan's fates: what
+    // a replay reads can be had up to its own last use where no replay makes it (the batch),
+    // else as long as it can be rebuilt in turn.
+    rebuildable_until_.assign(n, route_.step_count());
+    for (std::size_t p = 0; p < layers; ++p) {
+      std::size_t from_reads = route_.step_count();
+      for (const auto& a : table_.accesses(p)) {
+        const tensor_id r = a.tensor;
+        if (a.mode != access_mode::read || !in_cache(r) || table_[r].persistent) continue;
+        from_reads = std::min(from_reads, rebuildable(net, table_, r) ? rebuildable_until_[r]
+                                                                      : liveness_->last_use(r));
+      }
+      for (const auto& a : table_.accesses(p)) {
+        if (a.mode != access_mode::read && !table_[a.tensor].persistent) {
+          rebuildable_until_[a.tensor] = from_reads;
+        }
+      }
+    }
+  }
   // TSPLIT: the split steps whose micro-tensors stay in host memory.
   staging_ = std::make_unique<staging>();
   channel_cut_.assign(n, false);
@@ -775,6 +795,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
     apply_releases(s);
     // What this step's rebuilds re-create though dead, kept for later replays.
     for (const auto& [t, until] : schedule_->steps[s].hold) hold_until_[t] = until;
+    rebuild_scheduled(s);
   }
 
   // 0. recompute: the plan's replays before this backward step.

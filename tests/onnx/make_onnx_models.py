@@ -285,3 +285,39 @@ save("node_named_loss", [
 # image's every score, with a warning.
 save("score_map", [node("Conv", ["x", "w"], ["y"])], [image()], "y", [init("w", 2, 3, 3, 3)],
      out_shape=("N", 2, 6, 6))
+# The batch read by four layers, and a chain from one of them (MaxPool -> Conv -> BN -> Conv)
+# that `all` drops and rebuilds late in backward, after the batch's last reader: at 0.75 x
+# liveness's peak a rebuild left to demand had to replay the chain from the dead batch.
+save("batch_fans_out", [
+    node("MaxPool", ["x"], ["mp"], kernel_shape=[2, 2], strides=[1, 1]),
+    node("Conv", ["mp", "c2_w", "c2_b"], ["c2"], pads=[1, 1, 1, 1]),
+    node("BatchNormalization", ["c2", "bn3_s", "bn3_b", "bn3_m", "bn3_v"], ["bn3"]),
+    node("Conv", ["x", "c4_w"], ["c4"]),
+    node("Conv", ["bn3", "c5_w"], ["c5"], pads=[1, 1, 1, 1]),
+    node("AveragePool", ["c5"], ["ap6"], kernel_shape=[3, 3], strides=[2, 2]),
+    node("Dropout", ["x"], ["d7"]),
+    node("Conv", ["d7", "c8_w", "c8_b"], ["c8"], dilations=[2, 2]),
+    node("Conv", ["c8", "c9_w"], ["c9"]),
+    node("Conv", ["c5", "c10_w", "c10_b"], ["c10"], group=4),
+    node("Identity", ["c8"], ["id11"]),
+    node("BatchNormalization", ["id11", "bn12_s", "bn12_b", "bn12_m", "bn12_v"], ["bn12"]),
+    node("Dropout", ["c8"], ["d13"]),
+    node("Conv", ["d13", "c14_w", "c14_b"], ["c14"]),
+    node("AveragePool", ["mp"], ["ap15"], kernel_shape=[3, 3], strides=[2, 2],
+         pads=[1, 1, 1, 1], count_include_pad=1),
+    node("Relu", ["x"], ["r16"]),
+] + [node("GlobalAveragePool", [t], ["g_" + t])
+     for t in ("c4", "ap6", "c9", "c10", "bn12", "c14", "ap15", "r16")] + [
+    node("Concat", ["g_" + t for t in ("c4", "ap6", "c9", "c10", "bn12", "c14", "ap15", "r16")],
+         ["cat"], axis=1),
+    node("Flatten", ["cat"], ["flat"]),
+    node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1),
+], [image()], "y", [
+    init("c2_w", 4, 3, 3, 3), init("c2_b", 4),
+    init("bn3_s", 4), init("bn3_b", 4), init("bn3_m", 4), numpy_helper.from_array(RNG.uniform(0.5, 2, 4).astype(np.float32), "bn3_v"),
+    init("c4_w", 8, 3, 5, 5), init("c5_w", 4, 4, 3, 3),
+    init("c8_w", 2, 3, 3, 3), init("c8_b", 2), init("c9_w", 6, 2, 1, 1),
+    init("c10_w", 4, 1, 1, 1), init("c10_b", 4),
+    init("bn12_s", 2), init("bn12_b", 2), init("bn12_m", 2), numpy_helper.from_array(RNG.uniform(0.5, 2, 2).astype(np.float32), "bn12_v"),
+    init("c14_w", 6, 2, 1, 1), init("c14_b", 6), init("fc_w", 3, 36), init("fc_b", 3),
+])

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "memweave/onnx/import_onnx.hpp"
 #include "onnx_test_models.hpp"
@@ -44,6 +46,42 @@ TEST_F(OnnxCli, PlansAndTrainsAModelFromItsWeights) {
   // A fixed batch in the file is the default.
   const auto own = run(plan_command, {"--net", model_path("fixed_batch")});
   EXPECT_NE(own.out.find("batch 2"), std::string::npos) << own.out;
+}
+
+// `all` drops a chain from the batch (MaxPool -> Conv -> BN -> Conv) and rebuilds it late in
+// backward, after the batch's last reader: the schedule rebuilds the chain's first tensor
+// earlier, at a step that does not read it, and keeps it. Left to demand, that rebuild never
+// ran and the late one had to replay from the dead batch: exit 3, "step 47 reads x.y, which
+// is not alive", at every budget from 59776 to 60416 bytes (session 43's hostile run).
+TEST_F(OnnxCli, AllNeverRebuildsFromTheDeadBatch) {
+  const std::vector<std::string> net = {
+      "--net", model_path("batch_fans_out"), "--batch", "3", "--conv-ws", "fixed:direct"};
+  for (int budget = 59392; budget <= 60672; budget += 128) {
+    std::vector<std::string> a = net;
+    a.insert(a.end(), {"--policy", "all", "--budget", std::to_string(budget)});
+    int code = -1;
+    try {
+      code = run(plan_command, a).code;
+    } catch (const std::logic_error& e) {
+      ADD_FAILURE() << budget << ": " << e.what();
+    }
+    EXPECT_TRUE(code == 0 || code == 1) << budget;
+  }
+  // And it trains there as without a budget, to the bit: the same weights saved.
+  auto weights = [&](const std::vector<std::string>& extra, const std::string& file) {
+    std::vector<std::string> a = net;
+    a.insert(a.end(), {"--device", "host", "--threads", "1", "--iterations", "3", "--save",
+                       test::temp(file)});
+    a.insert(a.end(), extra.begin(), extra.end());
+    const auto r = run(train_command, a);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const std::string bytes = test::slurp(test::temp(file));
+    std::filesystem::remove(test::temp(file));
+    return bytes;
+  };
+  const std::string base = weights({"--policy", "baseline"}, "fans_base.ckpt");
+  EXPECT_FALSE(base.empty());
+  EXPECT_EQ(weights({"--policy", "all", "--budget", "59904"}, "fans_all.ckpt"), base);
 }
 
 TEST_F(OnnxCli, EvaluatesAModelWithItsWeights) {

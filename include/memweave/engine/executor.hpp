@@ -457,6 +457,10 @@ class executor {
   }
   void apply_releases(std::size_t step);
   void apply_scheduled(std::size_t step);
+  void rebuild_scheduled(std::size_t step);
+  // all: per tensor, the last step up to which what its replay reads can be had (its
+  // producer's reads, at any remove, alive or rebuildable); empty under other policies.
+  std::vector<std::size_t> rebuildable_until_;
   void restore_persistent_placement();
   void run_step(std::size_t s, data_source* data, std::int64_t iteration);
   /// Runs steps [0, count); should one fail, what the steps before it enqueued has run when
