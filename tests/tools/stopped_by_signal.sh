@@ -31,4 +31,22 @@ grep -q "offload: stopped by SIGINT after [0-9]* of 150 iterations" "$out/log" |
 grep -q '"policy": "liveness"' "$out/run.json" || fail "liveness is not in the json"
 grep -q '"iterations_run": 150' "$out/run.json" || fail "liveness did not run its 150"
 grep -q '"stopped_by": "SIGINT"' "$out/run.json" || fail "the json does not say offload stopped"
-echo "PASS: exit 130, liveness whole, offload stopped and written"
+# The same signal twice at once (`timeout` signals the child, then its process group): one
+# request, not "once more to quit at once", which wrote nothing (session 43's hostile run).
+"$memweave" train --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
+  --device host --conv-ws fixed:direct --iterations 150 --policy liveness \
+  --json "$out/twice.json" >"$out/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q "^liveness .*iter" "$out/log" && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.05
+done
+kill -TERM $pid
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 143 ] || fail "two SIGTERMs at once: exit status $rc, expected 143"
+grep -q '"stopped_by": "SIGTERM"' "$out/twice.json" 2>/dev/null ||
+  fail "two SIGTERMs at once: the json was not written"
+echo "PASS: exit 130, liveness whole, offload stopped and written; a doubled SIGTERM writes too"
