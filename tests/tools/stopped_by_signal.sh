@@ -9,16 +9,20 @@ memweave=$1
 out=$2/stopped_by_signal
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "FAIL: $*"; echo "--- output:"; cat "$out/log"; exit 1; }
+# Waits (30 s at most) until the log of the run $pid has a line matching $1.
+wait_for() {
+  for _ in $(seq 1 600); do
+    grep -q "$1" "$out/log" && return 0
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+  done
+  grep -q "$1" "$out/log"
+}
 "$memweave" train --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
   --device host --conv-ws fixed:direct --iterations 150 --policy liveness,offload \
   --json "$out/run.json" >"$out/log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q "^offload .*iter" "$out/log" && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
-grep -q "^offload .*iter" "$out/log" || fail "offload never started"
+wait_for "^offload .*iter" || fail "offload never started"
 kill -INT $pid
 wait $pid
 rc=$?
@@ -37,11 +41,7 @@ grep -q '"stopped_by": "SIGINT"' "$out/run.json" || fail "the json does not say 
   --device host --conv-ws fixed:direct --iterations 150 --policy liveness \
   --json "$out/twice.json" >"$out/log" 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q "^liveness .*iter" "$out/log" && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
+wait_for "^liveness .*iter" || fail "liveness never started"
 kill -TERM $pid
 kill -TERM $pid
 wait $pid
