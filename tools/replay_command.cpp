@@ -1,6 +1,8 @@
 // `memweave replay`: drives a device heap with an allocation trace (MEMWEAVE_TRACE's
 // format) and prints what the heap did; --synthetic-layers writes a training-like trace
 // first (never over an existing file).
+#include <unistd.h>
+
 #include <filesystem>
 #include <iomanip>
 #include <set>
@@ -69,11 +71,29 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
     MEMWEAVE_EXPECTS(f == "best" || f == "first", "--fit '" + f + "': expected best or first");
     MEMWEAVE_EXPECTS(seen.insert(f).second, "--fit lists '" + f + "' twice; give it once");
   }
+  // Without --trace the synthetic trace is a temporary file, removed after the replay: it was
+  // ./memweave-synthetic.trace, left behind, and the next run refused to overwrite it
+  // (session 43's hostile run).
+  struct removed_at_exit {
+    std::string path;
+    ~removed_at_exit() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove(path, ec);
+    }
+  } temporary;
   if (synthetic_layers) {
     synthetic_trace_options so;
     so.layers = static_cast<std::size_t>(*synthetic_layers);
     so.batch = static_cast<std::size_t>(batch.value_or(32));
-    if (path.empty()) path = "memweave-synthetic.trace";
+    const bool kept = !path.empty();
+    if (!kept) {
+      std::error_code tmp_ec;
+      const std::filesystem::path dir = std::filesystem::temp_directory_path(tmp_ec);
+      path = ((tmp_ec ? std::filesystem::path(".") : dir) /
+              ("memweave-synthetic-" + std::to_string(::getpid()) + ".trace"))
+                 .string();
+      temporary.path = path;
+    }
     std::error_code ec;
     MEMWEAVE_EXPECTS(!std::filesystem::exists(path, ec),
                      "--synthetic-layers would overwrite '" + path +
@@ -81,7 +101,7 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
                          "it, leave out --synthetic-layers)");
     write_synthetic_trace(path, so);
     out << "wrote a synthetic trace of " << so.layers << " layers, batch " << so.batch << " to "
-        << path << "\n";
+        << (kept ? path : "a temporary file (--trace PATH keeps it)") << "\n";
   }
   // The heap replays in the blocks the trace was recorded with (its header's), as the run
   // that wrote it placed them.

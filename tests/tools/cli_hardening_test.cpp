@@ -154,6 +154,17 @@ TEST(cli_hardening_test, a_fixed_algorithms_workspace_is_in_the_floor) {
   EXPECT_EQ(at("220KiB").code, 0);
 }
 
+// Without --trace a synthetic trace is a temporary file: nothing is left behind, and the next
+// run is not refused for a file it left (session 43's hostile run).
+TEST(cli_hardening_test, a_synthetic_trace_without_a_path_leaves_nothing_behind) {
+  for (int i = 0; i < 2; ++i) {
+    const auto r = run(replay_command, {"--synthetic-layers", "2"});
+    EXPECT_EQ(r.code, 0) << r.out;
+    expect_has(r.out, "to a temporary file (--trace PATH keeps it)");
+  }
+  EXPECT_FALSE(std::filesystem::exists("memweave-synthetic.trace"));
+}
+
 // A policy below its floor stops before its heap is made: no trace, and the line says so (it
 // named the file as if written; session 43's hostile run).
 TEST(cli_hardening_test, a_policy_that_made_no_heap_names_no_trace_file) {
