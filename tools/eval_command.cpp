@@ -50,8 +50,13 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
     if (o.init && computes) {
       (void)from_knob("--init-from", [&] { return load_checkpoint(ex, *o.init, o.init_path); });
     }
-    const evaluation_result r = ex.evaluate(computes ? data : nullptr, first, batches);
+    // Ctrl-C or SIGTERM ends the running policy after its batch: its row says how many ran
+    // (it finished all of them first, and the policy after it had no row; session 43).
+    const evaluation_result r = ex.evaluate(computes ? data : nullptr, first, batches,
+                                            [] { return stop_requested() != 0; });
     policy_report rep = ex.report();
+    rep.iterations_run = static_cast<int>(r.batches);
+    if (r.batches < batches) rep.stopped_by = signal_name(stop_requested());
     rep.eval_loss = r.loss;
     rep.losses = {r.loss};
     rep.accuracy = r.accuracy;
@@ -72,7 +77,12 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
     } else {
       std::snprintf(line, sizeof line, "%-9s (null device: memory only)", policy.c_str());
     }
-    out << line << "\n";
+    out << line;
+    if (!rep.stopped_by.empty()) {
+      out << "  stopped by " << rep.stopped_by << " after " << r.batches << " of " << batches
+          << " batches";
+    }
+    out << "\n";
     std::snprintf(line, sizeof line,
                   "          memory per batch: peak %s at step %d (parameters and state %s), "
                   "%llu tensors allocated, %llu evicted, %s offloaded\n",
@@ -184,7 +194,7 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   report.first_batch = first;
   bool any = false;
   // Ctrl-C or SIGTERM: the policies evaluated are printed and written, the rest not begun
-  // (stop_signal.hpp; the running one finishes its batches first).
+  // (stop_signal.hpp; the running one stops after its batch, its row saying how many ran).
   const stop_signal_scope stop_scope;
   for (const std::string& policy : o.policies) {
     if (stop_requested() != 0) break;

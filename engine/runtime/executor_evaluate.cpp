@@ -15,7 +15,7 @@
 namespace memweave {
 
 evaluation_result executor::evaluate(data_source* data, std::int64_t first_batch,
-                                     std::int64_t batches) {
+                                     std::int64_t batches, const std::function<bool()>& stop) {
   MEMWEAVE_EXPECTS(batches >= 1,
                    "evaluate: batches = " + std::to_string(batches) + ": expected at least 1");
   MEMWEAVE_EXPECTS(first_batch >= 0, "evaluate: first_batch = " + std::to_string(first_batch) +
@@ -56,6 +56,7 @@ evaluation_result executor::evaluate(data_source* data, std::int64_t first_batch
   stream& compute = dev_.get_stream(stream_role::compute);
   const double sim_start = compute.simulated_time_s();
   for (std::int64_t b = 0; b < batches; ++b) {
+    if (b > 0 && stop && stop()) break;  // at least one batch: a result to report
     const std::unique_ptr<launch_scope> scope = launcher_->enter_iteration();
     begin_iteration();
     // A timeline holds the last batch, as it holds the last training iteration.
@@ -74,8 +75,8 @@ evaluation_result executor::evaluate(data_source* data, std::int64_t first_batch
       if (predicted == static_cast<std::size_t>(eval_labels_[i])) ++r.correct;
     }
   }
-  simulated_s_ = (compute.simulated_time_s() - sim_start) / static_cast<double>(batches);
-  r.loss = loss_sum / static_cast<double>(batches);
+  simulated_s_ = (compute.simulated_time_s() - sim_start) / static_cast<double>(r.batches);
+  r.loss = loss_sum / static_cast<double>(r.batches);
   r.accuracy = static_cast<double>(r.correct) / static_cast<double>(r.images);
   return r;
 }

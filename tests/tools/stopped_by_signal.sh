@@ -49,4 +49,19 @@ rc=$?
 [ $rc -eq 143 ] || fail "two SIGTERMs at once: exit status $rc, expected 143"
 grep -q '"stopped_by": "SIGTERM"' "$out/twice.json" 2>/dev/null ||
   fail "two SIGTERMs at once: the json was not written"
-echo "PASS: exit 130, liveness whole, offload stopped and written; a doubled SIGTERM writes too"
+# eval: the running policy stops after its batch, its row saying how many ran (it ran all its
+# batches first, and the next policy had no row; session 43's hostile run).
+"$memweave" eval --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
+  --device host --conv-ws fixed:direct --batches 1000000 --policy liveness,utp \
+  --json "$out/eval.json" >"$out/log" 2>&1 &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "eval: exit status $rc, expected 130"
+grep -q "liveness .*stopped by SIGINT after [0-9]* of 1000000 batches" "$out/log" ||
+  fail "eval: the stopped policy's row does not say how many batches ran"
+grep -q '"stopped_by": "SIGINT"' "$out/eval.json" 2>/dev/null || fail "eval: the json lacks the stop"
+echo "PASS: exit 130, liveness whole, offload stopped and written; a doubled SIGTERM writes too;"\
+  "eval stops after its batch"

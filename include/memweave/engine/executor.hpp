@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -293,7 +294,10 @@ class executor {
   /// cannot serve. steps() and report() then describe the last batch. The results are the
   /// same under every policy and budget. On null, loss and accuracy are 0 (nothing runs).
   /// invalid_argument for batches < 1 or first_batch < 0; out_of_memory as run_iteration.
-  evaluation_result evaluate(data_source* data, std::int64_t first_batch, std::int64_t batches);
+  /// `stop`, where given, is asked after each batch: true ends the evaluation there, the result
+  /// counting the batches done (a Ctrl-C's).
+  evaluation_result evaluate(data_source* data, std::int64_t first_batch, std::int64_t batches,
+                             const std::function<bool()>& stop = {});
 
   /// The last iteration's rows.
   const std::vector<step_record>& steps() const noexcept { return steps_; }
