@@ -18,14 +18,21 @@ wait_for() {
   done
   grep -q "$1" "$out/log"
 }
-"$memweave" train --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
-  --device host --conv-ws fixed:direct --iterations 150 --policy liveness,offload \
-  --json "$out/run.json" >"$out/log" 2>&1 &
-pid=$!
+# Starts `memweave $1` on the small network in the background (pid), the rest of its options
+# after; `signal SIG...` sends each and waits for the exit status (rc).
+start() {
+  "$memweave" "$1" --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
+    --device host --conv-ws fixed:direct "${@:2}" >"$out/log" 2>&1 &
+  pid=$!
+}
+signal() {
+  for s in "$@"; do kill -"$s" $pid; done
+  wait $pid
+  rc=$?
+}
+start train --iterations 150 --policy liveness,offload --json "$out/run.json"
 wait_for "^offload .*iter" || fail "offload never started"
-kill -INT $pid
-wait $pid
-rc=$?
+signal INT
 [ $rc -eq 130 ] || fail "exit status $rc, expected 130"
 grep -q "stopped by SIGINT: what finished was printed and written" "$out/log" ||
   fail "no word of the stop"
@@ -37,28 +44,17 @@ grep -q '"iterations_run": 150' "$out/run.json" || fail "liveness did not run it
 grep -q '"stopped_by": "SIGINT"' "$out/run.json" || fail "the json does not say offload stopped"
 # The same signal twice at once (`timeout` signals the child, then its process group): one
 # request, not "once more to quit at once", which wrote nothing (session 43's hostile run).
-"$memweave" train --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
-  --device host --conv-ws fixed:direct --iterations 150 --policy liveness \
-  --json "$out/twice.json" >"$out/log" 2>&1 &
-pid=$!
+start train --iterations 150 --policy liveness --json "$out/twice.json"
 wait_for "^liveness .*iter" || fail "liveness never started"
-kill -TERM $pid
-kill -TERM $pid
-wait $pid
-rc=$?
+signal TERM TERM
 [ $rc -eq 143 ] || fail "two SIGTERMs at once: exit status $rc, expected 143"
 grep -q '"stopped_by": "SIGTERM"' "$out/twice.json" 2>/dev/null ||
   fail "two SIGTERMs at once: the json was not written"
 # eval: the running policy stops after its batch, its row saying how many ran (it ran all its
 # batches first, and the next policy had no row; session 43's hostile run).
-"$memweave" eval --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
-  --device host --conv-ws fixed:direct --batches 1000000 --policy liveness,utp \
-  --json "$out/eval.json" >"$out/log" 2>&1 &
-pid=$!
+start eval --batches 1000000 --policy liveness,utp --json "$out/eval.json"
 sleep 1
-kill -INT $pid
-wait $pid
-rc=$?
+signal INT
 [ $rc -eq 130 ] || fail "eval: exit status $rc, expected 130"
 grep -q "liveness .*stopped by SIGINT after [0-9]* of 1000000 batches" "$out/log" ||
   fail "eval: the stopped policy's row does not say how many batches ran"
