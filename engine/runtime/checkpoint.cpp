@@ -223,17 +223,22 @@ checkpoint_file read_checkpoint(const std::string& path) {
   }
   std::uint32_t version = 0;
   std::memcpy(&version, bytes.data() + sizeof k_magic, sizeof version);
-  if (version != 1 && version != checkpoint_version) {
-    throw invalid_argument("checkpoint '" + path + "' has format version " +
-                           std::to_string(version) + "; this build reads versions 1 and " +
-                           std::to_string(checkpoint_version));
-  }
   const std::size_t end = bytes.size() - k_trailer_bytes;
   // The checksum first: a corrupt file is then named so, not by whichever field its damage
   // reached first (a flipped byte read as a name length, or as a name).
   std::uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + end, sizeof stored);
   const std::uint64_t computed = transfer_checksum(bytes.data(), end);
+  if (version != 1 && version != checkpoint_version) {
+    // Another format's trailer may sum otherwise: a mismatch is said, not taken for proof (a
+    // flipped byte of the version read as "format version 5570562" alone; session 43).
+    throw invalid_argument(
+        "checkpoint '" + path + "' has format version " + std::to_string(version) +
+        "; this build reads versions 1 and " + std::to_string(checkpoint_version) +
+        (stored != computed ? "; and its checksum does not match: the file is corrupt, or "
+                              "written by a build of another format"
+                            : ""));
+  }
   if (stored != computed) {
     throw invalid_argument("checkpoint '" + path + "' is truncated or corrupt: checksum " +
                            hex(computed) + " computed, " + hex(stored) +

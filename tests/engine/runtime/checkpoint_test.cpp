@@ -132,7 +132,9 @@ TEST(checkpoint, a_bad_file_is_a_clear_error_and_loads_nothing) {
   expect_refused(flipped, "checksum");
   std::string future = bytes;
   future[8] = 3;  // version 3
-  expect_refused(future, "format version 3; this build reads versions 1 and 2");
+  expect_refused(future,
+                 "format version 3; this build reads versions 1 and 2; and its "
+                 "checksum does not match: the file is corrupt");
   // Header fields that pass the checksum (recomputed) but not the format: a hostile run's
   // solver NaN (blamed on executor_options), an iteration that overflowed, a reserved word.
   const auto resealed = [&](std::size_t offset, const void* field, std::size_t n) {
