@@ -433,10 +433,7 @@ void executor::rebuild_scheduled(std::size_t step) {
         rebuildable_until_[t] >= free_step_[t]) {
       continue;
     }
-    const auto accesses = table_.accesses(step);
-    const bool read_here = std::any_of(accesses.begin(), accesses.end(),
-                                       [&](const tensor_access& a) { return a.tensor == t; });
-    if (!read_here) rebuild(t, step);
+    if (!read_by_running_step(t)) rebuild(t, step);  // run_step set current_step_ to `step`
   }
 }
 
