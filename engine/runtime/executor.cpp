@@ -593,6 +593,7 @@ void executor::restore_persistent_placement() {
 void executor::begin_iteration() {
   steps_.clear();
   steps_.reserve(route_.step_count());
+  step_open_ = false;
   tensors_allocated_ = 0;
   recomputations_ = 0;
   schedule_misses_ = 0;
@@ -790,6 +791,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   current_step_ = s;
   marks_ = {};
   residency_->begin_step();
+  step_open_ = true;
   reap_offloads(s, false);
   if (schedule_ && !evaluating_) {
     apply_releases(s);
@@ -931,6 +933,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.groups = channel_groups_of(options_, net_, route_, s);
   rec.staged = staged;
   steps_.push_back(std::move(rec));
+  step_open_ = false;
 
   // 3. The kernel, and the event marking its end (what offloads of its outputs wait for).
   if (table_.has_work(s)) {
@@ -1108,6 +1111,18 @@ policy_report executor::report() const {
   for (const step_record& s : steps_) {
     if (s.heap_bytes > r.peak_bytes) r.peak_bytes = s.heap_bytes, r.peak_step = s.step;
     r.peak_live_bytes = std::max(r.peak_live_bytes, s.bytes_live);
+  }
+  if (step_open_) {
+    // The step that ran out of memory has no record: its peak is what the heap and the
+    // residency held when it failed (a baseline failing at its first step said peak 0 B).
+    const std::size_t heap_now =
+        std::max(residency_->step_peak_heap(), heap_->stats().bytes_in_use);
+    if (heap_now > r.peak_bytes) {
+      r.peak_bytes = heap_now;
+      r.peak_step = static_cast<int>(current_step_ + 1);
+    }
+    r.peak_live_bytes =
+        std::max({r.peak_live_bytes, residency_->step_peak_live(), residency_->bytes_live()});
   }
   if (!steps_.empty()) {
     r.bookkeeping_us_per_step = 1e6 * bookkeeping_s_ / static_cast<double>(steps_.size());

@@ -603,6 +603,8 @@ class executor {
   std::int64_t iteration_ = 0;           // the batch being run (dropout seeds)
   std::uint64_t tensors_allocated_ = 0;  // transient allocations in the last iteration
   std::vector<step_record> steps_;
+  // A step begun and not recorded: it ran out of memory (report() counts how far it got).
+  bool step_open_ = false;
   solver_settings solver_;
   std::uint64_t seed_ = 1;
   // watch(): per tensor, its host copy (empty when not watched), and per step the watched

@@ -367,6 +367,13 @@ TEST(executor_test, baseline_out_of_budget_names_step_and_tensor_where_liveness_
     EXPECT_NE(msg.find("tensor"), std::string::npos) << msg;
     EXPECT_GT(e.requested(), e.largest_free_run());
   }
+  // The failed step has no record, yet the report says how far memory got: what the heap
+  // held when it failed, at step 1 (it said peak 0 B).
+  const policy_report failed = base.report();
+  EXPECT_EQ(failed.peak_step, 1);
+  EXPECT_EQ(failed.peak_bytes, base.heap().stats().bytes_in_use);
+  EXPECT_GT(failed.peak_bytes, budget / 2);
+  EXPECT_GT(failed.peak_live_bytes, 0u);
   executor fits(net, *dev, options_for("liveness", budget));
   EXPECT_TRUE(std::isfinite(fits.run_iteration(data.get(), 0)));
 }
