@@ -181,7 +181,13 @@ void write_run_outputs(const network_run_options& o, const run_report& report, s
   for (const policy_report& p : report.policies) {
     // Only what this run wrote: a policy that stopped before running leaves none (and a
     // file of that name from an earlier run is not this run's).
-    if (!p.timeline_path.empty()) out << "wrote " << p.timeline_path << "\n";
+    if (!p.timeline_path.empty()) {
+      out << "wrote " << p.timeline_path << "\n";
+    } else if (!o.timeline.empty()) {
+      // Said, so that a file of that name left by an earlier run is not taken for this one's.
+      out << "--trace-timeline: none written for " << p.policy
+          << " (it stopped before its first step)\n";
+    }
   }
   // Each output is tried even when one before it fails; the first failure is thrown after.
   std::exception_ptr first;

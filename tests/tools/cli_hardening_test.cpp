@@ -185,6 +185,24 @@ TEST(cli_hardening_test, a_policy_that_made_no_heap_names_no_trace_file) {
   std::filesystem::remove(trace + ".utp");
 }
 
+// The same for --trace-timeline: a policy below its floor ran no step, and the output says
+// that none was written for it, beside the file the other policy wrote.
+TEST(cli_hardening_test, a_policy_that_ran_no_step_names_no_timeline) {
+  const std::string timeline = temp("floor.json");  // per policy: floor.<policy>.json
+  const std::string liveness = temp("floor.liveness.json"), utp = temp("floor.utp.json");
+  std::filesystem::remove(liveness);
+  std::filesystem::remove(utp);
+  const auto r = run(train_command, small_train({"--policy", "liveness,utp", "--budget", "6MiB",
+                                                 "--conv-ws", "fixed:direct", "--iterations", "1",
+                                                 "--trace-timeline", timeline}));
+  expect_has(r.out,
+             "--trace-timeline: none written for liveness (it stopped before its first step)");
+  EXPECT_FALSE(std::filesystem::exists(liveness));
+  EXPECT_TRUE(std::filesystem::exists(utp)) << r.out;
+  expect_has(r.out, "wrote " + utp);
+  std::filesystem::remove(utp);
+}
+
 TEST(cli_hardening_test, numbers_are_checked_against_their_real_type_and_range) {
   expect_has(error_of(plan_command, with({"--threads", "4294967297"})),
              "--threads '4294967297' is out of range: expected 0 or a whole number from 1 to "
