@@ -61,8 +61,37 @@ struct context {
   /// host_mutex): releasing that pool (cudaDeviceReset) releases the host pool first.
   int host_ordinal = -1;
 
+  /// Grace periods for what memweaveReleaseDevicePool destroys (pool_reader): the readers
+  /// of each parity of reader_epoch, and one release's wait at a time.
+  std::atomic<unsigned> reader_epoch{0};
+  std::array<std::atomic<long>, 2> readers{};
+  std::mutex grace_mutex;
+
   ~context();  ///< host pool, then the pools (each drained), then the runtime
 };
+
+/// While one lives, the pools and the host pool the calling thread loads from `ctx` are not
+/// destroyed: memweaveReleaseDevicePool (cudaDeviceReset) unpublishes a pool and then waits
+/// (wait_for_pool_readers) for every reader that began before, since threads using other
+/// devices load it too (owner_of scans every device's pool for the pointer a cudaFree
+/// passes; a device-1 free read device 0's heap as the reset freed it: SIGSEGV, session
+/// 44's hostile run). Holds no lock and must not wait inside for what a release holds
+/// (pools_mutex, host_mutex): making a pool is done outside one.
+class pool_reader {
+ public:
+  explicit pool_reader(context& ctx) noexcept;
+  ~pool_reader();
+  pool_reader(const pool_reader&) = delete;
+  pool_reader& operator=(const pool_reader&) = delete;
+
+ private:
+  context& ctx_;
+  unsigned parity_ = 0;
+};
+
+/// Waits until every pool_reader of `ctx` begun before the call has ended; call after
+/// unpublishing (storing nullptr over) what is to be destroyed.
+void wait_for_pool_readers(context& ctx);
 
 /// The initialized context, or nullptr. Lock-free.
 context* current() noexcept;

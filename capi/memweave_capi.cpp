@@ -5,10 +5,12 @@
 // g_init_mutex (memweaveInit, memweaveFinalize, lazy initialization). Calls that use the
 // context read it lock-free (acquire) and rely on the documented rule that Finalize does
 // not run concurrently with them. A pool, once stored in context::pools, lives until
-// Finalize; pools are made under context::pools_mutex (lock order: g_init_mutex, then
-// pools_mutex, then a heap's own locks). Every allocation and free goes through the
-// pool's stream_ordered_heap, so a block is never handed out while a stream may still use
-// it: synchronous frees first wait for the device (as cudaFree), stream-ordered frees
+// Finalize or its device's release (memweaveReleaseDevicePool, cudaDeviceReset), which
+// unpublishes it and waits for the lookups of other threads that may hold it (pool_reader:
+// a lookup by pointer scans every device's pool); pools are made under context::pools_mutex
+// (lock order: g_init_mutex, then pools_mutex, then a heap's own locks). Every allocation and free
+// goes through the pool's stream_ordered_heap, so a block is never handed out while a stream may
+// still use it: synchronous frees first wait for the device (as cudaFree), stream-ordered frees
 // record an event on the caller's stream. Nothing throws across the C boundary: every
 // entry point catches everything and turns it into a code plus a thread-local message.
 // Every entry point that can reach the CUDA runtime holds a busy_scope, so that the
@@ -19,6 +21,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "capi/capi_context.hpp"
@@ -562,6 +565,7 @@ pool* get_pool(context& ctx, int ordinal, const char* what_call, int* rc, int ar
 }
 
 pool* owner_of(context& ctx, const void* p) noexcept {
+  const pool_reader reading(ctx);  // the pools of other devices may be released meanwhile
   for (auto& slot : ctx.pools) {
     pool* pl = slot.load(std::memory_order_acquire);
     if (pl != nullptr && pl->heap->owns(p)) return pl;
@@ -691,6 +695,7 @@ memweave_status memweaveRetireStream(struct CUstream_st* stream) {
   // A default-stream handle names a device's own stream, which is never destroyed.
   if (c == nullptr || c->rt->is_default_stream(stream)) return MEMWEAVE_SUCCESS;
   busy_scope busy;
+  const pool_reader reading(*c);  // other devices' pools may be released meanwhile
   for (std::size_t d = 0; d < c->pools.size(); ++d) {
     pool* p = c->pools[d].load(std::memory_order_acquire);
     if (p == nullptr) continue;
@@ -740,6 +745,9 @@ memweave_status memweaveReleaseDevicePool(void) {
         c->host_ordinal = -1;
       }
     }
+    // Threads using other devices may have loaded the two (owner_of, the host pool's calls)
+    // just before they were unpublished above: destroyed only once those are done.
+    wait_for_pool_readers(*c);
     host.reset();
     // Destroyed here, outside the lock, in its members' order (capi_context.hpp): the pending
     // frees' events waited for (they die with the device's context), the arena freed while
@@ -801,6 +809,7 @@ memweave_status memweaveGetStats(memweave_stats* stats) {
   out.invalid_frees = s.invalid_frees;
   out.live_allocations = s.live_allocations;
   out.arenas = s.arenas;
+  const memweave::capi::pool_reader reading(*c);  // the host pool may be released meanwhile
   if (memweave::pinned_host_pool* h = c->host_ptr.load(std::memory_order_acquire)) {
     const memweave::pinned_host_stats hs = h->stats();
     out.host_capacity = hs.capacity;
@@ -820,6 +829,7 @@ memweave_status memweaveResetPeak(void) {
   memweave::capi::pool* p = memweave::capi::get_pool(*c, -1, "memweaveResetPeak", &rc);
   if (p == nullptr) return rc;
   p->heap->reset_peak();
+  const memweave::capi::pool_reader reading(*c);  // the host pool may be released meanwhile
   if (memweave::pinned_host_pool* h = c->host_ptr.load(std::memory_order_acquire)) {
     h->reset_peak();
   }
@@ -886,8 +896,17 @@ memweave_status memweaveHostMalloc(void** ptr, std::size_t bytes) {
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
-  memweave::pinned_host_pool* h = memweave::capi::host_pool(*c, &rc);
-  if (h == nullptr) return rc;
+  if (memweave::capi::host_pool(*c, &rc) == nullptr) return rc;
+  // Made above, outside the reader (making it may take the locks a release holds); taken
+  // again inside, since a release (cudaDeviceReset of its device) may destroy it meanwhile.
+  const memweave::capi::pool_reader reading(*c);
+  memweave::pinned_host_pool* h = c->host_ptr.load(std::memory_order_acquire);
+  if (h == nullptr) {
+    return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION,
+                "memweaveHostMalloc: the pinned host pool was released while this call made "
+                "it (cudaDeviceReset or memweaveReleaseDevicePool of its device on another "
+                "thread); call again");
+  }
   void* p = h->allocate(bytes);
   if (p == nullptr) {
     try {
@@ -917,6 +936,10 @@ memweave_status memweaveHostFree(void* ptr) {
   if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveHostFree");
   try {
     context* c = memweave::capi::current();
+    // A release of the device the pool was made through (cudaDeviceReset) may be destroying
+    // it meanwhile.
+    std::optional<pool_reader> reading;
+    if (c != nullptr) reading.emplace(*c);
     memweave::pinned_host_pool* h =
         c != nullptr ? c->host_ptr.load(std::memory_order_acquire) : nullptr;
     if (h != nullptr && h->deallocate(ptr) == memweave::status::success) {

@@ -162,6 +162,11 @@ TEST(fake_cuda, after_cuda_device_reset_allocations_come_from_a_new_pool) {
                                  "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384"}));
 }
 
+TEST(fake_cuda, a_reset_of_one_device_waits_for_threads_scanning_its_pool_from_another) {
+  expect_passes(run_probe("reset_beside_another_device",
+                          {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));
+}
+
 TEST(fake_cuda, pytorch_entry_points_in_a_child_forked_while_logging_do_not_hang) {
   expect_passes(run_probe("torch_fork_while_logging", {"MEMWEAVE_POOL_BYTES=8M"}, 120));
 }

@@ -475,6 +475,39 @@ TEST_F(memweave_capi_test, a_released_device_pool_is_made_again_on_the_next_allo
   EXPECT_EQ(memweaveFree(r), MEMWEAVE_SUCCESS);
 }
 
+// Looking a pointer up (memweaveOwns, and every free: the device's pool is found by the
+// pointer) scans the pools of all devices, so a thread using one device reads the pool a
+// release of another (cudaDeviceReset there) destroys, and the host pool too, which goes with
+// the pool it was made through. The release waits for such lookups (session 44's hostile
+// run: a device-1 cudaFree read device 0's heap as the reset freed it, SIGSEGV). With one
+// device here, lookups of pointers that are no pool's stand in for them: under TSan,
+// without the wait, their reads race with the destruction.
+TEST_F(memweave_capi_test, a_release_waits_for_the_lookups_of_other_threads) {
+  const memweave_config c = host_config(4 * k_mib);
+  ASSERT_EQ(memweaveInit(&c), MEMWEAVE_SUCCESS) << last_error();
+  std::atomic<bool> started{false}, done{false};
+  std::atomic<long> wrong{0};
+  int foreign = 0;
+  std::thread lookups([&] {
+    started = true;
+    while (!done.load()) {
+      if (memweaveOwns(&foreign) != 0) wrong.fetch_add(1);
+      if (memweaveHostFree(&foreign) != MEMWEAVE_ERROR_INVALID_DEVICE_POINTER) wrong.fetch_add(1);
+    }
+  });
+  while (!started.load()) std::this_thread::yield();
+  for (int i = 0; i < 50; ++i) {
+    void* p = nullptr;
+    void* h = nullptr;
+    ASSERT_EQ(memweaveMalloc(&p, 4096), MEMWEAVE_SUCCESS) << last_error();
+    ASSERT_EQ(memweaveHostMalloc(&h, 4096), MEMWEAVE_SUCCESS) << last_error();
+    ASSERT_EQ(memweaveReleaseDevicePool(), MEMWEAVE_SUCCESS) << last_error();
+  }
+  done = true;
+  lookups.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST_F(memweave_capi_test, bad_config_values_are_invalid_values_naming_the_field) {
   memweave_config c = host_config();
   c.fit = 7;

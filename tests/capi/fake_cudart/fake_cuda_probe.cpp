@@ -714,6 +714,45 @@ void device_reset() {
   cudaStreamDestroy(s);
 }
 
+// cudaDeviceReset of device 0 while a thread using only device 1 allocates and frees: each
+// free (and memweaveOwns) scans every device's pool for the pointer, device 0's among them,
+// which the reset destroys. The reset waits for such scans. Before it did, the scan read
+// device 0's heap as it was freed (SIGSEGV; session 44's hostile run): under TSan the read
+// and the destruction are a race, under ASan a heap-use-after-free where the timing lets.
+void reset_beside_another_device() {
+  auto owns = memweave_symbol<int (*)(const void*)>("memweaveOwns");
+  CHECK(owns != nullptr, "libmemweave.so is not in the process (LD_PRELOAD?)");
+  if (owns == nullptr) return;
+  std::atomic<bool> started{false}, done{false};
+  std::atomic<int> wrong{0};
+  std::thread other([&] {
+    void* p = nullptr;
+    if (cudaSetDevice(1) != cudaSuccess || cudaMalloc(&p, 4096) != cudaSuccess) {
+      wrong.fetch_add(1);
+      started = true;
+      return;
+    }
+    started = true;
+    for (long i = 1; !done.load(); ++i) {
+      if (owns(p) != 1) wrong.fetch_add(1);
+      if (i % 64 == 0 && (cudaFree(p) != cudaSuccess || cudaMalloc(&p, 4096) != cudaSuccess)) {
+        wrong.fetch_add(1);
+      }
+    }
+    if (cudaFree(p) != cudaSuccess) wrong.fetch_add(1);
+  });
+  while (!started.load()) std::this_thread::yield();
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  for (int i = 0; i < 100; ++i) {
+    void* q = nullptr;
+    CHECK(cudaMalloc(&q, 4096) == cudaSuccess, "cudaMalloc on device 0 (reset %d)", i);
+    CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset %d", i);
+  }
+  done = true;
+  other.join();
+  CHECK(wrong.load() == 0, "%d calls on device 1 failed beside device 0's resets", wrong.load());
+}
+
 // PyTorch's entry points in children forked while another thread logs (bad frees, each an
 // error line): the child's refusal is logged too, and must not wait for a lock the parent's
 // logging thread held at the fork (session 36's hostile run: half the children hung).
@@ -955,6 +994,8 @@ int main(int argc, char** argv) {
     torch_default_stream_of_another_device();
   } else if (scenario == "last_error") {
     last_error();
+  } else if (scenario == "reset_beside_another_device") {
+    reset_beside_another_device();
   } else if (scenario == "device_reset") {
     device_reset();
   } else if (scenario == "torch_fork_while_logging") {
