@@ -179,12 +179,17 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
                          ": batches past its end would wrap around and count images again; "
                          "evaluate fewer batches");
   }
+  // Ctrl-C or SIGTERM: the policies evaluated are printed and written, the rest not begun
+  // (stop_signal.hpp; the running one stops after its batch, its row saying how many ran).
+  // Caught from before the header, so that a signal after it is never the default's death.
+  const stop_signal_scope stop_scope;
   const std::string weights = weights_text(o);
   out << "memweave eval " << o.net << ": " << net.size() << " layers, batch " << net.batch()
       << ", batches " << first << ".." << first + batches - 1 << " of " << data << ", weights "
       << weights << "\n"
       << "memory: forward-only liveness under every policy (each tensor freed after its last "
-         "forward reader)\n";
+         "forward reader)"
+      << std::endl;  // flushed: a script waits for it before it signals (stop_scope, below)
   run_report report;
   report.command = "eval";
   report.network = o.net;
@@ -193,9 +198,6 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
   report.iterations = static_cast<int>(batches);
   report.first_batch = first;
   bool any = false;
-  // Ctrl-C or SIGTERM: the policies evaluated are printed and written, the rest not begun
-  // (stop_signal.hpp; the running one stops after its batch, its row saying how many ran).
-  const stop_signal_scope stop_scope;
   for (const std::string& policy : o.policies) {
     if (stop_requested() != 0) break;
     report.policies.push_back(

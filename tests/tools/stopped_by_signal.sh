@@ -9,9 +9,10 @@ memweave=$1
 out=$2/stopped_by_signal
 rm -rf "$out" && mkdir -p "$out"
 fail() { echo "FAIL: $*"; echo "--- output:"; cat "$out/log"; exit 1; }
-# Waits (30 s at most) until the log of the run $pid has a line matching $1.
+# Waits (60 s at most: the suite runs beside other tests) until the log of the run $pid has a
+# line matching $1.
 wait_for() {
-  for _ in $(seq 1 600); do
+  for _ in $(seq 1 1200); do
     grep -q "$1" "$out/log" && return 0
     kill -0 $pid 2>/dev/null || break
     sleep 0.05
@@ -53,6 +54,9 @@ grep -q '"stopped_by": "SIGTERM"' "$out/twice.json" 2>/dev/null ||
 # eval: the running policy stops after its batch, its row saying how many ran (it ran all its
 # batches first, and the next policy had no row; session 43's hostile run).
 start eval --batches 1000000 --policy liveness,utp --json "$out/eval.json"
+# Its header comes once the signals are caught (the libraries' loading, seconds on a loaded
+# machine, made a fixed wait too short); then a second for the first batches.
+wait_for "^memory: forward-only" || fail "eval never started"
 sleep 1
 signal INT
 [ $rc -eq 130 ] || fail "eval: exit status $rc, expected 130"
