@@ -56,6 +56,8 @@ commands:
           --max-depth: the deepest ResNet (n3 growing) that fits --budget at --batch;
           --max-image-side: the largest --image-side (a multiple of 32) that fits --budget
           at --batch, per policy (its plan in --json/--csv/--svg);
+          --min-budget: the smallest budget each policy trains --batch in (with --split or
+          --tile, their plans for each budget), to one heap block: it runs, a block less not;
           --ranks N [--net-gbps X]: data parallelism on N devices (--batch global, --budget
           per device), the ring allreduce over an X Gb/s network (MEMWEAVE_NET_GBPS, 100)
   (train under `mpirun -np N` trains data-parallel: --batch global, --budget per rank)

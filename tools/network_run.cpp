@@ -240,11 +240,6 @@ network_run_options read_network_run_options(cli_args& args) {
     MEMWEAVE_EXPECTS(seen.insert(p).second,
                      policy_knob + " lists '" + p + "' twice; give each policy once");
   }
-  // At most 64 TiB, half of x86-64's 128 TiB of user address space: `plan`'s null device
-  // reserves the budget's addresses (it touches no memory), and above about 80-100 TiB that
-  // reservation failed, even `plan --max-batch` (session 42's hostile run); no device holds
-  // that much.
-  constexpr std::uint64_t k_max_budget = std::uint64_t{64} << 40;
   o.budget_bytes = args.get_bytes("budget", 1, k_max_budget).value_or(0);
   o.executor.heap = heap_options::from_environment();
   MEMWEAVE_EXPECTS(o.budget_bytes == 0 || o.executor.heap.grow_bytes == 0,

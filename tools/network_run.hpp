@@ -99,6 +99,12 @@ auto from_knob(const std::string& knob, F&& parse) {
   }
 }
 
+/// --budget's largest: 64 TiB, half of x86-64's 128 TiB of user address space: `plan`'s null
+/// device reserves the budget's addresses (it touches no memory), and above about 80-100 TiB
+/// that reservation failed, even `plan --max-batch` (session 42's hostile run); no device
+/// holds that much.
+inline constexpr std::uint64_t k_max_budget = std::uint64_t{64} << 40;
+
 /// Whether --net names an ONNX model file (a path ending in ".onnx") rather than a zoo network.
 bool is_onnx_net(const std::string& net);
 

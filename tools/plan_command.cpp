@@ -1,5 +1,6 @@
 // `memweave plan`: the same runtime as train on the null device (addresses, no memory, no
 // kernels): per-step memory, peak, max(l_i), and whether each policy fits the budget.
+#include "budget_search.hpp"
 #include "commands.hpp"
 #include "image_side_search.hpp"
 #include "largest_fit.hpp"
@@ -171,7 +172,8 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   MEMWEAVE_EXPECTS(!launched_with_several_ranks(),
                    "memweave plan was started by an MPI launcher with several ranks: only "
                    "train runs data-parallel; plan it in one process with --ranks N");
-  cli_args args(argc, argv, 2, {"max-batch", "max-depth", "max-image-side", "split", "tile"});
+  cli_args args(argc, argv, 2,
+                {"max-batch", "max-depth", "max-image-side", "min-budget", "split", "tile"});
   network_run_options o = read_network_run_options(args);
   // The planner's host memory is address space (committed only where jemalloc writes its
   // metadata), so model a large machine unless told otherwise.
@@ -197,6 +199,7 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
   const bool split = args.flag("split");
   o.tile = args.flag("tile");
   const bool max_side = args.flag("max-image-side");
+  const bool min_budget = args.flag("min-budget");
   args.reject_unused();
   // Accepted and ignored, they would read as if the plan depended on them.
   MEMWEAVE_EXPECTS(!o.lr_given && !o.seed_given,
@@ -208,6 +211,20 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                            knob_value("--batch", args.given().at("batch")) + ")");
   }
   MEMWEAVE_EXPECTS(!(split && o.tile), "--split and --tile are planned apart: give one of them");
+  if (min_budget) {  // budget_search.hpp
+    if (args.given().count("budget") != 0) {
+      throw invalid_argument("--min-budget searches the budget: give it without --budget (" +
+                             knob_value("--budget", args.given().at("budget")) + ")");
+    }
+    MEMWEAVE_EXPECTS(!max_side && !max_batch && !max_depth && c.ranks == 1,
+                     "--min-budget searches the budget of one device's plan at --batch: give it "
+                     "without --max-image-side, --max-batch, --max-depth or --ranks");
+    MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty() && o.timeline.empty(),
+                     "--min-budget prints its answer and writes no --json, --csv, --svg or "
+                     "--trace-timeline; plan the budget it finds to get those");
+    o.split = split;
+    return plan_min_budget(o, out);
+  }
   if (max_side) {  // image_side_search.hpp
     MEMWEAVE_EXPECTS(!split && !max_batch && !max_depth && c.ranks == 1,
                      "--max-image-side searches the side of one device's plan at --batch: give "

@@ -155,6 +155,38 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
       options.conv_ws.mode == conv_ws_mode::fixed && dev.kind() != device_kind::cuda
           ? promised_workspace_bytes(table, options.conv_ws)
           : std::vector<std::size_t>{};
+  // A policy that neither moves nor drops a tensor (baseline, liveness) holds every tensor
+  // its plan keeps live at a step there at once: its least is the most of those (liveness's
+  // peak), not one step's own tensors (ResNet-50 b64's liveness was told 783 MiB and needs
+  // 5.27 GiB; session 44).
+  const bool holds_live = !options.policy.moves_tensors() && !options.policy.recompute;
+  // What is born and dies at each step: the plan's; an evaluation frees each tensor after
+  // its last forward reader (executor::evaluate), and workspaces are left out (a lower bound).
+  std::vector<std::vector<tensor_id>> born, dies;
+  if (holds_live && options.evaluation_only) {
+    const std::size_t layers = steps.layer_count();
+    born.assign(layers, {});
+    dies.assign(layers, {});
+    std::vector<std::size_t> first(table.size(), layers), last(table.size(), 0);
+    for (std::size_t s = 0; s < layers; ++s) {
+      for (const auto& a : table.accesses(s)) {
+        first[a.tensor] = std::min(first[a.tensor], s);
+        last[a.tensor] = s;
+      }
+    }
+    for (tensor_id t = 0; t < table.size(); ++t) {
+      if (first[t] == layers || table[t].persistent || table[t].role == tensor_role::workspace) {
+        continue;
+      }
+      born[first[t]].push_back(t);
+      dies[last[t]].push_back(t);
+    }
+  } else if (holds_live) {
+    for (const step_plan& sp : plan.steps) {
+      born.push_back(sp.allocate);
+      dies.push_back(sp.free);
+    }
+  }
   const auto least_at = [&](std::size_t block) {
     auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
     least l;
@@ -162,9 +194,16 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
       for (tensor_id t : plan.persistent) l.persistent += rounded(table[t].bytes);
     }
     const std::size_t checked = options.evaluation_only ? steps.layer_count() : table.step_count();
+    std::size_t live = 0;  // holds_live: the transient tensors live at the step, rounded
     for (std::size_t s = 0; s < checked; ++s) {
       std::size_t b = 0;
-      if (staged_split_step(options, net, steps, s)) {
+      if (holds_live) {
+        // Everything the plan keeps live at the step is on the device with it.
+        for (tensor_id t : born[s]) live += rounded(table[t].bytes);
+        b = live;
+        for (tensor_id t : dies[s]) live -= rounded(table[t].bytes);
+        if (s < workspace.size() && workspace[s] != 0) b += rounded(workspace[s]);
+      } else if (staged_split_step(options, net, steps, s)) {
         // TSPLIT: its micro-step (its micro-tensors' slices for the largest micro-batch, and
         // its other tensors whole).
         b = micro_step_bytes(table, s, batch_parts_of(options, s), block,
@@ -204,8 +243,10 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
       const std::string step =
           (split ? "the micro-step of step "
            : worst_index < workspace.size() && workspace[worst_index] != 0
-               ? "the tensors and the " + options.conv_ws.mode_name() + " workspace of step "
-               : "the tensors of step ") +
+               ? (holds_live ? "the tensors live and the " : "the tensors and the ") +
+                     options.conv_ws.mode_name() + " workspace of step "
+           : holds_live ? "the tensors live at step "
+                        : "the tensors of step ") +
           std::to_string(worst_index + 1) + " (" + net[rs.layer].name + " " +
           to_string(rs.direction) +
           (split ? ", in " + std::to_string(batch_parts_of(options, worst_index)) +
@@ -227,7 +268,14 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
                                               [&](const gradient_bucket& b) {
                                                 return b.close_step == worst_index ||
                                                        b.update_step == worst_index;
-                                              })));
+                                              })) +
+          // The least is one step's tensors; the heap must also find them room among what
+          // else is live then (all of it, for a policy that cannot evict), so a run at it
+          // may still not fit: the search says what does (session 44).
+          (options.evaluation_only
+               ? std::string()
+               : ". That is a lower bound: `memweave plan` with the same options and "
+                 "--min-budget instead of --budget finds the smallest budget that runs"));
     }
   }
 }
