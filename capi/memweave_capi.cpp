@@ -753,6 +753,17 @@ memweave_status memweaveReleaseDevicePool(void) {
     // frees' events waited for (they die with the device's context), the arena freed while
     // the runtime still knows it, then the device.
     released.reset();
+    // A block of another device's pool freed on one of this device's streams waits on an
+    // event of this device, which the reset destroys: every other pool's pending blocks are
+    // waited for first, their events going back to the spare ones dropped below (a reset is
+    // rare; knowing which events are this device's would cost every free).
+    {
+      const pool_reader reading(*c);
+      for (auto& slot : c->pools) {
+        pool* other = slot.load(std::memory_order_acquire);
+        if (other != nullptr) other->ordered->drain();
+      }
+    }
     // The events kept for the device's frees die with its context too: dropped now, not
     // recorded after the reset.
     c->rt->forget_device(ordinal);

@@ -162,6 +162,11 @@ TEST(fake_cuda, after_cuda_device_reset_allocations_come_from_a_new_pool) {
                                  "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384"}));
 }
 
+TEST(fake_cuda, a_reset_waits_for_the_blocks_of_other_pools_freed_on_its_streams) {
+  expect_passes(run_probe("reset_of_the_freeing_streams_device",
+                          {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));
+}
+
 TEST(fake_cuda, a_reset_of_one_device_waits_for_threads_scanning_its_pool_from_another) {
   expect_passes(run_probe("reset_beside_another_device",
                           {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));

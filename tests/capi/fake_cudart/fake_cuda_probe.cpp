@@ -714,6 +714,30 @@ void device_reset() {
   cudaStreamDestroy(s);
 }
 
+// A block of device 0's pool freed on a stream of device 1 waits on an event of device 1,
+// which device 1's reset destroys: memweave waits for it first and keeps none of device 1's
+// events (the pool kept it, and queried a destroyed event later; session 44's hostile run).
+void reset_of_the_freeing_streams_device() {
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  void* p0 = nullptr;
+  CHECK(cudaMalloc(&p0, k_block) == cudaSuccess, "cudaMalloc on device 0");
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  void* p1 = nullptr;
+  CHECK(cudaMalloc(&p1, 4096) == cudaSuccess, "cudaMalloc on device 1");
+  cudaStream_t s1 = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  launch_read(s1, p1, 4096, 0, 100);  // the free's event waits for this
+  CHECK(cudaFreeAsync(p0, s1) == cudaSuccess, "cudaFreeAsync of device 0's block on device 1");
+  CHECK(cudaStreamDestroy(s1) == cudaSuccess, "cudaStreamDestroy");
+  CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset of device 1");
+  CHECK(fake_cudart_events(1) == 0, "memweave kept %ld events of device 1 through its reset",
+        fake_cudart_events(1));
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  void* again = nullptr;
+  CHECK(cudaMalloc(&again, k_block) == cudaSuccess, "cudaMalloc on device 0 after the reset");
+  CHECK(cudaFree(again) == cudaSuccess, "cudaFree");
+}
+
 // cudaDeviceReset of device 0 while a thread using only device 1 allocates and frees: each
 // free (and memweaveOwns) scans every device's pool for the pointer, device 0's among them,
 // which the reset destroys. The reset waits for such scans. Before it did, the scan read
@@ -994,6 +1018,8 @@ int main(int argc, char** argv) {
     torch_default_stream_of_another_device();
   } else if (scenario == "last_error") {
     last_error();
+  } else if (scenario == "reset_of_the_freeing_streams_device") {
+    reset_of_the_freeing_streams_device();
   } else if (scenario == "reset_beside_another_device") {
     reset_beside_another_device();
   } else if (scenario == "device_reset") {
