@@ -357,7 +357,10 @@ network tile_if_asked(network net, const network_run_options& o,
                    "--tile cuts the layers over the budget into tiles: give --budget");
   const std::size_t block = heap_block_of(o);
   tiling_plan p = naming_large_blocks(block, [&] {
-    return plan_tiling(net, o.budget_bytes, block, "--budget", name_least_budget);
+    // Tiled segments run on host and null only (cuda refuses them): the host's candidates
+    // size a fixed algorithm's workspace, as the executor's floor check does.
+    return plan_tiling(net, o.budget_bytes, block, "--budget", name_least_budget,
+                       &o.executor.conv_ws);
   });
   if (segments != nullptr) *segments = std::move(p.segments);
   return std::move(p.net);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "memweave/conv_workspace/conv_workspace_selector.hpp"
 #include "memweave/engine/network.hpp"
 
 namespace memweave {
@@ -56,7 +57,11 @@ network tile_network(const network& net, std::span<const tiled_segment_choice> s
 /// one bounds nothing: with `name_least_budget` the message names instead the least budget
 /// at which every layer tiles, found by bisection up to the untiled max(l_i) (where none
 /// must; a search calling this at many budgets leaves it off).
+/// `conv_ws` (nullptr: none): a convolution mode that names its algorithm (fixed, max), whose
+/// workspace an untiled CONV step holds whole beside its tensors (promised_workspace_bytes),
+/// as the executor's floor check counts it.
 tiling_plan plan_tiling(const network& net, std::size_t budget_bytes, std::size_t block_bytes,
-                        const std::string& knob, bool name_least_budget = false);
+                        const std::string& knob, bool name_least_budget = false,
+                        const conv_ws_options* conv_ws = nullptr);
 
 }  // namespace memweave
