@@ -652,6 +652,9 @@ policy_report run_policy(const network& net, const network_run_options& o,
   eo.policy = executor_policy::parse(policy);
   eo.budget_bytes = o.budget_bytes;
   eo.heap.trace_path = trace_path_of(o, policy);
+  // A stop asked while `all` weighs its configurations ends the policy there (a split plan
+  // at a large batch weighed for minutes after the first SIGTERM; session 44's hostile run).
+  if (!parallel(o)) eo.stop = [] { return stop_requested() != 0; };
   // Declared before the executor, which records into it until it is destroyed.
   std::optional<stream_timeline> timeline;
   // Rank 0 speaks for all, as for the reports (every rank writing one path made it invalid
@@ -841,6 +844,15 @@ int run_policies(const network& net, const network_run_options& o, const device_
       report.policies.push_back(run_policy(net, o, policy, dev, iterations, data, progress,
                                            &report.device, &output_error));
       if (o.amend) o.amend(report.policies.back());
+    } catch (const interrupted& e) {
+      // Stopped before its first iteration: a row of no figures, and the run ends as a stop.
+      policy_report stopped;
+      stopped.policy = policy;
+      stopped.fits = false;
+      stopped.stopped_by = signal_name(stop_requested());
+      stopped.failure =
+          "stopped by " + stopped.stopped_by + " before its first iteration (" + e.what() + ")";
+      report.policies.push_back(std::move(stopped));
     } catch (const std::exception& e) {
       // Kept as a row; the policies after it still run and everything is written. Under data
       // parallelism every rank stops (train_command.cpp: the failure reached all of them), but

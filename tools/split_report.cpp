@@ -105,7 +105,8 @@ int plan_split(const network& net, const network_run_options& o, std::ostream& o
       << split << " s (kernels " << std::setprecision(3) << split / whole
       << "x), + micro-tensor link " << std::setprecision(4) << link
       << " s: " << std::setprecision(3) << (split + link) / whole
-      << "x (the split planner's estimate; the runs below charge every staging copy)\n";
+      << "x (the split planner's estimate; the runs below charge every staging copy)"
+      << std::endl;  // before the runs, whose weighing can take minutes
   out.unsetf(std::ios::fixed);
   return 0;
 }

@@ -43,6 +43,7 @@ executor_options null_run_options(const executor_options& options) {
   executor_options o = options;
   o.weigh_alternatives = false;
   o.comm = nullptr;
+  o.stop = nullptr;  // asked between the runs, by null_run_seconds
   o.ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
   o.timeline = nullptr;
   o.heap.trace_path.clear();
@@ -63,6 +64,9 @@ device_options null_run_device(const executor_options& options) {
 
 double null_run_seconds(const network& net, const executor_options& options,
                         std::optional<memory_schedule>* schedule) {
+  if (options.stop && options.stop()) {
+    throw interrupted("stopped while weighing its configurations on the null device");
+  }
   try {
     auto null_device = make_device(null_run_device(options));
     executor ex(net, *null_device, null_run_options(options));

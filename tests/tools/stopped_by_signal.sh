@@ -63,5 +63,18 @@ signal INT
 grep -q "liveness .*stopped by SIGINT after [0-9]* of 1000000 batches" "$out/log" ||
   fail "eval: the stopped policy's row does not say how many batches ran"
 grep -q '"stopped_by": "SIGINT"' "$out/eval.json" 2>/dev/null || fail "eval: the json lacks the stop"
+# plan --split at a large batch: `all` weighs its split plans on the null device for seconds
+# (minutes at larger batches); a stop asked meanwhile ends it there, its row saying so, rather
+# than after the weighing (session 44's hostile run: 11 minutes after the first SIGTERM).
+"$memweave" plan --net resnet50 --width 0.25 --classes 5 --image-side 32 --conv-ws fixed:direct \
+  --split --batch 2048 --budget 200KiB --policy liveness,all --json "$out/plan.json" >"$out/log" 2>&1 &
+pid=$!
+wait_for "model time: unsplit" || fail "plan --split never planned its splits"
+sleep 1
+signal TERM
+[ $rc -eq 143 ] || fail "plan --split: exit status $rc, expected 143"
+grep -q "all: stopped by SIGTERM before its first iteration (stopped while weighing" "$out/log" ||
+  fail "plan --split: all's row does not say the stop came while it weighed (the weighing ran on)"
+grep -q '"stopped_by": "SIGTERM"' "$out/plan.json" 2>/dev/null || fail "plan: the json lacks the stop"
 echo "PASS: exit 130, liveness whole, offload stopped and written; a doubled SIGTERM writes too;"\
-  "eval stops after its batch"
+  "eval stops after its batch; plan stops while weighing"

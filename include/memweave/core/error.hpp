@@ -50,6 +50,14 @@ class budget_too_small : public invalid_argument {
   using invalid_argument::invalid_argument;
 };
 
+/// A run asked to stop (executor_options::stop: Ctrl-C, SIGTERM) before its first iteration,
+/// while it weighed its configurations on the null device: a result of no figures, not a
+/// failure of its input.
+class interrupted : public error {
+ public:
+  using error::error;
+};
+
 /// A pointer that memweave did not hand out, freed twice, or interior to an allocation.
 class invalid_pointer : public error {
  public:

@@ -167,6 +167,11 @@ struct executor_options {
   /// kernels that follow. BN keeps per-rank batch statistics (as PyTorch DDP without
   /// SyncBatchNorm). nullptr: one process.
   communicator* comm = nullptr;
+  /// Asked before each run of `all`'s (and the split plans') weighing on the null device;
+  /// true throws `interrupted` from the constructor, so that a stop asked while it weighs
+  /// (a split plan at a large batch weighed for minutes) ends the policy there rather than
+  /// after it. Empty: never. Not for data parallelism (every rank weighs alike).
+  std::function<bool()> stop;
   /// Ranks the memory plan assumes when there is no communicator (plan --ranks: buckets
   /// planned, nothing reduced); comm->size() otherwise.
   int ranks = 1;
