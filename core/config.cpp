@@ -274,8 +274,12 @@ void check_range(const option_info& info, const std::string& value, std::string_
                  double v) {
   const option_range& r = info.range;
   if ((v >= r.min && v <= r.max) || (r.zero_allowed && v == 0)) return;
+  // A size past an unbounded row's range is past what a size can be: said, as the figure
+  // (it said "expected a size" of 99999999999999999999 bytes; session 44's hostile run).
+  const bool past_sizes = info.form == f::bytes && r.max >= 1.8e19 && v > r.max;
   throw invalid_argument(knob_value(knob, value) + " is out of range: expected " +
-                         range_text(info) + "; " + std::string(knob_remedy(knob)));
+                         range_text(info) + (past_sizes ? " below 16 EiB" : "") + "; " +
+                         std::string(knob_remedy(knob)));
 }
 
 // Throws when `value` does not have the row's form and range; errors name `knob`.

@@ -209,6 +209,13 @@ TEST(config_test, sizes_and_numbers_past_their_types_are_out_of_the_rows_range) 
                                              [](const char* n) { return option_double(n); });
   EXPECT_NE(fraction.find("is out of range: expected a fraction in (0, 1]"), std::string::npos)
       << fraction;
+  // A row with no upper bound: past what a size can be, and said so.
+  const std::string pool = error_of_read("MEMWEAVE_POOL_BYTES", "99999999999999999999",
+                                         [](const char* n) { return option_bytes(n); });
+  EXPECT_NE(pool.find("MEMWEAVE_POOL_BYTES='99999999999999999999' is out of range: expected a "
+                      "size below 16 EiB"),
+            std::string::npos)
+      << pool;
 }
 
 TEST(config_test, asking_for_an_unknown_option_is_a_programming_error) {
