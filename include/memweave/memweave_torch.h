@@ -16,7 +16,11 @@
  * by other streams only once an event recorded on that stream at the free has completed,
  * as PyTorch's own caching allocator and cudaMallocAsync do. (PyTorch does not forward
  * Tensor.record_stream to a pluggable allocator: a tensor used on a second stream must be
- * kept alive, or that stream synchronized with, until the work on it is done.)
+ * kept alive, or that stream synchronized with, until the work on it is done.) A stream
+ * the program destroys itself (an external stream) after blocks were freed on it: call
+ * memweaveRetireStream(stream) first (memweave.h), as the LD_PRELOAD interposer does for
+ * every cudaStreamDestroy; a stream created later may get the same handle, and would
+ * otherwise take those blocks at once while the destroyed stream's queued work still runs.
  *
  * Out of memory: the pool first waits for pending frees of other streams and retries; if
  * the request still cannot be served, memweave_torch_malloc THROWS a C++
