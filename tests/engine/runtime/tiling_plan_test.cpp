@@ -140,12 +140,11 @@ TEST(tiling_plan_test, a_budget_too_small_names_a_budget_that_tiles) {
 // start after the untiled layers nor grow the previous segment, which did not end where it
 // began (session 44's hostile run; the searches over sides and batches stopped early there).
 TEST(tiling_plan_test, a_larger_budget_tiles_where_a_smaller_one_does) {
+  // One plan (4 s; 40 under ASan for two): the budget that failed.
   const network net = test::zoo_net("resnet50", 1, 256, 0.25);
-  for (const std::size_t kib : {3020u, 3072u}) {
-    const tiling_plan p = plan_tiling(net, kib * 1024, k_block, "--budget");
-    EXPECT_LE(p.tiled_max_layer_bytes, kib * 1024) << kib << " KiB";
-    EXPECT_FALSE(p.segments.empty()) << kib << " KiB";
-  }
+  const tiling_plan p = plan_tiling(net, 3 << 20, k_block, "--budget");
+  EXPECT_LE(p.tiled_max_layer_bytes, std::size_t{3} << 20);
+  EXPECT_FALSE(p.segments.empty());
 }
 
 TEST(tiling_plan_test, a_layer_that_cannot_tile_is_named) {
