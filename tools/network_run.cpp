@@ -674,6 +674,11 @@ policy_report run_policy(const network& net, const network_run_options& o,
     report.policy = policy;
     report.fits = false;
     report.failure = e.what();
+    // What the network is, whatever ran: its row said max(l_i) 0 B.
+    const route steps(net);
+    const tensor_table table(net, steps);
+    report.max_layer_bytes = layer_memory(table).max_layer_bytes();
+    report.persistent_bytes = table.persistent_bytes();
     return report;
   }
   // The model's weights, then a checkpoint's (--init-from wins).

@@ -3,6 +3,7 @@
 // options it cannot go with.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <regex>
 #include <string>
 
@@ -62,7 +63,24 @@ TEST(budget_search_cli_test, the_budget_found_runs_and_one_block_less_does_not) 
 // The floor a budget below the least is refused with is a lower bound, and says so: the run
 // at it may need more, which the search finds.
 TEST(budget_search_cli_test, the_floor_names_the_search) {
-  const auto r = run(plan_command, small_resnet({"--policy", "liveness", "--budget", "1MiB"}));
+  const std::string json = temp("floor.json");
+  const auto r = run(
+      plan_command, small_resnet({"--policy", "liveness,all", "--budget", "1MiB", "--json", json}));
+  // The refused rows still give the network's max(l_i) and persistent bytes (they said 0 B).
+  const std::string j = slurp(json);
+  std::filesystem::remove(json);
+  std::smatch m;
+  std::string::const_iterator from = j.begin();
+  std::vector<std::string> figures;
+  while (std::regex_search(from, j.end(), m,
+                           std::regex("\"max_layer_bytes\": ([0-9]+),\\s*\"persistent_bytes\": "
+                                      "([0-9]+)"))) {
+    figures.push_back(m[1].str() + "/" + m[2].str());
+    from = m.suffix().first;
+  }
+  ASSERT_EQ(figures.size(), 2u) << j;
+  EXPECT_EQ(figures[0], figures[1]) << j;
+  EXPECT_NE(figures[0].substr(0, 2), "0/") << j;
   EXPECT_NE(r.out.find("That is a lower bound: `memweave plan` with the same options and "
                        "--min-budget instead of --budget finds the smallest budget that runs"),
             std::string::npos)
