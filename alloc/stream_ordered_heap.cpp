@@ -330,6 +330,12 @@ std::size_t stream_ordered_heap::drain() noexcept {
   return impl_->drain();
 }
 
+std::size_t stream_ordered_heap::settle() noexcept {
+  const std::size_t bytes = impl_->drain();
+  (void)impl_->wait_for_transit();
+  return bytes;
+}
+
 bool stream_ordered_heap::is_pending(const void* p) const noexcept {
   std::lock_guard lock(impl_->mu_);
   return impl_->by_ptr_.count(p) != 0;

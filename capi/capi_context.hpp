@@ -66,6 +66,8 @@ struct context {
   std::atomic<unsigned> reader_epoch{0};
   std::array<std::atomic<long>, 2> readers{};
   std::mutex grace_mutex;
+  /// One memweaveReleaseDevicePool at a time (lock order: release_mutex, then pools_mutex).
+  std::mutex release_mutex;
 
   ~context();  ///< host pool, then the pools (each drained), then the runtime
 };

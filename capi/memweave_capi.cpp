@@ -318,15 +318,21 @@ std::string why_not_live(const pool* pl, const void* p) {
   return "";
 }
 
-// The pool of the calling thread's current device if it was made already, else nullptr.
-pool* existing_current_pool(context& c) noexcept {
+// The calling thread's current device (0 on the simulated ones), or -1 when the runtime
+// cannot say or it is past the devices memweave manages.
+int current_ordinal(context& c) noexcept {
   try {
     const int d = c.device_settings.kind == "cuda" ? c.rt->current_device() : 0;
-    if (d < 0 || d >= k_max_devices) return nullptr;
-    return c.pools[static_cast<std::size_t>(d)].load(std::memory_order_acquire);
+    return d >= 0 && d < k_max_devices ? d : -1;
   } catch (...) {
-    return nullptr;
+    return -1;
   }
+}
+
+// The pool of the calling thread's current device if it was made already, else nullptr.
+pool* existing_current_pool(context& c) noexcept {
+  const int d = current_ordinal(c);
+  return d < 0 ? nullptr : c.pools[static_cast<std::size_t>(d)].load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -717,20 +723,25 @@ memweave_status memweaveReleaseDevicePool(void) {
   if (c == nullptr) return MEMWEAVE_SUCCESS;
   busy_scope busy;
   try {
+    // One release at a time: a pool released by another thread waits, as it is destroyed,
+    // on the events of its pending blocks, which may be this device's (two threads resetting
+    // two devices at once: this reset went ahead, and that wait ran on destroyed events;
+    // session 44's hostile run).
+    std::lock_guard releasing(c->release_mutex);
+    const int ordinal = current_ordinal(*c);
+    if (ordinal < 0) return MEMWEAVE_SUCCESS;
     std::unique_ptr<pool> released;
-    int ordinal = -1;
     {
       std::lock_guard lock(c->pools_mutex);
-      pool* p = existing_current_pool(*c);
-      if (p == nullptr) return MEMWEAVE_SUCCESS;
-      ordinal = p->ordinal;
-      // Out of the table first: no lookup finds it from here on, and the next allocation on
-      // the device makes a new pool.
-      c->pools[static_cast<std::size_t>(p->ordinal)].store(nullptr, std::memory_order_release);
-      const auto it = std::find_if(c->owned_pools.begin(), c->owned_pools.end(),
-                                   [p](const std::unique_ptr<pool>& o) { return o.get() == p; });
-      released = std::move(*it);
-      c->owned_pools.erase(it);
+      if (pool* p = c->pools[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire)) {
+        // Out of the table first: no lookup finds it from here on, and the next allocation on
+        // the device makes a new pool.
+        c->pools[static_cast<std::size_t>(ordinal)].store(nullptr, std::memory_order_release);
+        const auto it = std::find_if(c->owned_pools.begin(), c->owned_pools.end(),
+                                     [p](const std::unique_ptr<pool>& o) { return o.get() == p; });
+        released = std::move(*it);
+        c->owned_pools.erase(it);
+      }
     }
     // The pinned host pool allocates through this pool's device, and the reset frees its
     // region too (page-locked memory of the device's context): it goes first, and the next
@@ -755,13 +766,15 @@ memweave_status memweaveReleaseDevicePool(void) {
     released.reset();
     // A block of another device's pool freed on one of this device's streams waits on an
     // event of this device, which the reset destroys: every other pool's pending blocks are
-    // waited for first, their events going back to the spare ones dropped below (a reset is
-    // rare; knowing which events are this device's would cost every free).
+    // waited for first, those another thread is returning too (settle), their events going
+    // back to the spare ones dropped below (a reset is rare; knowing which events are this
+    // device's would cost every free). Done where this device has no pool as well: the
+    // events are another pool's.
     {
       const pool_reader reading(*c);
       for (auto& slot : c->pools) {
         pool* other = slot.load(std::memory_order_acquire);
-        if (other != nullptr) other->ordered->drain();
+        if (other != nullptr) other->ordered->settle();
       }
     }
     // The events kept for the device's frees die with its context too: dropped now, not

@@ -191,8 +191,12 @@ MEMWEAVE_API memweave_status memweaveRetireStream(struct CUstream_st* stream);
  * not free memory memweave would go on handing out. Every allocation from that pool is
  * invalid afterwards, as cudaDeviceReset makes every allocation of the device; the next one
  * on the device makes a new pool. As for cudaDeviceReset, no other thread may be using the
- * device meanwhile. The interposer calls it for cudaDeviceReset. A no-op when the device has
- * no pool or memweave is not initialized. */
+ * device meanwhile. The interposer calls it for cudaDeviceReset. Blocks of other devices'
+ * pools freed on this device's streams are waited for too (their events die with the
+ * device's context), also where the device has no pool. The pinned host pool
+ * (memweaveHostMalloc) goes with it when it was made through this device, the first one
+ * that asked for it, as page-locked memory of the device's context does. Nothing to do
+ * when memweave is not initialized. */
 MEMWEAVE_API memweave_status memweaveReleaseDevicePool(void);
 
 /* Whether `ptr` lies inside the arenas of any pool (1) or not (0); 0 when not

@@ -167,6 +167,11 @@ TEST(fake_cuda, a_reset_waits_for_the_blocks_of_other_pools_freed_on_its_streams
                           {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));
 }
 
+TEST(fake_cuda, a_reset_of_a_device_without_a_pool_still_waits_for_the_events_it_owns) {
+  expect_passes(run_probe("reset_of_a_device_without_a_pool",
+                          {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));
+}
+
 TEST(fake_cuda, a_reset_of_one_device_waits_for_threads_scanning_its_pool_from_another) {
   expect_passes(run_probe("reset_beside_another_device",
                           {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));

@@ -68,6 +68,11 @@ class stream_ordered_heap {
   /// Waits for every pending event and returns every pending block; the bytes returned.
   /// An event whose work failed still releases its block (the failure is logged).
   std::size_t drain() noexcept;
+  /// drain, then waits for the blocks other threads took out of the lists to return to the
+  /// heap (a reclaim or drain of theirs still waiting on, or releasing, their events): once
+  /// it returns, no event of a block freed before the call is still held. The bytes drain
+  /// returned. Never throws.
+  std::size_t settle() noexcept;
 
   /// Whether `p` is the start of a pending block.
   bool is_pending(const void* p) const noexcept;

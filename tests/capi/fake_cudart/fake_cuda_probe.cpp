@@ -738,6 +738,30 @@ void reset_of_the_freeing_streams_device() {
   CHECK(cudaFree(again) == cudaSuccess, "cudaFree");
 }
 
+// The same where the reset device never made a pool of its own: the events are still its,
+// held by device 1's pool (the release returned at once, keeping them; session 44's hostile
+// run).
+void reset_of_a_device_without_a_pool() {
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  cudaStream_t s0 = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  std::vector<void*> blocks(8, nullptr);
+  for (void*& p : blocks) CHECK(cudaMalloc(&p, 4096) == cudaSuccess, "cudaMalloc on device 1");
+  for (void* p : blocks) CHECK(cudaFreeAsync(p, s0) == cudaSuccess, "cudaFreeAsync on device 0");
+  CHECK(cudaStreamSynchronize(s0) == cudaSuccess, "sync");
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  CHECK(cudaStreamDestroy(s0) == cudaSuccess, "cudaStreamDestroy");
+  CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset of device 0");
+  CHECK(fake_cudart_events(0) == 0, "memweave kept %ld events of device 0 through its reset",
+        fake_cudart_events(0));
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  std::size_t free_bytes = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && free_bytes == total,
+        "device 1's pool is not whole after its blocks came back (%zu of %zu free)", free_bytes,
+        total);
+}
+
 // cudaDeviceReset of device 0 while a thread using only device 1 allocates and frees: each
 // free (and memweaveOwns) scans every device's pool for the pointer, device 0's among them,
 // which the reset destroys. The reset waits for such scans. Before it did, the scan read
@@ -1020,6 +1044,8 @@ int main(int argc, char** argv) {
     last_error();
   } else if (scenario == "reset_of_the_freeing_streams_device") {
     reset_of_the_freeing_streams_device();
+  } else if (scenario == "reset_of_a_device_without_a_pool") {
+    reset_of_a_device_without_a_pool();
   } else if (scenario == "reset_beside_another_device") {
     reset_beside_another_device();
   } else if (scenario == "device_reset") {
