@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <optional>
 
+#include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 
@@ -21,8 +22,16 @@ int plan_min_budget(network_run_options o, std::ostream& out) {
   const std::size_t block = heap_block_of(o);
   // The largest budget tried: --budget's own limit, or the device MEMWEAVE_DEVICE_BYTES
   // describes (a budget past it is refused, as train refuses it).
-  const std::int64_t limit =
-      static_cast<std::int64_t>(planning_device(o, k_max_budget).capacity_bytes / block);
+  const std::size_t capacity = planning_device(o, k_max_budget).capacity_bytes;
+  const std::int64_t limit = static_cast<std::int64_t>(capacity / block);
+  // A device below one block holds no budget at all (the first probe's budget was refused
+  // as larger than the device, naming a --budget never given; session 44's hostile run).
+  MEMWEAVE_EXPECTS(
+      limit > 0,
+      knob_value("MEMWEAVE_DEVICE_BYTES",
+                 option_raw("MEMWEAVE_DEVICE_BYTES").value_or(std::to_string(capacity))) +
+          ": the device (" + format_bytes(capacity) + ") is smaller than one heap block (" +
+          format_bytes(block) + "): no budget runs on that device; raise it or unset it");
   // The user's network, built once before any search: its errors (a bad width, a model
   // file's) are theirs, not a budget's.
   {

@@ -206,6 +206,10 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
                    std::string(o.lr_given ? "--lr" : "--seed") +
                        ": plan computes no values (the null device touches no memory), so "
                        "its plan does not depend on it; leave it out");
+  // Before the other searches' own checks: a user who gave two searches is told that first.
+  MEMWEAVE_EXPECTS(!min_budget || (!max_side && !max_batch && !max_depth && c.ranks == 1),
+                   "--min-budget searches the budget of one device's plan at --batch: give it "
+                   "without --max-image-side, --max-batch, --max-depth or --ranks");
   if (max_batch && args.given().count("batch") != 0) {
     throw invalid_argument("--max-batch searches the batch: give it without --batch (" +
                            knob_value("--batch", args.given().at("batch")) + ")");
@@ -216,9 +220,9 @@ int plan_command(int argc, const char* const* argv, std::ostream& out) {
       throw invalid_argument("--min-budget searches the budget: give it without --budget (" +
                              knob_value("--budget", args.given().at("budget")) + ")");
     }
-    MEMWEAVE_EXPECTS(!max_side && !max_batch && !max_depth && c.ranks == 1,
-                     "--min-budget searches the budget of one device's plan at --batch: give it "
-                     "without --max-image-side, --max-batch, --max-depth or --ranks");
+    MEMWEAVE_EXPECTS(!gbps,
+                     "--net-gbps is the network between the devices of --ranks, which "
+                     "--min-budget does not plan: leave it out");
     MEMWEAVE_EXPECTS(o.json.empty() && o.csv.empty() && o.svg.empty() && o.timeline.empty(),
                      "--min-budget prints its answer and writes no --json, --csv, --svg or "
                      "--trace-timeline; plan the budget it finds to get those");

@@ -108,6 +108,16 @@ TEST(budget_search_cli_test, what_it_cannot_go_with_is_refused_by_name) {
              "--min-budget prints its answer and writes no --json");
   expect_has(error_of(plan_command, small_resnet({"--min-budget", "--ranks", "2"})),
              "give it without --max-image-side, --max-batch, --max-depth or --ranks");
+  // Two searches: the conflict first, not the other search's own check (--batch).
+  expect_has(error_of(plan_command, small_resnet({"--min-budget", "--max-batch"})),
+             "give it without --max-image-side, --max-batch, --max-depth or --ranks");
+  expect_has(error_of(plan_command, small_resnet({"--min-budget", "--net-gbps", "10"})),
+             "--net-gbps is the network between the devices of --ranks, which --min-budget");
+  {
+    const scoped_env tiny("MEMWEAVE_DEVICE_BYTES", "1000");
+    expect_has(error_of(plan_command, small_resnet({"--min-budget"})),
+               "is smaller than one heap block (1.00 KiB): no budget runs on that device");
+  }
 }
 
 }  // namespace
