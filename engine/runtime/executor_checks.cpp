@@ -160,13 +160,14 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
   // peak), not one step's own tensors (ResNet-50 b64's liveness was told 783 MiB and needs
   // 5.27 GiB; session 44).
   const bool holds_live = !options.policy.moves_tensors() && !options.policy.recompute;
-  // What is born and dies at each step: the plan's; an evaluation frees each tensor after
-  // its last forward reader (executor::evaluate), and workspaces are left out (a lower bound).
-  std::vector<std::vector<tensor_id>> born, dies;
+  // What is born and dies at each step: the plan's lists; an evaluation frees each tensor
+  // after its last forward reader (executor::evaluate), and workspaces are left out there
+  // (a lower bound), so its lists are made here.
+  std::vector<std::vector<tensor_id>> eval_born, eval_dies;
   if (holds_live && options.evaluation_only) {
     const std::size_t layers = steps.layer_count();
-    born.assign(layers, {});
-    dies.assign(layers, {});
+    eval_born.assign(layers, {});
+    eval_dies.assign(layers, {});
     std::vector<std::size_t> first(table.size(), layers), last(table.size(), 0);
     for (std::size_t s = 0; s < layers; ++s) {
       for (const auto& a : table.accesses(s)) {
@@ -178,15 +179,16 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
       if (first[t] == layers || table[t].persistent || table[t].role == tensor_role::workspace) {
         continue;
       }
-      born[first[t]].push_back(t);
-      dies[last[t]].push_back(t);
-    }
-  } else if (holds_live) {
-    for (const step_plan& sp : plan.steps) {
-      born.push_back(sp.allocate);
-      dies.push_back(sp.free);
+      eval_born[first[t]].push_back(t);
+      eval_dies[last[t]].push_back(t);
     }
   }
+  const auto born = [&](std::size_t s) -> const std::vector<tensor_id>& {
+    return options.evaluation_only ? eval_born[s] : plan.steps[s].allocate;
+  };
+  const auto dies = [&](std::size_t s) -> const std::vector<tensor_id>& {
+    return options.evaluation_only ? eval_dies[s] : plan.steps[s].free;
+  };
   const auto least_at = [&](std::size_t block) {
     auto rounded = [block](std::size_t b) { return (b + block - 1) / block * block; };
     least l;
@@ -197,13 +199,13 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
     std::size_t live = 0;  // holds_live: the transient tensors live at the step, rounded
     for (std::size_t s = 0; s < checked; ++s) {
       std::size_t b = 0;
+      const bool staged = !holds_live && staged_split_step(options, net, steps, s);
       if (holds_live) {
         // Everything the plan keeps live at the step is on the device with it.
-        for (tensor_id t : born[s]) live += rounded(table[t].bytes);
+        for (tensor_id t : born(s)) live += rounded(table[t].bytes);
         b = live;
-        for (tensor_id t : dies[s]) live -= rounded(table[t].bytes);
-        if (s < workspace.size() && workspace[s] != 0) b += rounded(workspace[s]);
-      } else if (staged_split_step(options, net, steps, s)) {
+        for (tensor_id t : dies(s)) live -= rounded(table[t].bytes);
+      } else if (staged) {
         // TSPLIT: its micro-step (its micro-tensors' slices for the largest micro-batch, and
         // its other tensors whole).
         b = micro_step_bytes(table, s, batch_parts_of(options, s), block,
@@ -214,8 +216,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
             b += rounded(table[a.tensor].bytes);
           }
         }
-        if (s < workspace.size() && workspace[s] != 0) b += rounded(workspace[s]);
       }
+      if (!staged && s < workspace.size()) b += rounded(workspace[s]);
       if (b > l.worst_step) l.worst_step = b, l.worst_index = s;
     }
     return l;
@@ -241,12 +243,12 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
         return g > 1 ? " of " + std::to_string(g) + " output-channel groups" : std::string();
       };
       const std::string step =
-          (split ? "the micro-step of step "
-           : worst_index < workspace.size() && workspace[worst_index] != 0
-               ? (holds_live ? "the tensors live and the " : "the tensors and the ") +
-                     options.conv_ws.mode_name() + " workspace of step "
-           : holds_live ? "the tensors live at step "
-                        : "the tensors of step ") +
+          (split ? std::string("the micro-step of step ")
+                 : std::string(holds_live ? "the tensors live" : "the tensors") +
+                       (worst_index < workspace.size() && workspace[worst_index] != 0
+                            ? " and the " + options.conv_ws.mode_name() + " workspace of step "
+                        : holds_live ? " at step "
+                                     : " of step ")) +
           std::to_string(worst_index + 1) + " (" + net[rs.layer].name + " " +
           to_string(rs.direction) +
           (split ? ", in " + std::to_string(batch_parts_of(options, worst_index)) +
