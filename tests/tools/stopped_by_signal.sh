@@ -31,6 +31,16 @@ signal() {
   wait $pid
   rc=$?
 }
+# For the run started ($pid): waits for its line $2, a second more, then sends SIG$3 and
+# checks the exit status $4, the row $5 in the log and the stop in the json $6 ($1 names it).
+stop_when_ready() {
+  wait_for "$2" || fail "$1 never started"
+  sleep 1
+  signal "$3"
+  [ $rc -eq "$4" ] || fail "$1: exit status $rc, expected $4"
+  grep -q "$5" "$out/log" || fail "$1: no row matching '$5'"
+  grep -q "\"stopped_by\": \"SIG$3\"" "$6" 2>/dev/null || fail "$1: the json lacks the stop"
+}
 start train --iterations 150 --policy liveness,offload --json "$out/run.json"
 wait_for "^offload .*iter" || fail "offload never started"
 signal INT
@@ -56,25 +66,15 @@ grep -q '"stopped_by": "SIGTERM"' "$out/twice.json" 2>/dev/null ||
 start eval --batches 1000000 --policy liveness,utp --json "$out/eval.json"
 # Its header comes once the signals are caught (the libraries' loading, seconds on a loaded
 # machine, made a fixed wait too short); then a second for the first batches.
-wait_for "^memory: forward-only" || fail "eval never started"
-sleep 1
-signal INT
-[ $rc -eq 130 ] || fail "eval: exit status $rc, expected 130"
-grep -q "liveness .*stopped by SIGINT after [0-9]* of 1000000 batches" "$out/log" ||
-  fail "eval: the stopped policy's row does not say how many batches ran"
-grep -q '"stopped_by": "SIGINT"' "$out/eval.json" 2>/dev/null || fail "eval: the json lacks the stop"
+stop_when_ready eval "^memory: forward-only" INT 130 \
+  "liveness .*stopped by SIGINT after [0-9]* of 1000000 batches" "$out/eval.json"
 # plan --split at a large batch: `all` weighs its split plans on the null device for seconds
 # (minutes at larger batches); a stop asked meanwhile ends it there, its row saying so, rather
 # than after the weighing (session 44's hostile run: 11 minutes after the first SIGTERM).
 "$memweave" plan --net resnet50 --width 0.25 --classes 5 --image-side 32 --conv-ws fixed:direct \
   --split --batch 2048 --budget 200KiB --policy liveness,all --json "$out/plan.json" >"$out/log" 2>&1 &
 pid=$!
-wait_for "model time: unsplit" || fail "plan --split never planned its splits"
-sleep 1
-signal TERM
-[ $rc -eq 143 ] || fail "plan --split: exit status $rc, expected 143"
-grep -q "all: stopped by SIGTERM before its first iteration (stopped while weighing" "$out/log" ||
-  fail "plan --split: all's row does not say the stop came while it weighed (the weighing ran on)"
-grep -q '"stopped_by": "SIGTERM"' "$out/plan.json" 2>/dev/null || fail "plan: the json lacks the stop"
+stop_when_ready "plan --split" "model time: unsplit" TERM 143 \
+  "all: stopped by SIGTERM before its first iteration (stopped while weighing" "$out/plan.json"
 echo "PASS: exit 130, liveness whole, offload stopped and written; a doubled SIGTERM writes too;"\
   "eval stops after its batch; plan stops while weighing"
