@@ -31,12 +31,12 @@ struct pool {
 /// Device ordinals the C API can hold pools for (0 .. k_max_devices-1).
 inline constexpr int k_max_devices = 64;
 
-/// One initialized library. Members are declared in construction order, so the host pool
-/// is destroyed before the pools and the pools before the runtime.
+/// One initialized library. Members are declared in construction order, so the host pools
+/// are destroyed before the pools and the pools before the runtime.
 struct context {
   device_options device_settings;   ///< what the devices are made with (kind resolved)
   heap_options heap_settings;       ///< what each pool's heap is made with
-  std::size_t host_pool_bytes = 0;  ///< region size for the pinned host pool
+  std::size_t host_pool_bytes = 0;  ///< region size of each device's pinned host pool
   /// What set host_pool_bytes, named in the pool's failures (empty: MEMWEAVE_HOST_POOL_BYTES).
   std::string host_pool_knob;
   std::unique_ptr<runtime> rt;
@@ -54,12 +54,15 @@ struct context {
   std::vector<std::unique_ptr<pool>> owned_pools;
   std::array<std::atomic<pool*>, k_max_devices> pools{};  ///< by ordinal (lock-free reads)
 
-  std::mutex host_mutex;  ///< guards host (its creation); the pool itself is thread-safe
-  std::unique_ptr<pinned_host_pool> host;
-  std::atomic<pinned_host_pool*> host_ptr{nullptr};  ///< host.get() once made (lock-free reads)
-  /// The device whose pool's device the host pool allocates its region through (guarded by
-  /// host_mutex): releasing that pool (cudaDeviceReset) releases the host pool first.
-  int host_ordinal = -1;
+  /// The pinned host pools, one per device, each made on the device's first
+  /// memweaveHostMalloc through its pool's device: page-locked memory belongs to the context
+  /// current when it was pinned, and a reset of that device frees it and nothing else (with
+  /// one pool for every device, made through the first that asked, device 1's pinned
+  /// allocations died with device 0's reset, where cudaHostAlloc's survive it).
+  std::mutex host_mutex;  ///< guards hosts (their creation); a pool itself is thread-safe
+  std::array<std::unique_ptr<pinned_host_pool>, k_max_devices> hosts;
+  /// hosts[d].get() once made (lock-free reads), by ordinal.
+  std::array<std::atomic<pinned_host_pool*>, k_max_devices> host_ptrs{};
 
   /// Grace periods for what memweaveReleaseDevicePool destroys (pool_reader): the readers
   /// of each parity of reader_epoch, and one release's wait at a time.
@@ -69,7 +72,7 @@ struct context {
   /// One memweaveReleaseDevicePool at a time (lock order: release_mutex, then pools_mutex).
   std::mutex release_mutex;
 
-  ~context();  ///< host pool, then the pools (each drained), then the runtime
+  ~context();  ///< host pools, then the pools (each drained), then the runtime
 };
 
 /// While one lives, the pools and the host pool the calling thread loads from `ctx` are not
@@ -121,9 +124,14 @@ std::string trace_path_of(const std::string& path, int ordinal, unsigned generat
 /// The pool whose arenas hold `p`, or nullptr. Lock-free.
 pool* owner_of(context& ctx, const void* p) noexcept;
 
-/// The pinned host pool of `ctx`, made on first use; nullptr on failure (code in *rc,
-/// message as the last error).
-pinned_host_pool* host_pool(context& ctx, int* rc) noexcept;
+/// The ordinal of the calling thread's current device, its pool and its pinned host pool
+/// made on first use; -1 on failure (code in *rc, message as the last error). The host pool
+/// itself is read from ctx.host_ptrs under a pool_reader, since a release may destroy it.
+int make_host_pool(context& ctx, int* rc) noexcept;
+
+/// The pinned host pool (of any device) whose region holds `p`, or nullptr. Call under a
+/// pool_reader.
+pinned_host_pool* host_owner_of(context& ctx, const void* p) noexcept;
 
 /// Frees `ptr` (memweaveFree, memweaveFreeAsync, memweave_torch_free): ordered on `stream`
 /// when `stream_ordered` (a default-stream handle names the default stream of

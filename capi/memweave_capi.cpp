@@ -429,8 +429,10 @@ int release(const char* what_call, void* ptr, CUstream_st* stream, bool stream_o
 }
 
 context::~context() {
-  host_ptr.store(nullptr, std::memory_order_release);
-  host.reset();
+  for (std::size_t d = 0; d < hosts.size(); ++d) {
+    host_ptrs[d].store(nullptr, std::memory_order_release);
+    hosts[d].reset();
+  }
   for (auto it = owned_pools.rbegin(); it != owned_pools.rend(); ++it) {
     pools[static_cast<std::size_t>((*it)->ordinal)].store(nullptr, std::memory_order_release);
     (*it)->ordered.reset();  // waits for pending frees
@@ -579,19 +581,19 @@ pool* owner_of(context& ctx, const void* p) noexcept {
   return nullptr;
 }
 
-pinned_host_pool* host_pool(context& ctx, int* rc) noexcept {
-  if (pinned_host_pool* p = ctx.host_ptr.load(std::memory_order_acquire)) return p;
+int make_host_pool(context& ctx, int* rc) noexcept {
   busy_scope busy;
   try {
     pool* dev_pool = get_pool(ctx, -1, "memweaveHostMalloc", rc);
-    if (dev_pool == nullptr) return nullptr;
+    if (dev_pool == nullptr) return -1;
+    const auto d = static_cast<std::size_t>(dev_pool->ordinal);
+    if (ctx.host_ptrs[d].load(std::memory_order_acquire) != nullptr) return dev_pool->ordinal;
     std::lock_guard<std::mutex> lock(ctx.host_mutex);
-    if (!ctx.host) {
-      ctx.host = std::make_unique<pinned_host_pool>(*dev_pool->dev, ctx.host_pool_bytes);
-      ctx.host_ordinal = dev_pool->ordinal;
-      ctx.host_ptr.store(ctx.host.get(), std::memory_order_release);
+    if (!ctx.hosts[d]) {
+      ctx.hosts[d] = std::make_unique<pinned_host_pool>(*dev_pool->dev, ctx.host_pool_bytes);
+      ctx.host_ptrs[d].store(ctx.hosts[d].get(), std::memory_order_release);
     }
-    return ctx.host.get();
+    return dev_pool->ordinal;
   } catch (...) {
     // device_error here means jemalloc could not be loaded: the pool cannot start.
     std::string what = "memweave: making the pinned host pool";
@@ -601,8 +603,16 @@ pinned_host_pool* host_pool(context& ctx, int* rc) noexcept {
     } catch (...) {
     }
     *rc = fail_from_current_exception(what.c_str(), MEMWEAVE_ERROR_INITIALIZATION_ERROR);
-    return nullptr;
+    return -1;
   }
+}
+
+pinned_host_pool* host_owner_of(context& ctx, const void* p) noexcept {
+  for (auto& slot : ctx.host_ptrs) {
+    pinned_host_pool* h = slot.load(std::memory_order_acquire);
+    if (h != nullptr && h->owns(p)) return h;
+  }
+  return nullptr;
 }
 
 }  // namespace memweave::capi
@@ -743,18 +753,16 @@ memweave_status memweaveReleaseDevicePool(void) {
         c->owned_pools.erase(it);
       }
     }
-    // The pinned host pool allocates through this pool's device, and the reset frees its
-    // region too (page-locked memory of the device's context): it goes first, and the next
-    // memweaveHostMalloc makes a new one (a pointer of the old one is as dead as cudaHostAlloc's
-    // after a reset).
+    // The device's pinned host pool allocates through its pool's device, and the reset frees
+    // its region too (page-locked memory of the device's context): it goes first, and the
+    // next memweaveHostMalloc on the device makes a new one (a pointer of the old one is as
+    // dead as cudaHostAlloc's after a reset). Other devices' host pools stay.
     std::unique_ptr<memweave::pinned_host_pool> host;
     {
       std::lock_guard lock(c->host_mutex);
-      if (c->host && c->host_ordinal == ordinal) {
-        c->host_ptr.store(nullptr, std::memory_order_release);
-        host = std::move(c->host);
-        c->host_ordinal = -1;
-      }
+      const auto d = static_cast<std::size_t>(ordinal);
+      c->host_ptrs[d].store(nullptr, std::memory_order_release);
+      host = std::move(c->hosts[d]);
     }
     // Threads using other devices may have loaded the two (owner_of, the host pool's calls)
     // just before they were unpublished above: destroyed only once those are done.
@@ -834,7 +842,8 @@ memweave_status memweaveGetStats(memweave_stats* stats) {
   out.live_allocations = s.live_allocations;
   out.arenas = s.arenas;
   const memweave::capi::pool_reader reading(*c);  // the host pool may be released meanwhile
-  if (memweave::pinned_host_pool* h = c->host_ptr.load(std::memory_order_acquire)) {
+  if (memweave::pinned_host_pool* h =
+          c->host_ptrs[static_cast<std::size_t>(p->ordinal)].load(std::memory_order_acquire)) {
     const memweave::pinned_host_stats hs = h->stats();
     out.host_capacity = hs.capacity;
     out.host_bytes_in_use = hs.bytes_in_use;
@@ -854,7 +863,8 @@ memweave_status memweaveResetPeak(void) {
   if (p == nullptr) return rc;
   p->heap->reset_peak();
   const memweave::capi::pool_reader reading(*c);  // the host pool may be released meanwhile
-  if (memweave::pinned_host_pool* h = c->host_ptr.load(std::memory_order_acquire)) {
+  if (memweave::pinned_host_pool* h =
+          c->host_ptrs[static_cast<std::size_t>(p->ordinal)].load(std::memory_order_acquire)) {
     h->reset_peak();
   }
   return MEMWEAVE_SUCCESS;
@@ -920,11 +930,13 @@ memweave_status memweaveHostMalloc(void** ptr, std::size_t bytes) {
   int rc = MEMWEAVE_SUCCESS;
   context* c = memweave::capi::ensure(&rc);
   if (c == nullptr) return rc;
-  if (memweave::capi::host_pool(*c, &rc) == nullptr) return rc;
+  const int ordinal = memweave::capi::make_host_pool(*c, &rc);
+  if (ordinal < 0) return rc;
   // Made above, outside the reader (making it may take the locks a release holds); taken
   // again inside, since a release (cudaDeviceReset of its device) may destroy it meanwhile.
   const memweave::capi::pool_reader reading(*c);
-  memweave::pinned_host_pool* h = c->host_ptr.load(std::memory_order_acquire);
+  memweave::pinned_host_pool* h =
+      c->host_ptrs[static_cast<std::size_t>(ordinal)].load(std::memory_order_acquire);
   if (h == nullptr) {
     return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION,
                 "memweaveHostMalloc: the pinned host pool was released while this call made "
@@ -936,7 +948,8 @@ memweave_status memweaveHostMalloc(void** ptr, std::size_t bytes) {
     try {
       return fail(MEMWEAVE_ERROR_MEMORY_ALLOCATION,
                   "memweaveHostMalloc: " + std::to_string(bytes) + " bytes (" +
-                      memweave::format_bytes(bytes) + ") do not fit in the pinned host pool: " +
+                      memweave::format_bytes(bytes) +
+                      ") do not fit in the current device's pinned host pool: " +
                       memweave::format_bytes(h->bytes_in_use()) + " of " +
                       memweave::format_bytes(h->capacity()) +
                       " in use, the largest allocation it can give now " +
@@ -960,12 +973,12 @@ memweave_status memweaveHostFree(void* ptr) {
   if (g_forked.load(std::memory_order_relaxed)) return fork_refusal("memweaveHostFree");
   try {
     context* c = memweave::capi::current();
-    // A release of the device the pool was made through (cudaDeviceReset) may be destroying
-    // it meanwhile.
+    // Any device's host pool (a pointer may be freed with another device current, as
+    // cudaFreeHost's may); a release of its device (cudaDeviceReset) may be destroying it
+    // meanwhile.
     std::optional<pool_reader> reading;
     if (c != nullptr) reading.emplace(*c);
-    memweave::pinned_host_pool* h =
-        c != nullptr ? c->host_ptr.load(std::memory_order_acquire) : nullptr;
+    memweave::pinned_host_pool* h = c != nullptr ? host_owner_of(*c, ptr) : nullptr;
     if (h != nullptr && h->deallocate(ptr) == memweave::status::success) {
       return MEMWEAVE_SUCCESS;
     }

@@ -84,7 +84,7 @@ typedef struct memweave_config {
    * (cudaDeviceReset, memweaveReleaseDevicePool) with ".reset<K>" appended after that, the
    * K-th release, so that the earlier trace stays whole. */
   const char* trace_path;
-  /* Size of the pinned host pool (MEMWEAVE_HOST_POOL_BYTES, 4 GiB). */
+  /* Size of each device's pinned host pool (MEMWEAVE_HOST_POOL_BYTES, 4 GiB). */
   size_t host_pool_bytes;
 } memweave_config;
 
@@ -106,7 +106,7 @@ typedef struct memweave_stats {
   uint64_t invalid_frees;   /* frees rejected (foreign, double, interior) */
   size_t live_allocations;  /* allocations not yet freed */
   size_t arenas;            /* arenas taken from the device */
-  /* The pinned host pool (all 0 until its first use). */
+  /* The current device's pinned host pool (all 0 until its first use). */
   size_t host_capacity;          /* region bytes */
   size_t host_bytes_in_use;      /* bytes of live allocations */
   size_t host_peak_bytes_in_use; /* highest host_bytes_in_use */
@@ -193,10 +193,10 @@ MEMWEAVE_API memweave_status memweaveRetireStream(struct CUstream_st* stream);
  * on the device makes a new pool. As for cudaDeviceReset, no other thread may be using the
  * device meanwhile. The interposer calls it for cudaDeviceReset. Blocks of other devices'
  * pools freed on this device's streams are waited for too (their events die with the
- * device's context), also where the device has no pool. The pinned host pool
- * (memweaveHostMalloc) goes with it when it was made through this device, the first one
- * that asked for it, as page-locked memory of the device's context does. Nothing to do
- * when memweave is not initialized. */
+ * device's context), also where the device has no pool. The device's pinned host pool
+ * (memweaveHostMalloc while it was current) goes with it, as page-locked memory of the
+ * device's context does; other devices' pinned memory stays. Nothing to do when memweave is
+ * not initialized. */
 MEMWEAVE_API memweave_status memweaveReleaseDevicePool(void);
 
 /* Whether `ptr` lies inside the arenas of any pool (1) or not (0); 0 when not
@@ -208,7 +208,7 @@ MEMWEAVE_API int memweaveOwns(const void* ptr);
  * lazily. */
 MEMWEAVE_API memweave_status memweaveMemGetInfo(size_t* free_bytes, size_t* total_bytes);
 
-/* Fills *stats with the numbers of the current device's pool (and the host pool).
+/* Fills *stats with the numbers of the current device's pool (and its pinned host pool).
  * Initializes lazily. */
 MEMWEAVE_API memweave_status memweaveGetStats(memweave_stats* stats);
 
@@ -227,14 +227,16 @@ MEMWEAVE_API memweave_status memweaveTraceStart(const char* path);
 /* Flushes and closes the trace; success when none runs. */
 MEMWEAVE_API memweave_status memweaveTraceStop(void);
 
-/* As cudaHostAlloc: `bytes` of pinned host memory from the pinned host pool (created on
- * first use with memweave_config.host_pool_bytes). Exhausted:
+/* As cudaHostAlloc: `bytes` of pinned host memory from the current device's pinned host
+ * pool (one per device, each made on the device's first call with
+ * memweave_config.host_pool_bytes: what a device's reset frees, as cudaHostAlloc's memory
+ * belongs to the context current when it was made). Exhausted:
  * MEMWEAVE_ERROR_MEMORY_ALLOCATION. The pool needs jemalloc loadable at run time: when it
  * is not, MEMWEAVE_ERROR_INITIALIZATION_ERROR and the message says what to do. */
 MEMWEAVE_API memweave_status memweaveHostMalloc(void** ptr, size_t bytes);
 
-/* As cudaFreeHost. NULL is a no-op; a pointer not live in the host pool returns
- * MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and changes nothing. */
+/* As cudaFreeHost, whichever device is current. NULL is a no-op; a pointer not live in a
+ * host pool returns MEMWEAVE_ERROR_INVALID_DEVICE_POINTER and changes nothing. */
 MEMWEAVE_API memweave_status memweaveHostFree(void* ptr);
 
 /* A static, human-readable name of a return code ("invalid device pointer"). */

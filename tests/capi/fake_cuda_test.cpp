@@ -172,6 +172,13 @@ TEST(fake_cuda, a_reset_of_a_device_without_a_pool_still_waits_for_the_events_it
                           {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));
 }
 
+TEST(fake_cuda, a_reset_frees_its_devices_pinned_memory_and_no_other_devices) {
+  expect_passes(run_probe(
+      "host_pools_of_two_devices",
+      {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M", "MEMWEAVE_HOST_POOL_BYTES=8M",
+       "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384"}));
+}
+
 TEST(fake_cuda, a_reset_of_one_device_waits_for_threads_scanning_its_pool_from_another) {
   expect_passes(run_probe("reset_beside_another_device",
                           {k_preload, "FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=4M"}));

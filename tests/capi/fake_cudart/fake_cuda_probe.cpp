@@ -762,6 +762,41 @@ void reset_of_a_device_without_a_pool() {
         total);
 }
 
+// Pinned memory belongs to the device current when it was made, as cudaHostAlloc's to that
+// context: a reset of device 0 frees device 0's and leaves device 1's. With one host pool for
+// every device, made through the first that asked, device 1's pinned allocations died with
+// device 0's reset (and device 0's outlived it had device 1 asked first).
+void host_pools_of_two_devices() {
+  auto host_malloc = memweave_symbol<int (*)(void**, std::size_t)>("memweaveHostMalloc");
+  auto host_free = memweave_symbol<int (*)(void*)>("memweaveHostFree");
+  CHECK(host_malloc != nullptr && host_free != nullptr,
+        "libmemweave.so is not in the process (LD_PRELOAD?)");
+  if (host_malloc == nullptr || host_free == nullptr) return;
+  void* on0 = nullptr;
+  void* on1 = nullptr;
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  CHECK(host_malloc(&on0, 4096) == MEMWEAVE_SUCCESS, "memweaveHostMalloc on device 0");
+  CHECK(cudaSetDevice(1) == cudaSuccess, "cudaSetDevice(1)");
+  CHECK(host_malloc(&on1, 4096) == MEMWEAVE_SUCCESS, "memweaveHostMalloc on device 1");
+  const std::size_t both = fake_cudart_host_bytes();
+  CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+  CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset of device 0");
+  CHECK(fake_cudart_host_bytes() > 0 && fake_cudart_host_bytes() < both,
+        "the reset of device 0 left %zu of %zu page-locked bytes (device 1's region alone "
+        "should stay)",
+        fake_cudart_host_bytes(), both);
+  // Device 1's allocation is live, whichever device frees it; device 0's died with the reset.
+  if (on1 != nullptr) std::memset(on1, 0x5a, 4096);
+  CHECK(host_free(on1) == MEMWEAVE_SUCCESS,
+        "device 1's pinned memory did not survive device 0's "
+        "reset");
+  CHECK(host_free(on0) == MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
+        "device 0's pinned memory is still served after its reset");
+  void* again = nullptr;
+  CHECK(host_malloc(&again, 4096) == MEMWEAVE_SUCCESS && host_free(again) == MEMWEAVE_SUCCESS,
+        "memweaveHostMalloc on device 0 after its reset");
+}
+
 // cudaDeviceReset of device 0 while a thread using only device 1 allocates and frees: each
 // free (and memweaveOwns) scans every device's pool for the pointer, device 0's among them,
 // which the reset destroys. The reset waits for such scans. Before it did, the scan read
@@ -1046,6 +1081,8 @@ int main(int argc, char** argv) {
     reset_of_the_freeing_streams_device();
   } else if (scenario == "reset_of_a_device_without_a_pool") {
     reset_of_a_device_without_a_pool();
+  } else if (scenario == "host_pools_of_two_devices") {
+    host_pools_of_two_devices();
   } else if (scenario == "reset_beside_another_device") {
     reset_beside_another_device();
   } else if (scenario == "device_reset") {

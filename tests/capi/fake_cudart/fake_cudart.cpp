@@ -550,8 +550,10 @@ cudaError_t cudaDeviceReset(void) {
   {
     state& s = g();
     std::lock_guard lock(s.mu);
+    // Page-locked memory belongs to the context current when it was made, and dies with it
+    // as device memory does.
     for (auto it = s.allocations.begin(); it != s.allocations.end();) {
-      if (!it->second.host && it->second.device == d) {
+      if (it->second.device == d) {
         freed.push_back(reinterpret_cast<void*>(it->first));
         it = s.allocations.erase(it);
       } else {
