@@ -365,6 +365,17 @@ int release(const char* what_call, void* ptr, CUstream_st* stream, bool stream_o
       return fail(MEMWEAVE_ERROR_INVALID_DEVICE_POINTER,
                   std::string(what_call) + "(" + pointer_text(ptr) + "): " + why);
     }
+    // The device PyTorch passes is the block's, whose default stream a NULL stream means;
+    // another is the caller's mistake, and ordering the free on that device's default stream
+    // would hand the block out while the block's own still uses it: the block's is taken
+    // (a simulated device has one pool, and the index means nothing there).
+    if (c->device_settings.kind == "cuda" && default_device >= 0 && default_device != pl->ordinal) {
+      log(log_level::warn, std::string(what_call) + "(" + pointer_text(ptr) + "): device " +
+                               std::to_string(default_device) + " named, but the block is device " +
+                               std::to_string(pl->ordinal) + "'s; freed as device " +
+                               std::to_string(pl->ordinal) + "'s");
+      default_device = pl->ordinal;
+    }
     // Under capture the free would be a node of the graph, run whenever the graph is: the
     // block would go back to the pool now while the graph still uses it.
     if (stream_ordered && c->rt->capturing(stream, default_device)) {

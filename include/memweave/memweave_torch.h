@@ -50,7 +50,9 @@ struct CUstream_st;
 MEMWEAVE_API void* memweave_torch_malloc(ssize_t size, int device, struct CUstream_st* stream);
 
 /* Returns `ptr` (from memweave_torch_malloc) to its pool in `stream`'s order (as
- * memweaveFreeAsync). NULL is ignored; a pointer no pool holds is logged and ignored. */
+ * memweaveFreeAsync; a NULL stream is the default stream of the block's device, which
+ * `device` names: where it names another, a warning is logged and the block's is taken).
+ * NULL is ignored; a pointer no pool holds is logged and ignored. */
 MEMWEAVE_API void memweave_torch_free(void* ptr, ssize_t size, int device,
                                       struct CUstream_st* stream);
 

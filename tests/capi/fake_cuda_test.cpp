@@ -135,6 +135,14 @@ TEST(fake_cuda, pytorch_free_on_the_default_stream_of_a_device_not_current) {
                           {"FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"}));
 }
 
+TEST(fake_cuda, pytorch_free_naming_another_device_is_ordered_on_the_blocks_own_and_warned) {
+  const run_result r = run_probe("torch_free_naming_another_device",
+                                 {"FAKE_CUDART_DEVICES=2", "MEMWEAVE_POOL_BYTES=8M"});
+  expect_passes(r);
+  EXPECT_NE(r.output.find("device 0 named, but the block is device 1's"), std::string::npos)
+      << r.output;
+}
+
 TEST(fake_cuda, cuda_get_last_error_sees_interposed_failures_and_keeps_the_programs) {
   const run_result r = run_probe("last_error", {k_preload, "MEMWEAVE_POOL_BYTES=8M"});
   expect_passes(r);

@@ -536,8 +536,10 @@ void default_streams_of_two_devices() {
 // PyTorch frees a block with its device and stream and does not make that device current
 // first: a block of cuda:1 freed on cuda:1's default stream (NULL) while device 0 is current
 // is ordered after cuda:1's default stream, where a kernel still reads it, not after device
-// 0's (idle): another stream of cuda:1 may not take it before.
-void torch_default_stream_of_another_device() {
+// 0's (idle): another stream of cuda:1 may not take it before. With `free_device` 0 the free
+// names the wrong device: the block's own is taken (its default stream is the one PyTorch
+// means; device 0's was taken, and the block was handed out while cuda:1 still read it).
+void torch_default_stream_of_another_device(int free_device = 1) {
   void* h = open_memweave();
   if (h == nullptr) return ++probe_failures(), void();
   auto tm = reinterpret_cast<torch_malloc_fn>(::dlsym(h, "memweave_torch_malloc"));
@@ -550,7 +552,7 @@ void torch_default_stream_of_another_device() {
   std::memset(p, 0x11, k_block);
   launch_read(nullptr, p, k_block, 0x11, 150);  // cuda:1's default stream reads it
   CHECK(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
-  tf(p, k_block, 1, nullptr);
+  tf(p, k_block, free_device, nullptr);
   // Long enough for an event recorded on device 0's idle default stream to be done.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   void* q = tm(k_block, 1, s1);
@@ -1075,6 +1077,8 @@ int main(int argc, char** argv) {
     default_streams_of_two_devices();
   } else if (scenario == "torch_default_stream_of_another_device") {
     torch_default_stream_of_another_device();
+  } else if (scenario == "torch_free_naming_another_device") {
+    torch_default_stream_of_another_device(0);
   } else if (scenario == "last_error") {
     last_error();
   } else if (scenario == "reset_of_the_freeing_streams_device") {
