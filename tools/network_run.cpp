@@ -28,6 +28,7 @@
 #include "memweave/core/log.hpp"
 #include "memweave/core/units.hpp"
 #include "memweave/device/stream_timeline.hpp"
+#include "memweave/engine/checkpoint.hpp"
 #include "memweave/engine/layer_memory.hpp"
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/split_plan.hpp"
@@ -783,6 +784,22 @@ policy_report run_policy(const network& net, const network_run_options& o,
       report.failure = "stopped by " + report.stopped_by + " before its first iteration";
     }
   }
+  // The last update may have diverged with every loss finite (a loss is taken before its
+  // update): its weights would be saved and exported, and a resumed run refuses them (session
+  // 45's hostile run). Not a success, and nothing of them is written.
+  std::string unsound;
+  if (dev->touches_memory() && done > 0) unsound = unsound_persistent_value(*ex);
+  if (!unsound.empty()) {
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%g", static_cast<double>(eo.learning_rate));
+    report.fits = false;
+    report.failed = true;
+    report.failure = "policy " + policy + ": after the update of iteration " +
+                     std::to_string(o.first_iteration + done) + ", " + unsound +
+                     ": training diverged; lower --lr (now " + lr + ")";
+    if (!o.save.empty()) report.failure += "; --save " + o.save + " not written";
+    if (o.on_trained) report.failure += "; the model not exported";
+  }
   // What the run leaves besides its report: a failure to write one (a full disk) loses
   // neither the row nor the other outputs.
   const auto keep_going = [&](const std::function<void()>& write) {
@@ -790,7 +807,8 @@ policy_report run_policy(const network& net, const network_run_options& o,
     keep_failures(*output_error, write);
   };
   // Under data parallelism every rank holds the same weights: rank 0 saves them.
-  if (!o.save.empty() && dev->touches_memory() && (!parallel(o) || o.executor.comm->rank() == 0)) {
+  if (!o.save.empty() && unsound.empty() && dev->touches_memory() &&
+      (!parallel(o) || o.executor.comm->rank() == 0)) {
     keep_going([&] {
       from_knob("--save", [&] {
         // The base rate, not the last iteration's scheduled one the executor holds: a run
@@ -806,7 +824,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
       }
     });
   }
-  if (o.on_trained) keep_going([&] { o.on_trained(policy, *ex); });
+  if (o.on_trained && unsound.empty()) keep_going([&] { o.on_trained(policy, *ex); });
   keep_going(save_timeline);
   ex.reset();  // its heap closes the trace
   if (!trace_error.empty()) {

@@ -41,6 +41,20 @@ std::string shown(const std::string& name) {
   return quote_text(name, 256);
 }
 
+// What a checkpoint refuses in tensor `name`'s values: one that is not finite, or a negative
+// running variance; empty when there is none.
+std::string unsound_value(const std::string& name, const std::vector<float>& values) {
+  const bool variance = name.ends_with("running_var");
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float v = values[i];
+    if (std::isfinite(v) && !(variance && v < 0)) continue;
+    return "tensor " + shown(name) + " holds " + format_number(v) + " at index " +
+           std::to_string(i) + ": " +
+           (variance ? "a variance must be finite and not negative" : "values must be finite");
+  }
+  return "";
+}
+
 template <class T>
 void put(std::string& out, T v) {
   char b[sizeof(T)];
@@ -309,18 +323,19 @@ checkpoint_file read_checkpoint(const std::string& path) {
   // Sound bytes, but values no run that trains leaves: training from them gives NaN at once
   // (the ONNX importer refuses them alike).
   for (const checkpoint_tensor& t : f.tensors) {
-    const bool variance = t.name.ends_with("running_var");
-    for (std::size_t i = 0; i < t.values.size(); ++i) {
-      const float v = t.values[i];
-      if (std::isfinite(v) && !(variance && v < 0)) continue;
-      throw invalid_argument(
-          "checkpoint '" + path + "': tensor " + shown(t.name) + " holds " + format_number(v) +
-          " at index " + std::to_string(i) + ": " +
-          (variance ? "a variance must be finite and not negative" : "values must be finite") +
-          " (from a run that diverged?); give another checkpoint");
+    if (const std::string fault = unsound_value(t.name, t.values); !fault.empty()) {
+      throw invalid_argument("checkpoint '" + path + "': " + fault +
+                             " (from a run that diverged?); give another checkpoint");
     }
   }
   return f;
+}
+
+std::string unsound_persistent_value(const executor& ex) {
+  for (const std::string& name : ex.persistent_names()) {
+    if (std::string fault = unsound_value(name, ex.read(name)); !fault.empty()) return fault;
+  }
+  return "";
 }
 
 checkpoint_state load_checkpoint(executor& ex, const std::string& path) {

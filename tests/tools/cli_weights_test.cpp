@@ -155,6 +155,29 @@ TEST(cli_weights, a_save_past_the_last_recordable_iteration_is_refused_up_front)
   std::filesystem::remove(b);
 }
 
+// At --lr 1000 the 6th update leaves a running variance infinite while every loss, taken
+// before its update, is finite: the run is a failure and nothing of its weights is saved (they
+// were, and a run resumed from them refused them; session 45's hostile run). Five are saved.
+TEST(cli_weights, weights_the_last_update_left_unsound_are_not_saved) {
+  const std::string a = temp("diverged.ckpt");
+  auto args = [&](const char* iterations) {
+    return net_args({"--iterations", iterations, "--policy", "liveness", "--lr", "1000",
+                     "--momentum", "0.99", "--save", a});
+  };
+  const std::string m = error_of(train_command, args("6"));
+  EXPECT_NE(m.find("after the update of iteration 6, tensor 'bn2a_branch2a.running_var' holds "
+                   "inf at index 0"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("training diverged; lower --lr (now 1000); --save " + a + " not written"),
+            std::string::npos)
+      << m;
+  EXPECT_FALSE(std::filesystem::exists(a));
+  EXPECT_EQ(run(train_command, args("5")).code, 0);
+  EXPECT_EQ(read_checkpoint(a).state.iteration, 5);
+  std::filesystem::remove(a);
+}
+
 // A checkpoint's base rate is the solver's range, from 0 (--lr's starts above it): resumed
 // from a rate of 0 the run trains nothing, and says so (it said nothing); --lr replaces it.
 TEST(cli_weights, a_checkpoints_learning_rate_of_0_is_shown_and_warned_about) {

@@ -55,6 +55,11 @@ checkpoint_state checkpoint_state_of(const executor& ex, std::int64_t iterations
 /// (the previous file, if any, stays); the executor's device must hold values (not null).
 void save_checkpoint(const executor& ex, const std::string& path, const checkpoint_state& state);
 
+/// The first value of ex's persistent tensors (in persistent_names' order) that a checkpoint
+/// refuses: not finite, or a negative running variance; described as "tensor 'conv1.weight'
+/// holds nan at index 0", or empty where there is none. The device must hold values.
+std::string unsound_persistent_value(const executor& ex);
+
 /// A checkpoint file's contents.
 struct checkpoint_file {
   checkpoint_state state;
