@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "memweave/core/error.hpp"
@@ -45,13 +46,26 @@ class temp_file {
 
 }  // namespace
 
+std::string link_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return p.string();
+}
+
 void write_file_atomically(const std::string& path, std::string_view bytes,
                            const std::string& what) {
   auto fail = [&](const std::string& doing) {
     throw invalid_argument(what + " '" + path + "': " + doing + " failed (" + std::strerror(errno) +
                            "); give a path in a writable directory with space left");
   };
-  temp_file tmp(path + ".tmp-" + std::to_string(::getpid()));
+  const std::string target = link_target(path);
+  temp_file tmp(target + ".tmp-" + std::to_string(::getpid()));
   if (tmp.fd() < 0) fail("creating '" + tmp.path() + "'");
   std::size_t done = 0;
   while (done < bytes.size()) {
@@ -62,7 +76,9 @@ void write_file_atomically(const std::string& path, std::string_view bytes,
   }
   if (::fsync(tmp.fd()) != 0) fail("flushing '" + tmp.path() + "'");
   if (!tmp.close()) fail("closing '" + tmp.path() + "'");
-  if (std::rename(tmp.path().c_str(), path.c_str()) != 0) fail("renaming over it");
+  if (std::rename(tmp.path().c_str(), target.c_str()) != 0) {
+    fail(target == path ? "renaming over it" : "renaming over '" + target + "', where it leads");
+  }
   tmp.keep();
 }
 

@@ -2,6 +2,7 @@
 #include "network_run.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,74 +81,94 @@ struct run_input {
   std::filesystem::path path;
 };
 
-// Where `path` would be written: absolute, without `.` or `..`, its directory's links
-// resolved, so that two spellings of one file not made yet (`x`, `./x`, its absolute path)
-// are one key. A file written beside and renamed over `path` (`replaced`) replaces a link
-// there, not its target: the key is the link. One written in place follows the link, even one
-// whose target does not exist yet.
-std::string output_key(const std::string& path, bool replaced) {
+// Where `path` would be written: absolute, without `.` or `..`, its links followed, so that
+// two spellings of one file not made yet (`x`, `./x`, its absolute path, a link to it) are one
+// key. A file written in place or beside and renamed over the link's target (reports:
+// write_file_atomically) both write where the link leads.
+std::string output_key(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path p = fs::absolute(path, ec);
+  fs::path p = fs::absolute(link_target(path), ec);
   if (ec) return path;
-  for (int hops = 0; !replaced && hops < 40 && fs::is_symlink(p, ec); ++hops) {
-    const fs::path target = fs::read_symlink(p, ec);
-    if (ec) break;
-    p = target.is_absolute() ? target : p.parent_path() / target;
-  }
   const fs::path dir = fs::weakly_canonical(p.parent_path(), ec);
   return ((ec ? p.parent_path() : dir) / p.filename()).lexically_normal().string();
 }
 
-// `replaced`: the file is written beside and renamed over `path` (reports), so `path` must
-// not be a device or a pipe either; a trace is written in place. `seen`: the outputs checked
-// so far, by output_key, and the knob that named each.
+// `replaced`: the file is written beside and renamed over where `path` leads (reports,
+// checkpoints, models), so that must not be a device or a pipe either, nor the file this
+// process's output goes to; a trace is written in place. `seen`: the outputs checked so
+// far, by output_key, and the knob that named each.
 void check_output_path(const std::string& knob, const std::string& path, bool replaced,
                        std::map<std::string, std::string>& seen,
                        const std::vector<run_input>& inputs) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path p(path);
+  // Where a link leads is what is written (the link stays), so that is what is checked.
+  const fs::path p(replaced ? link_target(path) : path);
+  const std::string named =
+      knob_value(knob, path) + (p.string() == path ? "" : " (a link to '" + p.string() + "')");
   if (fs::is_directory(p, ec)) {
-    throw invalid_argument(knob_value(knob, path) + " is a directory; give a file path");
+    throw invalid_argument(named + " is a directory; give a file path");
   }
-  if (replaced && fs::exists(p, ec) && !fs::is_regular_file(p, ec)) {
-    throw invalid_argument(knob_value(knob, path) +
-                           " is not a regular file (a device or a pipe), which writing the "
-                           "report would replace; give a file path");
+  // Asked of `path` (the kernel follows /dev/stdout to the pipe; link_target's reading of the
+  // link names no file there).
+  if (replaced && fs::exists(path, ec) && !fs::is_regular_file(path, ec)) {
+    throw invalid_argument(named + " is not a regular file (a device or a pipe), which " + knob +
+                           " would replace; give a file path");
+  }
+  if (replaced) {
+    // `--json out.txt > out.txt`, or `--json /dev/stdout` with the output in a file: the file
+    // renamed over it took the path, and what memweave printed went to the one unlinked
+    // (as root the link /dev/stdout itself was replaced; session 45's hostile run).
+    struct stat file {};
+    if (::stat(p.c_str(), &file) == 0) {
+      for (const int fd : {1, 2}) {
+        struct stat stream {};
+        if (::fstat(fd, &stream) == 0 && stream.st_dev == file.st_dev &&
+            stream.st_ino == file.st_ino) {
+          throw invalid_argument(named + " is the file this run's standard " +
+                                 (fd == 1 ? "output" : "error") +
+                                 " goes to: writing it would lose what memweave prints there; "
+                                 "give another path");
+        }
+      }
+    }
   }
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) {
-    throw invalid_argument(knob_value(knob, path) + ": the directory '" + dir.string() +
-                           "' does not exist; create it or give another path");
+    throw invalid_argument(named +
+                           (fs::exists(dir, ec) ? ": '" + dir.string() + "' is not a directory;"
+                                                : ": the directory '" + dir.string() +
+                                                      "' does not exist; create it or") +
+                           " give another path");
   }
   if (::access(dir.c_str(), W_OK) != 0) {
-    throw invalid_argument(knob_value(knob, path) + ": the directory '" + dir.string() +
-                           "' is not writable (" + std::strerror(errno) + "); give another path");
+    throw invalid_argument(named + ": the directory '" + dir.string() + "' is not writable (" +
+                           std::strerror(errno) + "); give another path");
   }
   for (const run_input& in : inputs) {
     if (fs::equivalent(p, in.path, ec)) {  // false (with ec) where either does not exist
-      throw invalid_argument(knob_value(knob, path) + " is the file " + in.knob +
+      throw invalid_argument(named + " is the file " + in.knob +
                              " reads: writing it would destroy that input; give the output "
                              "another path");
     }
   }
-  if (const auto [it, added] = seen.emplace(output_key(path, replaced), knob); !added) {
-    throw invalid_argument(knob_value(knob, path) + " is also the path " + it->second +
+  if (const auto [it, added] = seen.emplace(output_key(path), knob); !added) {
+    throw invalid_argument(named + " is also the path " + it->second +
                            " writes in this run; give each output its own path");
   }
   // Can it be written at all (root passes access() where /proc refuses a file)? Checked now,
   // so that a run does not train for hours and then fail to write its results. A report or
-  // checkpoint is written to a file beside `path` and renamed over it: such a file is made
-  // and removed again. A trace is written in place: an existing one is opened without
-  // truncating it, a new one made and removed again.
+  // checkpoint is written to a file beside where `path` leads and renamed over it: such a
+  // file is made and removed again. A trace is written in place: an existing one is opened
+  // without truncating it, a new one made and removed again.
   const std::string probe =
-      replaced ? path + ".memweave-check-" + std::to_string(::getpid()) : path;
+      replaced ? p.string() + ".memweave-check-" + std::to_string(::getpid()) : path;
   const bool existed = !replaced && fs::exists(p, ec);
   const int fd = ::open(
       probe.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK | (existed ? 0 : O_CREAT), 0644);
   if (fd < 0) {
-    throw invalid_argument(knob_value(knob, path) + " cannot be written (" + std::strerror(errno) +
+    throw invalid_argument(named + " cannot be written (" + std::strerror(errno) +
                            "); give another path");
   }
   ::close(fd);
@@ -551,7 +572,7 @@ void check_output_paths(const network_run_options& o, const std::string& data) {
   // The convolution algorithm cache is written too, at the run's end, where it may not exist
   // yet (then no input check sees it).
   if (!o.executor.conv_ws.cache_path.empty()) {
-    seen.emplace(output_key(o.executor.conv_ws.cache_path, true), "MEMWEAVE_CONV_CACHE");
+    seen.emplace(output_key(o.executor.conv_ws.cache_path), "MEMWEAVE_CONV_CACHE");
   }
   const std::vector<run_input> in = run_inputs(o, data);
   if (!o.json.empty()) check_output_path("--json", o.json, true, seen, in);

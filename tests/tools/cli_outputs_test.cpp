@@ -4,8 +4,11 @@
 // nor the other outputs. Each case failed on the code before the fix.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +77,44 @@ TEST(cli_outputs_test, an_output_at_a_file_the_run_reads_is_refused_and_the_file
   scoped_env env("MEMWEAVE_CONV_CACHE", cache.path.c_str());
   expect_has(error_of(plan_command, with({"--json", cache.path})),
              "is the file MEMWEAVE_CONV_CACHE reads");
+}
+
+// An output given as a symbolic link writes the file it leads to, and the link stays: the file
+// renamed over the link replaced it, leaving its target stale (`--save latest.ckpt`; as root,
+// `--json /dev/stdout` replaced the system's link; session 45's hostile run).
+TEST(cli_outputs_test, an_output_through_a_link_writes_where_it_leads_and_keeps_the_link) {
+  for (const char* knob : {"--json", "--save"}) {
+    const scratch_file target(std::string("link_target") + knob, "stale\n");
+    const std::string link = temp(std::string("link") + knob);
+    fs::remove(link);
+    fs::create_symlink(target.path, link);
+    ASSERT_EQ(run(train_command, small_train({"--policy", "liveness", knob, link})).code, 0)
+        << knob;
+    EXPECT_TRUE(fs::is_symlink(link)) << knob << " replaced the link";
+    const std::string written = slurp(target.path);
+    EXPECT_NE(written, "stale\n") << knob << " left the link's target as it was";
+    EXPECT_EQ(written.substr(0, 1), std::string(knob) == "--json" ? "{" : "M") << knob;
+    fs::remove(link);
+  }
+}
+
+// An output at the file this process's standard output goes to (`--json out.txt > out.txt`,
+// `--json /dev/stdout > out.txt`): the report renamed over it took the path, and what memweave
+// printed went to the file unlinked. Refused before the run.
+TEST(cli_outputs_test, an_output_at_the_file_standard_output_goes_to_is_refused) {
+  const scratch_file out("stdout.txt", "");
+  std::fflush(stdout);
+  const int saved = ::dup(1);
+  const int fd = ::open(out.path.c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, 1);
+  ::close(fd);
+  const std::string e =
+      error_of(train_command, small_train({"--policy", "liveness", "--json", out.path}));
+  std::fflush(stdout);
+  ::dup2(saved, 1);
+  ::close(saved);
+  expect_has(e, "--json '" + out.path + "' is the file this run's standard output goes to");
 }
 
 // The convolution timings a host run measured survive a `plan` (which measures nothing and
