@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
@@ -223,11 +224,23 @@ checkpoint_file read_checkpoint(const std::string& path) {
     throw invalid_argument("checkpoint '" + path +
                            "' is not a regular file (a device or a pipe); give a checkpoint file");
   }
+  const auto not_a_checkpoint = [&] {
+    return invalid_argument("'" + path +
+                            "' is not a memweave checkpoint (it does not start with the "
+                            "MWCKPT signature; see docs/CHECKPOINT.md)");
+  };
+  {
+    // The signature before the whole file: a large file of another kind was read whole
+    // first (3 GiB, 22 s; session 45's hostile run).
+    char head[sizeof k_magic] = {};
+    std::ifstream in(path, std::ios::binary);
+    if (in && (!in.read(head, sizeof head) || std::memcmp(head, k_magic, sizeof k_magic) != 0)) {
+      throw not_a_checkpoint();
+    }
+  }
   const std::string bytes = read_whole_file(path, "checkpoint");
   if (bytes.size() < sizeof k_magic || std::memcmp(bytes.data(), k_magic, sizeof k_magic) != 0) {
-    throw invalid_argument("'" + path +
-                           "' is not a memweave checkpoint (it does not start with the "
-                           "MWCKPT signature; see docs/CHECKPOINT.md)");
+    throw not_a_checkpoint();
   }
   if (bytes.size() < k_header_bytes + k_trailer_bytes) {
     throw invalid_argument(

@@ -8,8 +8,9 @@
 namespace memweave {
 
 /// The bytes of the file at `path`. Throws invalid_argument "cannot read `what` 'path': ..."
-/// (the reason from the system) when it cannot be opened or read to its end. The caller
-/// refuses directories and devices first, in its own words.
+/// (the reason from the system) when it cannot be opened or read to its end, and
+/// "`what` 'path' is SIZE, more than this machine's memory holds" where it does not fit in
+/// memory. The caller refuses directories and devices first, in its own words.
 std::string read_whole_file(const std::string& path, const std::string& what);
 
 }  // namespace memweave
