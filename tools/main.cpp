@@ -86,6 +86,10 @@ int main(int argc, char** argv) {
   // A closed standard output (`memweave train ... | head -1`) must not kill the run before
   // its files (--save, --json, ...) are written: the write fails instead, reported below.
   std::signal(SIGPIPE, SIG_IGN);
+  // A file size limit (`ulimit -f`) likewise: a write past it fails with EFBIG, which costs
+  // only that output, where SIGXFSZ killed the run before its reports were written (a heap
+  // trace past the limit; session 45's hostile run).
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "-h")) {
     std::cout << k_usage;
