@@ -17,6 +17,7 @@
 #include "memweave/core/checked.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/log.hpp"
+#include "memweave/core/quoted.hpp"
 
 namespace memweave {
 namespace {
@@ -107,8 +108,8 @@ bool conv_algorithm_cache::load(const std::string& path, const std::string& fing
                   "and it will not be written over");
   }
   if (header_fingerprint(line) != fingerprint) {
-    return reject(1, "made for '" + header_fingerprint(line) + "', not for '" + fingerprint +
-                         "' (another backend, device or thread count)");
+    return reject(1, "made for " + quote_text(header_fingerprint(line)) + ", not for '" +
+                         fingerprint + "' (another backend, device or thread count)");
   }
   std::size_t number = 1;
   while (std::getline(in, line)) {
@@ -122,16 +123,16 @@ bool conv_algorithm_cache::load(const std::string& path, const std::string& fing
     for (std::size_t i = 1; i < fields.size(); ++i) {
       conv_candidate c;
       if (!parse_candidate(fields[i], c)) {
-        return reject(number,
-                      "candidate '" + fields[i] + "' is not 'algorithm workspace_bytes seconds'");
+        return reject(number, "candidate " + quote_text(fields[i]) +
+                                  " is not 'algorithm workspace_bytes seconds'");
       }
       candidates.push_back(std::move(c));
     }
     // The selector relies on it (it is its fallback when memory is short).
     if (std::none_of(candidates.begin(), candidates.end(),
                      [](const conv_candidate& c) { return c.workspace_bytes == 0; })) {
-      return reject(number, "convolution '" + fields[0] +
-                                "' has no algorithm without workspace, which every one has");
+      return reject(number, "convolution " + quote_text(fields[0]) +
+                                " has no algorithm without workspace, which every one has");
     }
     entries_[fields[0]] = std::move(candidates);
   }

@@ -80,6 +80,23 @@ TEST(conv_algorithm_cache_test, foreign_and_corrupt_files_are_not_trusted) {
   std::filesystem::remove(path);
 }
 
+// A corrupt line is quoted short and with its control bytes escaped: a 100 MB candidate was
+// logged whole (100 MB of stderr), a terminal's escape sequences as they were (session 45's
+// hostile run).
+TEST(conv_algorithm_cache_test, a_corrupt_lines_text_is_quoted_short_and_escaped) {
+  const std::string path = temp("long");
+  std::ofstream(path) << "# memweave-conv-cache v1 host threads=2\nk\tdirect 0 1\x1b[31m"
+                      << std::string(1 << 20, 'A') << "\n";
+  conv_algorithm_cache c;
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(c.load(path, "host threads=2"));
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_LT(logged.size(), 1000u);
+  EXPECT_NE(logged.find("candidate 'direct 0 1\\x1b[31mAAA"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find('\x1b'), std::string::npos) << logged;
+  std::filesystem::remove(path);
+}
+
 // Issue 11: a cache file written under another mode lacks the fixed algorithm; choosing
 // from it threw std::logic_error ("internal error").
 TEST(conv_algorithm_cache_test, selector_remeasures_a_cached_entry_without_the_fixed_algorithm) {
