@@ -654,7 +654,8 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
 policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
                          int iterations, data_source* data, std::ostream* progress,
-                         std::string* device_name, std::exception_ptr* output_error) {
+                         std::string* device_name, std::exception_ptr* output_error,
+                         bool* heap_made) {
   auto dev = make_device(device_opts);
   if (device_name) *device_name = dev->name();
   executor_options eo = o.executor;
@@ -690,6 +691,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
   try {
     split_parts_if_asked(net, o, eo, dev->kind() != device_kind::cuda);
     ex = std::make_unique<executor>(net, *dev, eo);
+    if (heap_made != nullptr) *heap_made = true;
   } catch (const error& e) {  // below the policy's floor, or not even the parameters fit
     // Data parallelism: one rank not fitting stops every rank (train_command.cpp).
     if (!does_not_fit(e) || parallel(o)) throw;
@@ -881,12 +883,10 @@ int run_policies(const network& net, const network_run_options& o, const device_
   if (!parallel(o)) stop_scope.emplace();
   for (const std::string& policy : o.policies) {
     if (stop_requested() != 0) break;  // the policies not begun are not run
-    // A second early: file times are coarser than the clock (a file from an earlier run is
-    // older still).
-    const auto started = std::filesystem::file_time_type::clock::now() - std::chrono::seconds(1);
+    bool heap_made = false;
     try {
       report.policies.push_back(run_policy(net, o, policy, dev, iterations, data, progress,
-                                           &report.device, &output_error));
+                                           &report.device, &output_error, &heap_made));
       if (o.amend) o.amend(report.policies.back());
     } catch (const interrupted& e) {
       // Stopped before its first iteration: a row of no figures, and the run ends as a stop.
@@ -914,11 +914,11 @@ int run_policies(const network& net, const network_run_options& o, const device_
     const std::string trace = trace_path_of(o, policy);
     if (!trace.empty()) {
       // A policy that stopped before its heap was made (below its floor) wrote none: the line
-      // named a file that was not there (session 43's hostile run).
-      std::error_code ec;
-      const bool written = std::filesystem::last_write_time(trace, ec) >= started && !ec;
+      // named a file that was not there (session 43's hostile run). Asked of the heap, not of
+      // the file's time, which a device (/dev/null) does not keep (session 45's). A trace
+      // whose writing failed is told as an error at the end.
       out << "heap trace of " << policy << ": "
-          << (written ? trace : "none written (it stopped before its heap was made)") << "\n";
+          << (heap_made ? trace : "none written (it stopped before its heap was made)") << "\n";
     }
   }
   if (!parallel(o) || o.executor.comm->rank() == 0) {

@@ -212,11 +212,13 @@ bool does_not_fit(const std::exception& e) noexcept;
 /// naming the iteration and --lr; any other error is thrown. `progress` (may be null) gets
 /// one line per iteration. With `output_error`, a failure to write what a run that trained
 /// leaves (--save, --export-onnx, its timeline) is kept there (the first one) and the report
-/// returned whole; without it, it is thrown.
+/// returned whole; without it, it is thrown. `heap_made` (may be null) is set once the
+/// policy's heap, which writes its MEMWEAVE_TRACE, is made.
 policy_report run_policy(const network& net, const network_run_options& o,
                          const std::string& policy, const device_options& device_opts,
                          int iterations, data_source* data, std::ostream* progress,
-                         std::string* device_name, std::exception_ptr* output_error = nullptr);
+                         std::string* device_name, std::exception_ptr* output_error = nullptr,
+                         bool* heap_made = nullptr);
 
 /// Whether `policy` runs one iteration of `net` within the budget on the null device `dev`.
 /// Only "does not fit" is false: any other error (a bad --conv-ws, say) is the user's to

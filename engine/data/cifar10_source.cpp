@@ -25,9 +25,10 @@ std::string read_file(const std::filesystem::path& path) {
                            "' is not a regular file; give --data cifar10:PATH a CIFAR-10 "
                            "binary file or the directory of the binary version");
   }
-  // Its size first: a large file of another kind was read whole before it was refused.
+  // Its size first: a large file of another kind was read whole before it was refused. (A
+  // size of 0 may be a file of /proc, whose reading tells: checked after it.)
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec && (size == 0 || size % k_record != 0)) {
+  if (!ec && size % k_record != 0) {
     throw invalid_argument("'" + path.string() + "' is not a CIFAR-10 binary file: its size " +
                            std::to_string(size) + " bytes is not a positive multiple of " +
                            std::to_string(k_record) +

@@ -234,7 +234,8 @@ checkpoint_file read_checkpoint(const std::string& path) {
     // first (3 GiB, 22 s; session 45's hostile run).
     char head[sizeof k_magic] = {};
     std::ifstream in(path, std::ios::binary);
-    if (in && (!in.read(head, sizeof head) || std::memcmp(head, k_magic, sizeof k_magic) != 0)) {
+    // A short file or a read error (/proc/self/mem) is told by the whole read below.
+    if (in.read(head, sizeof head) && std::memcmp(head, k_magic, sizeof k_magic) != 0) {
       throw not_a_checkpoint();
     }
   }

@@ -183,6 +183,14 @@ TEST(cli_hardening_test, a_policy_that_made_no_heap_names_no_trace_file) {
   EXPECT_FALSE(std::filesystem::exists(trace + ".liveness"));
   EXPECT_GT(read_trace(trace + ".utp").size(), 100u);
   std::filesystem::remove(trace + ".utp");
+  {
+    // A trace to a device: written (and discarded), which its file time did not show (the
+    // line said "none written"; session 45's hostile run).
+    scoped_env env("MEMWEAVE_TRACE", "/dev/null");
+    const auto r = run(train_command, small_train({"--policy", "liveness", "--conv-ws",
+                                                   "fixed:direct", "--iterations", "1"}));
+    expect_has(r.out, "heap trace of liveness: /dev/null\n");
+  }
 }
 
 // The same for --trace-timeline: a policy below its floor ran no step, and the output says
