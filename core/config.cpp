@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,7 +61,7 @@ constexpr std::array<option_info, 42> k_options{{
      f::bytes,
      "",
      "the heap's block size; every allocation is a whole number of blocks (power of two)",
-     {256, 1073741824}},
+     {256, 1073741824, false, true}},
     {"MEMWEAVE_FIT", "best", f::choice, "best|first",
      "heap placement: best-fit O(log n), or the SuperNeurons paper's first-fit list"},
     {"MEMWEAVE_POOL_GROW", "0", f::bytes, "",
@@ -251,6 +252,7 @@ bool in_choices(std::string_view choices, std::string_view value) {
 std::string range_text(const option_info& info) {
   const option_range& r = info.range;
   std::string out = info.form == f::integer ? "a whole number"
+                    : r.power_of_two        ? "a power of two"
                     : info.form == f::bytes ? "a size"
                                             : "a number";
   if (info.form == f::bytes && r.max >= 1.8e19) {
@@ -290,6 +292,13 @@ void check(const option_info& info, const std::string& value, std::string_view k
       const std::optional<std::size_t> bytes = parse_bytes_unbounded(value, knob);
       check_range(info, value, knob,
                   bytes ? static_cast<double>(*bytes) : std::numeric_limits<double>::infinity());
+      // As the heap refuses it (`config` showed MEMWEAVE_BLOCK_BYTES=4097 as good, and a run
+      // refused it; session 45's hostile run).
+      if (info.range.power_of_two && !std::has_single_bit(*bytes)) {
+        throw invalid_argument(knob_value(knob, value) + " is " + std::to_string(*bytes) +
+                               " bytes: expected " + range_text(info) + "; " +
+                               std::string(knob_remedy(knob)));
+      }
     } break;
     case f::fraction: {
       const double v = parse_double_unbounded(value, knob);
@@ -463,7 +472,8 @@ void validate_environment() {
 std::string describe_form(const option_info& info) {
   switch (info.form) {
     case f::bytes:
-      return range_text(info) + " such as 512MiB or 8GiB";
+      return range_text(info) +
+             (info.range.power_of_two ? " such as 1KiB or 4KiB" : " such as 512MiB or 8GiB");
     case f::fraction:
       return "a fraction in (0, 1]";
     case f::number:

@@ -34,6 +34,7 @@ struct option_range {
   double min = 0;
   double max = 1.8e19;
   bool zero_allowed = false;
+  bool power_of_two = false;  ///< bytes: a power of two only (a block size)
 };
 
 /// One row of the table.
