@@ -383,7 +383,17 @@ std::optional<std::string> option_raw(std::string_view name) {
   if (g_overridden[static_cast<std::size_t>(&info - k_options.data())].load()) return std::nullopt;
   const char* v = std::getenv(std::string(name).c_str());
   if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
+  // Spaces around a value are dropped as number parsing drops them, for every form but text
+  // (a path may hold them): `MEMWEAVE_LOG=' debug'` was refused where `' 1 '` was taken.
+  std::string_view value(v);
+  if (info.form != f::text) {
+    const std::size_t first = value.find_first_not_of(" \t");
+    value = first == std::string_view::npos
+                ? std::string_view()
+                : value.substr(first, value.find_last_not_of(" \t") - first + 1);
+    if (value.empty()) return std::nullopt;
+  }
+  return std::string(value);
 }
 
 std::optional<std::size_t> option_bytes(std::string_view name) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace memweave {
 namespace {
@@ -17,10 +18,14 @@ std::atomic<int> g_level{-1};  // -1: not read yet
 
 int level_from_environment() noexcept {
   const char* v = std::getenv("MEMWEAVE_LOG");
-  if (v == nullptr || *v == '\0') return static_cast<int>(log_level::warn);
-  if (std::strcmp(v, "error") == 0) return static_cast<int>(log_level::error);
-  if (std::strcmp(v, "info") == 0) return static_cast<int>(log_level::info);
-  if (std::strcmp(v, "debug") == 0) return static_cast<int>(log_level::debug);
+  if (v == nullptr) return static_cast<int>(log_level::warn);
+  // Spaces around it dropped, as the option table drops them (config.cpp's option_raw).
+  std::string_view level(v);
+  while (!level.empty() && (level.front() == ' ' || level.front() == '\t')) level.remove_prefix(1);
+  while (!level.empty() && (level.back() == ' ' || level.back() == '\t')) level.remove_suffix(1);
+  if (level == "error") return static_cast<int>(log_level::error);
+  if (level == "info") return static_cast<int>(log_level::info);
+  if (level == "debug") return static_cast<int>(log_level::debug);
   return static_cast<int>(log_level::warn);
 }
 

@@ -238,4 +238,14 @@ TEST(config_test, unknown_variable_is_only_warned_about) {
 }
 
 }  // namespace
+// Spaces around a value are dropped for every form but text, as number parsing drops them:
+// `MEMWEAVE_LOG=' debug'` was refused where `' 1 '` was taken (session 45's hostile run).
+TEST(config_test, spaces_around_a_choice_are_dropped_as_around_a_number) {
+  scoped_env fit("MEMWEAVE_FIT", " first\t");
+  EXPECT_EQ(option_error("MEMWEAVE_FIT"), "");
+  EXPECT_EQ(option_string("MEMWEAVE_FIT"), "first");
+  scoped_env trace("MEMWEAVE_TRACE", " a b ");  // text: a path may hold spaces
+  EXPECT_EQ(option_string("MEMWEAVE_TRACE"), " a b ");
+}
+
 }  // namespace memweave
