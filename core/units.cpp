@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "memweave/core/error.hpp"
@@ -115,10 +116,16 @@ double parse_double_unbounded(std::string_view text, std::string_view what) {
   double v = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   const bool whole = !s.empty() && end == s.data() + s.size();
-  // Read whole but past what a double holds (1e400, 1e-400): strtod's rounding, +-inf or 0,
-  // so that the caller's range check calls it out of range (it was "not a number").
-  if (whole && ec == std::errc::result_out_of_range)
-    return std::strtod(std::string(s).c_str(), nullptr);
+  // Read whole but past what a double holds (1e400, 1e-400): +-inf, or the least subnormal
+  // of its sign (not strtod's 0, which a row of "0 or from 1e-4" took as its 0, off, while
+  // it refused 1e-320; session 45's hostile run), so that the caller's range check calls it
+  // out of range (it was "not a number").
+  if (whole && ec == std::errc::result_out_of_range) {
+    const double v = std::strtod(std::string(s).c_str(), nullptr);
+    if (v != 0) return v;
+    return s.front() == '-' ? -std::numeric_limits<double>::denorm_min()
+                            : std::numeric_limits<double>::denorm_min();
+  }
   if (!whole || ec != std::errc() || std::isnan(v)) bad(what, text, "a number");
   return v;
 }

@@ -248,4 +248,14 @@ TEST(config_test, spaces_around_a_choice_are_dropped_as_around_a_number) {
   EXPECT_EQ(option_string("MEMWEAVE_TRACE"), " a b ");
 }
 
+// A positive number below what a double holds is not the row's 0 ("off"): refused as 1e-320
+// is (MEMWEAVE_HOST_LINK_GBPS=1e-400 ran unthrottled; session 45's hostile run).
+TEST(config_test, a_number_below_a_double_is_not_a_rows_zero) {
+  scoped_env link("MEMWEAVE_HOST_LINK_GBPS", "1e-400");
+  EXPECT_NE(option_error("MEMWEAVE_HOST_LINK_GBPS").find("is out of range"), std::string::npos)
+      << option_error("MEMWEAVE_HOST_LINK_GBPS");
+  scoped_env zero("MEMWEAVE_HOST_LINK_GBPS", "0e-400");
+  EXPECT_EQ(option_error("MEMWEAVE_HOST_LINK_GBPS"), "");
+}
+
 }  // namespace memweave

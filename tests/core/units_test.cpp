@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "memweave/core/error.hpp"
 
 namespace memweave {
@@ -81,8 +83,11 @@ TEST(units_test, a_number_past_a_doubles_range_is_out_of_range) {
           << e.what();
     }
   }
-  // Below the least subnormal: 0, as strtod rounds it, in range where 0 is.
-  EXPECT_EQ(parse_double("1e-400", "--momentum", 0.0, 1.0), 0.0);
+  // Below the least subnormal: the least subnormal, in range where it is (a row of "0 or
+  // from 1e-4" took strtod's 0 as its 0, while it refused 1e-320).
+  EXPECT_EQ(parse_double("1e-400", "--momentum", 0.0, 1.0),
+            std::numeric_limits<double>::denorm_min());
+  EXPECT_EQ(parse_double("-1e-400", "X", -1.0, 1.0), -std::numeric_limits<double>::denorm_min());
   EXPECT_THROW((void)parse_double("1e-400", "--lr", 1e-12, 1e3), invalid_argument);
   EXPECT_THROW((void)parse_double("nan", "--lr", 1e-12, 1e3), invalid_argument);
   EXPECT_THROW((void)parse_double("1e400", "X"), invalid_argument);
