@@ -336,10 +336,16 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
   heap.reset_peak();
   using clock = std::chrono::steady_clock;
   clock::duration sampling{0};
-  auto sample = [&](bool at_peak) {
+  auto sample = [&](bool at_peak, const trace_event* failed = nullptr) {
     const auto t0 = clock::now();
     const heap_stats s = heap.stats();
     r.fragmentation_max = std::max(r.fragmentation_max, s.fragmentation);
+    if (failed != nullptr && r.first_failure_line == 0) {
+      r.first_failure_line = failed->line;
+      r.first_failure_bytes = static_cast<std::size_t>(failed->bytes);
+      r.first_failure_free_bytes = s.free_bytes;
+      r.first_failure_largest_free_run = s.largest_free_run;
+    }
     if (at_peak) {
       r.fragmentation_at_peak = s.fragmentation;
       r.largest_free_run_at_peak = s.largest_free_run;
@@ -363,7 +369,7 @@ replay_result replay_events(std::span<const trace_event> events, device_heap& he
         ++r.allocations;
       } else {
         ++r.failures;
-        sample(false);
+        sample(false, &e);
       }
       if (i == peak_at) sample(true);
     } else if (s == no_slot || ptr[s] == nullptr) {

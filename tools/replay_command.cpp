@@ -119,7 +119,8 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
         << "frag@peak" << std::setw(10) << "failures"
         << "\n";
   replay_result last;
-  bool any_served = false;  // some fit served every allocation
+  bool any_served = false;      // some fit served every allocation
+  std::ostringstream failures;  // per fit that failed, its first failure
   for (const std::string& f : fits) {
     auto dev = make_device(dopt);
     heap_options h;
@@ -133,14 +134,26 @@ int replay_command(int argc, const char* const* argv, std::ostream& out) {
     } catch (const invalid_argument& e) {
       throw invalid_argument("trace '" + path + "': " + e.what());  // name the file
     }
+    // Where allocations failed, the heap at the trace's peak is not the trace's: the
+    // footprint and fragmentation there describe nothing (the footprint read below the peak).
+    const bool served = last.failures == 0;
+    std::ostringstream frag;
+    frag << std::fixed << std::setprecision(2) << 100.0 * last.fragmentation_at_peak << "%";
     table << std::left << std::setw(7) << f << std::right << std::setw(12) << std::fixed
           << std::setprecision(1) << last.ns_per_op << std::setw(14)
           << format_bytes(last.peak_bytes_in_use) << std::setw(14)
-          << format_bytes(last.footprint_at_peak) << std::setw(9) << std::setprecision(2)
-          << 100.0 * last.fragmentation_at_peak << "%" << std::setw(10) << last.failures << "\n";
+          << (served ? format_bytes(last.footprint_at_peak) : "-") << std::setw(10)
+          << (served ? frag.str() : "-") << std::setw(10) << last.failures << "\n";
+    if (!served) {
+      failures << f << ": the first allocation not served is line " << last.first_failure_line
+               << ", " << last.first_failure_bytes << " bytes ("
+               << format_bytes(last.first_failure_bytes) << "), with "
+               << format_bytes(last.first_failure_free_bytes) << " free and the largest free run "
+               << format_bytes(last.first_failure_largest_free_run) << "\n";
+    }
     any_served = any_served || last.failures == 0;
   }
-  out << table.str();
+  out << table.str() << failures.str();
   // What the trace itself holds that a replay cannot reproduce, the same for every fit.
   if (last.unmatched_frees_in_trace > 0) {
     out << "note: " << last.unmatched_frees_in_trace

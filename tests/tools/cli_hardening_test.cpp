@@ -768,6 +768,13 @@ TEST(cli_hardening_test, replay_that_fails_allocations_exits_1) {
   const auto fails = run(replay_command, {"--trace", path, "--pool", "1MiB"});
   EXPECT_EQ(fails.code, 1) << fails.out;
   expect_has(fails.out, "the trace does not fit");
+  // Which allocation failed, and the heap then (it said nothing of it; the footprint at the
+  // trace's peak, read off a heap that had not served it, was below the peak in use;
+  // session 45's hostile run).
+  expect_has(fails.out,
+             "best: the first allocation not served is line 2, 2097152 bytes (2.00 MiB), with "
+             "1.00 MiB free and the largest free run 1.00 MiB\n");
+  expect_has(fails.out, "             -         -         1\n");
   EXPECT_EQ(run(replay_command, {"--trace", path, "--pool", "4MiB"}).code, 0);
   // Up to the replay device's 1 TiB: beyond, an arena that could never be had.
   expect_has(error_of(replay_command, {"--trace", path, "--pool", "100TiB"}),

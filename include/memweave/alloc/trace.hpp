@@ -77,8 +77,14 @@ struct replay_result {
                                              ///< arena size this placement needs
   double fragmentation_max = 0.0;            ///< highest fragmentation sampled (at the peak and
                                              ///< at every failure)
-  double seconds = 0.0;                      ///< time in heap calls (sampling excluded)
-  double ns_per_op = 0.0;                    ///< seconds / (allocations + frees + failures), in ns
+  /// The first allocation the heap could not serve (first_failure_line 0: none): its trace
+  /// line, the bytes it asked, and the heap's free bytes and largest free run then.
+  std::uint64_t first_failure_line = 0;
+  std::size_t first_failure_bytes = 0;
+  std::size_t first_failure_free_bytes = 0;
+  std::size_t first_failure_largest_free_run = 0;
+  double seconds = 0.0;    ///< time in heap calls (sampling excluded)
+  double ns_per_op = 0.0;  ///< seconds / (allocations + frees + failures), in ns
 };
 
 /// Drives `heap` with the events in order: each `a` is heap.try_allocate(bytes, stream),
