@@ -319,13 +319,12 @@ void check(const option_info& info, const std::string& value, std::string_view k
         v = parse_int(value, knob, INT64_MIN, INT64_MAX);
       } catch (const invalid_argument&) {
         // Digits past int64 are out of the row's range (the wording of every other number).
-        const std::size_t first = value.find_first_not_of(" \t");
-        const std::size_t digits = first == std::string::npos                   ? first
-                                   : value[first] == '-' || value[first] == '+' ? first + 1
-                                                                                : first;
-        const std::size_t last = value.find_last_not_of(" \t");
-        const bool whole = digits != std::string::npos && digits <= last &&
-                           value.find_first_not_of("0123456789", digits) > last;
+        std::string_view digits = trim(value);
+        if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) {
+          digits.remove_prefix(1);
+        }
+        const bool whole =
+            !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
         throw invalid_argument(knob_value(knob, value) +
                                (whole ? " is out of range: expected " : " is not ") +
                                range_text(info) + "; " + std::string(knob_remedy(knob)));
@@ -383,16 +382,10 @@ std::optional<std::string> option_raw(std::string_view name) {
   if (g_overridden[static_cast<std::size_t>(&info - k_options.data())].load()) return std::nullopt;
   const char* v = std::getenv(std::string(name).c_str());
   if (v == nullptr || *v == '\0') return std::nullopt;
-  // Spaces around a value are dropped as number parsing drops them, for every form but text
-  // (a path may hold them): `MEMWEAVE_LOG=' debug'` was refused where `' 1 '` was taken.
-  std::string_view value(v);
-  if (info.form != f::text) {
-    const std::size_t first = value.find_first_not_of(" \t");
-    value = first == std::string_view::npos
-                ? std::string_view()
-                : value.substr(first, value.find_last_not_of(" \t") - first + 1);
-    if (value.empty()) return std::nullopt;
-  }
+  // White space around a value is dropped as number parsing drops it, for every form but
+  // text (a path may hold it): `MEMWEAVE_LOG=' debug'` was refused where `' 1 '` was taken.
+  const std::string_view value = info.form == f::text ? std::string_view(v) : trim(v);
+  if (value.empty()) return std::nullopt;
   return std::string(value);
 }
 

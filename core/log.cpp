@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "memweave/core/units.hpp"
+
 namespace memweave {
 namespace {
 
@@ -19,10 +21,8 @@ std::atomic<int> g_level{-1};  // -1: not read yet
 int level_from_environment() noexcept {
   const char* v = std::getenv("MEMWEAVE_LOG");
   if (v == nullptr) return static_cast<int>(log_level::warn);
-  // Spaces around it dropped, as the option table drops them (config.cpp's option_raw).
-  std::string_view level(v);
-  while (!level.empty() && (level.front() == ' ' || level.front() == '\t')) level.remove_prefix(1);
-  while (!level.empty() && (level.back() == ' ' || level.back() == '\t')) level.remove_suffix(1);
+  // White space around it dropped, as the option table drops it (config.cpp's option_raw).
+  const std::string_view level = trim(v);
   if (level == "error") return static_cast<int>(log_level::error);
   if (level == "info") return static_cast<int>(log_level::info);
   if (level == "debug") return static_cast<int>(log_level::debug);

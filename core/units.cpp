@@ -12,13 +12,14 @@
 #include "memweave/core/error.hpp"
 
 namespace memweave {
-namespace {
 
-std::string_view trim(std::string_view s) {
+std::string_view trim(std::string_view s) noexcept {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
 }
+
+namespace {
 
 std::string lower(std::string_view s) {
   std::string out(s);

@@ -248,6 +248,16 @@ TEST(config_test, spaces_around_a_choice_are_dropped_as_around_a_number) {
   EXPECT_EQ(option_string("MEMWEAVE_TRACE"), " a b ");
 }
 
+// Any white space, as number parsing drops it: a value written from a file ends in a newline.
+TEST(config_test, a_newline_around_a_value_is_dropped_and_an_overflow_still_reads_out_of_range) {
+  scoped_env fit("MEMWEAVE_FIT", "first\n");
+  EXPECT_EQ(option_error("MEMWEAVE_FIT"), "");
+  EXPECT_EQ(option_string("MEMWEAVE_FIT"), "first");
+  scoped_env threads("MEMWEAVE_THREADS", "\n+99999999999999999999\r\n");
+  EXPECT_NE(option_error("MEMWEAVE_THREADS").find("is out of range"), std::string::npos)
+      << option_error("MEMWEAVE_THREADS");
+}
+
 // A positive number below what a double holds is not the row's 0 ("off"): refused as 1e-320
 // is (MEMWEAVE_HOST_LINK_GBPS=1e-400 ran unthrottled; session 45's hostile run).
 TEST(config_test, a_number_below_a_double_is_not_a_rows_zero) {

@@ -127,6 +127,12 @@ TEST(units_test, integers_are_parsed_to_their_range_naming_the_knob) {
   EXPECT_DOUBLE_EQ(parse_double("0.5", "--lr", 1e-9, 1000), 0.5);
 }
 
+TEST(units_test, trim_drops_white_space_at_both_ends_only) {
+  EXPECT_EQ(trim(" \t\n first second\r\v\f"), "first second");
+  EXPECT_EQ(trim(" \n "), "");
+  EXPECT_EQ(trim(""), "");
+}
+
 TEST(units_test, bytes_print_with_binary_units) {
   EXPECT_EQ(format_bytes(17), "17 B");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");

@@ -10,6 +10,10 @@
 
 namespace memweave {
 
+/// `s` without the white space (isspace) at either end: how every option value is read, so
+/// that `MEMWEAVE_LOG=' debug '` and `MEMWEAVE_THREADS=' 2'` are taken alike.
+std::string_view trim(std::string_view s) noexcept;
+
 /// Parses a byte size: a number with an optional suffix K, M, G, T (powers of 1024), also
 /// written KB/KiB, MB/MiB, ... ("8GiB", "512M", "1.5G", "4096"). Throws invalid_argument
 /// naming `what` (e.g. the variable) and the value when it is malformed.
