@@ -166,6 +166,7 @@ int eval_command(int argc, const char* const* argv, std::ostream& out) {
                    "--split runs the forward steps over the budget in micro-batches: give "
                    "--budget");
   const network net = make_run_network(o, true);
+  check_init_matches(o, net, true);
   const auto source =
       make_data_source(data, net[net.data_layer()].output_shape, net.classes(), o.executor.seed);
   // Batches past a dataset's end would wrap around and count its images again.

@@ -452,6 +452,16 @@ network make_run_network(network_run_options& o, bool weights,
   return tile_if_asked(std::move(net), o, &o.tiling, true);
 }
 
+void check_init_matches(const network_run_options& o, const network& net, bool evaluation) {
+  if (!o.init) return;
+  const route steps(net);
+  const tensor_table table(net, steps);
+  const std::string mismatch =
+      checkpoint_mismatch(table, checkpoint_names(table, !evaluation), *o.init, o.init_path,
+                          "'" + net.name() + "' (--net " + o.net + ")");
+  if (!mismatch.empty()) throw invalid_argument("--init-from: " + mismatch);
+}
+
 std::optional<network> make_run_network_or_unfit(network_run_options& o, bool weights,
                                                  std::optional<imported_model>* onnx,
                                                  const std::string& command, std::ostream& out) {
@@ -687,6 +697,9 @@ policy_report run_policy(const network& net, const network_run_options& o,
   }
   policy_report report;
   report.image_side = net[net.data_layer()].output_shape.h;
+  // A policy that ends without its weights says so where it asked for them to be saved: the
+  // row's failure alone left the user looking for the file (session 45's review).
+  const std::string unsaved = o.save.empty() ? "" : "; --save " + o.save + " not written";
   std::unique_ptr<executor> ex;
   try {
     split_parts_if_asked(net, o, eo, dev->kind() != device_kind::cuda);
@@ -697,7 +710,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
     if (!does_not_fit(e) || parallel(o)) throw;
     report.policy = policy;
     report.fits = false;
-    report.failure = e.what();
+    report.failure = e.what() + unsaved;
     // What the network is, whatever ran: its row said max(l_i) 0 B.
     const route steps(net);
     const tensor_table table(net, steps);
@@ -767,6 +780,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
                                  : "policy " + policy + ": the loss of iteration " +
                                        std::to_string(it + 1) + " is " + std::to_string(loss) +
                                        ": training diverged; lower --lr (now " + lr + ")";
+        report.failure += unsaved;
         save_timeline();
         return report;
       }
@@ -791,7 +805,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
     // The steps that ran stay in the report: where memory was when it ran out.
     report = ex->report();
     report.fits = false;
-    report.failure = e.what();
+    report.failure = e.what() + unsaved;
     save_timeline();
     return report;
   }
@@ -820,7 +834,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
     report.failure = "policy " + policy + ": after the update of iteration " +
                      std::to_string(o.first_iteration + done) + ", " + unsound +
                      ": training diverged; lower --lr (now " + lr + ")";
-    if (!o.save.empty()) report.failure += "; --save " + o.save + " not written";
+    report.failure += unsaved;
     if (o.on_trained) report.failure += "; the model not exported";
   }
   // What the run leaves besides its report: a failure to write one (a full disk) loses

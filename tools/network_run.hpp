@@ -121,6 +121,11 @@ network make_planning_network(const network_run_options& o, std::int64_t batch);
 /// import (bindings, source) into `*onnx` when given.
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx = nullptr);
+/// --init-from's checkpoint (none: nothing to do) checked against `net` before anything runs,
+/// naming --net as given: a file that does not match is bad input, refused once (each policy
+/// refused it in its row, after "resuming at iteration N" had been printed). `evaluation`:
+/// an evaluation keeps no momenta, so the file's are not looked for.
+void check_init_matches(const network_run_options& o, const network& net, bool evaluation);
 /// make_run_network, where --tile's budget_too_small (the budget below the least segment
 /// step) is "does not fit": said on `out` ("memweave COMMAND NET: --tile does not fit: ...")
 /// and nullopt, for exit 1 as a policy below its floor; other errors are thrown.

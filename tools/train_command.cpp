@@ -100,6 +100,7 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   const std::optional<network> made = make_run_network_or_unfit(o, true, &onnx, "train", out);
   if (!made) return 1;
   const network& net = *made;
+  check_init_matches(o, net, false);
   if (global == 0) global = net.batch();  // one rank, the model file's batch
   bool exported = false;
   if (!export_path.empty() && rank == 0) {  // every rank holds the same weights

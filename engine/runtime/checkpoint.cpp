@@ -356,28 +356,46 @@ checkpoint_state load_checkpoint(executor& ex, const std::string& path) {
   return load_checkpoint(ex, read_checkpoint(path), path);
 }
 
-checkpoint_state load_checkpoint(executor& ex, const checkpoint_file& f, const std::string& path) {
-  f.state.solver.validate("checkpoint '" + path + "'");
-  // Every name and shape is checked before anything is written.
+std::vector<std::string> checkpoint_names(const tensor_table& table, bool with_momenta) {
+  std::vector<bool> momentum(table.size(), false);
+  if (!with_momenta) {
+    for (const layer& l : table.net().layers()) {
+      for (tensor_id m : table.of(l.id).momenta) momentum[m] = true;
+    }
+  }
+  // As liveness lists the persistent tensors (executor::persistent_names): the empty ones are
+  // neither allocated nor saved.
+  std::vector<std::string> names;
+  for (const tensor_info& t : table.tensors()) {
+    if (t.persistent && t.bytes > 0 && !momentum[t.id]) names.push_back(t.name);
+  }
+  return names;
+}
+
+std::string checkpoint_mismatch(const tensor_table& table, const std::vector<std::string>& names,
+                                const checkpoint_file& f, const std::string& path,
+                                const std::string& network_text) {
   std::vector<std::string> missing, unknown, shapes, twice;
   std::set<std::string> seen;
   for (const checkpoint_tensor& t : f.tensors) {
-    const tensor_id id = ex.table().find(t.name);
-    if (id == invalid_tensor || !ex.table()[id].persistent) {
+    const tensor_id id = table.find(t.name);
+    if (id == invalid_tensor || !table[id].persistent) {
       unknown.push_back(shown(t.name));
-    } else if (ex.table()[id].shape != t.shape) {
+    } else if (table[id].shape != t.shape) {
       shapes.push_back(shown(t.name) + " has shape " + to_string(t.shape) + " in the file, " +
-                       to_string(ex.table()[id].shape) + " in the network");
+                       to_string(table[id].shape) + " in the network");
     }
     if (!seen.insert(t.name).second) twice.push_back(shown(t.name));
   }
-  for (const std::string& name : ex.persistent_names()) {
+  for (const std::string& name : names) {
     if (!seen.contains(name)) missing.push_back("'" + name + "'");
   }
   const std::size_t faults = missing.size() + unknown.size() + shapes.size() + twice.size();
+  std::string m;
   if (faults != 0) {
-    std::string m = "checkpoint '" + path + "' does not match network '" + ex.table().net().name() +
-                    "' (" + std::to_string(faults) + " faults; nothing was loaded)";
+    m = "checkpoint '" + path + "' does not match network " +
+        (network_text.empty() ? "'" + table.net().name() + "'" : network_text) + " (" +
+        std::to_string(faults) + " faults; nothing was loaded)";
     auto group = [&m](const char* what, const std::vector<std::string>& items) {
       if (items.empty()) return;
       m += std::string("; ") + what + " (" + std::to_string(items.size()) + "): ";
@@ -390,8 +408,15 @@ checkpoint_state load_checkpoint(executor& ex, const checkpoint_file& f, const s
     group("not persistent tensors of the network", unknown);
     group("shapes differ", shapes);
     group("in the file twice", twice);
-    throw invalid_argument(m);
   }
+  return m;
+}
+
+checkpoint_state load_checkpoint(executor& ex, const checkpoint_file& f, const std::string& path) {
+  f.state.solver.validate("checkpoint '" + path + "'");
+  // Every name and shape is checked before anything is written.
+  const std::string mismatch = checkpoint_mismatch(ex.table(), ex.persistent_names(), f, path);
+  if (!mismatch.empty()) throw invalid_argument(mismatch);
   for (const checkpoint_tensor& t : f.tensors) ex.write(t.name, t.values);
   ex.set_solver(f.state.solver);
   ex.set_seed(f.state.seed);

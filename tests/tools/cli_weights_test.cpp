@@ -228,6 +228,31 @@ TEST(cli_weights, bad_values_are_errors_naming_the_flag) {
              "give one --policy");
   expect_has(error_of(train_command, net_args({"--save", "/nonexistent_memweave_dir/x"})),
              "--save");
+  // A checkpoint of another network is refused once, before anything runs, naming --net as
+  // given: each policy refused it in its row, after "resuming at iteration 1" was printed.
+  const std::string other = temp("other.ckpt");
+  ASSERT_EQ(
+      run(train_command, net_args({"--iterations", "1", "--policy", "liveness", "--save", other}))
+          .code,
+      0);
+  auto deeper = [&](std::vector<std::string> extra) {
+    auto a = net_args(extra);
+    a[1] = "resnet:1,1,2,1";
+    return a;
+  };
+  for (auto command : {train_command, eval_command}) {
+    expect_has(error_of(command, deeper({"--policy", "liveness,all", "--init-from", other})),
+               "--init-from: checkpoint '" + other +
+                   "' does not match network 'resnet17' (--net resnet:1,1,2,1) (");
+  }
+  // A policy that does not fit says its --save was not written (its row said only why it
+  // did not fit).
+  const std::string unfit = temp("unfit.ckpt");
+  const auto small = run(train_command, net_args({"--iterations", "1", "--policy", "liveness",
+                                                  "--budget", "256K", "--save", unfit}));
+  EXPECT_EQ(small.code, 1) << small.out;
+  expect_has(small.out, "; --save " + unfit + " not written");
+  EXPECT_FALSE(std::filesystem::exists(unfit));
   const std::string junk = temp("junk.ckpt");
   std::ofstream(junk) << "not weights";
   expect_has(error_of(train_command, net_args({"--init-from", junk})),

@@ -18,6 +18,7 @@
 
 #include "memweave/engine/executor.hpp"
 #include "memweave/engine/solver_settings.hpp"
+#include "memweave/engine/tensor_table.hpp"
 
 namespace memweave {
 
@@ -69,6 +70,20 @@ struct checkpoint_file {
 /// Reads and checks `path` (magic, version, every record's bounds, checksum) without an
 /// executor. Throws invalid_argument naming the file and the fault.
 checkpoint_file read_checkpoint(const std::string& path);
+
+/// The names of the tensors a checkpoint of `table`'s network holds, as an executor lists
+/// them (executor::persistent_names): every persistent tensor, without the momenta where
+/// `with_momenta` is false (an executor that only evaluates keeps none).
+std::vector<std::string> checkpoint_names(const tensor_table& table, bool with_momenta);
+
+/// Why `file` (read from `path`) cannot be loaded into `table`'s network, whose persistent
+/// tensors are `names`: each must be in the file once with its shape, and nothing else.
+/// The message load_checkpoint throws, naming the network by `network_text` (its own name
+/// quoted when empty); empty when the file matches. A command checks this before it runs
+/// anything, so that a mismatched file is refused once, not by every policy.
+std::string checkpoint_mismatch(const tensor_table& table, const std::vector<std::string>& names,
+                                const checkpoint_file& file, const std::string& path,
+                                const std::string& network_text = "");
 
 /// Loads `path` into `ex`: the file must hold exactly ex's persistent tensors (each name
 /// once, each shape equal); then every tensor is written and the solver's settings and the
