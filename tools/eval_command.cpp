@@ -93,9 +93,13 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
                   format_bytes(rep.bytes_offloaded).c_str());
     out << line;
     if (rep.staged_steps != 0) {
-      out << "          TSPLIT: " << rep.staged_steps
-          << " steps ran in micro-batches with their micro-tensors in host memory, "
-          << format_bytes(rep.bytes_staged) << " over the link per batch";
+      // The groups too, as train says them: a CONV in groups under im2col rounds differently.
+      out << "          TSPLIT: " << rep.staged_steps << " steps ran in micro-batches"
+          << (rep.channel_group_steps != 0
+                  ? " (" + std::to_string(rep.channel_group_steps) + " in output-channel groups)"
+                  : std::string())
+          << " with their micro-tensors in host memory, " << format_bytes(rep.bytes_staged)
+          << " over the link per batch";
       if (rep.bytes_staged_fp16 != 0) {
         out << " (" << format_bytes(rep.bytes_staged_fp16)
             << " of it as FP16: lossy, MEMWEAVE_SPLIT_COMPRESS)";
