@@ -626,6 +626,9 @@ void executor::finish_iteration() {
   current_step_ = route_.step_count();
   reap_offloads(0, true);
   restore_persistent_placement();
+  // What the iteration's end brought back to the device counts in the last step's peak (the
+  // heap's peak was last reset when that step began).
+  if (!steps_.empty()) steps_.back().heap_bytes = step_heap_peak();
   compute.synchronize();
   (void)release_retired_staging();  // the stream no longer reads them
   loss_ = finish_reductions(loss_);
@@ -781,6 +784,10 @@ void executor::note_peak() noexcept {
   residency_->note_peak(heap_->stats().bytes_in_use);
 }
 
+std::size_t executor::step_heap_peak() const noexcept {
+  return std::max(residency_->step_peak_heap(), heap_->stats().peak_bytes_in_use);
+}
+
 void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration) {
   const auto t0 = clock_type::now();
   const route_step rs = route_.at(s);
@@ -791,6 +798,11 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   current_step_ = s;
   marks_ = {};
   residency_->begin_step();
+  // The heap's own peak from here to the step's end is the step's (step_heap_peak): what
+  // the step allocates after its record (a split step's slices, prefetches for later steps)
+  // counts too; sampled points alone left the peak under the heap's (session 47's hostile
+  // run: 31.71 MiB reported where the heap reached 31.76).
+  heap_->reset_peak();
   step_open_ = true;
   reap_offloads(s, false);
   if (schedule_ && !evaluating_) {
@@ -925,7 +937,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   rec.layer = l.name;
   rec.pass = forward ? 'F' : 'B';
   rec.bytes_live = residency_->step_peak_live();
-  rec.heap_bytes = residency_->step_peak_heap();
+  rec.heap_bytes = step_heap_peak();
   rec.tensors_live = static_cast<int>(residency_->tensors_live());
   rec.workspace_bytes = conv.workspace_bytes;
   rec.algorithm = conv.name;
@@ -966,6 +978,7 @@ void executor::run_step(std::size_t s, data_source* data, std::int64_t iteration
   steps_.back().offloads = marks_.offloads;
   steps_.back().prefetches = marks_.prefetches;
   steps_.back().replays = marks_.replays;
+  steps_.back().heap_bytes = step_heap_peak();
   bookkeeping_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
@@ -1092,6 +1105,14 @@ policy_report executor::report() const {
   r.policy = options_.policy.name;
   r.image_side = net_[net_.data_layer()].output_shape.h;
   r.max_layer_bytes = layer_memory_->max_layer_bytes();
+  if (options_.evaluation_only) {
+    // An evaluation runs the forward steps alone: its max(l_i) is theirs (training's backward
+    // steps set one above an evaluation's peak; session 47's hostile run).
+    r.max_layer_bytes = 0;
+    for (const layer_memory_row& row : layer_memory_->rows()) {
+      r.max_layer_bytes = std::max(r.max_layer_bytes, row.forward_bytes);
+    }
+  }
   r.persistent_bytes = plan_.persistent_bytes;
   r.tensors_allocated = tensors_allocated_;
   r.recomputations = recomputations_;
@@ -1115,8 +1136,7 @@ policy_report executor::report() const {
   if (step_open_) {
     // The step that ran out of memory has no record: its peak is what the heap and the
     // residency held when it failed (a baseline failing at its first step said peak 0 B).
-    const std::size_t heap_now =
-        std::max(residency_->step_peak_heap(), heap_->stats().bytes_in_use);
+    const std::size_t heap_now = step_heap_peak();
     if (heap_now > r.peak_bytes) {
       r.peak_bytes = heap_now;
       r.peak_step = static_cast<int>(current_step_ + 1);

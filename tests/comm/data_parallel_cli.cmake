@@ -63,6 +63,11 @@ string(JSON second_fits GET "${json}" policies 1 fits)
 if(NOT first STREQUAL "offload" OR NOT first_fits OR second_fits)
   message(FATAL_ERROR "rows: ${first} fits ${first_fits}, then fits ${second_fits}:\n${json}")
 endif()
+# Out of budget on a rank does not fit (NO), as in one process; not a failure (ERR).
+string(JSON second_failed GET "${json}" policies 1 failed)
+if(second_failed)
+  message(FATAL_ERROR "a policy out of budget on a rank reads as failed:\n${out}\n${json}")
+endif()
 
 # `plan --ranks`: the global batch is the per-device one times the devices, and the
 # allreduce is modelled.

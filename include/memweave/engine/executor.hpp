@@ -449,6 +449,9 @@ class executor {
                     const conv_step& conv, void* workspace, data_source* data, bool replay,
                     const layer* fused_act = nullptr);
   void note_peak() noexcept;
+  // The running step's peak of heap bytes in use: the heap's own since the step began, at
+  // least what note_peak sampled.
+  std::size_t step_heap_peak() const noexcept;
   void* device_ptr(tensor_id t) const;
   void initialize_persistent();
   std::optional<memory_schedule> plan_schedule(const std::vector<double>& measured_seconds = {},

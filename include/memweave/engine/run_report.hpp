@@ -71,10 +71,11 @@ struct policy_report {
   std::string stopped_by;
   int iterations_run = 0;      ///< iterations (eval: batches) the policy ran; fewer when stopped_by
   std::size_t peak_bytes = 0;  ///< max over steps of heap_bytes
-  std::size_t peak_live_bytes = 0;      ///< max over steps of bytes_live
-  int peak_step = 0;                    ///< the step where peak_bytes is reached
-  std::size_t max_layer_bytes = 0;      ///< max_i l_i (the paper's lower bound)
-  std::size_t persistent_bytes = 0;     ///< parameters, their momentum and state
+  std::size_t peak_live_bytes = 0;   ///< max over steps of bytes_live
+  int peak_step = 0;                 ///< the step where peak_bytes is reached
+  std::size_t max_layer_bytes = 0;   ///< max_i l_i (the paper's lower bound); an evaluation's: of
+                                     ///< the forward steps, max_i l_i^f
+  std::size_t persistent_bytes = 0;  ///< parameters, their momentum and state
   std::uint64_t tensors_allocated = 0;  ///< tensor allocations in one iteration
   std::uint64_t bytes_offloaded = 0;    ///< device->host bytes in one iteration
   std::uint64_t bytes_prefetched = 0;   ///< host->device bytes in one iteration

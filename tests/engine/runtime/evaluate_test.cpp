@@ -121,6 +121,9 @@ TEST(evaluate, is_bit_identical_under_every_policy_and_budget_and_frees_after_la
   // Without the momenta: less persistent memory, and a lower peak.
   EXPECT_LT(eval_only_report.persistent_bytes, live.persistent_bytes);
   EXPECT_LT(eval_only_report.peak_bytes, live.peak_bytes);
+  // Its max(l_i) is the forward steps' (training's backward steps set one above its peak).
+  EXPECT_LT(eval_only_report.max_layer_bytes, live.max_layer_bytes);
+  EXPECT_LE(eval_only_report.max_layer_bytes, eval_only_report.peak_bytes);
   {
     auto dev = test::make_test_device("host");
     auto data = make_synthetic_source(img, net.classes(), 7);
