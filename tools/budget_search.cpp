@@ -8,6 +8,7 @@
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "stop_signal.hpp"
 
 namespace memweave {
 
@@ -46,6 +47,8 @@ int plan_min_budget(network_run_options o, std::ostream& out) {
         << ", to one heap block (" << format_bytes(block) << ")\n";
   }
   bool any_fits = false;
+  // Ctrl-C or SIGTERM ends the search at its running probe, the answers found printed.
+  const stop_signal_scope stop_scope;
   for (const std::string& policy : o.policies) {
     const auto t0 = std::chrono::steady_clock::now();
     int probes = 0;
@@ -64,17 +67,21 @@ int plan_min_budget(network_run_options o, std::ostream& out) {
     // Doubling from one block to the first budget that runs, then bisection between it and
     // the last that did not: `good` runs, `bad` (0: no budget) does not.
     std::int64_t bad = 0, good = 0;
-    for (std::int64_t v = 1;; v = std::min(2 * v, limit)) {
-      if (fits(v)) {
-        good = v;
-        break;
+    try {
+      for (std::int64_t v = 1;; v = std::min(2 * v, limit)) {
+        if (fits(v)) {
+          good = v;
+          break;
+        }
+        bad = v;
+        if (v == limit) break;
       }
-      bad = v;
-      if (v == limit) break;
-    }
-    while (good != 0 && good - bad > 1) {
-      const std::int64_t mid = bad + (good - bad) / 2;
-      (fits(mid) ? good : bad) = mid;
+      while (good != 0 && good - bad > 1) {
+        const std::int64_t mid = bad + (good - bad) / 2;
+        (fits(mid) ? good : bad) = mid;
+      }
+    } catch (const stopped_by_signal&) {
+      throw search_stopped(out, policy);
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -8,6 +8,7 @@
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
 #include "report_writers.hpp"
+#include "stop_signal.hpp"
 
 namespace memweave {
 
@@ -50,21 +51,31 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
   report.search = "max_image_side";
   report.device = make_device(dev)->name();  // named even where no side fits (no plan runs)
   bool any_fits = false;
+  // Ctrl-C or SIGTERM ends the search at its running probe: the answers found are printed and
+  // written, the stop said.
+  const stop_signal_scope stop_scope;
+  std::optional<stopped_by_signal> stopped;
   for (const std::string& policy : o.policies) {
-    const largest_fit r = search_largest(low, k_max_image_side / step, [&](std::int64_t v) {
-      std::optional<network> net;
-      try {
-        net.emplace(network_at(v * step));
-      } catch (const budget_too_small&) {
-        return false;  // --tile: no segment's tile fits at this side
-      } catch (const invalid_argument&) {
-        // The smallest side's errors are the user's (a width, a class count); a larger side
-        // that does not build has a tensor beyond any address space: it does not fit.
-        if (v == low) throw;
-        return false;
-      }
-      return plan_fits_budget(*net, o, policy, dev);
-    });
+    largest_fit r;
+    try {
+      r = search_largest(low, k_max_image_side / step, [&](std::int64_t v) {
+        std::optional<network> net;
+        try {
+          net.emplace(network_at(v * step));
+        } catch (const budget_too_small&) {
+          return false;  // --tile: no segment's tile fits at this side
+        } catch (const invalid_argument&) {
+          // The smallest side's errors are the user's (a width, a class count); a larger side
+          // that does not build has a tensor beyond any address space: it does not fit.
+          if (v == low) throw;
+          return false;
+        }
+        return plan_fits_budget(*net, o, policy, dev);
+      });
+    } catch (const stopped_by_signal&) {
+      stopped.emplace(search_stopped(out, policy));
+      break;
+    }
     out << "  " << policy << ": ";
     if (r.value == 0) {
       one_side = false;  // the report's tiling would not be this policy's
@@ -102,6 +113,7 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
   if (!one_side) report.tiling.clear();  // each policy's segments are in its line above
   write_summary(out, report);
   write_run_outputs(o, report, out);
+  if (stopped) throw *stopped;
   return any_fits ? 0 : 1;
 }
 

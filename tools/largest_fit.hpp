@@ -19,7 +19,8 @@ struct largest_fit {
 };
 
 /// Searches the largest value in [low, high] for which `fits(value)` is true, assuming it
-/// holds at and below a threshold. `fits` must not throw.
+/// holds at and below a threshold. What `fits` throws ends the search (a stop asked by a
+/// signal, the smallest value's own errors).
 largest_fit search_largest(std::int64_t low, std::int64_t high,
                            const std::function<bool(std::int64_t)>& fits);
 

@@ -642,6 +642,9 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
   auto fits = [&](const network_run_options& run) {
     try {
       return run_policy(net, run, policy, dev, 1, nullptr, nullptr, nullptr).fits;
+    } catch (const interrupted&) {
+      throw_if_stop_requested();  // a stop that cut `all`'s weighing short
+      throw;
     } catch (const error& e) {
       if (does_not_fit(e)) return false;
       throw;
@@ -656,9 +659,13 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
     network_run_options reactive = fitting;
     reactive.executor = on_cache_alone(fitting.executor);
     reactive.executor.weigh_alternatives = false;
-    if (fits(reactive)) return true;
+    const bool reactive_fits = fits(reactive);
+    throw_if_stop_requested();
+    if (reactive_fits) return true;
   }
-  return fits(fitting);
+  const bool fitted = fits(fitting);
+  throw_if_stop_requested();
+  return fitted;
 }
 
 policy_report run_policy(const network& net, const network_run_options& o,

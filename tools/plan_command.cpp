@@ -14,6 +14,7 @@
 #include "network_run.hpp"
 #include "report_writers.hpp"
 #include "split_report.hpp"
+#include "stop_signal.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -90,6 +91,9 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
   if (c.ranks > 1) out << " per device, on " << c.ranks << " devices";
   out << "\n";
   bool any_fits = false;
+  // Ctrl-C or SIGTERM ends the search at its running probe: the answers found stay printed,
+  // and the stop is said (it ended the process with nothing said; session 47's hostile run).
+  const stop_signal_scope stop_scope;
   for (const std::string& policy : o.policies) {
     // The limits: 2^20 images; n3 = 10000 (a ResNet of 30,000 layers, built in a second and
     // a quarter of a GiB: at 100000 a probe took 7.6 s and 2.5 GB, and a large budget made
@@ -99,35 +103,40 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
     const std::int64_t batch_limit = std::min(std::int64_t{1} << 20, k_max_batch / c.ranks);
     const std::int64_t limit = depth ? 10000 : batch_limit;
     std::string smallest_refused;  // why the smallest value does not fit, where a layer says
-    const largest_fit r = search_largest(1, limit, [&](std::int64_t v) {
-      network_run_options probe = o;
-      std::int64_t batch = o.zoo.batch;
-      if (depth) {
-        probe.net = "resnet:" + std::to_string(blocks[0]) + "," + std::to_string(blocks[1]) + "," +
-                    std::to_string(v) + "," + std::to_string(blocks[3]);
-      } else {
-        batch = v;
-      }
-      try {
-        std::optional<network> net;
+    largest_fit r;
+    try {
+      r = search_largest(1, limit, [&](std::int64_t v) {
+        network_run_options probe = o;
+        std::int64_t batch = o.zoo.batch;
+        if (depth) {
+          probe.net = "resnet:" + std::to_string(blocks[0]) + "," + std::to_string(blocks[1]) +
+                      "," + std::to_string(v) + "," + std::to_string(blocks[3]);
+        } else {
+          batch = v;
+        }
         try {
-          net.emplace(make_planning_network(probe, batch));
-        } catch (const budget_too_small&) {
-          throw;  // below
-        } catch (const invalid_argument&) {
-          // The smallest value builds the user's own network: its errors are theirs. A larger
-          // one that does not build has a tensor beyond any address space: it does not fit.
-          if (v == 1) throw;
+          std::optional<network> net;
+          try {
+            net.emplace(make_planning_network(probe, batch));
+          } catch (const budget_too_small&) {
+            throw;  // below
+          } catch (const invalid_argument&) {
+            // The smallest value builds the user's own network: its errors are theirs. A larger
+            // one that does not build has a tensor beyond any address space: it does not fit.
+            if (v == 1) throw;
+            return false;
+          }
+          return plan_fits_budget(*net, o, policy, dev);
+        } catch (const budget_too_small& e) {
+          // A step the budget cannot hold (under --tile, a layer that cannot run tile by tile):
+          // this value does not fit, as a plan that runs out of budget does not.
+          if (v == 1) smallest_refused = e.what();
           return false;
         }
-        return plan_fits_budget(*net, o, policy, dev);
-      } catch (const budget_too_small& e) {
-        // A step the budget cannot hold (under --tile, a layer that cannot run tile by tile):
-        // this value does not fit, as a plan that runs out of budget does not.
-        if (v == 1) smallest_refused = e.what();
-        return false;
-      }
-    });
+      });
+    } catch (const stopped_by_signal&) {
+      throw search_stopped(out, policy);
+    }
     out << "  " << policy << ": ";
     if (r.value == 0) {
       out << "nothing fits";

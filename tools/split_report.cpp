@@ -12,6 +12,7 @@
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/split_plan.hpp"
 #include "memweave/engine/zoo.hpp"
+#include "stop_signal.hpp"
 
 namespace memweave {
 
@@ -131,16 +132,23 @@ int plan_split_largest(network_run_options o, std::ostream& out) {
                           : option_bytes("MEMWEAVE_HOST_POOL_BYTES").value_or(0))
       << ")\n";
   constexpr std::int64_t limit = 1 << 20;
-  const largest_fit r = search_largest(1, limit, [&](std::int64_t v) {
-    zoo_options z = o.zoo;
-    z.batch = v;
-    try {
-      return probe(make_network(o.net, z), o).fits;
-    } catch (const invalid_argument&) {
-      if (v == 1) throw;
-      return false;
-    }
-  });
+  // Ctrl-C or SIGTERM ends the search at its running probe, and says so.
+  const stop_signal_scope stop_scope;
+  largest_fit r;
+  try {
+    r = search_largest(1, limit, [&](std::int64_t v) {
+      zoo_options z = o.zoo;
+      z.batch = v;
+      try {
+        return probe(make_network(o.net, z), o).fits;
+      } catch (const invalid_argument&) {
+        if (v == 1) throw;
+        return false;
+      }
+    });
+  } catch (const stopped_by_signal&) {
+    throw search_stopped(out, "split");
+  }
   out << "  split: ";
   if (r.value == 0) {
     out << "nothing fits\n";

@@ -72,9 +72,24 @@ std::string signal_name(int signal) {
 }
 
 stopped_by_signal::stopped_by_signal(int signal)
-    : error("stopped by " + signal_name(signal) +
-            ": what finished was printed and written (the policies run, and the iterations "
-            "of the one stopped: its row says how many)"),
-      signal_(signal) {}
+    : stopped_by_signal(signal,
+                        "what finished was printed and written (the policies run, and the "
+                        "iterations of the one stopped: its row says how many)") {}
+
+stopped_by_signal::stopped_by_signal(int signal, const std::string& finished)
+    : error("stopped by " + signal_name(signal) + ": " + finished), signal_(signal) {}
+
+void throw_if_stop_requested() {
+  if (const int signal = stop_requested(); signal != 0) throw stopped_by_signal(signal);
+}
+
+stopped_by_signal search_stopped(std::ostream& out, const std::string& what) {
+  const int signal = stop_requested();
+  out << "  " << what << ": stopped by " << signal_name(signal) << " before its answer"
+      << std::endl;
+  return stopped_by_signal(signal,
+                           "the answers found were printed and written; the searches "
+                           "after them were not run");
+}
 
 }  // namespace memweave

@@ -5,6 +5,7 @@
 // would have. A second signal ends the process at once, as without the scope.
 #pragma once
 
+#include <ostream>
 #include <string>
 
 #include "memweave/core/error.hpp"
@@ -31,10 +32,22 @@ std::string signal_name(int signal);
 class stopped_by_signal : public error {
  public:
   explicit stopped_by_signal(int signal);
+  /// `finished`: what was printed and written, as the message says it ("the answers found
+  /// were printed").
+  stopped_by_signal(int signal, const std::string& finished);
   int signal() const noexcept { return signal_; }
 
  private:
   int signal_;
 };
+
+/// A search's probe asks this after each plan: a stop asked before or while it ran (which may
+/// have cut `all`'s weighing short) leaves the probe without an answer, thrown as
+/// stopped_by_signal for the search to say so; nothing while no stop was asked.
+void throw_if_stop_requested();
+
+/// What a search prints for `what` (a policy, "split") that a stop ended without its answer,
+/// then the stop to throw once the answers found were written.
+stopped_by_signal search_stopped(std::ostream& out, const std::string& what);
 
 }  // namespace memweave

@@ -76,5 +76,19 @@ stop_when_ready eval "^memory: forward-only" INT 130 \
 pid=$!
 stop_when_ready "plan --split" "model time: unsplit" TERM 143 \
   "all: stopped by SIGTERM before its first iteration (stopped while weighing" "$out/plan.json"
+# plan --max-depth: utp's search walks to n3 = 10000 for seconds; a stop ends it at its probe,
+# says so and keeps liveness's answer (the signal killed it with nothing said; session 47's
+# hostile run).
+"$memweave" plan --net resnet:1,1,1,1 --width 0.0625 --classes 5 --image-side 32 --batch 4 \
+  --conv-ws fixed:direct --budget 16MiB --max-depth --policy liveness,utp >"$out/log" 2>&1 &
+pid=$!
+wait_for "^  liveness: n3 = " || fail "plan --max-depth: liveness's answer never came"
+sleep 1
+signal INT
+[ $rc -eq 130 ] || fail "plan --max-depth: exit status $rc, expected 130"
+grep -q "^  utp: stopped by SIGINT before its answer" "$out/log" ||
+  fail "plan --max-depth: utp's search does not say it stopped"
+grep -q "stopped by SIGINT: the answers found were printed" "$out/log" ||
+  fail "plan --max-depth: no word of the stop"
 echo "PASS: exit 130, liveness whole, offload stopped and written; a doubled SIGTERM writes too;"\
-  "eval stops after its batch; plan stops while weighing"
+  "eval stops after its batch; plan stops while weighing; a search stops at its probe"
