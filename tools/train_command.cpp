@@ -9,6 +9,7 @@
 // data-parallel: --batch is the global batch, rank r takes positions [r*B/N, (r+1)*B/N) of
 // each batch, --budget is each rank's; rank 0 prints and writes the reports. Any error on
 // any rank stops every rank, each naming the rank that failed (communicator.hpp).
+#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -138,6 +139,13 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
   if (ranks > 1) shown << " (" << ranks << " ranks, " << comm.name() << ")";
   shown << ", data " << data << (onnx && !o.init ? ", initial weights from the model" : "") << "\n"
         << describe_tiling(o);
+  // Said where it changes results: one process's losses differ from these (session 47's
+  // hostile run took the difference for a bug).
+  if (ranks > 1 && std::any_of(net.layers().begin(), net.layers().end(),
+                               [](const layer& l) { return l.type == layer_type::bn; })) {
+    shown << "BN normalizes over each rank's own images (no SyncBatchNorm): the losses are not "
+             "one process's\n";
+  }
   if (o.init) {
     shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration;
     // The base rate too, where the file gave it (its range is the solver's, from 0; --lr's

@@ -18,6 +18,11 @@ endif()
 if(NOT out MATCHES "tightest rank")
   message(FATAL_ERROR "summary without the tightest rank:\n${out}")
 endif()
+# A network with BN is told that its statistics are each rank's (its losses differ from one
+# process's, and nothing said so).
+if(NOT out MATCHES "BN normalizes over each rank's own images \\(no SyncBatchNorm\\)")
+  message(FATAL_ERROR "no word that BN is per rank:\n${out}")
+endif()
 
 # A budget between the two ranks' peaks (1.15 MiB at 3 images, 1.36 MiB at 4).
 execute_process(
