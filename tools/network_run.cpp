@@ -707,6 +707,14 @@ policy_report run_policy(const network& net, const network_run_options& o,
   // A policy that ends without its weights says so where it asked for them to be saved: the
   // row's failure alone left the user looking for the file (session 45's review).
   const std::string unsaved = o.save.empty() ? "" : "; --save " + o.save + " not written";
+  // Under --tile the budget chose which layers tile (those whose own step is over it), so a
+  // "raise --budget" is not the whole story: a smaller budget tiles more and may run where this
+  // one does not (a hostile run's DenseNet-like model ran at 600 KiB, not at 1000 KiB-4.9 MiB).
+  const std::string not_fitting =
+      (o.tile ? "; under --tile only the layers whose own step is over the budget run tile by "
+                "tile: a smaller budget tiles more of them and may run where this one does not"
+              : "") +
+      unsaved;
   std::unique_ptr<executor> ex;
   try {
     split_parts_if_asked(net, o, eo, dev->kind() != device_kind::cuda);
@@ -717,7 +725,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
     if (!does_not_fit(e) || parallel(o)) throw;
     report.policy = policy;
     report.fits = false;
-    report.failure = e.what() + unsaved;
+    report.failure = e.what() + not_fitting;
     // What the network is, whatever ran: its row said max(l_i) 0 B.
     const route steps(net);
     const tensor_table table(net, steps);
@@ -815,7 +823,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
     // The steps that ran stay in the report: where memory was when it ran out.
     report = ex->report();
     report.fits = false;
-    report.failure = e.what() + unsaved;
+    report.failure = e.what() + not_fitting;
     save_timeline();
     return report;
   }

@@ -36,6 +36,16 @@ TEST(tile_cli_test, plan_cuts_the_first_block_into_tiles_and_says_so) {
   EXPECT_NE(j.find("\"tiled_segments\": [\n    {\"first\": \"conv1_1\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"tiles_h\": "), std::string::npos) << j;
   std::filesystem::remove(json);
+  // A policy that keeps more live than the tiled steps (liveness: the activations stashed for
+  // backward) does not fit, and is told that the budget chose what tiles: raising it is not
+  // the only way (a hostile run's model ran at 600 KiB and not from 1000 KiB to 4.9 MiB).
+  const auto live =
+      run(plan_command, narrow_vgg_224({"--budget", "6MiB", "--policy", "liveness", "--tile"}));
+  EXPECT_EQ(live.code, 1) << live.out;
+  EXPECT_NE(live.out.find("under --tile only the layers whose own step is over the budget run "
+                          "tile by tile: a smaller budget tiles more of them"),
+            std::string::npos)
+      << live.out;
 }
 
 TEST(tile_cli_test, train_under_the_budget_with_tiles_and_refusals_name_the_option) {
