@@ -516,6 +516,10 @@ void write_summary(std::ostream& out, const run_report& r) {
       out << "  " << p.policy << ": FP16 compression (lossy, MEMWEAVE_SCHEDULE_COMPRESS): "
           << format_bytes(p.bytes_compressed) << " offloaded as fp16, largest relative "
           << "round-trip error " << std::setprecision(3) << p.max_compression_error << "\n";
+    } else if (p.schedule_compress && p.fits) {
+      // Asked and not used: said, as where the policy plans no schedule (it was silent).
+      out << "  " << p.policy << ": MEMWEAVE_SCHEDULE_COMPRESS=fp16 compressed nothing: the "
+          << "memory schedule swapped no fp32 tensor (the results are not rounded)\n";
     }
   }
   // The model the runs planned with (every policy's alike), once: under auto on a GPU its own

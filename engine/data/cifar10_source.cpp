@@ -1,7 +1,10 @@
 // The CIFAR-10 binary reader. All records are read and checked at construction (the whole
 // training set is 150 MB of bytes); fill() only converts, so it is thread-safe.
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -68,7 +71,21 @@ class cifar10_source final : public data_source {
         const std::string n = e.path().filename().string();
         if (n.starts_with("data_batch_") && n.ends_with(".bin")) files.push_back(e.path());
       }
-      std::sort(files.begin(), files.end());
+      // In the order of their numbers (data_batch_2 before data_batch_10: name order put 10
+      // first; session 47's hostile run), then by name.
+      const auto number = [](const fs::path& f) {
+        const std::string n = f.filename().string();
+        const std::string digits = n.substr(11, n.size() - 11 - 4);  // data_batch_N.bin
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+        return ec == std::errc() && end == digits.data() + digits.size()
+                   ? v
+                   : std::numeric_limits<std::uint64_t>::max();
+      };
+      std::sort(files.begin(), files.end(), [&](const fs::path& a, const fs::path& b) {
+        const std::uint64_t na = number(a), nb = number(b);
+        return na != nb ? na < nb : a < b;
+      });
       if (files.empty()) {
         throw invalid_argument("directory '" + path +
                                "' has no data_batch_*.bin files; give a CIFAR-10 binary file or "

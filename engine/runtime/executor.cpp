@@ -465,9 +465,15 @@ void executor::allocate_persistent(tensor_id t) {
     try {
       (void)cache_->allocate(t, info.bytes);
     } catch (const out_of_memory& e) {
-      throw_out_of_budget(route_.step_count(),
-                          "tensor " + info.name + " (" + to_string(info.role) + "): " + e.what(),
-                          info.bytes);
+      // As allocate_transient: the cache's message already describes the heap, or the host
+      // memory an eviction found full, which the budget does not help (it read "out of budget"
+      // with a second heap description spliced into the first; session 47's hostile run).
+      throw out_of_memory(std::string(host_exhausted_ ? "host memory ran out " : "out of budget ") +
+                              (iterations_run_ == 0 ? "before the first iteration"
+                                                    : "placing the persistent tensors back") +
+                              ": tensor " + info.name + " (" + to_string(info.role) +
+                              "): " + e.what(),
+                          e.requested(), e.free_bytes(), e.largest_free_run());
     }
     residency_->allocated(t);
   } else {
@@ -751,7 +757,23 @@ void executor::run_steps(std::size_t count, data_source* data, std::int64_t iter
       dev_.get_stream(stream_role::compute).synchronize();
     } catch (...) {
     }
-    throw;
+    try {
+      throw;
+    } catch (const out_of_memory& e) {
+      // Said as the step's own checks say it, where a path under the step did not (a
+      // workspace's eviction that found host memory full read "transfer_engine: cannot
+      // offload ..." alone, naming no step; session 47's hostile run).
+      const std::string m = e.what();
+      if (m.starts_with("out of budget") || m.starts_with("host memory ran out") ||
+          current_step_ >= route_.step_count()) {
+        throw;
+      }
+      const route_step rs = route_.at(current_step_);
+      throw out_of_memory(std::string(host_exhausted_ ? "host memory ran out" : "out of budget") +
+                              " at step " + std::to_string(current_step_ + 1) + " (" +
+                              net_[rs.layer].name + " " + to_string(rs.direction) + "): " + m,
+                          e.requested(), e.free_bytes(), e.largest_free_run());
+    }
   }
 }
 
@@ -1153,6 +1175,7 @@ policy_report executor::report() const {
     r.bytes_prefetched = ts.bytes_prefetched;
     r.transfer_wait_s = ts.wait_seconds;
     r.bytes_compressed = ts.bytes_compressed;
+    r.schedule_compress = options_.policy.planned && options_.schedule.compress;
     r.max_compression_error = ts.max_compression_error;
   }
   const tensor_cache_stats cs = cache_->stats();

@@ -713,9 +713,14 @@ TEST(cli_hardening_test, a_compression_variable_the_run_does_not_use_is_warned_a
   expect_has(err, "MEMWEAVE_SPLIT_COMPRESS=fp16 compresses the micro-tensors of --split's");
   expect_has(err, "MEMWEAVE_SCHEDULE_COMPRESS=fp16 compresses the swaps of the memory schedule");
   ::testing::internal::CaptureStderr();
-  (void)run(plan_command, with({"--policy", "all"}));
+  const auto all = run(plan_command, with({"--policy", "all"}));
   err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(err.find("MEMWEAVE_SCHEDULE_COMPRESS=fp16 compresses"), std::string::npos) << err;
+  // `all` asked to compress, whose schedule swapped nothing, says so (it was silent; session
+  // 47's hostile run).
+  expect_has(all.out,
+             "all: MEMWEAVE_SCHEDULE_COMPRESS=fp16 compressed nothing: the memory "
+             "schedule swapped no fp32 tensor");
 }
 
 // ---- replay

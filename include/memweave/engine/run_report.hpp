@@ -132,9 +132,12 @@ struct policy_report {
   /// (0: none did).
   std::size_t mixed_split_steps = 0;
   double weighed_whole_split_seconds = 0.0;
-  cost_model model;                     ///< the timing model it planned with
-  replan_report replan;                 ///< all: re-planning from measured times
-  std::uint64_t bytes_compressed = 0;   ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
+  cost_model model;                    ///< the timing model it planned with
+  replan_report replan;                ///< all: re-planning from measured times
+  std::uint64_t bytes_compressed = 0;  ///< fp32 bytes offloaded as fp16 (lossy; opt-in)
+  /// The memory schedule's swaps were asked to move fp16 (MEMWEAVE_SCHEDULE_COMPRESS): with
+  /// bytes_compressed 0, the opt-in compressed nothing (and the summary says so).
+  bool schedule_compress = false;
   std::size_t staged_steps = 0;         ///< TSPLIT: split steps run on micro-tensors
   std::size_t channel_group_steps = 0;  ///< TSPLIT: of those, CONV/FC in output-channel groups
   std::uint64_t bytes_staged = 0;       ///< TSPLIT: bytes they copied over the link

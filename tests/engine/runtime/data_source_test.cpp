@@ -256,6 +256,23 @@ TEST(data_source_test, cifar10_records_are_read_in_order_and_normalized) {
   std::filesystem::remove(path);
 }
 
+// A directory's data_batch_N.bin files are read in the order of N: data_batch_10 after
+// data_batch_2 (name order put it first; session 47's hostile run).
+TEST(data_source_test, a_directorys_cifar10_files_are_read_in_the_order_of_their_numbers) {
+  const std::string dir = temp_path("cifar_dir");
+  std::filesystem::create_directories(dir);
+  for (int number : {10, 2, 1}) {
+    std::vector<unsigned char> record(1 + 3072, 0);
+    record[0] = static_cast<unsigned char>(number % 10);  // the label names the file
+    write_bytes(dir + "/data_batch_" + std::to_string(number) + ".bin", record);
+  }
+  auto src = make_data_source("cifar10:" + dir, {3, 3, 32, 32}, 10, 1);
+  std::vector<float> images(3 * 3072), labels(3);
+  src->fill(0, 3, images.data(), labels.data());
+  EXPECT_EQ(labels, (std::vector<float>{1.0f, 2.0f, 0.0f}));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(data_source_test, malformed_cifar10_files_are_rejected_with_the_reason) {
   const std::string truncated = temp_path("truncated.bin");
   write_bytes(truncated, std::vector<unsigned char>(3073 + 100, 1));

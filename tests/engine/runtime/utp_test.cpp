@@ -258,6 +258,38 @@ TEST(utp_test, host_pool_exhaustion_is_an_error_with_the_numbers) {
   EXPECT_NE(msg.find("host"), std::string::npos) << msg;
 }
 
+// Host memory found full says so, once, naming where: placing the parameters before the first
+// iteration, and a workspace's eviction at a step. The first read "out of budget" with a second
+// heap description spliced in, the second "transfer_engine: cannot offload ..." alone
+// (session 47's hostile run).
+TEST(utp_test, host_memory_running_out_says_so_and_where) {
+  zoo_options zo;
+  zo.batch = 32;
+  zo.image_side = 32;
+  zo.width_scale = 0.5;
+  zo.classes = 10;
+  const network net = make_network("resnet:1,1,1,1", zo);
+  auto failure = [&](std::size_t host_pool) {
+    executor_options o = policy_options("utp", 7372800, "fixed:direct");
+    o.host_pool_bytes = host_pool;
+    try {
+      auto dev = test::make_test_device("null", std::size_t{1} << 40);
+      executor ex(net, *dev, o);
+      ex.run_iteration(nullptr, 0);
+    } catch (const out_of_memory& e) {
+      return std::string(e.what());
+    }
+    return std::string("(ran)");
+  };
+  const std::string before = failure(std::size_t{8} << 20);
+  EXPECT_TRUE(before.starts_with("host memory ran out before the first iteration: tensor "))
+      << before;
+  EXPECT_EQ(before.find("device heap"), std::string::npos) << before;
+  const std::string at_step = failure(std::size_t{28} << 20);
+  EXPECT_TRUE(at_step.starts_with("host memory ran out at step ")) << at_step;
+  EXPECT_NE(at_step.find("no host memory for its host copy"), std::string::npos) << at_step;
+}
+
 // all: where host memory runs out, a value there that a replay rebuilds (a CONV's output
 // too) gives it back, and the step that reads it replays its chain: at the least host pool
 // all trains in, utp (which cannot drop) runs out, and all is bit-identical to baseline.
