@@ -173,12 +173,12 @@ inline network oracle_random_dag(std::uint64_t seed) {
 }
 
 /// A small version of a zoo network (full topology, few channels, small images).
-/// Zoo network `name` at `batch` images of `image_side` pixels, width `width`, 5 classes.
+/// Zoo network `name` at `batch` images of `image_side` pixels, width `width`, `classes` classes.
 inline network zoo_net(const std::string& name, std::int64_t batch, std::int64_t image_side,
-                       double width) {
+                       double width, std::int64_t classes = 5) {
   zoo_options o;
   o.batch = batch;
-  o.classes = 5;
+  o.classes = classes;
   o.width_scale = width;
   o.image_side = image_side;
   return make_network(name, o);

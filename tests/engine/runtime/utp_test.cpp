@@ -155,11 +155,7 @@ TEST(utp_test, a_budget_that_fits_moves_nothing_and_a_tight_one_moves_the_same_i
 // missed: 7.79 MiB reported where the heap held 7.85 (session 47's hostile run).
 TEST(utp_test, the_reported_peak_is_the_most_the_heap_held) {
   // 1000 classes: the FC's parameters, most of the persistent bytes, leave the device.
-  zoo_options zo;
-  zo.batch = 4;
-  zo.image_side = 128;
-  zo.width_scale = 0.25;
-  const network net = make_network("resnet:1,1,1,1", zo);
+  const network net = test::zoo_net("resnet:1,1,1,1", 4, 128, 0.25, 1000);
   for (const std::string policy : {"offload", "utp", "recompute", "all"}) {
     const std::size_t smallest = test::smallest_budget(net, policy_options(policy));
     for (std::size_t budget : {smallest, std::max(smallest, std::size_t{8} << 20)}) {
@@ -263,12 +259,7 @@ TEST(utp_test, host_pool_exhaustion_is_an_error_with_the_numbers) {
 // heap description spliced in, the second "transfer_engine: cannot offload ..." alone
 // (session 47's hostile run).
 TEST(utp_test, host_memory_running_out_says_so_and_where) {
-  zoo_options zo;
-  zo.batch = 32;
-  zo.image_side = 32;
-  zo.width_scale = 0.5;
-  zo.classes = 10;
-  const network net = make_network("resnet:1,1,1,1", zo);
+  const network net = test::zoo_net("resnet:1,1,1,1", 32, 32, 0.5, 10);
   auto failure = [&](std::size_t host_pool) {
     executor_options o = policy_options("utp", 7372800, "fixed:direct");
     o.host_pool_bytes = host_pool;
