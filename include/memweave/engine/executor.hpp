@@ -313,6 +313,8 @@ class executor {
   const tensor_table& table() const noexcept { return table_; }
   const memory_plan& plan() const noexcept { return plan_; }
   const layer_memory& memory() const noexcept { return *layer_memory_; }
+  /// The device heap. Its peak_bytes_in_use is reset as each step starts (the steps' own
+  /// peaks are report()'s heap_bytes): the iteration's peak is report().peak_bytes.
   const device_heap& heap() const noexcept { return *heap_; }
   const conv_workspace_selector& workspace_selector() const noexcept { return *selector_; }
   const tensor_cache& cache() const noexcept { return *cache_; }
