@@ -113,64 +113,86 @@ std::size_t check_header(std::string_view rest, const std::string& at) {
   return static_cast<std::size_t>(block);
 }
 
-}  // namespace
+// A trace's lines taken one at a time: what parse_trace (text in memory) and read_trace (a
+// file read line by line, its text never held whole: a trace of 10 M events took 1.2 GB, half
+// of it the text) share.
+class trace_lines {
+ public:
+  trace_lines(std::string_view source, std::size_t* block_bytes)
+      : where_("trace " + quote_text(source)), block_bytes_(block_bytes) {}
 
-std::vector<trace_event> parse_trace(std::string_view text, std::string_view source,
-                                     std::size_t* block_bytes) {
-  const std::string where = "trace " + quote_text(source);
-  std::vector<trace_event> events;
-  std::uint64_t line_no = 0;
-  bool header_seen = false;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    // A last line without its newline is what a run interrupted mid-write leaves.
-    const bool unterminated = eol == std::string_view::npos;
-    if (unterminated) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
+  // One line, without its newline; `unterminated`: the last, which had none.
+  void take(std::string_view line, bool unterminated) {
+    ++line_no_;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const std::string at = where + " line " + std::to_string(line_no) + ": ";
-    if (!header_seen) {
+    const std::string at = where_ + " line " + std::to_string(line_no_) + ": ";
+    if (!header_seen_) {
       if (!line.starts_with(trace_header)) {
         throw invalid_argument(at + "expected the header " + quote_text(trace_header) + ", found " +
                                quote_text(line) +
                                "; is this a memweave heap trace (MEMWEAVE_TRACE)?");
       }
       const std::size_t block = check_header(line.substr(trace_header.size()), at);
-      if (block_bytes != nullptr) *block_bytes = block;
-      header_seen = true;
-      continue;
+      if (block_bytes_ != nullptr) *block_bytes_ = block;
+      header_seen_ = true;
+      return;
     }
     const std::size_t first = line.find_first_not_of(" \t");
-    if (first == std::string_view::npos || line[first] == '#') continue;
+    if (first == std::string_view::npos || line[first] == '#') return;
     if (!unterminated) {
-      events.push_back(parse_event(line, line_no, at));
+      events_.push_back(parse_event(line, line_no_, at));
       // The writer stamps events in the order the heap serves them: time going back is two
       // traces run together or an edited file, whose replay would mean nothing.
-      if (events.size() > 1 && events.back().t_ns < events[events.size() - 2].t_ns) {
-        throw invalid_argument(at + "t_ns " + std::to_string(events.back().t_ns) +
-                               " is before line " + std::to_string(events[events.size() - 2].line) +
-                               "'s " + std::to_string(events[events.size() - 2].t_ns) +
+      if (events_.size() > 1 && events_.back().t_ns < events_[events_.size() - 2].t_ns) {
+        throw invalid_argument(at + "t_ns " + std::to_string(events_.back().t_ns) +
+                               " is before line " +
+                               std::to_string(events_[events_.size() - 2].line) + "'s " +
+                               std::to_string(events_[events_.size() - 2].t_ns) +
                                ": events must be in time order (two traces run together?)");
       }
-      continue;
+      return;
     }
     try {
-      events.push_back(parse_event(line, line_no, at));
+      events_.push_back(parse_event(line, line_no_, at));
     } catch (const invalid_argument& e) {
       // Keep everything before it: the trace of an interrupted run is still a trace.
       log(log_level::warn, std::string(e.what()) +
                                "; this unterminated last line is what an interrupted run "
                                "leaves, so it is ignored and the " +
-                               std::to_string(events.size()) + " events before it are kept");
+                               std::to_string(events_.size()) + " events before it are kept");
     }
   }
-  if (!header_seen) {
-    throw invalid_argument(where + " is empty: expected the header " + quote_text(trace_header));
+
+  std::vector<trace_event> finish() && {
+    if (!header_seen_) {
+      throw invalid_argument(where_ + " is empty: expected the header " + quote_text(trace_header));
+    }
+    return std::move(events_);
   }
-  return events;
+
+ private:
+  std::string where_;
+  std::size_t* block_bytes_;
+  std::vector<trace_event> events_;
+  std::uint64_t line_no_ = 0;
+  bool header_seen_ = false;
+};
+
+}  // namespace
+
+std::vector<trace_event> parse_trace(std::string_view text, std::string_view source,
+                                     std::size_t* block_bytes) {
+  trace_lines lines(source, block_bytes);
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t eol = text.find('\n', pos);
+    // A last line without its newline is what a run interrupted mid-write leaves.
+    const bool unterminated = eol == std::string_view::npos;
+    if (unterminated) eol = text.size();
+    lines.take(text.substr(pos, eol - pos), unterminated);
+    pos = eol + 1;
+  }
+  return std::move(lines).finish();
 }
 
 std::vector<trace_event> read_trace(const std::string& path, std::size_t* block_bytes) {
@@ -187,8 +209,8 @@ std::vector<trace_event> read_trace(const std::string& path, std::size_t* block_
                            "': " + (errno != 0 ? std::strerror(errno) : "open failed") +
                            "; check the path (written by MEMWEAVE_TRACE)");
   }
-  // The header first: a file that is not a trace (gigabytes of zeros) is refused before it
-  // is read into memory.
+  // The header first: a file that is not a trace (gigabytes of zeros, with no newline for a
+  // line to end at) is refused before its first line is read whole.
   // (256 bytes: the message quotes up to 60 of its first line and marks a longer one.)
   std::string head(256, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
@@ -198,12 +220,14 @@ std::vector<trace_event> read_trace(const std::string& path, std::size_t* block_
   }
   in.clear();
   in.seekg(0);
-  std::ostringstream text;
-  text << in.rdbuf();
+  trace_lines lines(path, block_bytes);
+  std::string line;
+  // getline sets eof on a last line without its newline: an unterminated one.
+  while (std::getline(in, line)) lines.take(line, in.eof());
   if (in.bad()) {
     throw invalid_argument("cannot read trace '" + path + "': " + std::strerror(errno));
   }
-  return parse_trace(text.view(), path, block_bytes);
+  return std::move(lines).finish();
 }
 
 void write_trace(const std::string& path, std::span<const trace_event> events,
