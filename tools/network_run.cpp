@@ -639,16 +639,19 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
   // Whether it fits does not depend on which split plan runs fastest.
   network_run_options fitting = o;
   fitting.split_weighed = false;
+  // A stop asked before or while a probe ran (one that cut `all`'s weighing short threw
+  // interrupted) leaves it without an answer: the search is told (throw_if_stop_requested).
   auto fits = [&](const network_run_options& run) {
+    bool fitted = false;
     try {
-      return run_policy(net, run, policy, dev, 1, nullptr, nullptr, nullptr).fits;
-    } catch (const interrupted&) {
-      throw_if_stop_requested();  // a stop that cut `all`'s weighing short
-      throw;
+      fitted = run_policy(net, run, policy, dev, 1, nullptr, nullptr, nullptr).fits;
     } catch (const error& e) {
+      throw_if_stop_requested();
       if (does_not_fit(e)) return false;
       throw;
     }
+    throw_if_stop_requested();
+    return fitted;
   };
   // `all` fits where any configuration its weighing runs fits, and the weighing runs the
   // cache alone too (executor::weigh_policy): that one plans no schedule (the schedule
@@ -659,13 +662,9 @@ bool plan_fits_budget(const network& net, const network_run_options& o, const st
     network_run_options reactive = fitting;
     reactive.executor = on_cache_alone(fitting.executor);
     reactive.executor.weigh_alternatives = false;
-    const bool reactive_fits = fits(reactive);
-    throw_if_stop_requested();
-    if (reactive_fits) return true;
+    if (fits(reactive)) return true;
   }
-  const bool fitted = fits(fitting);
-  throw_if_stop_requested();
-  return fitted;
+  return fits(fitting);
 }
 
 policy_report run_policy(const network& net, const network_run_options& o,
