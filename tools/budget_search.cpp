@@ -8,6 +8,7 @@
 #include "memweave/core/config.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "policy_tiling.hpp"
 #include "stop_signal.hpp"
 
 namespace memweave {
@@ -56,13 +57,15 @@ int plan_min_budget(network_run_options o, std::ostream& out) {
       ++probes;
       network_run_options probe = o;
       probe.budget_bytes = static_cast<std::size_t>(blocks) * block;
-      std::optional<network> net;
       try {
-        net.emplace(make_planning_network(probe, o.zoo.batch));
+        // --tile: cut for this budget, and for a smaller target where those do not fit.
+        network_run_options whole = probe;
+        whole.tile = false;
+        return plan_fits_budget_tiled(make_planning_network(whole, o.zoo.batch), probe, policy,
+                                      planning_device(probe, probe.budget_bytes));
       } catch (const budget_too_small&) {
         return false;  // --tile: a layer's least tile does not fit this budget
       }
-      return plan_fits_budget(*net, probe, policy, planning_device(probe, probe.budget_bytes));
     };
     // Doubling from one block to the first budget that runs, then bisection between it and
     // the last that did not: `good` runs, `bad` (0: no budget) does not.

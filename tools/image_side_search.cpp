@@ -7,6 +7,7 @@
 #include "largest_fit.hpp"
 #include "memweave/core/error.hpp"
 #include "memweave/core/units.hpp"
+#include "policy_tiling.hpp"
 #include "report_writers.hpp"
 #include "stop_signal.hpp"
 
@@ -30,11 +31,11 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
     o.executor.heap.trace_path.clear();
   }
   const device_options dev = planning_device(o, o.budget_bytes);
-  // --tile: cut for this side, the segments kept in `segments` where asked.
-  auto network_at = [&](std::int64_t side, std::vector<tiled_segment_choice>* segments = nullptr) {
+  // The network at this side, untiled (--tile cuts it for the budget where it runs).
+  auto network_at = [&](std::int64_t side) {
     zoo_options z = o.zoo;
     z.image_side = side;
-    return tile_if_asked(make_network(o.net, z), o, segments);
+    return make_network(o.net, z);
   };
   std::optional<std::int64_t> first_side;  // the report's tiling: one side's, where all agree
   bool one_side = true;
@@ -62,15 +63,17 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
         std::optional<network> net;
         try {
           net.emplace(network_at(v * step));
-        } catch (const budget_too_small&) {
-          return false;  // --tile: no segment's tile fits at this side
         } catch (const invalid_argument&) {
           // The smallest side's errors are the user's (a width, a class count); a larger side
           // that does not build has a tensor beyond any address space: it does not fit.
           if (v == low) throw;
           return false;
         }
-        return plan_fits_budget(*net, o, policy, dev);
+        try {
+          return plan_fits_budget_tiled(*net, o, policy, dev);
+        } catch (const budget_too_small&) {
+          return false;  // --tile: no segment's tile fits at this side
+        }
       });
     } catch (const stopped_by_signal&) {
       stopped.emplace(search_stopped(out, policy));
@@ -89,8 +92,15 @@ int plan_max_image_side(network_run_options o, std::ostream& out) {
     } else {
       const std::int64_t side = r.value * step;
       network_run_options at_side = o;
-      const network net = network_at(side, &at_side.tiling);
-      policy_report p = run_policy(net, o, policy, dev, 1, nullptr, nullptr, &report.device);
+      network net = network_at(side);
+      if (o.tile) {
+        at_side.untiled = std::make_shared<const network>(net);
+        net = tile_if_asked(std::move(net), o, &at_side.tiling);
+      }
+      policy_report p = run_policy_retiling(net, at_side, policy, dev, 1, nullptr, nullptr,
+                                            &report.device, nullptr, nullptr);
+      // Tiled for a smaller target than the budget: those segments are the ones it ran.
+      if (p.tiling_target_bytes != 0) at_side.tiling = p.tiling;
       out << "side " << side << " (" << side << "x" << side << "), peak "
           << format_bytes(p.peak_bytes);
       // Its tiled segments (the plan at this side ran with them), in the text and, where

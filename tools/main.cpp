@@ -40,7 +40,8 @@ commands:
           [--export-onnx PATH (with --net PATH.onnx: a copy of the model with the trained
            weights)]
           [--tile (SFT: the layers over --budget run tile by tile in fused segments; the
-           batch then stays in host memory and each tile is fetched)]
+           batch then stays in host memory and each tile is fetched; a policy that does
+           not fit so is tiled for the largest smaller target it fits)]
           [--split (TSPLIT: the steps over --budget run in micro-batches; under utp and
            all only the running micro-batch's slices are on the device: below max(l_i))]
   eval    the evaluation pass (forward only, BN running statistics, no dropout): loss,

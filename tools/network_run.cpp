@@ -34,6 +34,7 @@
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/split_plan.hpp"
 #include "memweave/recompute/recompute_plan.hpp"
+#include "policy_tiling.hpp"
 #include "report_writers.hpp"
 #include "stop_signal.hpp"
 #include "timeline_writer.hpp"
@@ -425,21 +426,15 @@ void split_parts_if_asked(const network& net, const network_run_options& o, exec
 }
 
 std::string describe_tiling(const network_run_options& o) {
-  std::ostringstream s;
-  for (const tiled_segment_choice& c : o.tiling) {
-    s << "tiled segment " << c.first << ".." << c.last << " (" << c.members.size() << " layers) in "
-      << c.tiles_h << "x" << c.tiles_w << " tiles: its step touches " << format_bytes(c.step_bytes)
-      << " (untiled " << format_bytes(c.untiled_bytes) << "), one tile's buffers "
-      << format_bytes(c.forward_workspace) << " forward, " << format_bytes(c.backward_workspace)
-      << " backward\n";
-  }
-  return s.str();
+  return describe_segments(o.tiling);
 }
 
 network make_run_network(network_run_options& o, bool weights,
                          std::optional<imported_model>* onnx) {
   if (!is_onnx_net(o.net)) {
-    return tile_if_asked(make_network(o.net, o.zoo), o, &o.tiling, true);
+    network net = make_network(o.net, o.zoo);
+    if (o.tile) o.untiled = std::make_shared<const network>(net);
+    return tile_if_asked(std::move(net), o, &o.tiling, true);
   }
   load_onnx_net(o);
   imported_model m = o.onnx_file->import(o.zoo.batch, weights);
@@ -449,6 +444,7 @@ network make_run_network(network_run_options& o, bool weights,
     m.net = network();  // its net and weights were moved out: the bindings are what export needs
     onnx->emplace(std::move(m));
   }
+  if (o.tile) o.untiled = std::make_shared<const network>(net);
   return tile_if_asked(std::move(net), o, &o.tiling, true);
 }
 
@@ -706,14 +702,9 @@ policy_report run_policy(const network& net, const network_run_options& o,
   // A policy that ends without its weights says so where it asked for them to be saved: the
   // row's failure alone left the user looking for the file (session 45's review).
   const std::string unsaved = o.save.empty() ? "" : "; --save " + o.save + " not written";
-  // Under --tile the budget chose which layers tile (those whose own step is over it), so a
-  // "raise --budget" is not the whole story: a smaller budget tiles more and may run where this
-  // one does not (a hostile run's DenseNet-like model ran at 600 KiB, not at 1000 KiB-4.9 MiB).
-  const std::string not_fitting =
-      (o.tile ? "; under --tile only the layers whose own step is over the budget run tile by "
-                "tile: a smaller budget tiles more of them and may run where this one does not"
-              : "") +
-      unsaved;
+  // Under --tile, run_policies tiles a policy that does not fit anew (policy_tiling.hpp), and
+  // says so where that does not fit either.
+  const std::string& not_fitting = unsaved;
   std::unique_ptr<executor> ex;
   try {
     split_parts_if_asked(net, o, eo, dev->kind() != device_kind::cuda);
@@ -904,6 +895,34 @@ policy_report run_policy(const network& net, const network_run_options& o,
   return report;
 }
 
+policy_report run_policy_retiling(const network& net, const network_run_options& o,
+                                  const std::string& policy, const device_options& dev,
+                                  int iterations, data_source* data, std::ostream* progress,
+                                  std::string* device_name, std::exception_ptr* output_error,
+                                  bool* heap_made) {
+  policy_report row = run_policy(net, o, policy, dev, iterations, data, progress, device_name,
+                                 output_error, heap_made);
+  if (!o.tile || !o.untiled || row.fits || row.failed || !row.stopped_by.empty()) return row;
+  // The budget's segments did not fit this policy; tiled finer, it may.
+  std::optional<policy_tiling> finer;
+  try {
+    finer = retile_for_policy(*o.untiled, o, policy, o.tiling);
+  } catch (const stopped_by_signal&) {
+    return row;  // the stop is the caller's to act on (stop_requested)
+  }
+  if (!finer) {
+    row.failure +=
+        "; that is with the budget's tiled segments, and tiled for a smaller target "
+        "(halved down to the finest tiles) it did not fit either";
+    return row;
+  }
+  row = run_policy(finer->net, o, policy, dev, iterations, data, progress, device_name,
+                   output_error, heap_made);
+  row.tiling_target_bytes = finer->target_bytes;
+  row.tiling = std::move(finer->segments);
+  return row;
+}
+
 int run_policies(const network& net, const network_run_options& o, const device_options& dev,
                  int iterations, data_source* data, run_report& report, std::ostream& out,
                  std::ostream* progress) {
@@ -916,8 +935,8 @@ int run_policies(const network& net, const network_run_options& o, const device_
     if (stop_requested() != 0) break;  // the policies not begun are not run
     bool heap_made = false;
     try {
-      report.policies.push_back(run_policy(net, o, policy, dev, iterations, data, progress,
-                                           &report.device, &output_error, &heap_made));
+      report.policies.push_back(run_policy_retiling(net, o, policy, dev, iterations, data, progress,
+                                                    &report.device, &output_error, &heap_made));
       if (o.amend) o.amend(report.policies.back());
     } catch (const interrupted& e) {
       // Stopped before its first iteration: a row of no figures, and the run ends as a stop.

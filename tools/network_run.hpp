@@ -68,6 +68,9 @@ struct network_run_options {
   /// what the last network made was cut into is kept in `tiling`.
   bool tile = false;
   std::vector<tiled_segment_choice> tiling;
+  /// --tile: the network before make_run_network tiled it, which a policy that does not fit
+  /// with the budget's segments is tiled again from (policy_tiling.hpp).
+  std::shared_ptr<const network> untiled;
   /// --split: TSPLIT: the steps whose working set exceeds --budget run in micro-batches, and
   /// CONV/FC steps where one image is too much in output-channel groups
   /// (split_parts_if_asked), their micro-tensors in host memory under utp and all.
@@ -230,6 +233,16 @@ policy_report run_policy(const network& net, const network_run_options& o,
 /// fix and propagates, instead of being taken for a budget too small.
 bool plan_fits_budget(const network& net, const network_run_options& o, const std::string& policy,
                       const device_options& dev);
+
+/// run_policy, and under --tile (o.untiled set) where the policy does not fit with the
+/// budget's segments (o.tiling), run again tiled for the largest smaller target with which it
+/// fits (retile_for_policy), its row naming that target and its segments; where none fits,
+/// the row says so.
+policy_report run_policy_retiling(const network& net, const network_run_options& o,
+                                  const std::string& policy, const device_options& dev,
+                                  int iterations, data_source* data, std::ostream* progress,
+                                  std::string* device_name, std::exception_ptr* output_error,
+                                  bool* heap_made);
 
 /// Runs every policy of `o` into report.policies (report's other fields are the caller's):
 /// a policy that fails is kept as a row (failed, with its error) and the next one still

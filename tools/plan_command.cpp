@@ -12,6 +12,7 @@
 #include "memweave/engine/route.hpp"
 #include "memweave/engine/tensor_table.hpp"
 #include "network_run.hpp"
+#include "policy_tiling.hpp"
 #include "report_writers.hpp"
 #include "split_report.hpp"
 #include "stop_signal.hpp"
@@ -115,18 +116,19 @@ int plan_largest(network_run_options o, bool depth, const cluster& c, std::ostre
           batch = v;
         }
         try {
+          // --tile: cut for the budget below (plan_fits_budget_tiled), not here.
+          network_run_options whole = probe;
+          whole.tile = false;
           std::optional<network> net;
           try {
-            net.emplace(make_planning_network(probe, batch));
-          } catch (const budget_too_small&) {
-            throw;  // below
+            net.emplace(make_planning_network(whole, batch));
           } catch (const invalid_argument&) {
             // The smallest value builds the user's own network: its errors are theirs. A larger
             // one that does not build has a tensor beyond any address space: it does not fit.
             if (v == 1) throw;
             return false;
           }
-          return plan_fits_budget(*net, o, policy, dev);
+          return plan_fits_budget_tiled(*net, o, policy, dev);
         } catch (const budget_too_small& e) {
           // A step the budget cannot hold (under --tile, a layer that cannot run tile by tile):
           // this value does not fit, as a plan that runs out of budget does not.

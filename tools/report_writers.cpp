@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iomanip>
+#include <span>
 #include <sstream>
 
 #include "json_text.hpp"
@@ -38,6 +39,39 @@ std::string xml_escape(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// A JSON array of tiled segments, one a line, `indent` the array's own.
+void write_segments(std::ostream& out, std::span<const tiled_segment_choice> segments,
+                    const std::string& indent) {
+  out << "[";
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const tiled_segment_choice& c = segments[i];
+    out << (i ? "," : "") << "\n"
+        << indent << "  {\"first\": " << json_string(c.first)
+        << ", \"last\": " << json_string(c.last) << ", \"layers\": " << c.members.size()
+        << ", \"tiles_h\": " << c.tiles_h << ", \"tiles_w\": " << c.tiles_w
+        << ", \"untiled_bytes\": " << c.untiled_bytes << ", \"step_bytes\": " << c.step_bytes
+        << ", \"forward_workspace_bytes\": " << c.forward_workspace
+        << ", \"backward_workspace_bytes\": " << c.backward_workspace << "}";
+  }
+  out << (segments.empty() ? "]" : "\n" + indent + "]");
+}
+
+}  // namespace
+
+std::string describe_segments(std::span<const tiled_segment_choice> segments) {
+  std::ostringstream s;
+  for (const tiled_segment_choice& c : segments) {
+    s << "tiled segment " << c.first << ".." << c.last << " (" << c.members.size() << " layers) in "
+      << c.tiles_h << "x" << c.tiles_w << " tiles: its step touches " << format_bytes(c.step_bytes)
+      << " (untiled " << format_bytes(c.untiled_bytes) << "), one tile's buffers "
+      << format_bytes(c.forward_workspace) << " forward, " << format_bytes(c.backward_workspace)
+      << " backward\n";
+  }
+  return s.str();
+}
+
 void write_json(std::ostream& out, const run_report& r) {
   out << "{\n  \"command\": " << json_string(r.command)
       << ",\n  \"network\": " << json_string(r.network) << ",\n  \"batch\": " << r.batch
@@ -46,17 +80,9 @@ void write_json(std::ostream& out, const run_report& r) {
       << ",\n  \"search\": " << json_string(r.search)
       << (r.command == "eval" ? ",\n  \"first_batch\": " + std::to_string(r.first_batch)
                               : std::string())
-      << ",\n  \"tiled_segments\": [";
-  for (std::size_t i = 0; i < r.tiling.size(); ++i) {
-    const tiled_segment_choice& c = r.tiling[i];
-    out << (i ? "," : "") << "\n    {\"first\": " << json_string(c.first)
-        << ", \"last\": " << json_string(c.last) << ", \"layers\": " << c.members.size()
-        << ", \"tiles_h\": " << c.tiles_h << ", \"tiles_w\": " << c.tiles_w
-        << ", \"untiled_bytes\": " << c.untiled_bytes << ", \"step_bytes\": " << c.step_bytes
-        << ", \"forward_workspace_bytes\": " << c.forward_workspace
-        << ", \"backward_workspace_bytes\": " << c.backward_workspace << "}";
-  }
-  out << (r.tiling.empty() ? "]" : "\n  ]") << ",\n  \"policies\": [";
+      << ",\n  \"tiled_segments\": ";
+  write_segments(out, r.tiling, "  ");
+  out << ",\n  \"policies\": [";
   for (std::size_t i = 0; i < r.policies.size(); ++i) {
     const policy_report& p = r.policies[i];
     out << (i ? "," : "") << "\n    {\n      \"policy\": " << json_string(p.policy)
@@ -66,7 +92,10 @@ void write_json(std::ostream& out, const run_report& r) {
         << ",\n      \"stopped_by\": " << json_string(p.stopped_by)
         << ",\n      \"iterations_run\": " << p.iterations_run
         << ",\n      \"image_side\": " << p.image_side
-        << ",\n      \"peak_bytes\": " << p.peak_bytes
+        << ",\n      \"tiling_target_bytes\": " << p.tiling_target_bytes
+        << ",\n      \"tiled_segments\": ";
+    write_segments(out, p.tiling, "      ");
+    out << ",\n      \"peak_bytes\": " << p.peak_bytes
         << ",\n      \"peak_live_bytes\": " << p.peak_live_bytes
         << ",\n      \"peak_step\": " << p.peak_step
         << ",\n      \"max_layer_bytes\": " << p.max_layer_bytes
@@ -358,6 +387,13 @@ void write_summary(std::ostream& out, const run_report& r) {
     }
     out << "\n";
     if (!p.fits) out << "  " << p.policy << ": " << p.failure << "\n";
+    if (p.tiling_target_bytes != 0) {
+      out << "  " << p.policy << ": the budget's tiled segments did not fit it; it ran tiled for "
+          << format_bytes(p.tiling_target_bytes) << " (" << p.tiling_target_bytes
+          << " bytes; the layers whose own step is over that tile):\n";
+      std::istringstream lines(describe_segments(p.tiling));
+      for (std::string line; std::getline(lines, line);) out << "    " << line << "\n";
+    }
     if (!p.stopped_by.empty() && p.iterations_run > 0) {
       out << "  " << p.policy << ": stopped by " << p.stopped_by << " after " << p.iterations_run
           << " of " << r.iterations << " iterations: its figures are those iterations'\n";

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ostream>
+#include <span>
 #include <string>
 
 #include "memweave/engine/run_report.hpp"
@@ -15,6 +16,8 @@ void write_csv(std::ostream& out, const run_report& report);
 void write_svg(std::ostream& out, const run_report& report);
 /// The summary table printed at the end of train/plan.
 void write_summary(std::ostream& out, const run_report& report);
+/// One line per tiled segment ("tiled segment A..B (N layers) in HxW tiles: ..."), "" for none.
+std::string describe_segments(std::span<const tiled_segment_choice> segments);
 
 /// Writes with `writer` to `path`; throws invalid_argument naming the path when it cannot.
 void write_file(const std::string& path, const run_report& report,

@@ -37,15 +37,70 @@ TEST(tile_cli_test, plan_cuts_the_first_block_into_tiles_and_says_so) {
   EXPECT_NE(j.find("\"tiles_h\": "), std::string::npos) << j;
   std::filesystem::remove(json);
   // A policy that keeps more live than the tiled steps (liveness: the activations stashed for
-  // backward) does not fit, and is told that the budget chose what tiles: raising it is not
-  // the only way (a hostile run's model ran at 600 KiB and not from 1000 KiB to 4.9 MiB).
+  // backward) does not fit, not even tiled finer, and is told both were tried.
   const auto live =
       run(plan_command, narrow_vgg_224({"--budget", "6MiB", "--policy", "liveness", "--tile"}));
   EXPECT_EQ(live.code, 1) << live.out;
-  EXPECT_NE(live.out.find("under --tile only the layers whose own step is over the budget run "
-                          "tile by tile: a smaller budget tiles more of them"),
+  EXPECT_NE(live.out.find("that is with the budget's tiled segments, and tiled for a smaller "
+                          "target (halved down to the finest tiles) it did not fit either"),
             std::string::npos)
       << live.out;
+}
+
+// ResNet-14 at 256 px, batch 2: liveness holds every activation stashed for backward, so its
+// floor is well over its largest step, and the budget's own tiling (the layers whose step is
+// over the budget) left it short: it needed 28.6 MiB tiled for 11 MiB, and 10.6 MiB tiled for
+// 3 MiB, so 3 MiB "tiled more and ran" where 12 MiB did not.
+std::vector<std::string> resnet14_256(std::vector<std::string> extra) {
+  std::vector<std::string> a = {"--net",     "resnet:1,1,1,1", "--width",  "0.25",     "--classes",
+                                "10",        "--image-side",   "256",      "--batch",  "2",
+                                "--conv-ws", "fixed:direct",   "--policy", "liveness", "--tile"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::size_t tiling_target_in(const std::string& out) {
+  const std::string key = "it ran tiled for ";
+  const std::size_t at = out.find(key);
+  if (at == std::string::npos) return 0;
+  const std::size_t open = out.find(" (", at) + 2;
+  return std::stoull(out.substr(open, out.find(" bytes", open) - open));
+}
+
+TEST(tile_cli_test, a_policy_the_budgets_tiles_do_not_fit_runs_tiled_finer) {
+  const std::string json = temp("tile_finer.json");
+  const auto plan = run(plan_command, resnet14_256({"--budget", "12MiB", "--json", json}));
+  EXPECT_EQ(plan.code, 0) << plan.out;
+  const std::size_t target = tiling_target_in(plan.out);
+  EXPECT_GT(target, 0u) << plan.out;
+  EXPECT_LT(target, 12u << 20) << plan.out;
+  EXPECT_NE(plan.out.find("    tiled segment conv1.."), std::string::npos) << plan.out;
+  const std::string j = slurp(json);
+  std::filesystem::remove(json);
+  EXPECT_NE(j.find("\"tiling_target_bytes\": " + std::to_string(target)), std::string::npos) << j;
+  EXPECT_NE(j.find("\"tiled_segments\": [\n        {\"first\": \"conv1\""), std::string::npos) << j;
+  // train runs what plan planned: the same target, and it fits.
+  const auto train = run(train_command, resnet14_256({"--budget", "12MiB", "--device", "host",
+                                                      "--threads", "1", "--iterations", "1"}));
+  EXPECT_EQ(train.code, 0) << train.out;
+  EXPECT_EQ(tiling_target_in(train.out), target) << train.out;
+}
+
+// With each policy tiled as finely as it needs, a larger budget runs wherever a smaller one
+// does: every budget from --min-budget's answer up to the untiled floor fits.
+TEST(tile_cli_test, fitting_under_tile_grows_with_the_budget) {
+  const auto least = run(plan_command, resnet14_256({"--min-budget"}));
+  ASSERT_EQ(least.code, 0) << least.out;
+  const std::size_t at = least.out.find("liveness: ");
+  ASSERT_NE(at, std::string::npos) << least.out;
+  const std::size_t open = least.out.find(" (", at) + 2;
+  const std::size_t bytes = std::stoull(least.out.substr(open, least.out.find(" bytes", open)));
+  EXPECT_LT(bytes, 16u << 20) << least.out;  // 28.7 MiB when tiled only for the budget
+  for (const double scale : {1.0, 1.2, 1.5, 1.9, 2.4, 3.0}) {
+    const std::size_t budget = static_cast<std::size_t>(scale * static_cast<double>(bytes));
+    const auto r = run(plan_command, resnet14_256({"--budget", std::to_string(budget)}));
+    EXPECT_EQ(r.code, 0) << budget << "\n" << r.out;
+  }
 }
 
 TEST(tile_cli_test, train_under_the_budget_with_tiles_and_refusals_name_the_option) {

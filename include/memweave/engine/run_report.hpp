@@ -171,7 +171,12 @@ struct policy_report {
   /// (null device: 0, nothing computed).
   double eval_loss = 0.0, accuracy = 0.0;
   std::int64_t correct = 0, images = 0;
-  std::string timeline_path;       ///< where its streams' trace was written ("": none)
+  std::string timeline_path;  ///< where its streams' trace was written ("": none)
+  /// --tile: where the budget's segments (run_report::tiling) did not fit this policy, it ran
+  /// tiled for this smaller target (the layers over it tiled), with these segments; 0 and none
+  /// where it ran with the budget's.
+  std::size_t tiling_target_bytes = 0;
+  std::vector<tiled_segment_choice> tiling;
   std::vector<step_record> steps;  ///< one iteration's rows
 };
 
