@@ -146,6 +146,27 @@ int train(int argc, const char* const* argv, std::ostream& out, communicator& co
     shown << "BN normalizes over each rank's own images (no SyncBatchNorm): the losses are not "
              "one process's\n";
   }
+  // The importer folds a Gemm's alpha and beta into its weight and bias, and spreads a
+  // one-value bias over the outputs: the forward is the model's, but the updates are SGD on
+  // those products (alpha^2 times the step on B), not on B and C as ONNX/PyTorch would train
+  // them (a hostile run's numpy reference drifted 20 % from it in 3 iterations). Said, not
+  // refused: the trained model is a sound one, in another parametrization.
+  if (onnx) {
+    for (const onnx_weight_binding& b : onnx->bindings) {
+      if (b.scale != 1.0f) {
+        shown << "the Gemm writing '" << b.node << "': " << b.scale_attribute << " = " << b.scale
+              << " is folded into '" << b.initializer << "': training updates the product "
+              << b.tensor << " = " << b.scale_attribute << " x " << b.initializer
+              << " (SGD on the product, not on " << b.initializer << "), and --export-onnx "
+              << "writes it with " << b.scale_attribute << " = 1\n";
+      }
+      if (b.broadcast) {
+        shown << "Gemm bias '" << b.initializer << "' is one value spread over the outputs: "
+              << "training updates each output's own (" << b.tensor
+              << "), and --export-onnx writes them all\n";
+      }
+    }
+  }
   if (o.init) {
     shown << "from " << o.init_path << ": resuming at iteration " << o.first_iteration;
     // The base rate too, where the file gave it (its range is the solver's, from 0; --lr's

@@ -38,6 +38,7 @@ TEST_F(OnnxCli, PlansAndTrainsAModelFromItsWeights) {
                           "--policy", "liveness", "--device", "host", "--threads", "1"});
   EXPECT_EQ(train.code, 0) << train.out;
   EXPECT_NE(train.out.find("initial weights from the model"), std::string::npos) << train.out;
+  EXPECT_EQ(train.out.find("is folded into"), std::string::npos) << train.out;  // alpha = 1
   // The largest batch: the model is read once and imported at each probe's batch.
   const auto largest = run(plan_command, {"--net", model_path("all_ops"), "--budget", "1MiB",
                                           "--policy", "liveness", "--max-batch"});
@@ -126,6 +127,18 @@ TEST_F(OnnxCli, ExportsTheTrainedWeights) {
   const imported_model after = import_onnx(out, 4);
   ASSERT_EQ(after.weights.size(), before.weights.size());
   EXPECT_NE(after.weights, before.weights) << "the export holds the untrained weights";
+  // The folded alpha and beta, and the one-value bias trained per output, are said: the
+  // updates are not SGD on the model's own B and C (a numpy reference drifted 20 % from it).
+  EXPECT_NE(r.out.find("the Gemm writing 'y': alpha = 2 is folded into 'w': training updates "
+                       "the product y.weight = alpha x w (SGD on the product, not on w)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("the Gemm writing 'y': beta = 0.5 is folded into 'c'"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("Gemm bias 'c' is one value spread over the outputs: training updates "
+                       "each output's own (y.bias)"),
+            std::string::npos)
+      << r.out;
   // No policy fits: nothing to export, which is a run that does not fit (exit 1, as --save
   // with nothing trained), not bad input (it said exit 2).
   const std::string none = test::scratch_dir() + "/cli_untrained.onnx";
