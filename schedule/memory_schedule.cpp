@@ -80,7 +80,9 @@ struct timeline {
 
 class planner {
  public:
-  planner(const schedule_problem& p, const schedule_options& o) : p_(p), o_(o) {
+  planner(const schedule_problem& p, const schedule_options& o,
+          const std::function<bool()>* stop = nullptr)
+      : p_(p), o_(o), stop_(stop) {
     const std::size_t steps = p.step_seconds.size();
     uses_.resize(p.tensors.size());
     gaps_.resize(p.tensors.size());
@@ -170,6 +172,7 @@ class planner {
     for (const auto& u : uses_) rounds += fits_plain ? 0 : 4 * u.size();
     for (const auto& o : p_.step_options) rounds += fits_plain ? 0 : o.size();
     while (rounds-- > 0) {
+      throw_if_stopped();
       if (o_.max_actions != 0 && actions >= o_.max_actions) break;
       const std::vector<std::size_t> bytes = memory_curve();
       std::uint32_t worst = k_none;
@@ -888,6 +891,7 @@ class planner {
     timeline tl = simulate(emit(curve));
     std::vector<std::size_t> trial_bytes, best_bytes;
     for (const candidate& k : drops) {
+      throw_if_stopped();
       const std::uint32_t t = k.tensor, a = uses_[t][k.gap].step, c = uses_[t][k.gap + 1].step;
       const double d = copy_seconds(t);
       const std::uint32_t w = last_write_at_or_before(t, a);
@@ -1371,6 +1375,13 @@ class planner {
 
   const schedule_problem& p_;
   const schedule_options& o_;
+  const std::function<bool()>* stop_ = nullptr;  // asked each round (plan_memory_schedule)
+
+  void throw_if_stopped() const {
+    if (stop_ != nullptr && *stop_ && (*stop_)()) {
+      throw interrupted("stopped while planning the memory schedule");
+    }
+  }
   // What each simulation and trial emission writes into, kept for their capacity.
   struct scratch {
     memory_schedule schedule;
@@ -1544,7 +1555,8 @@ bool memory_schedule_cannot_fit(const schedule_problem& problem, const schedule_
 }
 
 memory_schedule plan_memory_schedule(const schedule_problem& problem,
-                                     const schedule_options& options) {
+                                     const schedule_options& options,
+                                     const std::function<bool()>& stop) {
   options.validate();
   if (!(problem.link_bytes_per_s > 0.0) || !std::isfinite(problem.link_bytes_per_s)) {
     throw invalid_argument("schedule: link speed " + std::to_string(problem.link_bytes_per_s) +
@@ -1576,7 +1588,7 @@ memory_schedule plan_memory_schedule(const schedule_problem& problem,
   key.keep_rebuilt_auto = defaults.keep_rebuilt_auto;
   key.conv_mode_workspaces_auto = defaults.conv_mode_workspaces_auto;
   if (std::optional<memory_schedule> known = recent.find(problem, key)) return std::move(*known);
-  memory_schedule planned = planner(problem, options).run();
+  memory_schedule planned = planner(problem, options, &stop).run();
   recent.insert(problem, key, planned);
   return planned;
 }

@@ -39,8 +39,8 @@ extern "C" void on_stop_signal(int sig) {
   g_signal = sig;
   g_first_second = static_cast<std::sig_atomic_t>(monotonic_seconds());
   static const char line[] =
-      "\nmemweave: stopping after the running iteration, then printing and writing what "
-      "finished (once more to quit at once)\n";
+      "\nmemweave: stopping after the running iteration (or planning round), then printing "
+      "and writing what finished (once more to quit at once)\n";
   (void)!::write(2, line, sizeof line - 1);
 }
 

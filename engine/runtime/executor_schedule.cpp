@@ -43,7 +43,8 @@ executor_options null_run_options(const executor_options& options) {
   executor_options o = options;
   o.weigh_alternatives = false;
   o.comm = nullptr;
-  o.stop = nullptr;  // asked between the runs, by null_run_seconds
+  // Kept: asked before each run (null_run_seconds) and by its schedule planner, which on a
+  // deep ResNet takes minutes (a SIGTERM waited 186 s for it; session 48's hostile run).
   o.ranks = options.comm != nullptr ? options.comm->size() : options.ranks;
   o.timeline = nullptr;
   o.heap.trace_path.clear();
@@ -73,6 +74,8 @@ double null_run_seconds(const network& net, const executor_options& options,
     ex.run_iteration(nullptr, 0);
     if (schedule != nullptr && ex.schedule() != nullptr) *schedule = *ex.schedule();
     return ex.report().seconds_per_iteration;
+  } catch (const interrupted&) {
+    throw;  // a stop, not a configuration that does not run
   } catch (const error&) {
     return 0.0;  // does not run there (the executor itself will say why, if it cannot)
   }
@@ -100,6 +103,9 @@ schedule_inputs executor::schedule_inputs_of(const std::vector<double>& measured
       link_bytes_per_s > 0 ? link_bytes_per_s : schedule_link_gbps(options_) * 1e9;
   in.budget_bytes = options_.budget_bytes;
   in.in_cache = [this](tensor_id t) { return in_cache(t); };
+  // On the planning device only: there a stop ends a run with no figures yet (its first
+  // iteration), where on a real device a re-plan after some iterations would lose them.
+  if (!dev_.touches_memory()) in.stop = options_.stop;
   if (options_.schedule.conv_mode_workspaces) in.conv_mode = &options_.conv_ws;
   in.conv_run = &options_.conv_ws;
   in.measured_seconds = measured_seconds;

@@ -293,19 +293,20 @@ bool rebuildable(const network& net, const tensor_table& table, tensor_id t) {
 
 namespace {
 
-std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_options& options) {
+std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_options& options,
+                                            const std::function<bool()>& stop) {
   // A step whose untouchable bytes exceed the budget (the parameters of a deep network pinned
   // between their uses, each too small to park) corners the greedy at every attempt below:
   // none is made (a 2116-layer ResNet at half its peak planned for 7 s to no schedule).
   if (memory_schedule_cannot_fit(p, options)) return std::nullopt;
-  memory_schedule planned = plan_memory_schedule(p, options);
+  memory_schedule planned = plan_memory_schedule(p, options, stop);
   planned.headroom = options.headroom;
   if (!planned.fits) {
     // The greedy choice can corner itself (a step left with nothing idle): plan again with
     // swaps charged only for their stalls, which moves more and drops less.
     schedule_options free_link = options;
     free_link.link_charge = 0;
-    planned = plan_memory_schedule(p, free_link);
+    planned = plan_memory_schedule(p, free_link, stop);
     planned.headroom = options.headroom;
   }
   if (!planned.fits) {
@@ -314,7 +315,7 @@ std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_o
     schedule_options tight = options;
     tight.headroom = 0;
     p.step_options.clear();
-    planned = plan_memory_schedule(p, tight);
+    planned = plan_memory_schedule(p, tight, stop);
     planned.headroom = 0;  // reported as such: MEMWEAVE_SCHEDULE_HEADROOM=0.9 read as applied
   }
   // A schedule that still cannot bring every step under the budget would leave the reactive
@@ -324,9 +325,9 @@ std::optional<memory_schedule> plan_fitting(schedule_problem p, const schedule_o
   return planned;
 }
 
-std::optional<memory_schedule> plan_once(const schedule_problem& p,
-                                         const schedule_options& options) {
-  std::optional<memory_schedule> planned = plan_fitting(p, options);
+std::optional<memory_schedule> plan_once(const schedule_problem& p, const schedule_options& options,
+                                         const std::function<bool()>& stop) {
+  std::optional<memory_schedule> planned = plan_fitting(p, options, stop);
   if (planned || options.chain_room) return planned;
   // Drops whose rebuild chains put the step of the rebuild over the budget can leave a step
   // that nothing can relieve (VGG16 and ResNet-50 at a budget below max(l_i), their steps
@@ -335,17 +336,18 @@ std::optional<memory_schedule> plan_once(const schedule_problem& p,
   // liveness's speed, 0.837 when every chain must leave room).
   schedule_options roomy = options;
   roomy.chain_room = true;
-  return plan_fitting(p, roomy);
+  return plan_fitting(p, roomy, stop);
 }
 
 // The fastest predicted plan over the link charges tried, then over the prefetch margins tried
 // at the charge chosen (the first wins ties).
 std::optional<memory_schedule> plan_problem(const schedule_problem& p,
-                                            const schedule_options& options) {
+                                            const schedule_options& options,
+                                            const std::function<bool()>& stop) {
   std::optional<memory_schedule> best;
   schedule_options chosen = options;
   auto keep_if_faster = [&](const schedule_options& o) {
-    std::optional<memory_schedule> planned = plan_once(p, o);
+    std::optional<memory_schedule> planned = plan_once(p, o, stop);
     if (planned && (!best || planned->predicted_seconds < best->predicted_seconds)) {
       best = std::move(planned);
       best->link_charge = o.link_charge;
@@ -399,7 +401,7 @@ std::optional<memory_schedule> plan_executor_schedule(const schedule_inputs& in,
     // A larger share that opens no larger workspace is the same problem again.
     if (previous && same_options(*previous, p)) continue;
     previous = p;
-    std::optional<memory_schedule> planned = plan_problem(p, options);
+    std::optional<memory_schedule> planned = plan_problem(p, options, in.stop);
     // Where even the smallest reservation cannot fit (near the floor), larger ones, which
     // start every CONV at a larger workspace, do not either: not worth planning.
     if (!planned && share == 16 && options.workspace_share == 0) return std::nullopt;

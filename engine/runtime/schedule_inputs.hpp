@@ -40,6 +40,8 @@ struct schedule_inputs {
   /// the fastest's within the budget, and the other options scale from there.
   const conv_ws_options* conv_run = nullptr;
   std::function<bool(tensor_id)> in_cache;  ///< the tensors the cache (and so the plan) moves
+  /// Asked as the planner goes (plan_memory_schedule's `stop`); empty: never.
+  std::function<bool()> stop;
   /// Per step, its measured time (Capuchin: from a first iteration on a real device), which
   /// replaces the model's; a step's CONV options take it as conv_run says. Empty, or a
   /// negative entry: the model's.

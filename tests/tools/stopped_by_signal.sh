@@ -90,5 +90,23 @@ grep -q "^  utp: stopped by SIGINT before its answer" "$out/log" ||
   fail "plan --max-depth: utp's search does not say it stopped"
 grep -q "stopped by SIGINT: the answers found were printed" "$out/log" ||
   fail "plan --max-depth: no word of the stop"
+# plan --policy all on a deep ResNet (4000 layers): one run of its weighing plans a schedule
+# for about a minute; a stop asked meanwhile ends it within a round of the planner (it was
+# asked only between the weighing's runs: 40 s after a SIGTERM here, 186 s for a --max-depth
+# search; session 48's hostile run).
+"$memweave" plan --net resnet:100,100,100,100 --batch 1 --budget 5GiB --policy all \
+  --json "$out/deep.json" >"$out/log" 2>&1 &
+pid=$!
+sleep 8  # its weighing has begun (0.4 s; under ASan a few), and runs for a minute or more
+asked=$(date +%s)
+signal TERM
+[ $rc -eq 143 ] || fail "plan of a deep ResNet: exit status $rc, expected 143"
+[ $(($(date +%s) - asked)) -le 15 ] ||
+  fail "plan of a deep ResNet: it stopped $(($(date +%s) - asked)) s after the SIGTERM"
+grep -q "all: stopped by SIGTERM before its first iteration (stopped while" "$out/log" ||
+  fail "plan of a deep ResNet: all's row does not say it stopped"
+grep -q '"stopped_by": "SIGTERM"' "$out/deep.json" 2>/dev/null ||
+  fail "plan of a deep ResNet: the json lacks the stop"
 echo "PASS: exit 130, liveness whole, offload stopped and written; a doubled SIGTERM writes too;"\
-  "eval stops after its batch; plan stops while weighing; a search stops at its probe"
+  "eval stops after its batch; plan stops while weighing; a search stops at its probe;"\
+  "a deep plan stops within a planning round"

@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -337,9 +338,12 @@ struct schedule_bound {
 schedule_bound bound_memory_schedule(const schedule_problem& problem);
 
 /// Plans `problem` under `options`. Throws invalid_argument on malformed input (a use out
-/// of range or out of order, a rebuild touching an unknown tensor).
+/// of range or out of order, a rebuild touching an unknown tensor). `stop`, where given, is
+/// asked at each round of the greedy and of refine's trials: true throws `interrupted` (a
+/// deep ResNet's plan takes minutes, and a Ctrl-C waited for it).
 memory_schedule plan_memory_schedule(const schedule_problem& problem,
-                                     const schedule_options& options = {});
+                                     const schedule_options& options = {},
+                                     const std::function<bool()>& stop = {});
 
 /// Whether no schedule plan_memory_schedule could make under `options` fits `problem`'s
 /// whole budget, for a reason that needs no planning to see: some step holds more than the
