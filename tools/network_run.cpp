@@ -774,6 +774,7 @@ policy_report run_policy(const network& net, const network_run_options& o,
         std::snprintf(lr, sizeof lr, "%g", static_cast<double>(eo.learning_rate));
         report = ex->report();
         report.losses = std::move(losses);
+        report.iterations_run = it + 1;  // the JSON said 0 beside 12 losses (hostile run)
         report.fits = false;
         report.failed = true;
         // The first loss comes before any update: no learning rate made it (a model's weights
@@ -810,8 +811,11 @@ policy_report run_policy(const network& net, const network_run_options& o,
     }
   } catch (const out_of_memory& e) {
     if (parallel(o)) throw;
-    // The steps that ran stay in the report: where memory was when it ran out.
+    // The steps that ran stay in the report: where memory was when it ran out, and the
+    // iterations before (their losses).
     report = ex->report();
+    report.iterations_run = static_cast<int>(losses.size());
+    report.losses = std::move(losses);
     report.fits = false;
     report.failure = e.what() + not_fitting;
     save_timeline();

@@ -369,7 +369,10 @@ void write_summary(std::ostream& out, const run_report& r) {
       out << std::setw(10) << std::fixed << std::setprecision(1) << p.images_per_s;
       // A space of its own, and a loss past 1e6 (a run going wrong, not yet NaN) in
       // exponent form: fixed, 5.3e11 ran into the img/s column on an H200 (VGG-16 at lr 0.01).
-      if (std::abs(loss) < 1e6) {
+      // A row that ran no iteration has no loss (it read 0.00000; plan's rows say "-").
+      if (p.losses.empty()) {
+        out << ' ' << std::setw(11) << "-";
+      } else if (std::abs(loss) < 1e6) {
         out << ' ' << std::setw(11) << std::setprecision(5) << loss;
       } else {
         out.unsetf(std::ios::fixed);

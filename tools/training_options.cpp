@@ -28,13 +28,15 @@ void read_init_from(cli_args& args, network_run_options& o, bool solver) {
 
 void read_training_options(cli_args& args, network_run_options& o) {
   if (auto text = args.get("momentum")) {
-    const double m = parse_double(*text, "--momentum", 0.0, 1.0);
-    // Below 1 as the solver keeps it: a float (0.99999999999 rounds to 1).
+    const double m = parse_double_unbounded(*text, "--momentum");
+    // Below 1 as the solver keeps it: a float (0.99999999999 rounds to 1). One range, one
+    // message (below 0 was told "from 0 to 1", which 1 is not; session 48's hostile run).
     const auto kept = static_cast<float>(m);
-    MEMWEAVE_EXPECTS(kept < 1.0f, knob_value("--momentum", *text) +
-                                      " is out of range: expected a number from 0 to below 1 "
-                                      "(the fraction of the last step kept; as a float32, at "
-                                      "most 0.99999994); change it");
+    MEMWEAVE_EXPECTS(m >= 0.0 && kept < 1.0f,
+                     knob_value("--momentum", *text) +
+                         " is out of range: expected a number from 0 to below 1 "
+                         "(the fraction of the last step kept; as a float32, at "
+                         "most 0.99999994); change it");
     o.executor.momentum = kept;
   }
   if (auto wd = args.get_double("weight-decay", 0.0, 1.0)) {

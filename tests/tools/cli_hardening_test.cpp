@@ -236,9 +236,35 @@ TEST(cli_hardening_test, a_diverging_loss_is_a_failure_not_a_success) {
   const std::string m =
       error_of(train_command, small_train({"--iterations", "30", "--lr", "1000", "--json", json}));
   expect_has(m, "training diverged; lower --lr (now 1000)");
-  // What ran is kept: the report says the policy failed.
-  expect_has(slurp(json), "\"failed\": true");
+  // What ran is kept: the report says the policy failed, and how many iterations ran (it said
+  // 0 beside their 12 losses; session 48's hostile run).
+  const std::string j = slurp(json);
   std::filesystem::remove(json);
+  expect_has(j, "\"failed\": true");
+  const std::size_t at = m.find("the loss of iteration ");
+  ASSERT_NE(at, std::string::npos) << m;
+  const int ran = std::stoi(m.substr(at + 22));
+  EXPECT_GT(ran, 1) << m;
+  expect_has(j, "\"iterations_run\": " + std::to_string(ran));
+  // The losses are all there, the last the one that diverged.
+  const std::size_t losses = j.find("\"losses\": [");
+  ASSERT_NE(losses, std::string::npos) << j;
+  const std::string list = j.substr(losses, j.find(']', losses) - losses);
+  EXPECT_EQ(std::count(list.begin(), list.end(), ','), ran - 1) << list;
+}
+
+// A train row that ran no iteration has no loss to show: "-", as plan's rows (it read
+// 0.00000, a loss never computed; session 48's hostile run).
+TEST(cli_hardening_test, a_train_row_that_ran_nothing_shows_no_loss) {
+  const auto r =
+      run(train_command,
+          small_train({"--policy", "liveness", "--budget", "64KiB", "--iterations", "1"}));
+  EXPECT_EQ(r.code, 1) << r.out;
+  const std::size_t row = r.out.find("\nliveness    NO");
+  ASSERT_NE(row, std::string::npos) << r.out;
+  const std::string line = r.out.substr(row + 1, r.out.find('\n', row + 1) - row - 1);
+  EXPECT_EQ(line.substr(line.size() - 2), " -") << line;
+  EXPECT_EQ(line.find("0.00000"), std::string::npos) << line;
 }
 
 TEST(cli_hardening_test, a_later_policy_below_its_floor_is_a_row_and_the_outputs_are_written) {
@@ -419,10 +445,12 @@ TEST(cli_hardening_test, a_list_with_an_empty_item_is_an_error) {
 }
 
 TEST(cli_hardening_test, momentum_that_rounds_to_1_as_a_float_names_the_option_and_the_text) {
-  for (const char* m : {"0.99999999999", "0.999999999999999999", "1"}) {
+  // Below 0 too, with the same range (it was "from 0 to 1", which 1 is not).
+  for (const char* m : {"0.99999999999", "0.999999999999999999", "1", "-1e-300", "-0.5", "2"}) {
     const std::string e =
         error_of(train_command, small_train({"--iterations", "1", "--momentum", m}));
-    expect_has(e, "--momentum '" + std::string(m) + "' is out of range");
+    expect_has(e, "--momentum '" + std::string(m) +
+                      "' is out of range: expected a number from 0 to below 1");
     EXPECT_EQ(e.find("executor_options"), std::string::npos) << e;
   }
 }
