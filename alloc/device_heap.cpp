@@ -265,10 +265,16 @@ device_heap_impl::device_heap_impl(device& dev, const heap_options& options)
              bytes_text(info.free_bytes) + " (" +
              (options.pool_knob.empty() ? "MEMWEAVE_POOL_FRACTION" : options.pool_knob) + ")";
   }
+  // From the device's free memory, a pool size alone cannot help where the device is that
+  // small: its size is what to change (it named only the pool; session 48's hostile run).
+  const std::string small_device = options.pool_bytes == 0 && dev.memory().total_bytes < block_
+                                       ? ", and a device of at least that (" + dev.name() +
+                                             "; on host and null its size is MEMWEAVE_DEVICE_BYTES)"
+                                       : "";
   MEMWEAVE_EXPECTS(want >= block_, "the device heap's arena would be less than one block of " +
                                        std::to_string(block_) + " bytes: " + std::to_string(want) +
                                        " bytes, from " + source + "; give " + knob +
-                                       " at least one block");
+                                       " at least one block" + small_device);
   want = want / block_ * block_;
   const std::uint64_t blocks = want / block_;
   const std::uint64_t limit = std::clamp<std::uint64_t>(

@@ -317,18 +317,18 @@ struct transfer_engine::impl {
         held_elsewhere_ == 0 ? std::string()
                              : " (" + format_bytes(held_elsewhere_) + " of it staged tensors)";
     lock.unlock();
-    throw out_of_memory(std::string("transfer_engine: cannot ") + what + " " + label(key, bytes) +
-                            ": no host memory for " + purpose + " (" + format_bytes(bytes) +
-                            " asked; the host memory has " + format_bytes(free_bytes) +
-                            " free of " + format_bytes(cap) + ", " + format_bytes(used) +
-                            " in use" + elsewhere +
-                            "; free memory split in pieces smaller than asked counts as free). "
-                            "The tensor stays where it is (nothing was enqueued). Raise the "
-                            "host pool (" +
-                            options_.pool_knob +
-                            "), or drop host "
-                            "copies no longer needed",
-                        bytes, free_bytes, free_bytes);
+    throw host_out_of_memory(
+        std::string("transfer_engine: cannot ") + what + " " + label(key, bytes) +
+            ": no host memory for " + purpose + " (" + format_bytes(bytes) +
+            " asked; the host memory has " + format_bytes(free_bytes) + " free of " +
+            format_bytes(cap) + ", " + format_bytes(used) + " in use" + elsewhere +
+            "; free memory split in pieces smaller than asked counts as free). "
+            "The tensor stays where it is (nothing was enqueued). Raise the "
+            "host pool (" +
+            options_.pool_knob +
+            "), or drop host "
+            "copies no longer needed",
+        bytes, free_bytes, free_bytes);
   }
 
   // Gives back `en`'s host buffers, at once when no prefetch may still read them, else

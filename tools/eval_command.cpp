@@ -84,7 +84,8 @@ policy_report evaluate_policy(const network& net, const network_run_options& o,
     }
     out << "\n";
     std::snprintf(line, sizeof line,
-                  "          memory per batch: peak %s at step %d (parameters and state %s), "
+                  "          memory per batch: peak %s at step %d; parameters and state %s "
+                  "(on the device or, under utp and all, partly in host memory), "
                   "%llu tensors allocated, %llu evicted, %s offloaded\n",
                   format_bytes(rep.peak_bytes).c_str(), rep.peak_step,
                   format_bytes(rep.persistent_bytes).c_str(),

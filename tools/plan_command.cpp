@@ -67,8 +67,8 @@ std::string describe_communication(const policy_report& p, const cluster& c, dou
     << 1e3 * p.seconds_per_iteration << " ms planned on one device + "
     << 1e3 * p.allreduce_wait_seconds << " ms of the ring allreduce of "
     << format_bytes(p.allreduce_bytes) << " not hidden behind backward; the allreduce takes "
-    << 1e3 * p.allreduce_seconds << " ms at " << c.net_gbps << " Gb/s over " << c.ranks
-    << " devices)";
+    << 1e3 * p.allreduce_seconds << " ms at " << format_number(c.net_gbps) << " Gb/s over "
+    << c.ranks << " devices)";
   return s.str();
 }
 

@@ -769,7 +769,8 @@ void executor::run_steps(std::size_t count, data_source* data, std::int64_t iter
         throw;
       }
       const route_step rs = route_.at(current_step_);
-      throw out_of_memory(std::string(host_exhausted_ ? "host memory ran out" : "out of budget") +
+      const bool host = host_exhausted_ || dynamic_cast<const host_out_of_memory*>(&e) != nullptr;
+      throw out_of_memory(std::string(host ? "host memory ran out" : "out of budget") +
                               " at step " + std::to_string(current_step_ + 1) + " (" +
                               net_[rs.layer].name + " " + to_string(rs.direction) + "): " + m,
                           e.requested(), e.free_bytes(), e.largest_free_run());

@@ -261,7 +261,8 @@ void check_budget(const network& net, const route& steps, const tensor_table& ta
           (options.evaluation_only ? "evaluate " : "run ") + net.name() + " at batch " +
           std::to_string(net.batch()) + " with: " +
           (moves_persistent ? step + "(parameters and state included) " + minimum_text
-                            : "parameters and state " + format_bytes(persistent) + " plus " + step +
+                            : "parameters and state " + format_bytes(persistent) +
+                                  " (as the heap rounds them) plus " + step +
                                   format_bytes(worst_step) + " = " + minimum_text) +
           "; raise --budget to at least that, or lower " + options.shape_knobs +
           (block > 1024 ? blocks_hint(block, least_at(1024).total(), minimum) : std::string()) +

@@ -117,6 +117,11 @@ TEST(budget_search_cli_test, what_it_cannot_go_with_is_refused_by_name) {
     const scoped_env tiny("MEMWEAVE_DEVICE_BYTES", "1000");
     expect_has(error_of(plan_command, small_resnet({"--min-budget"})),
                "is smaller than one heap block (1.00 KiB): no budget runs on that device");
+    // Without a search the heap says it, naming the device's size, not only the pool's (it
+    // named MEMWEAVE_POOL_BYTES alone; session 48's hostile run).
+    expect_has(error_of(plan_command, small_resnet({})),
+               "give MEMWEAVE_POOL_BYTES at least one block, and a device of at least that");
+    expect_has(error_of(plan_command, small_resnet({})), "its size is MEMWEAVE_DEVICE_BYTES");
   }
 }
 

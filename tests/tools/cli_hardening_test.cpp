@@ -267,6 +267,18 @@ TEST(cli_hardening_test, a_train_row_that_ran_nothing_shows_no_loss) {
   EXPECT_EQ(line.find("0.00000"), std::string::npos) << line;
 }
 
+// offload's copies out find the host pool full: the row says host memory ran out, not "out of
+// budget" (a larger --budget does not help; it read so at 300 GiB of 64 TiB; session 48's
+// hostile run).
+TEST(cli_hardening_test, offload_short_of_host_memory_says_so_not_out_of_budget) {
+  const auto r = run(plan_command, {"--net", "resnet:1,1,1,1", "--width", "0.25", "--image-side",
+                                    "64", "--classes", "10", "--batch", "32", "--budget", "64MiB",
+                                    "--policy", "offload", "--host-pool", "8MiB"});
+  EXPECT_EQ(r.code, 1) << r.out;
+  expect_has(r.out, "  offload: host memory ran out at step ");
+  expect_has(r.out, "no host memory for its host copy");
+}
+
 TEST(cli_hardening_test, a_later_policy_below_its_floor_is_a_row_and_the_outputs_are_written) {
   const std::string json = temp("floor.json");
   const auto r = run(plan_command,

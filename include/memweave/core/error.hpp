@@ -82,6 +82,15 @@ class out_of_memory : public error {
   std::size_t largest_;
 };
 
+/// Host memory for host copies (the transfers' pinned pool) ran out: a larger device budget
+/// does not help, a larger host pool does. A run that hit it says "host memory ran out", not
+/// "out of budget" (an offload's read "out of budget" at 300 of 64 TiB; session 48's hostile
+/// run).
+class host_out_of_memory : public out_of_memory {
+ public:
+  using out_of_memory::out_of_memory;
+};
+
 /// A failure reported by a device runtime (CUDA, cuDNN, a host-backend worker).
 class device_error : public error {
  public:
