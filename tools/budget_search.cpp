@@ -47,6 +47,16 @@ int plan_min_budget(network_run_options o, std::ostream& out) {
                      : "")
         << ", to one heap block (" << format_bytes(block) << ")\n";
   }
+  // --tile: the network untiled, once, and the ladder of finer tilings every probe shares
+  // (its rungs do not depend on the budget; a tiling plan takes seconds).
+  std::optional<network> untiled;
+  std::optional<tiling_ladder> ladder;
+  if (o.tile) {
+    network_run_options whole = o;
+    whole.tile = false;
+    untiled.emplace(make_planning_network(whole, o.zoo.batch));
+    ladder.emplace(*untiled, o);
+  }
   bool any_fits = false;
   // Ctrl-C or SIGTERM ends the search at its running probe, the answers found printed.
   const stop_signal_scope stop_scope;
@@ -58,11 +68,12 @@ int plan_min_budget(network_run_options o, std::ostream& out) {
       network_run_options probe = o;
       probe.budget_bytes = static_cast<std::size_t>(blocks) * block;
       try {
-        // --tile: cut for this budget, and for a smaller target where those do not fit.
-        network_run_options whole = probe;
-        whole.tile = false;
-        return plan_fits_budget_tiled(make_planning_network(whole, o.zoo.batch), probe, policy,
-                                      planning_device(probe, probe.budget_bytes));
+        const device_options dev = planning_device(probe, probe.budget_bytes);
+        if (!o.tile) {
+          return plan_fits_budget(make_planning_network(probe, o.zoo.batch), probe, policy, dev);
+        }
+        // --tile: cut for this budget, and finer where those do not fit.
+        return plan_fits_budget_tiled(*untiled, probe, policy, dev, &*ladder, &probes);
       } catch (const budget_too_small&) {
         return false;  // --tile: a layer's least tile does not fit this budget
       }

@@ -910,14 +910,15 @@ policy_report run_policy_retiling(const network& net, const network_run_options&
   // The budget's segments did not fit this policy; tiled finer, it may.
   std::optional<policy_tiling> finer;
   try {
-    finer = retile_for_policy(*o.untiled, o, policy, o.tiling);
+    tiling_ladder ladder(*o.untiled, o);
+    finer = retile_for_policy(ladder, o, policy, o.tiling);
   } catch (const stopped_by_signal&) {
     return row;  // the stop is the caller's to act on (stop_requested)
   }
   if (!finer) {
     row.failure +=
-        "; that is with the budget's tiled segments, and tiled for a smaller target "
-        "(halved down to the finest tiles) it did not fit either";
+        "; that is with the budget's tiled segments, and tiled for smaller targets "
+        "(half an octave apart, down to the finest tiles) it did not fit either";
     return row;
   }
   row = run_policy(finer->net, o, policy, dev, iterations, data, progress, device_name,

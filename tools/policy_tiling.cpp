@@ -1,7 +1,11 @@
 #include "policy_tiling.hpp"
 
 #include <algorithm>
+#include <cmath>
 
+#include "memweave/engine/layer_memory.hpp"
+#include "memweave/engine/route.hpp"
+#include "memweave/engine/tensor_table.hpp"
 #include "stop_signal.hpp"
 
 namespace memweave {
@@ -18,77 +22,71 @@ bool same_segments(std::span<const tiled_segment_choice> a,
 
 }  // namespace
 
-std::optional<policy_tiling> retile_for_policy(
-    const network& untiled, const network_run_options& o, const std::string& policy,
-    std::span<const tiled_segment_choice> budget_segments) {
-  if (!o.tile || o.budget_bytes == 0) return std::nullopt;
-  const std::size_t block = heap_block_of(o);
-  const device_options dev = planning_device(o, o.budget_bytes);
-  int probes = 0;
-  // A target's tiling (nullopt: a layer's finest tile is over it), and whether the policy fits
-  // the budget with it. A tiling equal to the last that did not fit is not planned again.
-  struct tried {
-    std::size_t target = 0;
-    std::vector<tiled_segment_choice> segments;
-    std::optional<network> net;
-  };
-  const auto tile_for = [&](std::size_t target) {
-    tried t;
-    t.target = target;
-    network_run_options at = o;
-    at.budget_bytes = target;
-    try {
-      t.net.emplace(tile_if_asked(untiled, at, &t.segments, false));
-    } catch (const budget_too_small&) {
-    }
-    return t;
-  };
-  const auto fits = [&](const tried& t) {
-    ++probes;
-    return plan_fits_budget(*t.net, o, policy, dev);
-  };
-  const auto round_down = [&](std::size_t bytes) { return bytes / block * block; };
-  // Halving: `bad` the last target that did not fit (the budget's own to begin with).
-  tried bad;
-  bad.target = o.budget_bytes;
-  bad.segments.assign(budget_segments.begin(), budget_segments.end());
-  std::optional<tried> good;
-  for (std::size_t target = round_down(o.budget_bytes / 2); target >= block;
-       target = round_down(target / 2)) {
-    tried t = tile_for(target);
-    if (!t.net) break;  // tiled no finer than that: no smaller target plans
-    if (!same_segments(t.segments, bad.segments) && fits(t)) {
-      good = std::move(t);
+tiling_ladder::tiling_ladder(const network& untiled, const network_run_options& o)
+    : untiled_(untiled), o_(o) {
+  const route steps(untiled);
+  const tensor_table table(untiled, steps);
+  max_layer_bytes_ = layer_memory(table).max_layer_bytes();
+}
+
+const tiling_ladder::rung* tiling_ladder::at(std::size_t k) {
+  const std::size_t block = heap_block_of(o_);
+  while (!ended_ && rungs_.size() <= k) {
+    // Half an octave below the last: max(l_i) / 2^((k + 1) / 2), in whole blocks.
+    const double scale = std::exp2(-0.5 * static_cast<double>(rungs_.size() + 1));
+    const auto target =
+        static_cast<std::size_t>(static_cast<double>(max_layer_bytes_) * scale) / block * block;
+    if (target < block) {
+      ended_ = true;
       break;
     }
-    bad = std::move(t);
-  }
-  if (!good) return std::nullopt;
-  // Bisection to 1/32 of the target (each try is a tiling plan and a run of the planner).
-  while (bad.target - good->target > std::max(block, good->target / 32)) {
-    const std::size_t mid = round_down(good->target + (bad.target - good->target) / 2);
-    if (mid <= good->target) break;
-    tried t = tile_for(mid);
-    if (!t.net) {
-      bad = std::move(t);
-    } else if (same_segments(t.segments, good->segments)) {
-      good = std::move(t);  // the same tiling, which fits, for a larger target
-    } else if (!same_segments(t.segments, bad.segments) && fits(t)) {
-      good = std::move(t);
-    } else {
-      bad = std::move(t);
+    network_run_options at = o_;
+    at.budget_bytes = target;
+    rung r;
+    r.target = target;
+    try {
+      r.net = tile_if_asked(untiled_, at, &r.segments, false);
+    } catch (const budget_too_small&) {
+      ended_ = true;  // a layer's finest tile is over it: no finer rung tiles either
+      break;
     }
+    rungs_.push_back(std::move(r));
   }
-  return policy_tiling{std::move(*good->net), std::move(good->segments), good->target, probes};
+  return k < rungs_.size() ? &rungs_[k] : nullptr;
+}
+
+std::optional<policy_tiling> retile_for_policy(
+    tiling_ladder& ladder, const network_run_options& o, const std::string& policy,
+    std::span<const tiled_segment_choice> budget_segments, int* probes) {
+  if (!o.tile || o.budget_bytes == 0) return std::nullopt;
+  const device_options dev = planning_device(o, o.budget_bytes);
+  // The last rung that did not fit (a copy: the ladder's rungs move as it grows).
+  std::vector<tiled_segment_choice> failed;
+  for (std::size_t k = 0;; ++k) {
+    const tiling_ladder::rung* r = ladder.at(k);
+    if (r == nullptr) return std::nullopt;
+    if (r->target >= o.budget_bytes) continue;  // coarser than the budget's own
+    if (same_segments(r->segments, failed) || same_segments(r->segments, budget_segments)) {
+      continue;  // the same plan, which did not fit
+    }
+    if (probes != nullptr) ++*probes;
+    if (plan_fits_budget(r->net, o, policy, dev)) {
+      return policy_tiling{r->net, r->segments, r->target};
+    }
+    failed = r->segments;
+  }
 }
 
 bool plan_fits_budget_tiled(const network& untiled, const network_run_options& o,
-                            const std::string& policy, const device_options& dev) {
+                            const std::string& policy, const device_options& dev,
+                            tiling_ladder* ladder, int* probes) {
   if (!o.tile) return plan_fits_budget(untiled, o, policy, dev);
   std::vector<tiled_segment_choice> segments;
   const network tiled = tile_if_asked(untiled, o, &segments);
   if (plan_fits_budget(tiled, o, policy, dev)) return true;
-  return retile_for_policy(untiled, o, policy, segments).has_value();
+  std::optional<tiling_ladder> own;
+  if (ladder == nullptr) ladder = &own.emplace(untiled, o);
+  return retile_for_policy(*ladder, o, policy, segments, probes).has_value();
 }
 
 }  // namespace memweave

@@ -41,8 +41,9 @@ TEST(tile_cli_test, plan_cuts_the_first_block_into_tiles_and_says_so) {
   const auto live =
       run(plan_command, narrow_vgg_224({"--budget", "6MiB", "--policy", "liveness", "--tile"}));
   EXPECT_EQ(live.code, 1) << live.out;
-  EXPECT_NE(live.out.find("that is with the budget's tiled segments, and tiled for a smaller "
-                          "target (halved down to the finest tiles) it did not fit either"),
+  EXPECT_NE(live.out.find("that is with the budget's tiled segments, and tiled for smaller "
+                          "targets (half an octave apart, down to the finest tiles) it did not "
+                          "fit either"),
             std::string::npos)
       << live.out;
 }
